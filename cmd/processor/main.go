@@ -1,0 +1,144 @@
+// Command processor runs Portcullis and its operator tools.
+//
+//	processor run --dev                 embedded NATS, unsigned input, fake provider "demo"
+//	processor run --config FILE.hcl     as configured
+//	processor validate --config FILE    check a configuration
+//
+// See README.md for every subcommand.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/portcullis/portcullis/config"
+	"github.com/portcullis/portcullis/processor"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+type command struct {
+	name    string
+	summary string
+	run     func(args []string, stdin io.Reader, stdout, stderr io.Writer) int
+}
+
+func commands() []command {
+	return []command{
+		{"run", "run the processor (--dev, or --config FILE)", cmdRun},
+		{"validate", "check a configuration file (--config FILE)", cmdValidate},
+	}
+}
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands() {
+		if c.name == args[0] {
+			return c.run(args[1:], stdin, stdout, stderr)
+		}
+	}
+	fmt.Fprintf(stderr, "processor: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: processor <command> [flags]")
+	fmt.Fprintln(w)
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-12s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nprocessor <command> -h shows a command's flags.")
+}
+
+func newFlags(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("processor "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+func cmdValidate(args []string, _ io.Reader, stdout, stderr io.Writer) int {
+	fs := newFlags("validate", stderr)
+	path := fs.String("config", "", "configuration file (HCL)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *path == "" {
+		fmt.Fprintln(stderr, "processor validate: --config is required")
+		return 2
+	}
+	if _, err := config.Load(*path); err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: ok\n", *path)
+	return 0
+}
+
+func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
+	fs := newFlags("run", stderr)
+	dev := fs.Bool("dev", false, "development mode: embedded NATS on 127.0.0.1:4222, data under --data, unsigned input allowed, fake provider \"demo\", metrics on 127.0.0.1:9464")
+	data := fs.String("data", "data", "data directory for --dev")
+	path := fs.String("config", "", "configuration file (HCL)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	var cfg *config.Config
+	switch {
+	case *dev && *path != "":
+		fmt.Fprintln(stderr, "processor run: --dev and --config exclude each other")
+		return 2
+	case *dev:
+		cfg = config.Dev(*data)
+	case *path != "":
+		c, err := config.Load(*path)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+		cfg = c
+	default:
+		fmt.Fprintln(stderr, "processor run: give --dev or --config FILE")
+		return 2
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, nil))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	startCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	p, err := processor.Start(startCtx, processor.Options{Config: cfg, Log: log})
+	cancel()
+	if err != nil {
+		fmt.Fprintln(stderr, "processor:", err)
+		return 1
+	}
+	if *dev {
+		fmt.Fprintf(stdout, "Portcullis is running (development mode).\n  NATS JetStream: %s\n  metrics:        http://%s/metrics\n  data:           %s\nPublish proposals to %s; outcomes arrive on %s. Ctrl-C stops.\n",
+			p.NATSURL(), p.MetricsAddr(), *data, p.Subjects().Proposals(), p.Subjects().Outcomes())
+	}
+	select {
+	case <-ctx.Done():
+		log.Info("signal received; draining")
+	case <-p.Done():
+	}
+	if err := p.Close(); err != nil && !errors.Is(err, context.Canceled) {
+		fmt.Fprintln(stderr, "processor:", err)
+		return 1
+	}
+	return 0
+}

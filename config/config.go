@@ -1,0 +1,343 @@
+// Package config loads Portcullis's HCL configuration (SPEC §5).
+//
+// Every key has a documented default (see config.example.hcl); unknown keys
+// and bad values are errors that carry the file:line of the offending text.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/gohcl"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/nats-io/nkeys"
+
+	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/subjects"
+)
+
+// Defaults.
+const (
+	DefaultListen           = "127.0.0.1:4222"
+	DefaultNATSStoreDir     = "data/nats"
+	DefaultStoreDir         = "data/store"
+	DefaultMetricsListen    = "127.0.0.1:9464"
+	DefaultMaxPayloadBytes  = 65536
+	MaxMaxPayloadBytes      = 1 << 20 // the NATS server's default max_payload
+	DefaultMaxCandidates    = 32
+	MaxMaxCandidates        = 1024
+	DefaultSourceTimeout    = 2 * time.Second
+	DefaultApprovalTTL      = 10 * time.Minute
+	DefaultReconcileEvery   = 5 * time.Second
+	DefaultReconcileMax     = 10
+	DefaultProviderTimeout  = 10 * time.Second
+	DefaultUnavailableRetry = 30 * time.Second
+	MaxReplicas             = 5
+)
+
+// Adapter kinds.
+const (
+	AdapterNATS = "nats"
+	AdapterHTTP = "http"
+	AdapterFake = "fake"
+)
+
+// Config is a loaded, validated configuration with defaults applied.
+type Config struct {
+	NATS           NATS
+	Store          Store
+	Metrics        Metrics
+	Prefix         string
+	Admission      Admission
+	Hosts          []Host
+	Policies       []ManagedPolicy
+	Providers      []Provider
+	Grounding      Grounding
+	Approval       Approval
+	Reconciliation Reconciliation
+}
+
+// NATS says where JetStream is: an embedded server (default) or a URL.
+type NATS struct {
+	// Embedded runs a nats-server with JetStream in process. Default true
+	// unless URL is set.
+	Embedded bool
+	// Listen is the embedded server's client address. Default 127.0.0.1:4222.
+	Listen string
+	// StoreDir is the embedded server's JetStream file store. Default data/nats.
+	StoreDir string
+	// SyncAlways fsyncs every JetStream write before its PubAck (power-loss
+	// durability; costs throughput). Default false: the server syncs every 2m.
+	SyncAlways bool
+	// URL of an existing server or cluster (nats://host:4222,…). Excludes Embedded.
+	URL string
+	// Credentials is a NATS .creds file for URL.
+	Credentials string
+	// Replicas of every stream and the activity bucket, 1–5. Default 1.
+	Replicas int
+}
+
+// Store is the local Pebble store of checkpoints and receipts.
+type Store struct {
+	// Dir is the Pebble directory. Default data/store.
+	Dir string
+}
+
+// Metrics is the Prometheus endpoint.
+type Metrics struct {
+	// Listen is the /metrics address. Default 127.0.0.1:9464; "" disables it.
+	Listen string
+}
+
+// Admission configures the first stage.
+type Admission struct {
+	// AllowUnsigned admits proposals and grants without a host signature.
+	// Development only; logged loudly. Default false.
+	AllowUnsigned bool
+	// MaxPayloadBytes bounds a proposal or grant body. Default 65536, at most 1 MiB.
+	MaxPayloadBytes int
+}
+
+// Host is a publisher of proposals and grants, trusted for some tenants.
+type Host struct {
+	Name string
+	// PublicKey is the host's ed25519 public key in NATS nkey form (U…).
+	PublicKey string
+	// Tenants are the context.tenant.tenant_ref values the host may speak for.
+	Tenants []string
+}
+
+// ManagedPolicy is an organization's restriction layer (seed 003). Unset
+// restrictions do not restrict; a managed policy never grants.
+type ManagedPolicy struct {
+	Name string
+	// SecurityDomains limits the policy to these security_domain_refs; nil: all.
+	SecurityDomains []string
+	// Disabled refuses every external action (EXTERNAL_ACTIONS_DISABLED).
+	Disabled bool
+	// AutomaticApprovalForbidden refuses grants whose method is policy,
+	// adversarial_auto or managed_policy.
+	AutomaticApprovalForbidden bool
+	// LiveActionsForbidden refuses environment "live".
+	LiveActionsForbidden bool
+	// AllowedProviders, AllowedCapabilities, AllowedEnvironments are
+	// allow-lists; nil: anything.
+	AllowedProviders    []string
+	AllowedCapabilities []string
+	AllowedEnvironments []string
+	// MinimumAuthenticationAssurance is the weakest grant assurance accepted; "" none.
+	MinimumAuthenticationAssurance string
+	// MaxExternalSpend maps a currency to its ceiling in minor units. nil: no
+	// spend restriction; set: a currency without a ceiling is refused.
+	MaxExternalSpend map[string]int64
+}
+
+// Provider is a configured provider and its adapter.
+type Provider struct {
+	Name string
+	// Adapter is nats (default), http or fake.
+	Adapter string
+	// Timeout bounds one dispatch or reconcile call. Default 10s.
+	Timeout time.Duration
+	// BaseURL is the http adapter's endpoint root (required for http).
+	BaseURL string
+	// UnavailableRetry is how long a dispatch that provably reached nobody
+	// is retried before ADAPTER_UNAVAILABLE. Default 30s.
+	UnavailableRetry time.Duration
+	// Script scripts the fake adapter's replies; see FakeScript.
+	Script FakeScript
+}
+
+// FakeScript lists the outcomes the fake adapter returns for successive
+// calls; the last one repeats. Default: dispatch ["confirmed"], reconcile
+// ["confirmed"].
+type FakeScript struct {
+	Dispatch  []string
+	Reconcile []string
+}
+
+// Grounding configures the grounding stage.
+type Grounding struct {
+	// MaxCandidates bounds a proposal's candidates. Default 32, at most 1024.
+	MaxCandidates int
+	// SourceTimeout bounds a candidate source request. Default 2s.
+	SourceTimeout time.Duration
+}
+
+// Approval configures parked proposals.
+type Approval struct {
+	// TTL is how long a proposal waits for a grant. Default 10m.
+	TTL time.Duration
+}
+
+// Reconciliation configures verification and reconciliation polling.
+type Reconciliation struct {
+	// Interval is the wait before the first poll; later polls back off
+	// (doubling, at most 32×Interval). Default 5s.
+	Interval time.Duration
+	// MaxAttempts bounds polls before RECONCILE_EXHAUSTED. Default 10.
+	MaxAttempts int
+}
+
+// Provider returns the configured provider of that name.
+func (c *Config) Provider(name string) (Provider, bool) {
+	for _, p := range c.Providers {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return Provider{}, false
+}
+
+// ErrInvalid is wrapped by every configuration error.
+var ErrInvalid = errors.New("config: invalid")
+
+// Error is a configuration error: HCL diagnostics with file:line ranges.
+type Error struct {
+	Diags hcl.Diagnostics
+}
+
+// Error lists every diagnostic, one per line, each with its file:line.
+func (e *Error) Error() string {
+	lines := make([]string, 0, len(e.Diags))
+	for _, d := range e.Diags {
+		lines = append(lines, (hcl.Diagnostics{d}).Error())
+	}
+	return strings.Join(lines, "\n")
+}
+func (e *Error) Unwrap() error { return ErrInvalid }
+
+// Defaults returns the configuration of an empty file.
+func Defaults() *Config {
+	return &Config{
+		NATS:           NATS{Embedded: true, Listen: DefaultListen, StoreDir: DefaultNATSStoreDir, Replicas: 1},
+		Store:          Store{Dir: DefaultStoreDir},
+		Metrics:        Metrics{Listen: DefaultMetricsListen},
+		Prefix:         subjects.DefaultPrefix,
+		Admission:      Admission{MaxPayloadBytes: DefaultMaxPayloadBytes},
+		Grounding:      Grounding{MaxCandidates: DefaultMaxCandidates, SourceTimeout: DefaultSourceTimeout},
+		Approval:       Approval{TTL: DefaultApprovalTTL},
+		Reconciliation: Reconciliation{Interval: DefaultReconcileEvery, MaxAttempts: DefaultReconcileMax},
+	}
+}
+
+// Dev is the configuration of `processor run --dev`: embedded defaults under
+// dataDir, unsigned input allowed and a fake provider named "demo".
+func Dev(dataDir string) *Config {
+	c := Defaults()
+	c.NATS.StoreDir = filepath.Join(dataDir, "nats")
+	c.Store.Dir = filepath.Join(dataDir, "store")
+	c.Admission.AllowUnsigned = true
+	c.Providers = []Provider{{
+		Name: "demo", Adapter: AdapterFake, Timeout: DefaultProviderTimeout, UnavailableRetry: DefaultUnavailableRetry,
+		Script: FakeScript{Dispatch: []string{schema.ReplyConfirmed}, Reconcile: []string{schema.ReplyConfirmed}},
+	}}
+	return c
+}
+
+// Load reads and validates a configuration file.
+func Load(path string) (*Config, error) {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return Parse(src, path)
+}
+
+// Parse parses and validates HCL source; filename is used in diagnostics.
+func Parse(src []byte, filename string) (*Config, error) {
+	f, diags := hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
+	if diags.HasErrors() {
+		return nil, &Error{diags}
+	}
+	var raw fileHCL
+	if diags := gohcl.DecodeBody(f.Body, nil, &raw); diags.HasErrors() {
+		return nil, &Error{diags}
+	}
+	c, diags := raw.build()
+	if diags.HasErrors() {
+		return nil, &Error{diags}
+	}
+	return c, nil
+}
+
+var (
+	providerNamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+	blockNamePattern    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$`)
+	currencyPattern     = regexp.MustCompile(`^[A-Z]{3}$`)
+)
+
+// Validate checks a configuration built in code (Dev, tests). Load and Parse
+// validate already.
+func (c *Config) Validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if _, err := subjects.New(c.Prefix); err != nil {
+		add("subjects.prefix: %w", err)
+	}
+	if c.NATS.Embedded == (c.NATS.URL != "") {
+		add("nats: exactly one of embedded and url")
+	}
+	if c.NATS.Replicas < 1 || c.NATS.Replicas > MaxReplicas || (c.NATS.Embedded && c.NATS.Replicas != 1) {
+		add("nats.replicas: 1–%d, and 1 with the embedded server", MaxReplicas)
+	}
+	if c.Store.Dir == "" {
+		add("store.dir: required")
+	}
+	if c.Admission.MaxPayloadBytes < 1 || c.Admission.MaxPayloadBytes > MaxMaxPayloadBytes {
+		add("admission.max_payload_bytes: 1–%d", MaxMaxPayloadBytes)
+	}
+	names := map[string]bool{}
+	for _, p := range c.Providers {
+		if !providerNamePattern.MatchString(p.Name) || names[p.Name] {
+			add("provider %q: invalid or duplicate name", p.Name)
+		}
+		names[p.Name] = true
+		if p.Timeout <= 0 || p.UnavailableRetry < 0 {
+			add("provider %q: timeout must be > 0 and unavailable_retry ≥ 0", p.Name)
+		}
+		switch p.Adapter {
+		case AdapterNATS, AdapterFake:
+		case AdapterHTTP:
+			if p.BaseURL == "" {
+				add("provider %q: http adapter needs base_url", p.Name)
+			}
+		default:
+			add("provider %q: unknown adapter %q", p.Name, p.Adapter)
+		}
+	}
+	for _, h := range c.Hosts {
+		if !nkeys.IsValidPublicUserKey(h.PublicKey) {
+			add("host %q: public_key is not a user nkey", h.Name)
+		}
+	}
+	if c.Grounding.MaxCandidates < 1 || c.Grounding.MaxCandidates > MaxMaxCandidates || c.Grounding.SourceTimeout <= 0 {
+		add("grounding: max_candidates 1–%d, source_timeout > 0", MaxMaxCandidates)
+	}
+	if c.Approval.TTL <= 0 || c.Reconciliation.Interval <= 0 || c.Reconciliation.MaxAttempts < 1 {
+		add("approval.ttl, reconciliation.interval and reconciliation.max_attempts must be positive")
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))
+	}
+	return nil
+}
+
+// HostForKey returns the configured host with that public key.
+func (c *Config) HostForKey(key string) (Host, bool) {
+	i := slices.IndexFunc(c.Hosts, func(h Host) bool { return h.PublicKey == key })
+	if i < 0 {
+		return Host{}, false
+	}
+	return c.Hosts[i], true
+}
+
+// Speaks reports whether the host may speak for tenant.
+func (h Host) Speaks(tenant string) bool { return slices.Contains(h.Tenants, tenant) }

@@ -1,0 +1,102 @@
+package config_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/portcullis/portcullis/config"
+)
+
+func TestExampleParses(t *testing.T) {
+	c, err := config.Load("../config.example.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Hosts) != 1 || c.Hosts[0].Name != "frontdesk" || !c.Hosts[0].Speaks("tenant:demo") {
+		t.Errorf("hosts = %+v", c.Hosts)
+	}
+	if len(c.Policies) != 1 || c.Policies[0].MaxExternalSpend["USD"] != 50000 || !c.Policies[0].AutomaticApprovalForbidden {
+		t.Errorf("policies = %+v", c.Policies)
+	}
+	p, ok := c.Provider("inventory")
+	if !ok || p.Adapter != config.AdapterNATS || p.Timeout != 10*time.Second || p.UnavailableRetry != 30*time.Second {
+		t.Errorf("inventory = %+v", p)
+	}
+	if d, _ := c.Provider("demo"); d.Adapter != config.AdapterFake || d.Script.Dispatch[0] != "confirmed" {
+		t.Errorf("demo = %+v", d)
+	}
+	if c.Approval.TTL != 10*time.Minute || c.Reconciliation.MaxAttempts != 10 || c.Grounding.MaxCandidates != 32 {
+		t.Errorf("defaults differ from the example: %+v", c)
+	}
+}
+
+func TestEmptyIsDefaults(t *testing.T) {
+	c, err := config.Parse(nil, "empty.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := config.Defaults()
+	if c.NATS != d.NATS || c.Store != d.Store || c.Metrics != d.Metrics || c.Prefix != "actions" || c.Admission != d.Admission {
+		t.Errorf("got %+v want %+v", c, d)
+	}
+	if err := config.Dev(t.TempDir()).Validate(); err != nil {
+		t.Errorf("dev config invalid: %v", err)
+	}
+}
+
+func TestErrorsCarryFileLine(t *testing.T) {
+	cases := []struct {
+		name, src, want string
+	}{
+		{"unknown key", "nats {\n  embeded = true\n}\n", "bad.hcl:2,"},
+		{"unknown block", "\n\nfrobnicate {}\n", "bad.hcl:3,"},
+		{"bad duration", "approval {\n  ttl = \"soon\"\n}\n", "bad.hcl:2,"},
+		{"negative duration", "approval {\n  ttl = \"-1s\"\n}\n", "bad.hcl:2,"},
+		{"wrong type", "admission {\n  max_payload_bytes = \"big\"\n}\n", "bad.hcl:2,"},
+		{"out of range", "grounding {\n max_candidates = 0\n}\n", "bad.hcl:2,"},
+		{"bad host key", "host \"h\" {\n  public_key = \"nope\"\n  tenants = [\"t\"]\n}\n", "bad.hcl:2,"},
+		{"host without tenants", "host \"h\" {\n  public_key = \"UC4NNP2HJXGCFDPHCNA3GXL2ZAGKEXMMYXZLZ5GIRNOQUYGNFGIT3W7A\"\n  tenants = []\n}\n", "bad.hcl:3,"},
+		{"bad adapter", "provider \"p\" {\n adapter = \"smoke\"\n}\n", "bad.hcl:2,"},
+		{"http without url", "provider \"p\" {\n adapter = \"http\"\n}\n", "bad.hcl:1,"},
+		{"bad provider name", "provider \"P.Q\" {}\n", "bad.hcl:1,"},
+		{"duplicate provider", "provider \"p\" {}\nprovider \"p\" {}\n", "bad.hcl:2,"},
+		{"bad assurance", "managed_policy \"m\" {\n  minimum_authentication_assurance = \"retina\"\n}\n", "bad.hcl:2,"},
+		{"bad currency", "managed_policy \"m\" {\n  max_external_spend = { usd = 5 }\n}\n", "bad.hcl:2,"},
+		{"bad environment", "managed_policy \"m\" {\n  allowed_environments = [\"prod\"]\n}\n", "bad.hcl:2,"},
+		{"embedded replicas", "nats {\n  replicas = 3\n}\n", "bad.hcl:2,"},
+		{"url and embedded", "nats {\n  embedded = true\n  url = \"nats://x:4222\"\n}\n", "bad.hcl:3,"},
+		{"script on nats", "provider \"p\" {\n  script {\n  dispatch = [\"confirmed\"]\n  }\n}\n", "bad.hcl:2,"},
+		{"bad script outcome", "provider \"p\" {\n  adapter = \"fake\"\n  script {\n    reconcile = [\"acknowledged\"]\n  }\n}\n", "bad.hcl:4,"},
+		{"bad prefix", "subjects {\n  prefix = \"a.>\"\n}\n", "bad.hcl:2,"},
+		{"syntax", "nats {\n", "bad.hcl:"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := config.Parse([]byte(tc.src), "bad.hcl")
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if !errors.Is(err, config.ErrInvalid) {
+				t.Errorf("error does not wrap ErrInvalid: %v", err)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q lacks %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestURLTurnsOffEmbedded(t *testing.T) {
+	c, err := config.Parse([]byte("nats {\n url = \"nats://a:4222\"\n replicas = 3\n}\n"), "x.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.NATS.Embedded || c.NATS.Replicas != 3 {
+		t.Errorf("nats = %+v", c.NATS)
+	}
+}

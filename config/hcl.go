@@ -1,0 +1,378 @@
+package config
+
+import (
+	"fmt"
+	"net/url"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/nats-io/nkeys"
+
+	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/subjects"
+)
+
+// The HCL schema. Optional attributes are pointers so that "absent" (take
+// the default) differs from "set to the zero value".
+type fileHCL struct {
+	NATS           *natsHCL           `hcl:"nats,block"`
+	Store          *storeHCL          `hcl:"store,block"`
+	Metrics        *metricsHCL        `hcl:"metrics,block"`
+	Subjects       *subjectsHCL       `hcl:"subjects,block"`
+	Admission      *admissionHCL      `hcl:"admission,block"`
+	Hosts          []hostHCL          `hcl:"host,block"`
+	Policies       []policyHCL        `hcl:"managed_policy,block"`
+	Providers      []providerHCL      `hcl:"provider,block"`
+	Grounding      *groundingHCL      `hcl:"grounding,block"`
+	Approval       *approvalHCL       `hcl:"approval,block"`
+	Reconciliation *reconciliationHCL `hcl:"reconciliation,block"`
+}
+
+type natsHCL struct {
+	Embedded    *bool     `hcl:"embedded,optional"`
+	Listen      *string   `hcl:"listen,optional"`
+	StoreDir    *string   `hcl:"store_dir,optional"`
+	SyncAlways  *bool     `hcl:"sync_always,optional"`
+	URL         *string   `hcl:"url,optional"`
+	Credentials *string   `hcl:"credentials,optional"`
+	Replicas    *int      `hcl:"replicas,optional"`
+	Body        hcl.Body  `hcl:",body"`
+	Range       hcl.Range `hcl:",def_range"`
+}
+
+type storeHCL struct {
+	Dir  *string  `hcl:"dir,optional"`
+	Body hcl.Body `hcl:",body"`
+}
+
+type metricsHCL struct {
+	Listen *string  `hcl:"listen,optional"`
+	Body   hcl.Body `hcl:",body"`
+}
+
+type subjectsHCL struct {
+	Prefix *string  `hcl:"prefix,optional"`
+	Body   hcl.Body `hcl:",body"`
+}
+
+type admissionHCL struct {
+	AllowUnsigned   *bool    `hcl:"allow_unsigned,optional"`
+	MaxPayloadBytes *int     `hcl:"max_payload_bytes,optional"`
+	Body            hcl.Body `hcl:",body"`
+}
+
+type hostHCL struct {
+	Name      string    `hcl:"name,label"`
+	PublicKey string    `hcl:"public_key"`
+	Tenants   []string  `hcl:"tenants"`
+	Body      hcl.Body  `hcl:",body"`
+	Range     hcl.Range `hcl:",def_range"`
+}
+
+type policyHCL struct {
+	Name                           string            `hcl:"name,label"`
+	SecurityDomains                *[]string         `hcl:"security_domains,optional"`
+	Disabled                       *bool             `hcl:"disabled,optional"`
+	AutomaticApprovalForbidden     *bool             `hcl:"automatic_approval_forbidden,optional"`
+	LiveActionsForbidden           *bool             `hcl:"live_actions_forbidden,optional"`
+	AllowedProviders               *[]string         `hcl:"allowed_providers,optional"`
+	AllowedCapabilities            *[]string         `hcl:"allowed_capabilities,optional"`
+	AllowedEnvironments            *[]string         `hcl:"allowed_environments,optional"`
+	MinimumAuthenticationAssurance *string           `hcl:"minimum_authentication_assurance,optional"`
+	MaxExternalSpend               *map[string]int64 `hcl:"max_external_spend,optional"`
+	Body                           hcl.Body          `hcl:",body"`
+	Range                          hcl.Range         `hcl:",def_range"`
+}
+
+type providerHCL struct {
+	Name             string     `hcl:"name,label"`
+	Adapter          *string    `hcl:"adapter,optional"`
+	Timeout          *string    `hcl:"timeout,optional"`
+	BaseURL          *string    `hcl:"base_url,optional"`
+	UnavailableRetry *string    `hcl:"unavailable_retry,optional"`
+	Script           *scriptHCL `hcl:"script,block"`
+	Body             hcl.Body   `hcl:",body"`
+	Range            hcl.Range  `hcl:",def_range"`
+}
+
+type scriptHCL struct {
+	Dispatch  *[]string `hcl:"dispatch,optional"`
+	Reconcile *[]string `hcl:"reconcile,optional"`
+	Body      hcl.Body  `hcl:",body"`
+	Range     hcl.Range `hcl:",def_range"`
+}
+
+type groundingHCL struct {
+	MaxCandidates *int     `hcl:"max_candidates,optional"`
+	SourceTimeout *string  `hcl:"source_timeout,optional"`
+	Body          hcl.Body `hcl:",body"`
+}
+
+type approvalHCL struct {
+	TTL  *string  `hcl:"ttl,optional"`
+	Body hcl.Body `hcl:",body"`
+}
+
+type reconciliationHCL struct {
+	Interval    *string  `hcl:"interval,optional"`
+	MaxAttempts *int     `hcl:"max_attempts,optional"`
+	Body        hcl.Body `hcl:",body"`
+}
+
+// diags collects errors pinned to the source range of an attribute.
+type diags struct{ hcl.Diagnostics }
+
+func (d *diags) at(body hcl.Body, attr string, format string, args ...any) {
+	r := attrRange(body, attr)
+	d.Diagnostics = append(d.Diagnostics, &hcl.Diagnostic{
+		Severity: hcl.DiagError,
+		Summary:  "Invalid value for " + attr,
+		Detail:   fmt.Sprintf(format, args...),
+		Subject:  r,
+	})
+}
+
+func (d *diags) atRange(r hcl.Range, summary, format string, args ...any) {
+	d.Diagnostics = append(d.Diagnostics, &hcl.Diagnostic{
+		Severity: hcl.DiagError,
+		Summary:  summary,
+		Detail:   fmt.Sprintf(format, args...),
+		Subject:  r.Ptr(),
+	})
+}
+
+// attrRange finds an attribute's source range in a native-syntax body, or
+// the body's own range if it is not there.
+func attrRange(body hcl.Body, name string) *hcl.Range {
+	sb, ok := body.(*hclsyntax.Body)
+	if !ok {
+		return nil
+	}
+	if a, ok := sb.Attributes[name]; ok {
+		r := a.Expr.Range()
+		return &r
+	}
+	r := sb.Range()
+	return &r
+}
+
+func (d *diags) duration(body hcl.Body, attr string, v *string, def time.Duration) time.Duration {
+	if v == nil {
+		return def
+	}
+	t, err := time.ParseDuration(*v)
+	if err != nil || t <= 0 {
+		d.at(body, attr, "%q is not a positive duration such as \"2s\" or \"10m\"", *v)
+		return def
+	}
+	return t
+}
+
+func (d *diags) intIn(body hcl.Body, attr string, v *int, def, lo, hi int) int {
+	if v == nil {
+		return def
+	}
+	if *v < lo || *v > hi {
+		d.at(body, attr, "must be between %d and %d", lo, hi)
+		return def
+	}
+	return *v
+}
+
+func or[T any](v *T, def T) T {
+	if v == nil {
+		return def
+	}
+	return *v
+}
+
+func (f *fileHCL) build() (*Config, hcl.Diagnostics) {
+	c := Defaults()
+	var d diags
+	if n := f.NATS; n != nil {
+		c.NATS.URL = or(n.URL, "")
+		c.NATS.Embedded = or(n.Embedded, c.NATS.URL == "")
+		c.NATS.Listen = or(n.Listen, c.NATS.Listen)
+		c.NATS.StoreDir = or(n.StoreDir, c.NATS.StoreDir)
+		c.NATS.SyncAlways = or(n.SyncAlways, false)
+		c.NATS.Credentials = or(n.Credentials, "")
+		c.NATS.Replicas = d.intIn(n.Body, "replicas", n.Replicas, 1, 1, MaxReplicas)
+		if c.NATS.Embedded && c.NATS.URL != "" {
+			d.at(n.Body, "url", "url and embedded = true exclude each other")
+		}
+		if !c.NATS.Embedded && c.NATS.URL == "" {
+			d.at(n.Body, "embedded", "embedded = false needs url")
+		}
+		if c.NATS.Embedded && c.NATS.Replicas != 1 {
+			d.at(n.Body, "replicas", "the embedded server is a single node: replicas must be 1")
+		}
+		if c.NATS.Embedded && c.NATS.Listen == "" {
+			d.at(n.Body, "listen", "the embedded server needs a listen address")
+		}
+		if c.NATS.Credentials != "" && c.NATS.URL == "" {
+			d.at(n.Body, "credentials", "credentials go with url")
+		}
+	}
+	if s := f.Store; s != nil {
+		c.Store.Dir = or(s.Dir, c.Store.Dir)
+		if c.Store.Dir == "" {
+			d.at(s.Body, "dir", "must not be empty")
+		}
+	}
+	if m := f.Metrics; m != nil {
+		c.Metrics.Listen = or(m.Listen, c.Metrics.Listen)
+	}
+	if s := f.Subjects; s != nil {
+		c.Prefix = or(s.Prefix, c.Prefix)
+		if _, err := subjects.New(c.Prefix); err != nil {
+			d.at(s.Body, "prefix", "must be one or more dot-separated tokens of letters, digits, _ and -")
+		}
+	}
+	if a := f.Admission; a != nil {
+		c.Admission.AllowUnsigned = or(a.AllowUnsigned, false)
+		c.Admission.MaxPayloadBytes = d.intIn(a.Body, "max_payload_bytes", a.MaxPayloadBytes, DefaultMaxPayloadBytes, 1, MaxMaxPayloadBytes)
+	}
+	for _, h := range f.Hosts {
+		if !blockNamePattern.MatchString(h.Name) || slices.ContainsFunc(c.Hosts, func(o Host) bool { return o.Name == h.Name }) {
+			d.atRange(h.Range, "Invalid host", "host name %q is invalid or repeated", h.Name)
+		}
+		if !nkeys.IsValidPublicUserKey(h.PublicKey) {
+			d.at(h.Body, "public_key", "must be an ed25519 public key in NATS nkey form (starts with U)")
+		} else if slices.ContainsFunc(c.Hosts, func(o Host) bool { return o.PublicKey == h.PublicKey }) {
+			d.at(h.Body, "public_key", "another host has this key")
+		}
+		if len(h.Tenants) == 0 || slices.Contains(h.Tenants, "") {
+			d.at(h.Body, "tenants", "list at least one non-empty tenant_ref")
+		}
+		c.Hosts = append(c.Hosts, Host{Name: h.Name, PublicKey: h.PublicKey, Tenants: h.Tenants})
+	}
+	for _, p := range f.Policies {
+		c.Policies = append(c.Policies, p.build(&d, c.Policies))
+	}
+	for _, p := range f.Providers {
+		c.Providers = append(c.Providers, p.build(&d, c.Providers))
+	}
+	if g := f.Grounding; g != nil {
+		c.Grounding.MaxCandidates = d.intIn(g.Body, "max_candidates", g.MaxCandidates, DefaultMaxCandidates, 1, MaxMaxCandidates)
+		c.Grounding.SourceTimeout = d.duration(g.Body, "source_timeout", g.SourceTimeout, DefaultSourceTimeout)
+	}
+	if a := f.Approval; a != nil {
+		c.Approval.TTL = d.duration(a.Body, "ttl", a.TTL, DefaultApprovalTTL)
+	}
+	if r := f.Reconciliation; r != nil {
+		c.Reconciliation.Interval = d.duration(r.Body, "interval", r.Interval, DefaultReconcileEvery)
+		c.Reconciliation.MaxAttempts = d.intIn(r.Body, "max_attempts", r.MaxAttempts, DefaultReconcileMax, 1, 1000)
+	}
+	return c, d.Diagnostics
+}
+
+func (p *policyHCL) build(d *diags, prev []ManagedPolicy) ManagedPolicy {
+	if !blockNamePattern.MatchString(p.Name) || slices.ContainsFunc(prev, func(o ManagedPolicy) bool { return o.Name == p.Name }) {
+		d.atRange(p.Range, "Invalid managed_policy", "name %q is invalid or repeated", p.Name)
+	}
+	m := ManagedPolicy{
+		Name:                           p.Name,
+		Disabled:                       or(p.Disabled, false),
+		AutomaticApprovalForbidden:     or(p.AutomaticApprovalForbidden, false),
+		LiveActionsForbidden:           or(p.LiveActionsForbidden, false),
+		MinimumAuthenticationAssurance: or(p.MinimumAuthenticationAssurance, ""),
+	}
+	list := func(attr string, v *[]string, check func(string) bool) []string {
+		if v == nil {
+			return nil
+		}
+		out := []string{}
+		for _, s := range *v {
+			if check != nil && !check(s) {
+				d.at(p.Body, attr, "%q is not allowed here", s)
+			}
+			out = append(out, schema.NormalizeName(s))
+		}
+		return out
+	}
+	m.SecurityDomains = nil
+	if p.SecurityDomains != nil {
+		m.SecurityDomains = append([]string{}, *p.SecurityDomains...)
+	}
+	m.AllowedProviders = list("allowed_providers", p.AllowedProviders, nil)
+	m.AllowedCapabilities = list("allowed_capabilities", p.AllowedCapabilities, nil)
+	m.AllowedEnvironments = list("allowed_environments", p.AllowedEnvironments, func(s string) bool {
+		e := schema.NormalizeName(s)
+		return e == schema.EnvMock || e == schema.EnvTest || e == schema.EnvLive
+	})
+	if a := m.MinimumAuthenticationAssurance; a != "" && schema.AssuranceRank(a) < 0 {
+		d.at(p.Body, "minimum_authentication_assurance", "must be none, session, biometric or managed")
+	}
+	if p.MaxExternalSpend != nil {
+		m.MaxExternalSpend = map[string]int64{}
+		for cur, amt := range *p.MaxExternalSpend {
+			if !currencyPattern.MatchString(cur) || amt < 0 || amt > schema.MaxSpendMinor {
+				d.at(p.Body, "max_external_spend", "%s: currency must be three capital letters and the ceiling 0 … 2^53−1 minor units", cur)
+			}
+			m.MaxExternalSpend[cur] = amt
+		}
+	}
+	return m
+}
+
+func (p *providerHCL) build(d *diags, prev []Provider) Provider {
+	if !providerNamePattern.MatchString(p.Name) || slices.ContainsFunc(prev, func(o Provider) bool { return o.Name == p.Name }) {
+		d.atRange(p.Range, "Invalid provider", "provider name %q must match %s and be unique", p.Name, providerNamePattern)
+	}
+	out := Provider{
+		Name:             p.Name,
+		Adapter:          or(p.Adapter, AdapterNATS),
+		Timeout:          d.duration(p.Body, "timeout", p.Timeout, DefaultProviderTimeout),
+		BaseURL:          or(p.BaseURL, ""),
+		UnavailableRetry: DefaultUnavailableRetry,
+	}
+	if p.UnavailableRetry != nil {
+		if t, err := time.ParseDuration(*p.UnavailableRetry); err != nil || t < 0 {
+			d.at(p.Body, "unavailable_retry", "%q is not a duration ≥ 0", *p.UnavailableRetry)
+		} else {
+			out.UnavailableRetry = t
+		}
+	}
+	switch out.Adapter {
+	case AdapterNATS, AdapterFake:
+		if out.BaseURL != "" {
+			d.at(p.Body, "base_url", "only the http adapter takes base_url")
+		}
+	case AdapterHTTP:
+		if u, err := url.Parse(out.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			d.at(p.Body, "base_url", "the http adapter needs an http:// or https:// base_url")
+		}
+	default:
+		d.at(p.Body, "adapter", "must be nats, http or fake")
+	}
+	out.Script = FakeScript{Dispatch: []string{schema.ReplyConfirmed}, Reconcile: []string{schema.ReplyConfirmed}}
+	if s := p.Script; s != nil {
+		if out.Adapter != AdapterFake {
+			d.atRange(s.Range, "Unexpected script block", "only the fake adapter is scripted")
+		}
+		check := func(attr string, v *[]string, reconcile bool) []string {
+			if v == nil {
+				return nil
+			}
+			if len(*v) == 0 {
+				d.at(s.Body, attr, "list at least one outcome")
+			}
+			for _, o := range *v {
+				r := schema.AdapterReply{Outcome: o}
+				if !r.Valid(reconcile) {
+					d.at(s.Body, attr, "%q is not a %s outcome", o, attr)
+				}
+			}
+			return *v
+		}
+		if v := check("dispatch", s.Dispatch, false); v != nil {
+			out.Script.Dispatch = v
+		}
+		if v := check("reconcile", s.Reconcile, true); v != nil {
+			out.Script.Reconcile = v
+		}
+	}
+	return out
+}

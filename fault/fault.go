@@ -1,0 +1,90 @@
+// Package fault provides named fault points for crash tests.
+//
+// A point is a call to Hit("name") on a path where a crash matters (between
+// the in-flight write and the provider call, say). Normally it does nothing.
+// When the process was started with PORTCULLIS_FAULT=name (or name#N, to
+// crash on the N-th hit), Hit kills the process with SIGKILL on the spot, so
+// that a test can restart it and check what survived. Tests inside one
+// process can arm a function instead with Set.
+package fault
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+)
+
+// Env is the environment variable that arms a fault point.
+const Env = "PORTCULLIS_FAULT"
+
+// Fault points. Each names the moment just before which the process dies.
+const (
+	AdmissionAfterRecord     = "admission.after_record"     // delivery recorded, hand-off not yet published
+	RunnerAfterPublish       = "runner.after_publish"       // outputs published, input not yet acked
+	DispatchBeforeInFlight   = "dispatch.before_inflight"   // nothing written yet
+	DispatchAfterInFlight    = "dispatch.after_inflight"    // in-flight synced, provider not yet called
+	DispatchAfterReply       = "dispatch.after_reply"       // provider answered, receipt not yet written
+	DispatchAfterReceipt     = "dispatch.after_receipt"     // receipt synced, outcome not yet published
+	DispatchAfterOutcome     = "dispatch.after_outcome"     // outcome published, input not yet acked
+	ReconcileAfterCheckpoint = "reconcile.after_checkpoint" // attempt recorded, provider not yet queried
+	ReconcileAfterReply      = "reconcile.after_reply"      // provider answered, result not yet written
+)
+
+var (
+	envOnce  sync.Once
+	envName  string
+	envAfter int64
+	hits     atomic.Int64
+
+	mu   sync.RWMutex
+	hook func(name string)
+)
+
+func loadEnv() {
+	v := os.Getenv(Env)
+	if v == "" {
+		return
+	}
+	name, n, found := strings.Cut(v, "#")
+	envName, envAfter = name, 1
+	if found {
+		if k, err := strconv.ParseInt(n, 10, 64); err == nil && k > 0 {
+			envAfter = k
+		}
+	}
+}
+
+// Hit marks a fault point. It returns normally unless the point is armed.
+func Hit(name string) {
+	mu.RLock()
+	h := hook
+	mu.RUnlock()
+	if h != nil {
+		h(name)
+	}
+	envOnce.Do(loadEnv)
+	if envName != name {
+		return
+	}
+	if hits.Add(1) >= envAfter {
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // SIGKILL is not delivered synchronously; never return
+	}
+}
+
+// Set installs fn to run at every Hit, for in-process tests; nil removes it.
+// It returns a function that restores the previous hook.
+func Set(fn func(name string)) (restore func()) {
+	mu.Lock()
+	prev := hook
+	hook = fn
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		hook = prev
+		mu.Unlock()
+	}
+}

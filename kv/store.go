@@ -1,0 +1,289 @@
+// Package kv is Portcullis's local Pebble store: in-flight records and
+// receipts of dispatch, delivery dedupe, last outcomes, parked approvals,
+// reconciliation attempts and durable timers.
+//
+// Everything a provider call or an ack depends on is committed with
+// pebble.Sync (Batch.Commit(Sync)); callers act only on writes their own
+// commit returned, never on state they merely observed. The store holds no
+// payloads, protected values or tenant and actor identifiers: delivery ids
+// are hashed with their tenant, and records are value-free by type.
+package kv
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/go-json-experiment/json"
+)
+
+// Sentinel errors.
+var (
+	// ErrClosed is returned by every method after Close.
+	ErrClosed = errors.New("kv: store closed")
+	// ErrFailed is returned after Pebble reported a fatal error (a failed
+	// WAL write or sync): the store refuses further writes until reopened.
+	ErrFailed = errors.New("kv: store failed")
+	// ErrCorrupt is returned for a record that does not decode.
+	ErrCorrupt = errors.New("kv: corrupt record")
+)
+
+// Durability of a commit.
+type Durability bool
+
+const (
+	// Sync waits for the WAL fsync; concurrent Sync commits share one fsync.
+	Sync Durability = true
+	// NoSync may be lost on a process crash: only for state that is
+	// re-derivable or whose loss is harmless.
+	NoSync Durability = false
+)
+
+// Options configure Open.
+type Options struct {
+	// FS replaces the disk, for fault-injection tests (vfs/errorfs). nil: disk.
+	FS vfs.FS
+	// Logger receives Pebble's messages. nil: slog.Default().
+	Logger *slog.Logger
+}
+
+// Store owns one Pebble database. Its methods are safe for concurrent use;
+// after Close they return ErrClosed instead of touching the database.
+type Store struct {
+	mu     sync.RWMutex // held for reading by every operation, for writing by Close
+	db     *pebble.DB
+	closed bool
+	fmu    sync.Mutex
+	failed error // set once Pebble reports a fatal error; guarded by fmu
+	log    *slog.Logger
+	locks  keyedMutex
+}
+
+// fatalPanic carries a Pebble Fatalf out of the commit path.
+type fatalPanic struct{ msg string }
+
+type pebbleLogger struct{ log *slog.Logger }
+
+func (l pebbleLogger) Infof(format string, args ...any) {
+	l.log.Debug("pebble", "msg", fmt.Sprintf(format, args...))
+}
+func (l pebbleLogger) Errorf(format string, args ...any) {
+	l.log.Error("pebble", "msg", fmt.Sprintf(format, args...))
+}
+
+// Fatalf must not return: Pebble continues as if the failed operation had
+// succeeded. Panicking lets Commit turn a failed commit into an error (and
+// crashes the process for a fatal error in a background goroutine, like
+// Pebble's default logger would, but with our log line first).
+func (l pebbleLogger) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	l.log.Error("pebble fatal", "msg", msg)
+	panic(fatalPanic{msg})
+}
+
+// Open opens or creates the store in dir.
+func Open(dir string, o Options) (*Store, error) {
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	opts := &pebble.Options{
+		FS:                 o.FS,
+		Logger:             pebbleLogger{log},
+		FormatMajorVersion: pebble.FormatTableFormatV6,
+	}
+	db, err := pebble.Open(dir, opts)
+	if err != nil {
+		return nil, fmt.Errorf("kv: open %s: %w", dir, err)
+	}
+	return &Store{db: db, log: log}, nil
+}
+
+// Close closes the database. Operations still running finish first; later
+// ones get ErrClosed. Close is idempotent.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	err := s.db.Close()
+	if s.Failed() != nil {
+		return nil // Pebble's state is unreliable after a fatal error; its close error adds nothing
+	}
+	return err
+}
+
+// Lock serializes callers on one key (for example a fingerprint: dispatch
+// steps 1–5 and reconciliation never run concurrently for one fingerprint).
+func (s *Store) Lock(key string) (unlock func()) { return s.locks.Lock(key) }
+
+func (s *Store) begin() error {
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return ErrClosed
+	}
+	return nil
+}
+
+func (s *Store) end() { s.mu.RUnlock() }
+
+// get decodes the record at key into v; found is false if there is none.
+func (s *Store) get(key []byte, v any) (found bool, err error) {
+	if err := s.begin(); err != nil {
+		return false, err
+	}
+	defer s.end()
+	val, closer, err := s.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("kv: get: %w", err)
+	}
+	defer closer.Close()
+	return true, decode(val, v)
+}
+
+func decode(val []byte, v any) error {
+	if err := json.Unmarshal(val, v); err != nil {
+		return fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	return nil
+}
+
+// scan calls fn for each record whose key starts with prefix, in key order,
+// until fn returns false or an error.
+func (s *Store) scan(prefix []byte, fn func(key, val []byte) (bool, error)) error {
+	return s.scanRange(prefix, prefixEnd(prefix), fn)
+}
+
+func (s *Store) scanRange(lower, upper []byte, fn func(key, val []byte) (bool, error)) error {
+	if err := s.begin(); err != nil {
+		return err
+	}
+	defer s.end()
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return fmt.Errorf("kv: iter: %w", err)
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		more, err := fn(bytes.Clone(it.Key()), it.Value())
+		if err != nil || !more {
+			return err
+		}
+	}
+	return it.Error()
+}
+
+// Batch collects writes committed atomically.
+type Batch struct {
+	s   *Store
+	ops []op
+	err error
+}
+
+type op struct {
+	key []byte
+	val []byte
+	del bool
+}
+
+// NewBatch starts an atomic group of writes.
+func (s *Store) NewBatch() *Batch { return &Batch{s: s} }
+
+func (b *Batch) set(key []byte, v any) {
+	if b.err != nil {
+		return
+	}
+	val, err := json.Marshal(v, json.Deterministic(true))
+	if err != nil {
+		b.err = fmt.Errorf("kv: encode: %w", err)
+		return
+	}
+	b.ops = append(b.ops, op{key: key, val: val})
+}
+
+func (b *Batch) delete(key []byte) {
+	if b.err == nil {
+		b.ops = append(b.ops, op{key: key, del: true})
+	}
+}
+
+// Empty reports whether the batch holds no writes.
+func (b *Batch) Empty() bool { return len(b.ops) == 0 && b.err == nil }
+
+// Commit writes the batch atomically. With Sync it returns only after the
+// WAL is on disk. A failed commit (including a fatal Pebble error, after
+// which the store refuses writes) returns an error and nothing may be
+// assumed written.
+func (b *Batch) Commit(d Durability) (err error) {
+	if b.err != nil {
+		return b.err
+	}
+	if len(b.ops) == 0 {
+		return nil
+	}
+	s := b.s
+	if err := s.begin(); err != nil {
+		return err
+	}
+	defer s.end()
+	if err := s.Failed(); err != nil {
+		return err
+	}
+	pb := s.db.NewBatch()
+	defer func() {
+		if r := recover(); r != nil {
+			fp, ok := r.(fatalPanic)
+			if !ok {
+				panic(r)
+			}
+			s.markFailed(fp.msg)
+			err = fmt.Errorf("%w: %s", ErrFailed, fp.msg)
+			return
+		}
+		pb.Close()
+	}()
+	for _, o := range b.ops {
+		if o.del {
+			err = pb.Delete(o.key, nil)
+		} else {
+			err = pb.Set(o.key, o.val, nil)
+		}
+		if err != nil {
+			return fmt.Errorf("kv: batch: %w", err)
+		}
+	}
+	opt := pebble.NoSync
+	if d == Sync {
+		opt = pebble.Sync
+	}
+	if err := pb.Commit(opt); err != nil {
+		return fmt.Errorf("kv: commit: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) markFailed(msg string) {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	if s.failed == nil {
+		s.failed = fmt.Errorf("%w: %s", ErrFailed, msg)
+	}
+}
+
+// Failed returns the fatal error the store has seen, or nil. A failed store
+// should be closed and the process restarted.
+func (s *Store) Failed() error {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	return s.failed
+}

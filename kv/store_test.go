@@ -1,0 +1,210 @@
+package kv
+
+import (
+	"bytes"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"go.uber.org/goleak"
+
+	"github.com/portcullis/portcullis/schema"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func open(t *testing.T) *Store {
+	t.Helper()
+	s, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestStringKeysRoundTripAndOrder(t *testing.T) {
+	in := []string{"", "a", "a\x00", "a\x00b", "a\x01", "ab", "b", "\x00", "\x00\x00", "\xff", "a\xff"}
+	var keys [][]byte
+	for _, s := range in {
+		k := appendString([]byte{'x'}, s)
+		got, rest, err := readString(k[1:])
+		if err != nil || got != s || len(rest) != 0 {
+			t.Fatalf("round trip %q: %q %q %v", s, got, rest, err)
+		}
+		keys = append(keys, k)
+	}
+	sorted := slices.Clone(in)
+	slices.Sort(sorted)
+	slices.SortFunc(keys, bytes.Compare)
+	for i, k := range keys {
+		got, _, _ := readString(k[1:])
+		if got != sorted[i] {
+			t.Fatalf("order: key %d is %q, want %q", i, got, sorted[i])
+		}
+	}
+}
+
+func FuzzStringKeys(f *testing.F) {
+	f.Add("a", "b")
+	f.Add("a\x00", "a")
+	f.Fuzz(func(t *testing.T, a, b string) {
+		ka, kb := appendString(nil, a), appendString(nil, b)
+		if got, rest, err := readString(ka); err != nil || got != a || len(rest) != 0 {
+			t.Fatalf("round trip %q", a)
+		}
+		if c := bytes.Compare(ka, kb); c != strings.Compare(a, b) {
+			t.Fatalf("order of %q, %q: keys %d, strings %d", a, b, c, strings.Compare(a, b))
+		}
+		// A component is never a prefix of another one's encoding: prefix
+		// scans on a component cannot match a longer one.
+		if a != b && bytes.HasPrefix(kb, ka) {
+			t.Fatalf("%q's key is a prefix of %q's", a, b)
+		}
+	})
+}
+
+func TestDeliveryAndOutcome(t *testing.T) {
+	s := open(t)
+	if _, found, err := s.Delivery("tenant:a", "d1"); found || err != nil {
+		t.Fatal(found, err)
+	}
+	b := s.NewBatch()
+	b.PutDelivery("tenant:a", "d1", Delivery{ProposalID: "p1", Seq: 7})
+	b.PutOutcome(schema.NewOutcome("p1", schema.KindDenied, 5))
+	if err := b.Commit(Sync); err != nil {
+		t.Fatal(err)
+	}
+	d, found, err := s.Delivery("tenant:a", "d1")
+	if err != nil || !found || d.ProposalID != "p1" || d.Seq != 7 {
+		t.Fatal(d, found, err)
+	}
+	if _, found, _ := s.Delivery("tenant:b", "d1"); found {
+		t.Error("delivery ids are per tenant")
+	}
+	o, found, err := s.LastOutcome("p1")
+	if err != nil || !found || o.Kind != schema.KindDenied {
+		t.Fatal(o, found, err)
+	}
+}
+
+func TestTimers(t *testing.T) {
+	s := open(t)
+	b := s.NewBatch()
+	b.AddTimer(Timer{ID: "b", DueMs: 200, Subject: "x.b"})
+	b.AddTimer(Timer{ID: "a", DueMs: 100, Subject: "x.a"})
+	b.AddTimer(Timer{ID: "c", DueMs: 300, Subject: "x.c"})
+	if err := b.Commit(Sync); err != nil {
+		t.Fatal(err)
+	}
+	b = s.NewBatch()
+	b.AddTimer(Timer{ID: "c", DueMs: 50, Subject: "x.c2"}) // replaces c
+	if err := b.Commit(Sync); err != nil {
+		t.Fatal(err)
+	}
+	if due, ok, err := s.NextTimerDue(); err != nil || !ok || due != 50 {
+		t.Fatal(due, ok, err)
+	}
+	due, err := s.DueTimers(200, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, tm := range due {
+		ids = append(ids, tm.ID)
+	}
+	if !slices.Equal(ids, []string{"c", "a", "b"}) || due[0].Subject != "x.c2" {
+		t.Fatalf("due = %+v", due)
+	}
+	b = s.NewBatch()
+	b.DeleteFired(due[0])
+	b.CancelTimer("a")
+	if err := b.Commit(Sync); err != nil {
+		t.Fatal(err)
+	}
+	due, _ = s.DueTimers(1000, 10)
+	if len(due) != 1 || due[0].ID != "b" {
+		t.Fatalf("after delete: %+v", due)
+	}
+	if _, found, _ := s.Timer("c"); found {
+		t.Error("fired timer still indexed")
+	}
+}
+
+func TestClosedStoreRefuses(t *testing.T) {
+	s, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal("second close:", err)
+	}
+	if _, _, err := s.Delivery("t", "d"); !errors.Is(err, ErrClosed) {
+		t.Errorf("get after close: %v", err)
+	}
+	b := s.NewBatch()
+	b.PutOutcome(schema.NewOutcome("p", schema.KindDenied, 1))
+	if err := b.Commit(Sync); !errors.Is(err, ErrClosed) {
+		t.Errorf("commit after close: %v", err)
+	}
+}
+
+func TestConcurrentCloseIsSafe(t *testing.T) {
+	s, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			for j := range 50 {
+				b := s.NewBatch()
+				b.PutOutcome(schema.NewOutcome("p", schema.KindDenied, int64(i*100+j)))
+				if err := b.Commit(Sync); err != nil && !errors.Is(err, ErrClosed) {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	s.Close()
+	wg.Wait()
+}
+
+// A failing WAL write must surface as an error from Commit (Pebble reports
+// it through Logger.Fatalf and would otherwise return nil), and the store
+// must refuse writes from then on.
+func TestFailedWALWriteIsAnError(t *testing.T) {
+	var armed atomic.Bool
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if armed.Load() && strings.HasSuffix(op.Path, ".log") && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
+			return errorfs.ErrInjected
+		}
+		return nil
+	})
+	fs := errorfs.Wrap(vfs.NewMem(), inj)
+	s, err := Open("db", Options{FS: fs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	armed.Store(true)
+	b := s.NewBatch()
+	b.PutOutcome(schema.NewOutcome("p", schema.KindDenied, 1))
+	if err := b.Commit(Sync); !errors.Is(err, ErrFailed) {
+		t.Fatalf("commit with failing WAL: %v", err)
+	}
+	armed.Store(false)
+	b = s.NewBatch()
+	b.PutOutcome(schema.NewOutcome("q", schema.KindDenied, 1))
+	if err := b.Commit(Sync); !errors.Is(err, ErrFailed) {
+		t.Fatalf("commit after failure: %v", err)
+	}
+}

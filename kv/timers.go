@@ -1,0 +1,110 @@
+package kv
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// Timer is a durable, value-free message to publish at a time: an approval
+// expiring, a reconciliation poll falling due. The scheduler publishes due
+// timers with their MsgID and then deletes them, so a crash in between
+// publishes again under the same id (a duplicate the stream drops, or a
+// redelivery the stage handles idempotently).
+type Timer struct {
+	// ID names the timer uniquely ("approval/<proposal_id>", …); adding a
+	// timer with an existing ID replaces it.
+	ID      string `json:"id"`
+	DueMs   int64  `json:"due_ms"`
+	Subject string `json:"subject"`
+	Data    []byte `json:"data"`
+	MsgID   string `json:"msg_id"`
+}
+
+func timerKey(dueMs int64, id string) []byte {
+	k := appendUint64([]byte{prefixTimer}, uint64(max(dueMs, 0)))
+	return appendString(k, id)
+}
+
+func timerIndexKey(id string) []byte { return appendString([]byte{prefixTimerIndex}, id) }
+
+// AddTimer schedules t, replacing a timer with the same ID. Callers
+// serialize timers of one ID (they hold the key lock of what it is for).
+func (b *Batch) AddTimer(t Timer) {
+	b.CancelTimer(t.ID)
+	b.set(timerKey(t.DueMs, t.ID), t)
+	b.set(timerIndexKey(t.ID), t.DueMs)
+}
+
+// CancelTimer removes the timer with this ID, if any.
+func (b *Batch) CancelTimer(id string) {
+	if b.err != nil {
+		return
+	}
+	var due int64
+	found, err := b.s.get(timerIndexKey(id), &due)
+	if err != nil {
+		b.err = err
+		return
+	}
+	if found {
+		b.delete(timerKey(due, id))
+		b.delete(timerIndexKey(id))
+	}
+}
+
+// DeleteFired removes a timer that was published, unless it was replaced
+// meanwhile (then only the fired entry goes).
+func (b *Batch) DeleteFired(t Timer) {
+	if b.err != nil {
+		return
+	}
+	b.delete(timerKey(t.DueMs, t.ID))
+	var due int64
+	found, err := b.s.get(timerIndexKey(t.ID), &due)
+	if err != nil {
+		b.err = err
+		return
+	}
+	if found && due == t.DueMs {
+		b.delete(timerIndexKey(t.ID))
+	}
+}
+
+// DueTimers returns up to limit timers due at or before nowMs, earliest first.
+func (s *Store) DueTimers(nowMs int64, limit int) ([]Timer, error) {
+	var out []Timer
+	upper := appendUint64([]byte{prefixTimer}, uint64(max(nowMs, 0))+1)
+	err := s.scanRange([]byte{prefixTimer}, upper, func(_, val []byte) (bool, error) {
+		var t Timer
+		if err := decode(val, &t); err != nil {
+			return false, err
+		}
+		out = append(out, t)
+		return len(out) < limit, nil
+	})
+	return out, err
+}
+
+// NextTimerDue returns the due time of the earliest timer.
+func (s *Store) NextTimerDue() (dueMs int64, ok bool, err error) {
+	err = s.scan([]byte{prefixTimer}, func(key, _ []byte) (bool, error) {
+		if len(key) < 9 {
+			return false, fmt.Errorf("%w: timer key", ErrCorrupt)
+		}
+		dueMs, ok = int64(binary.BigEndian.Uint64(key[1:9])), true
+		return false, nil
+	})
+	return dueMs, ok, err
+}
+
+// Timer returns the pending timer with this ID.
+func (s *Store) Timer(id string) (Timer, bool, error) {
+	var due int64
+	found, err := s.get(timerIndexKey(id), &due)
+	if err != nil || !found {
+		return Timer{}, false, err
+	}
+	var t Timer
+	found, err = s.get(timerKey(due, id), &t)
+	return t, found, err
+}

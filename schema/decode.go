@@ -1,0 +1,148 @@
+package schema
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"fmt"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+)
+
+// ErrMalformed is returned (wrapped) for input that fails strict decoding.
+// Its message never includes input values: callers may still not log it,
+// since member names of hostile input can be anything.
+var ErrMalformed = errors.New("schema: malformed input")
+
+// ErrTooLarge is returned for input over the configured size limit.
+var ErrTooLarge = errors.New("schema: input too large")
+
+// Decode strictly decodes one JSON value into v: UTF-8 only, no duplicate
+// member names at any depth (also inside raw values such as attributes), no
+// unknown members, exact (case-sensitive) member names, no trailing data and
+// Go-typed values (an integer field refuses 1.5 and "1").
+func Decode(data []byte, v any) error {
+	if err := json.Unmarshal(data, v, json.RejectUnknownMembers(true)); err != nil {
+		// The decoder's message can quote member names of the input; keep
+		// only its category.
+		return fmt.Errorf("%w: %s", ErrMalformed, errorCategory(err))
+	}
+	return nil
+}
+
+func errorCategory(err error) string {
+	var se *json.SemanticError
+	if errors.As(err, &se) {
+		return "semantic error"
+	}
+	var syn *jsontext.SyntacticError
+	if errors.As(err, &syn) {
+		return "syntax error"
+	}
+	return "invalid"
+}
+
+// Marshal encodes v deterministically (struct field order, sorted map keys).
+func Marshal(v any) ([]byte, error) {
+	return json.Marshal(v, json.Deterministic(true))
+}
+
+// MustMarshal encodes a value that cannot fail to encode (our own types).
+func MustMarshal(v any) []byte {
+	b, err := Marshal(v)
+	if err != nil {
+		panic("schema: marshal: " + err.Error())
+	}
+	return b
+}
+
+// DecodeProposal strictly decodes and normalizes a proposal body. It returns
+// ErrTooLarge or ErrMalformed (wrapped); format checks beyond decoding are
+// Proposal.Validate's.
+func DecodeProposal(data []byte, maxBytes int) (*Proposal, error) {
+	if maxBytes > 0 && len(data) > maxBytes {
+		return nil, ErrTooLarge
+	}
+	var p Proposal
+	if err := Decode(data, &p); err != nil {
+		return nil, err
+	}
+	p.fillNulls()
+	p.Intent.Normalize()
+	return &p, nil
+}
+
+// fillNulls makes absent raw values explicit JSON nulls, so that a missing
+// payload and an explicit null are fingerprinted and encoded alike.
+func (p *Proposal) fillNulls() {
+	if len(p.Intent.Payload) == 0 {
+		p.Intent.Payload = jsontext.Value("null")
+	}
+	if len(p.Grounding.Subject) == 0 {
+		p.Grounding.Subject = jsontext.Value("null")
+	}
+	for i := range p.Grounding.Candidates {
+		if len(p.Grounding.Candidates[i].Attributes) == 0 {
+			p.Grounding.Candidates[i].Attributes = jsontext.Value("null")
+		}
+	}
+}
+
+// DecodeGrant strictly decodes a grant body.
+func DecodeGrant(data []byte, maxBytes int) (*Grant, error) {
+	if maxBytes > 0 && len(data) > maxBytes {
+		return nil, ErrTooLarge
+	}
+	var g Grant
+	if err := Decode(data, &g); err != nil {
+		return nil, err
+	}
+	return &g, nil
+}
+
+// PeekProposalID reads "proposal_id" from a body that failed strict decoding,
+// so that a malformed proposal can still get an outcome. It succeeds only
+// when the answer is unambiguous: the body is one syntactically valid JSON
+// object (duplicate names elsewhere are tolerated), it has exactly one
+// top-level "proposal_id" member, and that member is a valid id string.
+func PeekProposalID(data []byte) (string, bool) {
+	dec := jsontext.NewDecoder(bytes.NewReader(data), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(false))
+	tok, err := dec.ReadToken()
+	if err != nil || tok.Kind() != '{' {
+		return "", false
+	}
+	id, found := "", 0
+	for dec.PeekKind() != '}' {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return "", false
+		}
+		name := tok.String() // a token is voided by the next read
+		val, err := dec.ReadValue()
+		if err != nil {
+			return "", false
+		}
+		if name == "proposal_id" {
+			found++
+			if val.Kind() != '"' {
+				return "", false
+			}
+			var s string
+			if err := json.Unmarshal(val, &s); err != nil {
+				return "", false
+			}
+			id = s
+		}
+	}
+	if _, err := dec.ReadToken(); err != nil { // closing brace
+		return "", false
+	}
+	if _, err := dec.ReadToken(); err != io.EOF { // trailing data
+		return "", false
+	}
+	if found != 1 || !ValidProposalID(id) {
+		return "", false
+	}
+	return id, true
+}

@@ -1,0 +1,101 @@
+package schema
+
+import (
+	"slices"
+	"strings"
+)
+
+// Protected-disclosure field classes (SPEC §2.6).
+const (
+	ClassLegalIdentity      = "legal_identity"
+	ClassBirthDate          = "birth_date"
+	ClassContactDetails     = "contact_details"
+	ClassAccessibilityNeeds = "accessibility_needs"
+	ClassLoyaltyAccounts    = "loyalty_accounts"
+	ClassTravelDocuments    = "travel_documents"
+)
+
+// FieldClasses lists the closed set of disclosure classes.
+var FieldClasses = []string{ClassLegalIdentity, ClassBirthDate, ClassContactDetails, ClassAccessibilityNeeds, ClassLoyaltyAccounts, ClassTravelDocuments}
+
+// Disclosure sources.
+const (
+	SourceUserProfile          = "user_profile"
+	SourceFictionalTestFixture = "fictional_test_fixture"
+)
+
+// Authentication assurances, weakest first (SPEC §2.2).
+const (
+	AssuranceNone      = "none"
+	AssuranceSession   = "session"
+	AssuranceBiometric = "biometric"
+	AssuranceManaged   = "managed"
+)
+
+// AssuranceRank orders assurances; -1 for an unknown one.
+func AssuranceRank(a string) int {
+	switch a {
+	case AssuranceNone:
+		return 0
+	case AssuranceSession:
+		return 1
+	case AssuranceBiometric:
+		return 2
+	case AssuranceManaged:
+		return 3
+	}
+	return -1
+}
+
+// DisclosurePlan is the value-free plan inside an intent: which classes of
+// protected values the provider needs, for whom and why.
+type DisclosurePlan struct {
+	FieldClasses            []string `json:"field_classes"`
+	Recipient               string   `json:"recipient"`
+	Purpose                 string   `json:"purpose"`
+	Source                  string   `json:"source"`
+	RequireReauthentication bool     `json:"require_reauthentication"`
+}
+
+// Plan limits (SPEC §2.6).
+const (
+	MaxRecipientLen = 300
+	MaxPurposeLen   = 500
+)
+
+// Normalize trims recipient and purpose and sorts the classes.
+func (p *DisclosurePlan) Normalize() {
+	p.Recipient = strings.TrimSpace(p.Recipient)
+	p.Purpose = strings.TrimSpace(p.Purpose)
+	p.FieldClasses = slices.Clone(p.FieldClasses)
+	slices.Sort(p.FieldClasses)
+}
+
+// Valid checks a normalized plan: 1–6 unique known classes, a single-line
+// recipient and purpose within their limits, and a known source.
+func (p *DisclosurePlan) Valid() bool {
+	if len(p.FieldClasses) < 1 || len(p.FieldClasses) > len(FieldClasses) {
+		return false
+	}
+	seen := map[string]bool{}
+	for _, c := range p.FieldClasses {
+		if seen[c] || !slices.Contains(FieldClasses, c) {
+			return false
+		}
+		seen[c] = true
+	}
+	if !singleLine(p.Recipient, MaxRecipientLen) || !singleLine(p.Purpose, MaxPurposeLen) {
+		return false
+	}
+	return p.Source == SourceUserProfile || p.Source == SourceFictionalTestFixture
+}
+
+// DisclosureRecord is the value-free record of a disclosure that a receipt
+// and the activity record keep.
+type DisclosureRecord struct {
+	Recipient               string   `json:"recipient"`
+	Purpose                 string   `json:"purpose"`
+	FieldClasses            []string `json:"field_classes"`
+	Source                  string   `json:"source"`
+	AuthenticationAssurance string   `json:"authentication_assurance"`
+}

@@ -1,0 +1,48 @@
+package schema
+
+// Envelope is the internal message one stage hands to the next on
+// `<prefix>.stage.<stage>.…`. It carries the admitted proposal (intent
+// normalized) and what each stage has established so far. It travels only
+// inside the stage streams; outcomes, incidents, Pebble and the activity
+// bucket never hold it.
+type Envelope struct {
+	Schema       string   `json:"schema"`
+	Proposal     Proposal `json:"proposal"`
+	// Host is the name of the configured host whose signature admitted the
+	// proposal; empty when unsigned proposals are allowed.
+	Host          string               `json:"host"`
+	AdmittedAtMs  int64                `json:"admitted_at_ms"`
+	Grounded      *Grounded            `json:"grounded,omitempty"`
+	Authorization *AuthorizationRecord `json:"authorization,omitempty"`
+}
+
+// Grounded is the grounding stage's result: the one exact target.
+type Grounded struct {
+	Referent       string `json:"referent"`
+	Fingerprint    string `json:"fingerprint"`
+	IdempotencyKey string `json:"idempotency_key"`
+	ObservationRef string `json:"observation_ref"`
+}
+
+// AuthorizationRecord is the authorization stage's permit: the grant that
+// authorized the exact fingerprint and every policy evaluation on the way.
+type AuthorizationRecord struct {
+	Grant       Grant              `json:"grant"`
+	Evaluations []PolicyEvaluation `json:"evaluations"`
+	DecidedAtMs int64              `json:"decided_at_ms"`
+}
+
+// PolicyEvaluation is one layer's verdict, kept for the activity record.
+type PolicyEvaluation struct {
+	// Layer is "grant" or "managed_policy:<configured name>".
+	Layer string `json:"layer"`
+	// Outcome is "pass" or "deny".
+	Outcome    string `json:"outcome"`
+	ReasonCode string `json:"reason_code,omitempty"`
+}
+
+// Policy evaluation outcomes.
+const (
+	EvalPass = "pass"
+	EvalDeny = "deny"
+)

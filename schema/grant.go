@@ -1,0 +1,60 @@
+package schema
+
+import (
+	"regexp"
+	"slices"
+)
+
+// Grant is the host's authorization of one exact intent (SPEC §2.2).
+type Grant struct {
+	Schema                  string `json:"schema"`
+	ProposalID              string `json:"proposal_id,omitempty"`
+	IntentFingerprint       string `json:"intent_fingerprint"`
+	AuthorizedBy            string `json:"authorized_by"`
+	AuthorizationMethod     string `json:"authorization_method"`
+	AuthenticationAssurance string `json:"authentication_assurance"`
+	IssuedAtMs              int64  `json:"issued_at_ms"`
+	ExpiresAtMs             int64  `json:"expires_at_ms"`
+	MaxExternalSpend        *Spend `json:"max_external_spend"`
+}
+
+// Authorization methods (SPEC §2.2).
+const (
+	MethodManual          = "manual"
+	MethodPolicy          = "policy"
+	MethodAdversarialAuto = "adversarial_auto"
+	MethodManagedPolicy   = "managed_policy"
+	MethodTestFixture     = "test_fixture"
+)
+
+// AuthorizationMethods is the closed set of grant methods.
+var AuthorizationMethods = []string{MethodManual, MethodPolicy, MethodAdversarialAuto, MethodManagedPolicy, MethodTestFixture}
+
+// AutomaticMethods are the methods a managed policy's
+// automatic_approval_forbidden refuses.
+var AutomaticMethods = []string{MethodPolicy, MethodAdversarialAuto, MethodManagedPolicy}
+
+var fingerprintPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+
+// ValidFingerprint reports whether s has the form "sha256:" + 64 lowercase hex digits.
+func ValidFingerprint(s string) bool { return fingerprintPattern.MatchString(s) }
+
+// Valid checks a grant's formats and enumerations (GRANT_MALFORMED when false).
+func (g *Grant) Valid() bool {
+	if g.Schema != SchemaGrant || !ValidFingerprint(g.IntentFingerprint) {
+		return false
+	}
+	if g.ProposalID != "" && !ValidProposalID(g.ProposalID) {
+		return false
+	}
+	if !singleLine(g.AuthorizedBy, MaxRefLen) {
+		return false
+	}
+	if !slices.Contains(AuthorizationMethods, g.AuthorizationMethod) || AssuranceRank(g.AuthenticationAssurance) < 0 {
+		return false
+	}
+	if g.IssuedAtMs < 0 || g.ExpiresAtMs <= g.IssuedAtMs {
+		return false
+	}
+	return ValidSpend(g.MaxExternalSpend)
+}

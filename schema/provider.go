@@ -1,0 +1,118 @@
+package schema
+
+import "github.com/go-json-experiment/json/jsontext"
+
+// DispatchRequest is sent to a provider connector on
+// `<prefix>.provider.<provider>.dispatch` (SPEC §4).
+type DispatchRequest struct {
+	Schema              string              `json:"schema"`
+	Fingerprint         string              `json:"fingerprint"`
+	IdempotencyKey      string              `json:"idempotency_key"`
+	Provider            string              `json:"provider"`
+	Capability          string              `json:"capability"`
+	Operation           string              `json:"operation"`
+	Environment         string              `json:"environment"`
+	Referent            string              `json:"referent"`
+	Payload             jsontext.Value      `json:"payload"`
+	ExternalSpend       *Spend              `json:"external_spend"`
+	ProtectedDisclosure *DispatchDisclosure `json:"protected_disclosure"`
+}
+
+// DispatchDisclosure carries protected values to the adapter, in memory only.
+type DispatchDisclosure struct {
+	Recipient    string                    `json:"recipient"`
+	Purpose      string                    `json:"purpose"`
+	FieldClasses []string                  `json:"field_classes"`
+	Values       map[string]jsontext.Value `json:"values"`
+}
+
+// ReconcileRequest is sent on `<prefix>.provider.<provider>.reconcile`.
+type ReconcileRequest struct {
+	Schema            string `json:"schema"`
+	Fingerprint       string `json:"fingerprint"`
+	IdempotencyKey    string `json:"idempotency_key"`
+	AttemptID         string `json:"attempt_id"`
+	ProviderActionID  string `json:"provider_action_id"`
+	PreviousReceiptID string `json:"previous_receipt_id"`
+}
+
+// AdapterReply is a connector's answer to either request.
+type AdapterReply struct {
+	Outcome          string   `json:"outcome"`
+	ProviderActionID string   `json:"provider_action_id,omitempty"`
+	EvidenceRefs     []string `json:"evidence_refs,omitempty"`
+	ErrorCode        string   `json:"error_code,omitempty"`
+}
+
+// Adapter reply outcomes.
+const (
+	ReplyConfirmed            = "confirmed"
+	ReplyAcknowledged         = "acknowledged"
+	ReplyRejected             = "rejected"
+	ReplyFailedBeforeDispatch = "failed_before_dispatch"
+	ReplyIndeterminate        = "indeterminate"
+)
+
+// Valid checks a reply's bounds (SPEC §3 Dispatch). forReconcile narrows the
+// outcome set: a reconcile never answers "acknowledged".
+func (r *AdapterReply) Valid(forReconcile bool) bool {
+	switch r.Outcome {
+	case ReplyConfirmed, ReplyRejected, ReplyFailedBeforeDispatch, ReplyIndeterminate:
+	case ReplyAcknowledged:
+		if forReconcile {
+			return false
+		}
+	default:
+		return false
+	}
+	if len(r.ProviderActionID) > MaxProviderActionID || (r.ProviderActionID != "" && !singleLine(r.ProviderActionID, MaxProviderActionID)) {
+		return false
+	}
+	if len(r.EvidenceRefs) > MaxReplyEvidence {
+		return false
+	}
+	for _, e := range r.EvidenceRefs {
+		if !ValidEvidenceRef(e) {
+			return false
+		}
+	}
+	return r.ErrorCode == "" || ValidErrorCode(r.ErrorCode)
+}
+
+// DisclosureRequest asks the host's protected-profile resolver for values,
+// on `<prefix>.disclosure.resolve` (SPEC §2.6).
+type DisclosureRequest struct {
+	Schema                       string   `json:"schema"`
+	Fingerprint                  string   `json:"fingerprint"`
+	Provider                     string   `json:"provider"`
+	Operation                    string   `json:"operation"`
+	Environment                  string   `json:"environment"`
+	Recipient                    string   `json:"recipient"`
+	Purpose                      string   `json:"purpose"`
+	FieldClasses                 []string `json:"field_classes"`
+	Source                       string   `json:"source"`
+	RequireReauthentication      bool     `json:"require_reauthentication"`
+	AuthorizationMethod          string   `json:"authorization_method"`
+	GrantAuthenticationAssurance string   `json:"grant_authentication_assurance"`
+}
+
+// DisclosureReply is the resolver's answer: the echoed bindings, the actual
+// assurance of this disclosure and the values; or a refusal.
+type DisclosureReply struct {
+	Schema                       string                    `json:"schema,omitempty"`
+	Fingerprint                  string                    `json:"fingerprint,omitempty"`
+	Provider                     string                    `json:"provider,omitempty"`
+	Operation                    string                    `json:"operation,omitempty"`
+	Environment                  string                    `json:"environment,omitempty"`
+	Recipient                    string                    `json:"recipient,omitempty"`
+	Purpose                      string                    `json:"purpose,omitempty"`
+	FieldClasses                 []string                  `json:"field_classes,omitempty"`
+	Source                       string                    `json:"source,omitempty"`
+	RequireReauthentication      *bool                     `json:"require_reauthentication,omitempty"`
+	AuthorizationMethod          string                    `json:"authorization_method,omitempty"`
+	GrantAuthenticationAssurance string                    `json:"grant_authentication_assurance,omitempty"`
+	AuthenticationAssurance      string                    `json:"authentication_assurance,omitempty"`
+	ProtectedValues              map[string]jsontext.Value `json:"protected_values,omitempty"`
+	Refused                      bool                      `json:"refused,omitempty"`
+	ReasonCode                   string                    `json:"reason_code,omitempty"`
+}

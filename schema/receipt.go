@@ -1,0 +1,92 @@
+package schema
+
+import (
+	"regexp"
+	"strings"
+)
+
+// Receipt statuses (SPEC §3 Dispatch).
+const (
+	StatusConfirmed              = "confirmed"
+	StatusAcknowledged           = "acknowledged"
+	StatusDenied                 = "denied"
+	StatusFailedBeforeDispatch   = "failed_before_dispatch"
+	StatusRejected               = "rejected"
+	StatusReconciliationRequired = "reconciliation_required"
+)
+
+// ReceiptStatuses is the closed set of receipt statuses.
+var ReceiptStatuses = []string{StatusConfirmed, StatusAcknowledged, StatusDenied, StatusFailedBeforeDispatch, StatusRejected, StatusReconciliationRequired}
+
+// Next actions a receipt asks for.
+const (
+	NextNone      = "none"
+	NextVerify    = "verify"
+	NextReconcile = "reconcile"
+)
+
+// Receipt is the value-free record of what happened to one fingerprint. A
+// receipt is never edited: reconciliation writes a new one linked to the
+// previous (Reconciliation.PreviousReceiptID).
+type Receipt struct {
+	ReceiptID         string               `json:"receipt_id"`
+	Fingerprint       string               `json:"fingerprint"`
+	IdempotencyKey    string               `json:"idempotency_key"`
+	Provider          string               `json:"provider"`
+	Capability        string               `json:"capability"`
+	Operation         string               `json:"operation"`
+	Environment       string               `json:"environment"`
+	Adapter           string               `json:"adapter"`
+	Status            string               `json:"status"`
+	DispatchAttempted bool                 `json:"dispatch_attempted"`
+	NextAction        string               `json:"next_action"`
+	ProviderActionID  string               `json:"provider_action_id"`
+	EvidenceRefs      []string             `json:"evidence_refs"`
+	ErrorCode         string               `json:"error_code"`
+	Disclosure        *DisclosureRecord    `json:"disclosure"`
+	Reconciliation    *ReceiptReconcileRef `json:"reconciliation"`
+	RecordedAtMs      int64                `json:"recorded_at_ms"`
+}
+
+// ReceiptReconcileRef links a reconciliation receipt to its attempt and to
+// the receipt it supersedes.
+type ReceiptReconcileRef struct {
+	AttemptID         string `json:"attempt_id"`
+	PreviousReceiptID string `json:"previous_receipt_id"`
+}
+
+// Provider reply limits (SPEC §3 Dispatch).
+const (
+	MaxProviderActionID = 512
+	MaxEvidenceRefLen   = 512
+	MaxReplyEvidence    = 20
+)
+
+var errorCodePattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+
+// ValidErrorCode reports whether s is a valid receipt error code.
+func ValidErrorCode(s string) bool { return errorCodePattern.MatchString(s) }
+
+// ValidEvidenceRef reports whether s is a bounded, single-line reference
+// containing ':'.
+func ValidEvidenceRef(s string) bool {
+	return singleLine(s, MaxEvidenceRefLen) && len(s) <= MaxEvidenceRefLen && strings.Contains(s, ":")
+}
+
+// OutcomeKind maps a receipt to the outcome kind it reports.
+func (r *Receipt) OutcomeKind() string {
+	switch r.Status {
+	case StatusConfirmed:
+		return KindConfirmed
+	case StatusAcknowledged:
+		return KindAcknowledged
+	case StatusDenied:
+		return KindDenied
+	case StatusFailedBeforeDispatch:
+		return KindFailedBeforeDispatch
+	case StatusRejected:
+		return KindRejected
+	default:
+		return KindReconciliationRequired
+	}
+}

@@ -1,0 +1,221 @@
+package admission_test
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/subjects"
+	"github.com/portcullis/portcullis/testenv"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// groundingInbox returns the proposal ids waiting on the grounding stage's
+// stream, in order (the grounding stage is not wired in these tests' view:
+// we read its stream directly).
+func groundingInbox(t *testing.T, env *testenv.Env, want int) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := env.JS.Stream(ctx, env.Subjects.StageStream(subjects.StageGrounding))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := stream.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if int(info.State.Msgs) >= want || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var ids []string
+	for seq := uint64(1); ; seq++ {
+		m, err := stream.GetMsg(ctx, seq)
+		if err != nil {
+			break
+		}
+		var env schema.Envelope
+		if err := schema.Decode(m.Data, &env); err != nil {
+			t.Fatalf("hand-off %d does not decode: %v", seq, err)
+		}
+		if m.Subject != envSubject(t, m.Subject, env.Proposal.ProposalID) {
+			t.Errorf("hand-off on %s", m.Subject)
+		}
+		ids = append(ids, env.Proposal.ProposalID)
+	}
+	return ids
+}
+
+func envSubject(t *testing.T, got, id string) string {
+	return subjects.Default().Stage(subjects.StageGrounding, subjects.KindProposal, id)
+}
+
+func eventKeys(t *testing.T, raw []byte) []string {
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func TestRefusalsEndToEnd(t *testing.T) {
+	env := testenv.New(t)
+	dup := strings.Replace(string(testenv.Body(t, testenv.Lumber("prop-dup"))), `"grant":null`, `"grant":null,"grant":null`, 1)
+	dupAttr := strings.Replace(string(testenv.Body(t, testenv.Lumber("prop-dupattr"))), `"resource":"Lumber: Cedar-8ft-GradeA"`, `"resource":"a","resource":"b"`, 1)
+	cases := []struct {
+		id     string
+		body   []byte
+		signer string // "host", "other", ""
+		kind   string
+		code   string
+	}{
+		{"prop-malformed", []byte(`{"proposal_id":"prop-malformed","schema":5}`), "host", schema.KindIntegrationFailure, schema.CodeAdmissionMalformed},
+		{"prop-dup", []byte(dup), "host", schema.KindIntegrationFailure, schema.CodeAdmissionMalformed},
+		{"prop-dupattr", []byte(dupAttr), "host", schema.KindIntegrationFailure, schema.CodeAdmissionMalformed},
+		{"prop-unknown", testenv.Body(t, testenv.Set(testenv.Lumber("prop-unknown"), "intent.colour", "red")), "host", schema.KindIntegrationFailure, schema.CodeAdmissionMalformed},
+		{"prop-unsigned", testenv.Body(t, testenv.Lumber("prop-unsigned")), "", schema.KindDenied, schema.CodeAdmissionUnauthenticated},
+		{"prop-other", testenv.Body(t, testenv.Lumber("prop-other")), "other", schema.KindDenied, schema.CodeAdmissionTenantNotPermitted},
+		{"prop-incomplete", testenv.Body(t, testenv.Set(testenv.Lumber("prop-incomplete"), "context.actor.actor_ref", "")), "host", schema.KindDenied, schema.CodeAdmissionContextIncomplete},
+		{"prop-provider", testenv.Body(t, testenv.Set(testenv.Lumber("prop-provider"), "intent.provider", "acme")), "host", schema.KindDenied, schema.CodeAdmissionProviderUnknown},
+	}
+	for _, tc := range cases {
+		switch tc.signer {
+		case "host":
+			env.PublishSigned(t, tc.body, env.Host)
+		case "other":
+			env.PublishSigned(t, tc.body, env.OtherHost)
+		default:
+			env.Publish(t, tc.body)
+		}
+	}
+	for _, tc := range cases {
+		t.Run(tc.id, func(t *testing.T) {
+			o := env.Recorder.Wait(t, tc.id, testenv.Terminal)
+			want := schema.Incident{Phase: schema.PhaseAdmission, Code: tc.code, DispatchBoundary: schema.BoundaryNotInvoked}
+			if o.Kind != tc.kind || o.EffectTruth != schema.TruthNotDispatched || !o.Terminal || len(o.Incidents) != 1 || o.Incidents[0] != want {
+				t.Errorf("outcome = %+v", o)
+			}
+			if o.Fingerprint != nil || o.Referent != nil || o.Receipt != nil || o.Approval != nil || o.AtMs == 0 {
+				t.Errorf("outcome fields = %+v", o)
+			}
+			env.Recorder.WaitEvent(t, schema.PhaseAdmission, tc.code)
+		})
+	}
+	// Every event has exactly the four fields of SPEC §2.5.
+	for _, raw := range env.Recorder.Raw() {
+		if strings.Contains(string(raw), `"schema":"actions.outcome.v1"`) {
+			continue
+		}
+		if got := eventKeys(t, raw); !slices.Equal(got, []string{"at_ms", "code", "dispatch_boundary", "phase"}) {
+			t.Errorf("incident event keys = %v", got)
+		}
+	}
+	if ids := groundingInbox(t, env, 0); len(ids) != 0 {
+		t.Errorf("refused proposals reached grounding: %v", ids)
+	}
+}
+
+func TestUnreadableIDGetsOnlyAnEvent(t *testing.T) {
+	env := testenv.New(t)
+	env.PublishSigned(t, []byte(`{"proposal_id":"p-1","proposal_id":"p-2"}`), env.Host)
+	env.PublishSigned(t, []byte(`not json`), env.Host)
+	env.Publish(t, testenv.Body(t, testenv.Lumber("prop-ok")))            // unsigned: outcome, proves the two above were processed first
+	env.Recorder.Wait(t, "prop-ok", testenv.Terminal)
+	n := 0
+	for _, e := range env.Recorder.Events() {
+		if e.Code == schema.CodeAdmissionMalformed {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Errorf("malformed events = %d, want 2", n)
+	}
+	for _, id := range []string{"p-1", "p-2"} {
+		if outs := env.Recorder.Outcomes(id); len(outs) != 0 {
+			t.Errorf("ambiguous id %s got outcomes %+v", id, outs)
+		}
+	}
+}
+
+func TestAdmittedProposalWaitsForGrounding(t *testing.T) {
+	env := testenv.New(t)
+	env.PublishSigned(t, testenv.Lumber("prop-a"), env.Host)
+	ids := groundingInbox(t, env, 1)
+	if !slices.Equal(ids, []string{"prop-a"}) {
+		t.Fatalf("grounding inbox = %v", ids)
+	}
+	if outs := env.Recorder.Outcomes("prop-a"); len(outs) != 0 {
+		t.Errorf("admitted proposal got outcomes: %+v", outs)
+	}
+}
+
+func TestDeliveryIsProcessedOnce(t *testing.T) {
+	env := testenv.New(t)
+	// Two different bodies with one delivery id: the second is a repeat
+	// (a retrying host) and must not reach grounding.
+	first := testenv.Lumber("prop-d")
+	env.PublishSigned(t, first, env.Host)
+	groundingInbox(t, env, 1)
+	env.PublishSigned(t, testenv.Set(testenv.Lumber("prop-d"), "intent.payload.quantity", 21), env.Host)
+
+	// A denied delivery republishes its recorded outcome when repeated.
+	denied := testenv.Set(testenv.Lumber("prop-x"), "intent.provider", "acme")
+	env.PublishSigned(t, denied, env.Host)
+	env.Recorder.Wait(t, "prop-x", testenv.Count(1))
+	env.PublishSigned(t, denied, env.Host)
+	outs := env.Recorder.WaitAll(t, "prop-x", testenv.Count(2))
+	if outs[0].Kind != outs[1].Kind || outs[0].AtMs != outs[1].AtMs {
+		t.Errorf("the repeat did not republish the recorded outcome: %+v", outs)
+	}
+	// Still exactly one hand-off, and one provider-unknown event.
+	time.Sleep(300 * time.Millisecond)
+	if ids := groundingInbox(t, env, 1); !slices.Equal(ids, []string{"prop-d"}) {
+		t.Errorf("grounding inbox = %v", ids)
+	}
+	n := 0
+	for _, e := range env.Recorder.Events() {
+		if e.Code == schema.CodeAdmissionProviderUnknown {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("provider-unknown events = %d, want 1 (a repeat does nothing else)", n)
+	}
+	// The same delivery id from another tenant is another delivery.
+	other := testenv.Set(testenv.Lumber("prop-t2"), "context.tenant.tenant_ref", testenv.OtherTenant)
+	testenv.Set(other, "context.delivery.delivery_id", "delivery:prop-d")
+	env.PublishSigned(t, other, env.OtherHost)
+	if ids := groundingInbox(t, env, 2); !slices.Equal(ids, []string{"prop-d", "prop-t2"}) {
+		t.Errorf("grounding inbox = %v", ids)
+	}
+}
+
+func TestRestartKeepsDeliveries(t *testing.T) {
+	env := testenv.New(t)
+	env.PublishSigned(t, testenv.Lumber("prop-r"), env.Host)
+	groundingInbox(t, env, 1)
+	env.Restart(t)
+	env.PublishSigned(t, testenv.Lumber("prop-r"), env.Host)
+	env.PublishSigned(t, testenv.Lumber("prop-s"), env.Host)
+	if ids := groundingInbox(t, env, 2); !slices.Equal(ids, []string{"prop-r", "prop-s"}) {
+		t.Errorf("grounding inbox = %v", ids)
+	}
+	_ = jetstream.ErrMsgNotFound
+}

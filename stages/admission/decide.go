@@ -1,0 +1,81 @@
+// Package admission is the first stage: strict decoding, host
+// authentication, trusted-context completeness, tenant permission, known
+// provider and delivery dedupe (SPEC §3 Admission).
+package admission
+
+import (
+	"slices"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/portcullis/portcullis/config"
+	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/trust"
+)
+
+// Policy is what admission decides with.
+type Policy struct {
+	AllowUnsigned   bool
+	MaxPayloadBytes int
+	Hosts           []config.Host
+	Providers       []string
+}
+
+// Verdict is admission's decision about one body.
+type Verdict struct {
+	// ProposalID is the proposal's id when it can be read unambiguously
+	// (even from a malformed body); "" when it cannot.
+	ProposalID string
+	// Proposal is the decoded, normalized proposal once it decoded.
+	Proposal *schema.Proposal
+	// Host is the authenticating host's name; "" for an unsigned proposal
+	// admitted under allow_unsigned.
+	Host string
+	// Dedupe is set once the proposal is authenticated for its tenant: its
+	// delivery id may be checked against earlier deliveries. Refusals before
+	// this point are not deduplicated, so that nobody can claim another
+	// tenant's delivery ids.
+	Dedupe bool
+	// Incident is the refusal, if any.
+	Incident *schema.Incident
+}
+
+// Decide judges a proposal body and its headers. It has no side effects.
+func Decide(p Policy, body []byte, hdr nats.Header) Verdict {
+	refuse := func(v Verdict, code string) Verdict {
+		inc := schema.NewIncident(schema.PhaseAdmission, code)
+		v.Incident = &inc
+		return v
+	}
+	prop, err := schema.DecodeProposal(body, p.MaxPayloadBytes)
+	if err != nil {
+		v := Verdict{}
+		if len(body) <= config.MaxMaxPayloadBytes {
+			v.ProposalID, _ = schema.PeekProposalID(body)
+		}
+		return refuse(v, schema.CodeAdmissionMalformed)
+	}
+	v := Verdict{Proposal: prop}
+	if schema.ValidProposalID(prop.ProposalID) {
+		v.ProposalID = prop.ProposalID
+	}
+	if !prop.Validate() {
+		return refuse(v, schema.CodeAdmissionMalformed)
+	}
+	host, signed, err := trust.Authenticate(p.Hosts, body, hdr)
+	if err != nil || (!signed && !p.AllowUnsigned) {
+		return refuse(v, schema.CodeAdmissionUnauthenticated)
+	}
+	v.Host = host.Name
+	if !prop.Context.ContextComplete() {
+		return refuse(v, schema.CodeAdmissionContextIncomplete)
+	}
+	if signed && !host.Speaks(prop.Context.Tenant.TenantRef) {
+		return refuse(v, schema.CodeAdmissionTenantNotPermitted)
+	}
+	v.Dedupe = true
+	if !slices.Contains(p.Providers, prop.Intent.Provider) {
+		return refuse(v, schema.CodeAdmissionProviderUnknown)
+	}
+	return v
+}

@@ -1,0 +1,204 @@
+package admission
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+
+	"github.com/portcullis/portcullis/config"
+	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/trust"
+)
+
+const lumber = `{"schema":"actions.proposal.v1","proposal_id":"prop-1",
+"context":{"tenant":{"tenant_ref":"tenant:demo","security_domain_ref":"security-domain:demo"},
+"actor":{"actor_ref":"actor:demo","assurance":"host-session"},
+"authorization":{"scope_ref":"policy-scope:inventory","policy_revision":"policy:7"},
+"provider":{"account_ref":"inventory:fixture"},"delivery":{"delivery_id":"delivery:42","source":"voice"},
+"host_invocation":{"invocation_id":"invocation:42"}},
+"intent":{"provider":" Demo ","capability":"inventory.adjust","operation":"adjust_stock","environment":"TEST",
+"payload":{"quantity":20},"external_spend":null,"protected_disclosure":null,"display":{"summary":"Add 20"}},
+"grounding":{"subject":"lumber: cedar-8ft-gradea","scope":"security-domain:demo","observation_ref":"catalog:12",
+"candidates":[{"referent":"sku-1001","source":"authoritative","attributes":{"resource":"Lumber: Cedar-8ft-GradeA"},"evidence_refs":["catalog:12#sku-1001"]}]},
+"grant":null}`
+
+// edit decodes the lumber body, applies f and re-encodes it.
+func edit(f func(m map[string]any)) []byte {
+	var m map[string]any
+	if err := json.Unmarshal([]byte(lumber), &m); err != nil {
+		panic(err)
+	}
+	f(m)
+	b, _ := json.Marshal(m)
+	return b
+}
+
+func obj(m map[string]any, path ...string) map[string]any {
+	for _, p := range path {
+		m = m[p].(map[string]any)
+	}
+	return m
+}
+
+func TestDecide(t *testing.T) {
+	host, _ := nkeys.CreateUser()
+	other, _ := nkeys.CreateUser()
+	stranger, _ := nkeys.CreateUser()
+	hostKey, _ := host.PublicKey()
+	otherKey, _ := other.PublicKey()
+	pol := Policy{
+		MaxPayloadBytes: 4096,
+		Hosts: []config.Host{
+			{Name: "frontdesk", PublicKey: hostKey, Tenants: []string{"tenant:demo"}},
+			{Name: "elsewhere", PublicKey: otherKey, Tenants: []string{"tenant:other"}},
+		},
+		Providers: []string{"demo"},
+	}
+	dev := pol
+	dev.AllowUnsigned = true
+	sign := func(kp nkeys.KeyPair, body []byte) nats.Header {
+		h, err := trust.Sign(kp, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	signed := func(body []byte) nats.Header { return sign(host, body) }
+	const malformed, noID = schema.CodeAdmissionMalformed, ""
+
+	cases := []struct {
+		name   string
+		policy Policy
+		body   []byte
+		hdr    func([]byte) nats.Header
+		code   string // "" admitted
+		id     string // proposal id the verdict can name
+		dedupe bool
+	}{
+		{"signed", pol, []byte(lumber), signed, "", "prop-1", true},
+		{"unsigned in dev", dev, []byte(lumber), nil, "", "prop-1", true},
+		{"not json", pol, []byte(`{"proposal_id":"prop-1",`), signed, malformed, noID, false},
+		{"not an object", pol, []byte(`["prop-1"]`), signed, malformed, noID, false},
+		{"empty", pol, nil, signed, malformed, noID, false},
+		{"trailing data", pol, []byte(lumber + ` {}`), signed, malformed, noID, false},
+		{"duplicate top-level key", pol, []byte(strings.Replace(lumber, `"grant":null`, `"grant":null,"grant":null`, 1)), signed, malformed, "prop-1", false},
+		{"duplicate proposal_id", pol, []byte(strings.Replace(lumber, `"grant":null`, `"grant":null,"proposal_id":"prop-2"`, 1)), signed, malformed, noID, false},
+		{"duplicate key in attributes", pol, []byte(strings.Replace(lumber, `{"resource":"Lumber: Cedar-8ft-GradeA"}`, `{"resource":"a","resource":"b"}`, 1)), signed, malformed, "prop-1", false},
+		{"duplicate key in payload", pol, []byte(strings.Replace(lumber, `{"quantity":20}`, `{"quantity":20,"quantity":2}`, 1)), signed, malformed, "prop-1", false},
+		{"unknown top-level field", pol, edit(func(m map[string]any) { m["priority"] = "high" }), signed, malformed, "prop-1", false},
+		{"unknown nested field", pol, edit(func(m map[string]any) { obj(m, "context", "tenant")["region"] = "eu" }), signed, malformed, "prop-1", false},
+		{"case-folded field name", pol, []byte(strings.Replace(lumber, `"schema"`, `"SCHEMA"`, 1)), signed, malformed, "prop-1", false},
+		{"wrong type", pol, edit(func(m map[string]any) { obj(m, "intent")["environment"] = 3 }), signed, malformed, "prop-1", false},
+		{"fractional amount", pol, edit(func(m map[string]any) {
+			obj(m, "intent")["external_spend"] = map[string]any{"currency": "USD", "amount_minor": 1.5}
+		}), signed, malformed, "prop-1", false},
+		{"amount over 2^53", pol, edit(func(m map[string]any) {
+			obj(m, "intent")["external_spend"] = map[string]any{"currency": "USD", "amount_minor": json.Number("9007199254740992")}
+		}), signed, malformed, "prop-1", false},
+		{"bad currency", pol, edit(func(m map[string]any) {
+			obj(m, "intent")["external_spend"] = map[string]any{"currency": "usd", "amount_minor": 1}
+		}), signed, malformed, "prop-1", false},
+		{"too large", pol, edit(func(m map[string]any) { obj(m, "intent", "display")["summary"] = strings.Repeat("x", 5000) }), signed, malformed, "prop-1", false},
+		{"bad proposal id", pol, edit(func(m map[string]any) { m["proposal_id"] = "a b" }), signed, malformed, noID, false},
+		{"long proposal id", pol, edit(func(m map[string]any) { m["proposal_id"] = strings.Repeat("a", 129) }), signed, malformed, noID, false},
+		{"wrong schema", pol, edit(func(m map[string]any) { m["schema"] = "actions.proposal.v2" }), signed, malformed, "prop-1", false},
+		{"bad environment", pol, edit(func(m map[string]any) { obj(m, "intent")["environment"] = "prod" }), signed, malformed, "prop-1", false},
+		{"empty capability", pol, edit(func(m map[string]any) { obj(m, "intent")["capability"] = " " }), signed, malformed, "prop-1", false},
+		{"candidates and source", pol, edit(func(m map[string]any) { obj(m, "grounding")["candidate_source"] = "catalog" }), signed, malformed, "prop-1", false},
+		{"bad disclosure plan", pol, edit(func(m map[string]any) {
+			obj(m, "intent")["protected_disclosure"] = map[string]any{"field_classes": []string{"shoe_size"}, "recipient": "r", "purpose": "p", "source": "user_profile", "require_reauthentication": false}
+		}), signed, malformed, "prop-1", false},
+		{"unsigned", pol, []byte(lumber), nil, schema.CodeAdmissionUnauthenticated, "prop-1", false},
+		{"signature of another body", pol, []byte(lumber), func([]byte) nats.Header { return signed([]byte("{}")) }, schema.CodeAdmissionUnauthenticated, "prop-1", false},
+		{"unknown host key", pol, []byte(lumber), func(b []byte) nats.Header { return sign(stranger, b) }, schema.CodeAdmissionUnauthenticated, "prop-1", false},
+		{"bad signature in dev", dev, []byte(lumber), func([]byte) nats.Header { return signed([]byte("x")) }, schema.CodeAdmissionUnauthenticated, "prop-1", false},
+		{"garbled signature", pol, []byte(lumber), func(b []byte) nats.Header {
+			h := signed(b)
+			h.Set(trust.HeaderSignature, "!!")
+			return h
+		}, schema.CodeAdmissionUnauthenticated, "prop-1", false},
+		{"incomplete context", pol, edit(func(m map[string]any) { obj(m, "context", "actor")["actor_ref"] = "" }), signed, schema.CodeAdmissionContextIncomplete, "prop-1", false},
+		{"missing context block", pol, edit(func(m map[string]any) { delete(obj(m, "context"), "delivery") }), signed, schema.CodeAdmissionContextIncomplete, "prop-1", false},
+		{"null context", pol, edit(func(m map[string]any) { m["context"] = nil }), signed, schema.CodeAdmissionContextIncomplete, "prop-1", false},
+		{"tenant of another host", pol, []byte(lumber), func(b []byte) nats.Header { return sign(other, b) }, schema.CodeAdmissionTenantNotPermitted, "prop-1", false},
+		{"unknown provider", pol, edit(func(m map[string]any) { obj(m, "intent")["provider"] = "acme" }), signed, schema.CodeAdmissionProviderUnknown, "prop-1", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var hdr nats.Header
+			if tc.hdr != nil {
+				hdr = tc.hdr(tc.body)
+			}
+			v := Decide(tc.policy, tc.body, hdr)
+			got := ""
+			if v.Incident != nil {
+				got = v.Incident.Code
+				if v.Incident.Phase != schema.PhaseAdmission || v.Incident.DispatchBoundary != schema.BoundaryNotInvoked {
+					t.Errorf("incident %+v", *v.Incident)
+				}
+			}
+			if got != tc.code {
+				t.Fatalf("code = %q, want %q", got, tc.code)
+			}
+			if v.ProposalID != tc.id {
+				t.Errorf("proposal id = %q, want %q", v.ProposalID, tc.id)
+			}
+			if v.Dedupe != tc.dedupe {
+				t.Errorf("dedupe = %v, want %v", v.Dedupe, tc.dedupe)
+			}
+			if tc.code == "" {
+				in := v.Proposal.Intent
+				if in.Provider != "demo" || in.Environment != "test" {
+					t.Errorf("intent not normalized: %+v", in)
+				}
+			}
+		})
+	}
+}
+
+func TestPeekProposalID(t *testing.T) {
+	cases := map[string]string{
+		`{"proposal_id":"p-1","x":{"a":1,"a":2}}`: "p-1",
+		`{"x":1,"proposal_id":"p:2"}`:             "p:2",
+		`{"proposal_id":"p-1","proposal_id":"p-1"}`: "",
+		`{"proposal_id":"p-1"`:                     "",
+		`{"proposal_id":"p-1"} {}`:                 "",
+		`{"proposal_id":"bad id"}`:                 "",
+		`{"proposal_id":7}`:                        "",
+		`{"a":{"proposal_id":"p-1"}}`:              "",
+		`["proposal_id","p-1"]`:                    "",
+		"{\"proposal_id\":\"p-1\",\"x\":\"\xff\"}": "",
+	}
+	for in, want := range cases {
+		got, ok := schema.PeekProposalID([]byte(in))
+		if got != want || ok != (want != "") {
+			t.Errorf("PeekProposalID(%q) = %q, %v; want %q", in, got, ok, want)
+		}
+	}
+}
+
+func FuzzDecide(f *testing.F) {
+	f.Add([]byte(lumber))
+	f.Add([]byte(lumber[:len(lumber)/2]))
+	f.Add([]byte(lumber[len(lumber)/2:]))
+	f.Add([]byte(`{"proposal_id":"p","proposal_id":"q"}`))
+	pol := Policy{AllowUnsigned: true, MaxPayloadBytes: 65536, Providers: []string{"demo"}}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		v := Decide(pol, body, nil)
+		if v.Incident == nil {
+			if v.Proposal == nil || !v.Proposal.Validate() || !v.Proposal.Context.ContextComplete() {
+				t.Fatal("admitted an invalid proposal")
+			}
+			return
+		}
+		if _, ok := schema.LookupCode(schema.PhaseAdmission, v.Incident.Code); !ok {
+			t.Fatalf("code %q outside the closed set", v.Incident.Code)
+		}
+		if v.ProposalID != "" && !schema.ValidProposalID(v.ProposalID) {
+			t.Fatalf("invalid proposal id %q would name an outcome subject", v.ProposalID)
+		}
+	})
+}

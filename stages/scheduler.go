@@ -1,0 +1,84 @@
+package stages
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/portcullis/portcullis/kv"
+)
+
+// Scheduler publishes durable timers (kv.Timer) when they fall due: approval
+// expiries to the authorization stage, reconciliation polls to the
+// reconciliation stage. Timers live in Pebble, so they survive restarts; a
+// timer that came due while the processor was down fires at start.
+type Scheduler struct {
+	Store *kv.Store
+	JS    jetstream.JetStream
+	Clock Clock
+	Log   *slog.Logger
+	// Poll is how often the store is checked. Default 100ms.
+	Poll time.Duration
+}
+
+// Run fires due timers until ctx is cancelled.
+func (s *Scheduler) Run(ctx context.Context) error {
+	poll := s.Poll
+	if poll <= 0 {
+		poll = 100 * time.Millisecond
+	}
+	log := s.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	t := time.NewTicker(poll)
+	defer t.Stop()
+	for {
+		if err := s.FireDue(ctx); err != nil && ctx.Err() == nil {
+			log.Warn("timers: firing failed; will retry", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// FireDue publishes every due timer and deletes it once its PubAck arrived.
+// A crash between the two republishes under the same message id.
+func (s *Scheduler) FireDue(ctx context.Context) error {
+	for {
+		due, err := s.Store.DueTimers(NowMs(s.Clock), 256)
+		if err != nil || len(due) == 0 {
+			return err
+		}
+		b := s.Store.NewBatch()
+		for _, tm := range due {
+			m := nats.NewMsg(tm.Subject)
+			m.Data = tm.Data
+			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			_, err := s.JS.PublishMsg(pctx, m, jetstream.WithMsgID(tm.MsgID))
+			cancel()
+			if err != nil {
+				if cerr := b.Commit(kv.NoSync); cerr != nil {
+					return cerr
+				}
+				return fmt.Errorf("timers: publish %s: %w", tm.ID, err)
+			}
+			b.DeleteFired(tm)
+		}
+		// NoSync: losing the deletion only republishes a fired timer, which
+		// the stream's duplicate window or the stage's own checks absorb.
+		if err := b.Commit(kv.NoSync); err != nil {
+			return err
+		}
+		if len(due) < 256 {
+			return nil
+		}
+	}
+}

@@ -1,0 +1,80 @@
+// Package stages holds the shared stage runner and what every stage uses:
+// the Handler contract, results, the clock and the durable timer scheduler.
+// Each stage lives in its own package below: a pure decision function with
+// table tests, and a thin Handler that gathers state, decides and returns a
+// Result for the runner to publish.
+package stages
+
+import (
+	"context"
+	"errors"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/portcullis/portcullis/schema"
+)
+
+// ErrPermanent marks a handler error that no retry can fix (an input that
+// cannot be decoded, say): the runner asks GiveUp at once instead of
+// redelivering.
+var ErrPermanent = errors.New("stages: permanent failure")
+
+// ErrRetriesExhausted is the cause GiveUp receives when an input was
+// delivered MaxAttempts times without being processed (transient errors, or
+// a processor that crashed on it every time).
+var ErrRetriesExhausted = errors.New("stages: retries exhausted")
+
+// Input is one message a stage received.
+type Input struct {
+	Subject string
+	Data    []byte
+	Header  nats.Header
+	// Stream and StreamSeq identify the message; output message ids derive
+	// from them.
+	Stream    string
+	StreamSeq uint64
+	// Delivered counts deliveries of this message, 1 on the first.
+	Delivered uint64
+}
+
+// Message is a message a stage publishes to a JetStream subject.
+type Message struct {
+	Subject string
+	Data    []byte
+	// MsgID is the Nats-Msg-Id; empty: derived from the input's identity.
+	MsgID  string
+	Header nats.Header
+}
+
+// Result is what a stage decided for one input. The runner records the
+// outcomes, publishes everything, waits for every PubAck, runs Done, then
+// acks the input.
+type Result struct {
+	// Next are hand-offs to later stages.
+	Next []Message
+	// Outcomes go to `<prefix>.outcomes.<proposal_id>`; each is recorded as
+	// its proposal's last outcome, and its incidents are also published as
+	// events.
+	Outcomes []schema.Outcome
+	// Replayed are recorded outcomes published again as new messages (a
+	// repeated delivery): not re-recorded, and their incidents are not
+	// announced again.
+	Replayed []schema.Outcome
+	// Events are incidents published only as events (GRANT_UNMATCHED).
+	Events []schema.Incident
+	// Done runs after every publish was acknowledged and before the input
+	// is acked; an error redelivers the input.
+	Done func(ctx context.Context) error
+}
+
+// Handler is one stage's logic.
+type Handler interface {
+	// Handle decides one input. An error is transient: the input is
+	// redelivered with backoff until the runner's MaxAttempts, then GiveUp
+	// is asked instead. Wrap ErrPermanent to give up at once. Handle must be
+	// idempotent: JetStream may deliver an input again after it was handled.
+	Handle(ctx context.Context, in *Input) (Result, error)
+	// GiveUp ends an input that could not be processed, with a closed-code
+	// outcome where the proposal is known. An error is retried later.
+	GiveUp(ctx context.Context, in *Input, cause error) (Result, error)
+}

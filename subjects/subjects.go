@@ -1,0 +1,156 @@
+// Package subjects names every subject, stream, consumer and bucket
+// Portcullis uses, all derived from one prefix (default "actions").
+//
+// Public subjects (SPEC §1):
+//
+//	<prefix>.proposals.>                     proposals from hosts
+//	<prefix>.grants.>                        standalone grants
+//	<prefix>.outcomes.<proposal_id>          outcomes
+//	<prefix>.incidents.<phase>               incident events
+//	<prefix>.candidates.<source>             candidate sources (core request-reply)
+//	<prefix>.provider.<provider>.dispatch    provider connectors (core request-reply)
+//	<prefix>.provider.<provider>.reconcile
+//	<prefix>.disclosure.resolve              protected-profile resolver (core request-reply)
+//
+// Internal subjects:
+//
+//	<prefix>.stage.<stage>.<kind>.<id>       stage handoffs and timer triggers
+//	<prefix>.admin.<verb>                    operator requests (CLI ↔ running processor)
+package subjects
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// DefaultPrefix is the subject prefix when none is configured.
+const DefaultPrefix = "actions"
+
+// ErrInvalidPrefix is returned for a prefix that is not one or more plain
+// subject tokens.
+var ErrInvalidPrefix = errors.New("subjects: invalid prefix")
+
+var prefixPattern = regexp.MustCompile(`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$`)
+
+// Stage names. They are also the durable consumer names and the values of
+// the `stage` metric label.
+const (
+	StageAdmission      = "admission"
+	StageGrounding      = "grounding"
+	StageAuthorization  = "authorization"
+	StageGrants         = "grants"
+	StageDispatch       = "dispatch"
+	StageReconciliation = "reconciliation"
+)
+
+// Stages lists every stage consumer.
+var Stages = []string{StageAdmission, StageGrounding, StageAuthorization, StageGrants, StageDispatch, StageReconciliation}
+
+// Message kinds on stage subjects.
+const (
+	KindProposal = "proposal" // an envelope handed on by the previous stage
+	KindTimer    = "timer"    // a durable timer firing (approval expiry, reconciliation poll)
+)
+
+// Subjects derives every name from a prefix.
+type Subjects struct {
+	prefix string
+}
+
+// New validates prefix and returns its subjects.
+func New(prefix string) (Subjects, error) {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if !prefixPattern.MatchString(prefix) || len(prefix) > 64 {
+		return Subjects{}, fmt.Errorf("%w: %q", ErrInvalidPrefix, prefix)
+	}
+	return Subjects{prefix: prefix}, nil
+}
+
+// Default returns the subjects of DefaultPrefix.
+func Default() Subjects { return Subjects{prefix: DefaultPrefix} }
+
+func (s Subjects) p() string {
+	if s.prefix == "" {
+		return DefaultPrefix
+	}
+	return s.prefix
+}
+
+// Prefix returns the configured prefix.
+func (s Subjects) Prefix() string { return s.p() }
+
+func (s Subjects) Proposals() string                { return s.p() + ".proposals.>" }
+func (s Subjects) Proposal(suffix string) string    { return s.p() + ".proposals." + suffix }
+func (s Subjects) Grants() string                   { return s.p() + ".grants.>" }
+func (s Subjects) Grant(suffix string) string       { return s.p() + ".grants." + suffix }
+func (s Subjects) Outcomes() string                 { return s.p() + ".outcomes.>" }
+func (s Subjects) Outcome(proposalID string) string { return s.p() + ".outcomes." + proposalID }
+func (s Subjects) Incidents() string                { return s.p() + ".incidents.>" }
+func (s Subjects) Incident(phase string) string     { return s.p() + ".incidents." + phase }
+func (s Subjects) Candidates(source string) string  { return s.p() + ".candidates." + source }
+func (s Subjects) DisclosureResolve() string        { return s.p() + ".disclosure.resolve" }
+func (s Subjects) ProviderDispatch(provider string) string {
+	return s.p() + ".provider." + provider + ".dispatch"
+}
+func (s Subjects) ProviderReconcile(provider string) string {
+	return s.p() + ".provider." + provider + ".reconcile"
+}
+
+// StageAll is the filter of everything a stage consumes from its stream.
+func (s Subjects) StageAll(stage string) string { return s.p() + ".stage." + stage + ".>" }
+
+// Stage is the subject of one message of a kind for a stage; id is a
+// proposal id or a fingerprint's hex digits.
+func (s Subjects) Stage(stage, kind, id string) string {
+	return s.p() + ".stage." + stage + "." + kind + "." + id
+}
+
+// ParseStage splits a stage subject into its kind and id.
+func (s Subjects) ParseStage(subject string) (stage, kind, id string, ok bool) {
+	rest, found := strings.CutPrefix(subject, s.p()+".stage.")
+	if !found {
+		return "", "", "", false
+	}
+	parts := strings.SplitN(rest, ".", 3)
+	if len(parts) != 3 {
+		return "", "", "", false
+	}
+	return parts[0], parts[1], parts[2], true
+}
+
+// Admin is an operator request subject.
+func (s Subjects) Admin(verb string) string { return s.p() + ".admin." + verb }
+
+// Admin verbs.
+const (
+	AdminReceipt        = "receipts.get"
+	AdminReconcileList  = "reconcile.list"
+	AdminReconcileSolve = "reconcile.resolve"
+)
+
+// Stream names.
+
+func (s Subjects) streamBase() string {
+	return strings.ToUpper(strings.NewReplacer(".", "_", "-", "_").Replace(s.p()))
+}
+
+func (s Subjects) ProposalsStream() string { return s.streamBase() + "_PROPOSALS" }
+func (s Subjects) GrantsStream() string    { return s.streamBase() + "_GRANTS" }
+func (s Subjects) OutcomesStream() string  { return s.streamBase() + "_OUTCOMES" }
+func (s Subjects) IncidentsStream() string { return s.streamBase() + "_INCIDENTS" }
+
+// StageStream is the stream feeding a stage (grounding, authorization,
+// dispatch, reconciliation).
+func (s Subjects) StageStream(stage string) string {
+	return s.streamBase() + "_" + strings.ToUpper(stage)
+}
+
+// ActivityBucket is the KV bucket of activity snapshots: "actions_activity"
+// for the default prefix.
+func (s Subjects) ActivityBucket() string {
+	return strings.NewReplacer(".", "_", "-", "_").Replace(s.p()) + "_activity"
+}

@@ -1,0 +1,261 @@
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+
+	"github.com/portcullis/portcullis/config"
+	"github.com/portcullis/portcullis/processor"
+	"github.com/portcullis/portcullis/stages"
+	"github.com/portcullis/portcullis/subjects"
+	"github.com/portcullis/portcullis/trust"
+)
+
+// Tenants and hosts of the default test configuration.
+const (
+	Tenant         = "tenant:demo"
+	SecurityDomain = "security-domain:demo"
+	OtherTenant    = "tenant:other"
+)
+
+// Env is a running test deployment.
+type Env struct {
+	Server   *server.Server
+	NC       *nats.Conn
+	JS       jetstream.JetStream
+	Config   *config.Config
+	Subjects subjects.Subjects
+	Clock    stages.Clock
+	Recorder *Recorder
+	// Host signs for Tenant; OtherHost signs for OtherTenant only.
+	Host, OtherHost nkeys.KeyPair
+	// Logs holds everything the processor logged, for privacy checks.
+	Logs *LogBuffer
+
+	mu   sync.Mutex
+	proc *processor.Processor
+	opts processor.Options
+}
+
+// Option adjusts an Env before it starts.
+type Option func(*envOptions)
+
+type envOptions struct {
+	configure []func(*config.Config)
+	clock     stages.Clock
+	noStart   bool
+}
+
+// WithConfig edits the processor's configuration before start.
+func WithConfig(f func(*config.Config)) Option {
+	return func(o *envOptions) { o.configure = append(o.configure, f) }
+}
+
+// WithClock gives the processor a clock (a *stages.ManualClock, say).
+func WithClock(c stages.Clock) Option { return func(o *envOptions) { o.clock = c } }
+
+// NotStarted leaves the processor stopped; call Start.
+func NotStarted() Option { return func(o *envOptions) { o.noStart = true } }
+
+// New starts a server, configures two signing hosts, a fake provider "demo"
+// that confirms, a nats provider "inventory", records outcomes and incidents
+// and starts a processor. Everything stops when the test ends.
+func New(t testing.TB, opts ...Option) *Env {
+	t.Helper()
+	var o envOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	s := StartServer(t, "")
+	nc := Connect(t, s)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &Env{Server: s, NC: nc, JS: js, Logs: &LogBuffer{}}
+	e.Host, _ = nkeys.CreateUser()
+	e.OtherHost, _ = nkeys.CreateUser()
+	hostKey, _ := e.Host.PublicKey()
+	otherKey, _ := e.OtherHost.PublicKey()
+
+	dir := t.TempDir()
+	cfg := config.Defaults()
+	cfg.NATS = config.NATS{URL: s.ClientURL(), Replicas: 1}
+	cfg.Store.Dir = filepath.Join(dir, "store")
+	cfg.Metrics.Listen = "127.0.0.1:0"
+	cfg.Hosts = []config.Host{
+		{Name: "frontdesk", PublicKey: hostKey, Tenants: []string{Tenant}},
+		{Name: "elsewhere", PublicKey: otherKey, Tenants: []string{OtherTenant}},
+	}
+	cfg.Providers = []config.Provider{
+		{Name: "demo", Adapter: config.AdapterFake, Timeout: 2 * time.Second, UnavailableRetry: 2 * time.Second,
+			Script: config.FakeScript{Dispatch: []string{"confirmed"}, Reconcile: []string{"confirmed"}}},
+		{Name: "inventory", Adapter: config.AdapterNATS, Timeout: 2 * time.Second, UnavailableRetry: 2 * time.Second},
+	}
+	for _, f := range o.configure {
+		f(cfg)
+	}
+	e.Config = cfg
+	e.Subjects, err = subjects.New(cfg.Prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Clock = o.clock
+	if e.Clock == nil {
+		e.Clock = stages.SystemClock{}
+	}
+	e.Recorder = Record(t, nc, e.Subjects)
+	e.opts = processor.Options{
+		Config:        cfg,
+		Clock:         e.Clock,
+		Log:           slog.New(slog.NewJSONHandler(io.MultiWriter(e.Logs), &slog.HandlerOptions{Level: slog.LevelDebug})),
+		DrainTimeout:  5 * time.Second,
+		SchedulerPoll: 20 * time.Millisecond,
+	}
+	t.Cleanup(func() { e.Stop(t) })
+	if !o.noStart {
+		e.Start(t)
+	}
+	return e
+}
+
+// Start starts the processor (again).
+func (e *Env) Start(t testing.TB) *processor.Processor {
+	t.Helper()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.proc != nil {
+		t.Fatal("testenv: processor already running")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := processor.Start(ctx, e.opts)
+	if err != nil {
+		t.Fatalf("processor start: %v", err)
+	}
+	e.proc = p
+	return p
+}
+
+// Stop drains and stops the processor, if running.
+func (e *Env) Stop(t testing.TB) {
+	t.Helper()
+	e.mu.Lock()
+	p := e.proc
+	e.proc = nil
+	e.mu.Unlock()
+	if p != nil {
+		if err := p.Close(); err != nil {
+			t.Errorf("processor stopped with error: %v", err)
+		}
+	}
+}
+
+// Restart stops and starts the processor on the same store and streams.
+func (e *Env) Restart(t testing.TB) *processor.Processor {
+	t.Helper()
+	e.Stop(t)
+	return e.Start(t)
+}
+
+// Processor returns the running processor.
+func (e *Env) Processor() *processor.Processor {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.proc
+}
+
+// Body encodes a fixture (a map from Lumber and friends, or any value) as
+// JSON; []byte passes through unchanged.
+func Body(t testing.TB, v any) []byte {
+	t.Helper()
+	if b, ok := v.([]byte); ok {
+		return b
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// Publish publishes a proposal unsigned to `<prefix>.proposals.test`.
+func (e *Env) Publish(t testing.TB, v any) {
+	t.Helper()
+	e.PublishWith(t, e.Subjects.Proposal("test"), Body(t, v), nil)
+}
+
+// PublishSigned publishes a proposal signed by kp.
+func (e *Env) PublishSigned(t testing.TB, v any, kp nkeys.KeyPair) {
+	t.Helper()
+	body := Body(t, v)
+	e.PublishWith(t, e.Subjects.Proposal("test"), body, Sign(t, kp, body))
+}
+
+// PublishGrant publishes a standalone grant signed by kp (nil: unsigned).
+func (e *Env) PublishGrant(t testing.TB, v any, kp nkeys.KeyPair) {
+	t.Helper()
+	body := Body(t, v)
+	var hdr nats.Header
+	if kp != nil {
+		hdr = Sign(t, kp, body)
+	}
+	e.PublishWith(t, e.Subjects.Grant("test"), body, hdr)
+}
+
+// PublishWith publishes raw bytes with headers to a subject through
+// JetStream and waits for the PubAck.
+func (e *Env) PublishWith(t testing.TB, subject string, body []byte, hdr nats.Header) {
+	t.Helper()
+	m := nats.NewMsg(subject)
+	m.Data = body
+	for k, v := range hdr {
+		m.Header[k] = v
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := e.JS.PublishMsg(ctx, m); err != nil {
+		t.Fatalf("publish to %s: %v", subject, err)
+	}
+}
+
+// Sign returns the signature headers of body signed by kp.
+func Sign(t testing.TB, kp nkeys.KeyPair, body []byte) nats.Header {
+	t.Helper()
+	h, err := trust.Sign(kp, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// LogBuffer is a concurrency-safe log sink.
+type LogBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *LogBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+// Bytes returns everything written so far.
+func (l *LogBuffer) Bytes() []byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return bytes.Clone(l.buf.Bytes())
+}

@@ -1,0 +1,184 @@
+package testenv
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-json-experiment/json"
+	"github.com/nats-io/nats.go"
+
+	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/subjects"
+)
+
+// Recorder collects every outcome and incident event published under a
+// prefix, decoding each strictly: an outcome or event with a field the
+// contract does not name fails the test.
+type Recorder struct {
+	t    testing.TB
+	mu   sync.Mutex
+	cond *sync.Cond
+
+	outcomes map[string][]schema.Outcome
+	events   []schema.IncidentEvent
+	raw      [][]byte
+	subs     []*nats.Subscription
+}
+
+// Record subscribes to outcomes and incidents on nc until the test ends.
+func Record(t testing.TB, nc *nats.Conn, s subjects.Subjects) *Recorder {
+	t.Helper()
+	r := &Recorder{t: t, outcomes: map[string][]schema.Outcome{}}
+	r.cond = sync.NewCond(&r.mu)
+	sub1, err := nc.Subscribe(s.Outcomes(), func(m *nats.Msg) {
+		var o schema.Outcome
+		err := json.Unmarshal(m.Data, &o, json.RejectUnknownMembers(true))
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.raw = append(r.raw, m.Data)
+		if err != nil {
+			t.Errorf("outcome on %s does not decode strictly: %v: %s", m.Subject, err, m.Data)
+			return
+		}
+		if m.Subject != s.Outcome(o.ProposalID) {
+			t.Errorf("outcome for %s published on %s", o.ProposalID, m.Subject)
+		}
+		r.outcomes[o.ProposalID] = append(r.outcomes[o.ProposalID], o)
+		r.cond.Broadcast()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub2, err := nc.Subscribe(s.Incidents(), func(m *nats.Msg) {
+		var e schema.IncidentEvent
+		err := json.Unmarshal(m.Data, &e, json.RejectUnknownMembers(true))
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.raw = append(r.raw, m.Data)
+		if err != nil {
+			t.Errorf("incident event does not decode strictly: %v: %s", err, m.Data)
+			return
+		}
+		if m.Subject != s.Incident(e.Phase) {
+			t.Errorf("incident of phase %s published on %s", e.Phase, m.Subject)
+		}
+		r.events = append(r.events, e)
+		r.cond.Broadcast()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	r.subs = []*nats.Subscription{sub1, sub2}
+	t.Cleanup(func() {
+		for _, s := range r.subs {
+			_ = s.Unsubscribe()
+		}
+	})
+	return r
+}
+
+// A Cond selects outcomes to wait for.
+type Cond func(outs []schema.Outcome) bool
+
+// Terminal is met once an outcome is terminal.
+func Terminal(outs []schema.Outcome) bool {
+	for _, o := range outs {
+		if o.Terminal {
+			return true
+		}
+	}
+	return false
+}
+
+// Kind is met once an outcome of that kind arrived.
+func Kind(kind string) Cond {
+	return func(outs []schema.Outcome) bool {
+		for _, o := range outs {
+			if o.Kind == kind {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// Count is met once n outcomes arrived.
+func Count(n int) Cond { return func(outs []schema.Outcome) bool { return len(outs) >= n } }
+
+// WaitTimeout bounds every Wait.
+var WaitTimeout = 20 * time.Second
+
+// Wait blocks until cond holds for the proposal's outcomes and returns the
+// last one; the test fails after WaitTimeout.
+func (r *Recorder) Wait(t testing.TB, proposalID string, cond Cond) schema.Outcome {
+	t.Helper()
+	outs := r.WaitAll(t, proposalID, cond)
+	return outs[len(outs)-1]
+}
+
+// WaitAll is Wait returning every outcome of the proposal so far.
+func (r *Recorder) WaitAll(t testing.TB, proposalID string, cond Cond) []schema.Outcome {
+	t.Helper()
+	deadline := time.Now().Add(WaitTimeout)
+	timer := time.AfterFunc(WaitTimeout, func() {
+		r.mu.Lock()
+		r.cond.Broadcast()
+		r.mu.Unlock()
+	})
+	defer timer.Stop()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for {
+		outs := r.outcomes[proposalID]
+		if len(outs) > 0 && cond(outs) {
+			return append([]schema.Outcome(nil), outs...)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("proposal %s: condition not met within %s; outcomes so far: %+v", proposalID, WaitTimeout, outs)
+		}
+		r.cond.Wait()
+	}
+}
+
+// Outcomes returns the proposal's outcomes so far.
+func (r *Recorder) Outcomes(proposalID string) []schema.Outcome {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]schema.Outcome(nil), r.outcomes[proposalID]...)
+}
+
+// Events returns every incident event so far.
+func (r *Recorder) Events() []schema.IncidentEvent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]schema.IncidentEvent(nil), r.events...)
+}
+
+// WaitEvent blocks until an incident event with that phase and code arrived.
+func (r *Recorder) WaitEvent(t testing.TB, phase, code string) schema.IncidentEvent {
+	t.Helper()
+	deadline := time.Now().Add(WaitTimeout)
+	for {
+		for _, e := range r.Events() {
+			if e.Phase == phase && e.Code == code {
+				return e
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no incident event %s/%s within %s; events: %+v", phase, code, WaitTimeout, r.Events())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Raw returns the bytes of every outcome and event received, for privacy
+// checks.
+func (r *Recorder) Raw() [][]byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([][]byte(nil), r.raw...)
+}
