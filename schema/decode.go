@@ -3,8 +3,8 @@ package schema
 import (
 	"bytes"
 	"errors"
-	"io"
 	"fmt"
+	"io"
 
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"

@@ -6,8 +6,8 @@ package schema
 // inside the stage streams; outcomes, incidents, Pebble and the activity
 // bucket never hold it.
 type Envelope struct {
-	Schema       string   `json:"schema"`
-	Proposal     Proposal `json:"proposal"`
+	Schema   string   `json:"schema"`
+	Proposal Proposal `json:"proposal"`
 	// Host is the name of the configured host whose signature admitted the
 	// proposal; empty when unsigned proposals are allowed.
 	Host          string               `json:"host"`

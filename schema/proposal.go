@@ -10,13 +10,13 @@ import (
 
 // Proposal is the untrusted input of SPEC §2.1, as decoded by DecodeProposal.
 type Proposal struct {
-	Schema     string         `json:"schema"`
-	ProposalID string         `json:"proposal_id"`
-	Context    Context        `json:"context"`
-	Intent     Intent         `json:"intent"`
-	Grounding  Grounding      `json:"grounding"`
-	Grant      *Grant         `json:"grant"`
-	Requester  *Requester     `json:"requester,omitempty"`
+	Schema     string     `json:"schema"`
+	ProposalID string     `json:"proposal_id"`
+	Context    Context    `json:"context"`
+	Intent     Intent     `json:"intent"`
+	Grounding  Grounding  `json:"grounding"`
+	Grant      *Grant     `json:"grant"`
+	Requester  *Requester `json:"requester,omitempty"`
 }
 
 // Context is the host's trusted context. Every field is a required,

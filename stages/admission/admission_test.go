@@ -136,7 +136,7 @@ func TestUnreadableIDGetsOnlyAnEvent(t *testing.T) {
 	env := testenv.New(t)
 	env.PublishSigned(t, []byte(`{"proposal_id":"p-1","proposal_id":"p-2"}`), env.Host)
 	env.PublishSigned(t, []byte(`not json`), env.Host)
-	env.Publish(t, testenv.Body(t, testenv.Lumber("prop-ok")))            // unsigned: outcome, proves the two above were processed first
+	env.Publish(t, testenv.Body(t, testenv.Lumber("prop-ok"))) // unsigned: outcome, proves the two above were processed first
 	env.Recorder.Wait(t, "prop-ok", testenv.Terminal)
 	n := 0
 	for _, e := range env.Recorder.Events() {

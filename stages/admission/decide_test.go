@@ -161,16 +161,16 @@ func TestDecide(t *testing.T) {
 
 func TestPeekProposalID(t *testing.T) {
 	cases := map[string]string{
-		`{"proposal_id":"p-1","x":{"a":1,"a":2}}`: "p-1",
-		`{"x":1,"proposal_id":"p:2"}`:             "p:2",
+		`{"proposal_id":"p-1","x":{"a":1,"a":2}}`:   "p-1",
+		`{"x":1,"proposal_id":"p:2"}`:               "p:2",
 		`{"proposal_id":"p-1","proposal_id":"p-1"}`: "",
-		`{"proposal_id":"p-1"`:                     "",
-		`{"proposal_id":"p-1"} {}`:                 "",
-		`{"proposal_id":"bad id"}`:                 "",
-		`{"proposal_id":7}`:                        "",
-		`{"a":{"proposal_id":"p-1"}}`:              "",
-		`["proposal_id","p-1"]`:                    "",
-		"{\"proposal_id\":\"p-1\",\"x\":\"\xff\"}": "",
+		`{"proposal_id":"p-1"`:                      "",
+		`{"proposal_id":"p-1"} {}`:                  "",
+		`{"proposal_id":"bad id"}`:                  "",
+		`{"proposal_id":7}`:                         "",
+		`{"a":{"proposal_id":"p-1"}}`:               "",
+		`["proposal_id","p-1"]`:                     "",
+		"{\"proposal_id\":\"p-1\",\"x\":\"\xff\"}":  "",
 	}
 	for in, want := range cases {
 		got, ok := schema.PeekProposalID([]byte(in))
