@@ -2,9 +2,10 @@ package kv
 
 import "sync"
 
-// keyedMutex serializes work per key (a fingerprint, a proposal id) without
+// KeyedMutex serializes work per key (a fingerprint, a proposal id) without
 // one global lock. Entries are reference-counted and removed when unused.
-type keyedMutex struct {
+// The zero value is ready to use.
+type KeyedMutex struct {
 	mu    sync.Mutex
 	locks map[string]*keyLock
 }
@@ -15,7 +16,7 @@ type keyLock struct {
 }
 
 // Lock locks key and returns its unlock function.
-func (k *keyedMutex) Lock(key string) (unlock func()) {
+func (k *KeyedMutex) Lock(key string) (unlock func()) {
 	k.mu.Lock()
 	if k.locks == nil {
 		k.locks = map[string]*keyLock{}

@@ -60,7 +60,7 @@ type Store struct {
 	fmu    sync.Mutex
 	failed error // set once Pebble reports a fatal error; guarded by fmu
 	log    *slog.Logger
-	locks  keyedMutex
+	locks  KeyedMutex
 }
 
 // fatalPanic carries a Pebble Fatalf out of the commit path.

@@ -1,0 +1,93 @@
+package schema
+
+// Activity is the one value-free snapshot per intent that the KV bucket
+// `<prefix>_activity` holds under the fingerprint's 64 hex digits (SPEC §3
+// Activity, seed 003's external_action_activity). It never holds a payload,
+// protected values, credentials, grant signatures, or tenant and actor
+// identifiers; every section is replaced by the stage that owns it.
+type Activity struct {
+	Schema      string   `json:"schema"`
+	Fingerprint string   `json:"fingerprint"`
+	ProposalIDs []string `json:"proposal_ids"`
+	Provider    string   `json:"provider"`
+	Capability  string   `json:"capability"`
+	Operation   string   `json:"operation"`
+	Environment string   `json:"environment"`
+	Referent    string   `json:"referent"`
+	Summary     string   `json:"summary"`
+	// ExternalSpend is the intent's spend, null if none.
+	ExternalSpend *Spend `json:"external_spend"`
+	// Status is the intent's state: awaiting_approval, denied, authorized,
+	// or the latest receipt's status.
+	Status            string                  `json:"status"`
+	Requester         *Requester              `json:"requester"`
+	PolicyEvaluations []PolicyEvaluation      `json:"policy_evaluations"`
+	Decision          *ActivityDecision       `json:"decision"`
+	Authorization     *ActivityAuthorization  `json:"authorization"`
+	Disclosure        *DisclosureRecord       `json:"disclosure"`
+	Dispatch          *ActivityDispatch       `json:"dispatch"`
+	Reconciliation    *ActivityReconciliation `json:"reconciliation"`
+	Receipt           *Receipt                `json:"receipt"`
+	UpdatedAtMs       int64                   `json:"updated_at_ms"`
+}
+
+// Activity statuses before a receipt exists.
+const (
+	ActivityAwaitingApproval = "awaiting_approval"
+	ActivityDenied           = "denied"
+	ActivityAuthorized       = "authorized"
+)
+
+// MaxActivityProposals bounds Activity.ProposalIDs (the oldest are kept).
+const MaxActivityProposals = 32
+
+// ActivityDecision is the authorization decision.
+type ActivityDecision struct {
+	// Outcome is "pending", "permit" or "deny".
+	Outcome     string `json:"outcome"`
+	ReasonCode  string `json:"reason_code,omitempty"`
+	DecidedAtMs int64  `json:"decided_at_ms"`
+}
+
+// ActivityAuthorization describes the grant without its author or signature.
+type ActivityAuthorization struct {
+	Method      string `json:"method"`
+	Assurance   string `json:"assurance"`
+	IssuedAtMs  int64  `json:"issued_at_ms"`
+	ExpiresAtMs int64  `json:"expires_at_ms"`
+	// ApprovalExpiresAtMs is when a parked proposal stops waiting; 0 if it
+	// never waited.
+	ApprovalExpiresAtMs int64 `json:"approval_expires_at_ms,omitempty"`
+}
+
+// ActivityDispatch describes the dispatch attempt.
+type ActivityDispatch struct {
+	Adapter      string `json:"adapter"`
+	Attempted    bool   `json:"attempted"`
+	StartedAtMs  int64  `json:"started_at_ms"`
+	FinishedAtMs int64  `json:"finished_at_ms"`
+	Status       string `json:"status"`
+	ErrorCode    string `json:"error_code,omitempty"`
+}
+
+// ActivityReconciliation describes verification and reconciliation.
+type ActivityReconciliation struct {
+	Attempts      int    `json:"attempts"`
+	LastAttemptID string `json:"last_attempt_id,omitempty"`
+	NextAtMs      int64  `json:"next_at_ms,omitempty"`
+	Exhausted     bool   `json:"exhausted"`
+	// Resolution is "", "provider", or "operator" (processor reconcile resolve).
+	Resolution string `json:"resolution,omitempty"`
+}
+
+// AddProposal records a proposal id on the activity, bounded and without repeats.
+func (a *Activity) AddProposal(id string) {
+	for _, p := range a.ProposalIDs {
+		if p == id {
+			return
+		}
+	}
+	if len(a.ProposalIDs) < MaxActivityProposals {
+		a.ProposalIDs = append(a.ProposalIDs, id)
+	}
+}
