@@ -1,0 +1,296 @@
+package stages_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/goleak"
+
+	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/metrics"
+	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/stages"
+	"github.com/portcullis/portcullis/subjects"
+	"github.com/portcullis/portcullis/testenv"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// funcHandler adapts functions to stages.Handler.
+type funcHandler struct {
+	handle func(ctx context.Context, in *stages.Input) (stages.Result, error)
+	giveUp func(ctx context.Context, in *stages.Input, cause error) (stages.Result, error)
+}
+
+func (h funcHandler) Handle(ctx context.Context, in *stages.Input) (stages.Result, error) {
+	return h.handle(ctx, in)
+}
+
+func (h funcHandler) GiveUp(ctx context.Context, in *stages.Input, cause error) (stages.Result, error) {
+	return h.giveUp(ctx, in, cause)
+}
+
+type rig struct {
+	js      jetstream.JetStream
+	subj    subjects.Subjects
+	store   *kv.Store
+	metrics *metrics.Metrics
+	rec     *testenv.Recorder
+}
+
+func newRig(t *testing.T) *rig {
+	t.Helper()
+	s := testenv.StartServer(t, "")
+	nc := testenv.Connect(t, s)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj := subjects.Default()
+	ctx := context.Background()
+	for _, sc := range []jetstream.StreamConfig{
+		{Name: "IN", Subjects: []string{"in.>"}},
+		{Name: "NEXT", Subjects: []string{"next.>"}, Duplicates: time.Minute},
+		{Name: subj.OutcomesStream(), Subjects: []string{subj.Outcomes()}, Duplicates: time.Minute},
+		{Name: subj.IncidentsStream(), Subjects: []string{subj.Incidents()}, Duplicates: time.Minute},
+	} {
+		if _, err := js.CreateStream(ctx, sc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	store, err := kv.Open(filepath.Join(t.TempDir(), "store"), kv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	return &rig{js: js, subj: subj, store: store, metrics: metrics.New(nil), rec: testenv.Record(t, nc, subj)}
+}
+
+// run starts a runner for stage "grounding" on stream IN and returns a
+// function that drains it and waits.
+func (r *rig) run(t *testing.T, h stages.Handler, cfg stages.RunnerConfig) func() {
+	t.Helper()
+	cfg.Stage, cfg.Stream, cfg.FilterSubject = subjects.StageGrounding, "IN", "in.>"
+	runner := stages.NewRunner(cfg, stages.Deps{
+		JS: r.js, Subjects: r.subj, Metrics: r.metrics, Outcomes: r.store, Clock: stages.SystemClock{},
+	}, h)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- runner.Run(ctx, context.Background()) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("runner: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func (r *rig) publish(t *testing.T, subject, data string) {
+	t.Helper()
+	if _, err := r.js.Publish(context.Background(), subject, []byte(data)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (r *rig) streamMsgs(t *testing.T, stream string) uint64 {
+	t.Helper()
+	s, err := r.js.Stream(context.Background(), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+func (r *rig) waitPendingAcks(t *testing.T, want int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := r.js.Consumer(context.Background(), "IN", subjects.StageGrounding)
+		if err == nil {
+			info, err := c.Info(context.Background())
+			if err == nil && info.NumAckPending == want && info.NumPending == 0 {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("consumer did not settle to %d pending acks", want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func failure(pid, code string) schema.Outcome {
+	return schema.FailureOutcome(pid, schema.NewIncident(schema.PhaseGrounding, code), 1)
+}
+
+func TestRunnerPublishesRecordsAndAcks(t *testing.T) {
+	r := newRig(t)
+	r.run(t, funcHandler{handle: func(_ context.Context, in *stages.Input) (stages.Result, error) {
+		pid := string(in.Data)
+		if pid == "bad" {
+			return stages.Result{Outcomes: []schema.Outcome{failure(pid, schema.CodeDiscriminatorMissing)}}, nil
+		}
+		return stages.Result{Next: []stages.Message{{Subject: "next." + pid, Data: in.Data}}}, nil
+	}}, stages.RunnerConfig{})
+	r.publish(t, "in.1", "good")
+	r.publish(t, "in.2", "bad")
+	o := r.rec.Wait(t, "bad", testenv.Terminal)
+	if o.Kind != schema.KindNeedsClarification || o.Incidents[0].Code != schema.CodeDiscriminatorMissing {
+		t.Errorf("outcome %+v", o)
+	}
+	r.rec.WaitEvent(t, schema.PhaseGrounding, schema.CodeDiscriminatorMissing)
+	r.waitPendingAcks(t, 0)
+	if n := r.streamMsgs(t, "NEXT"); n != 1 {
+		t.Errorf("next stream has %d messages", n)
+	}
+	if rec, found, err := r.store.LastOutcome("bad"); err != nil || !found || rec.Kind != o.Kind {
+		t.Errorf("outcome not recorded: %+v %v %v", rec, found, err)
+	}
+	if got := testutil.ToFloat64(r.metrics.StageMessages.WithLabelValues(subjects.StageGrounding, metrics.ResultForwarded)); got != 1 {
+		t.Errorf("forwarded = %v", got)
+	}
+	if got := testutil.ToFloat64(r.metrics.Incidents.WithLabelValues(schema.PhaseGrounding, schema.CodeDiscriminatorMissing)); got != 1 {
+		t.Errorf("incidents = %v", got)
+	}
+}
+
+// A failure after publishing redelivers the input; the republished outputs
+// carry the same message ids, so each stream holds them once.
+func TestRunnerRepublishIsDeduplicated(t *testing.T) {
+	r := newRig(t)
+	var doneCalls atomic.Int32
+	r.run(t, funcHandler{handle: func(_ context.Context, in *stages.Input) (stages.Result, error) {
+		return stages.Result{
+			Next:     []stages.Message{{Subject: "next.x", Data: in.Data}},
+			Outcomes: []schema.Outcome{failure("p", schema.CodeDiscriminatorMismatch)},
+			Done: func(context.Context) error {
+				if doneCalls.Add(1) < 3 {
+					return errors.New("not yet")
+				}
+				return nil
+			},
+		}, nil
+	}}, stages.RunnerConfig{Backoff: func(uint64) time.Duration { return 10 * time.Millisecond }})
+	r.publish(t, "in.1", "x")
+	r.waitPendingAcks(t, 0)
+	if doneCalls.Load() != 3 {
+		t.Errorf("done ran %d times", doneCalls.Load())
+	}
+	for stream, want := range map[string]uint64{"NEXT": 1, r.subj.OutcomesStream(): 1, r.subj.IncidentsStream(): 1} {
+		if n := r.streamMsgs(t, stream); n != want {
+			t.Errorf("%s holds %d messages, want %d", stream, n, want)
+		}
+	}
+	if got := testutil.ToFloat64(r.metrics.Incidents.WithLabelValues(schema.PhaseGrounding, schema.CodeDiscriminatorMismatch)); got != 1 {
+		t.Errorf("a republished incident was counted again: %v", got)
+	}
+}
+
+func TestRunnerRetriesThenGivesUp(t *testing.T) {
+	r := newRig(t)
+	var attempts atomic.Int32
+	var cause error
+	var mu sync.Mutex
+	r.run(t, funcHandler{
+		handle: func(_ context.Context, in *stages.Input) (stages.Result, error) {
+			switch string(in.Data) {
+			case "flaky":
+				if attempts.Add(1) < 3 {
+					return stages.Result{}, errors.New("store unavailable")
+				}
+				return stages.Result{Outcomes: []schema.Outcome{failure("flaky", schema.CodeDiscriminatorMismatch)}}, nil
+			case "poison":
+				return stages.Result{}, fmt.Errorf("cannot decode: %w", stages.ErrPermanent)
+			default:
+				return stages.Result{}, errors.New("always failing")
+			}
+		},
+		giveUp: func(_ context.Context, in *stages.Input, c error) (stages.Result, error) {
+			mu.Lock()
+			if string(in.Data) == "broken" {
+				cause = c
+			}
+			mu.Unlock()
+			return stages.Result{Outcomes: []schema.Outcome{failure(string(in.Data), schema.CodeProcessingFailed)}}, nil
+		},
+	}, stages.RunnerConfig{MaxAttempts: 3, Backoff: func(uint64) time.Duration { return 10 * time.Millisecond }})
+	r.publish(t, "in.1", "flaky")
+	r.publish(t, "in.2", "broken")
+	r.publish(t, "in.3", "poison")
+	if o := r.rec.Wait(t, "flaky", testenv.Terminal); o.Incidents[0].Code != schema.CodeDiscriminatorMismatch {
+		t.Errorf("flaky: %+v", o)
+	}
+	if o := r.rec.Wait(t, "broken", testenv.Terminal); o.Incidents[0].Code != schema.CodeProcessingFailed {
+		t.Errorf("broken: %+v", o)
+	}
+	if o := r.rec.Wait(t, "poison", testenv.Terminal); o.Incidents[0].Code != schema.CodeProcessingFailed {
+		t.Errorf("poison: %+v", o)
+	}
+	r.waitPendingAcks(t, 0)
+	mu.Lock()
+	if !errors.Is(cause, stages.ErrRetriesExhausted) {
+		t.Errorf("give-up cause = %v", cause)
+	}
+	mu.Unlock()
+	if got := testutil.ToFloat64(r.metrics.StageMessages.WithLabelValues(subjects.StageGrounding, metrics.ResultGaveUp)); got != 2 {
+		t.Errorf("gave_up = %v, want 2", got)
+	}
+	if got := testutil.ToFloat64(r.metrics.StageMessages.WithLabelValues(subjects.StageGrounding, metrics.ResultRetry)); got < 4 {
+		t.Errorf("retry = %v, want ≥ 4", got)
+	}
+}
+
+// Draining lets a handler that is mid-message finish and ack.
+func TestRunnerDrainFinishesInFlight(t *testing.T) {
+	r := newRig(t)
+	started := make(chan struct{})
+	release := make(chan struct{})
+	stop := r.run(t, funcHandler{handle: func(_ context.Context, in *stages.Input) (stages.Result, error) {
+		close(started)
+		<-release
+		return stages.Result{Outcomes: []schema.Outcome{failure("slow", schema.CodeDiscriminatorMismatch)}}, nil
+	}}, stages.RunnerConfig{Workers: 1})
+	r.publish(t, "in.1", "slow")
+	<-started
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	time.Sleep(50 * time.Millisecond)
+	close(release)
+	<-stopped
+	r.rec.Wait(t, "slow", testenv.Terminal)
+	r.waitPendingAcks(t, 0)
+}
+
+// A long handler is kept alive with InProgress: no redelivery while it runs.
+func TestRunnerHeartbeatPreventsRedelivery(t *testing.T) {
+	r := newRig(t)
+	var calls atomic.Int32
+	r.run(t, funcHandler{handle: func(_ context.Context, in *stages.Input) (stages.Result, error) {
+		calls.Add(1)
+		time.Sleep(1500 * time.Millisecond)
+		return stages.Result{}, nil
+	}}, stages.RunnerConfig{Workers: 2, AckWait: 500 * time.Millisecond})
+	r.publish(t, "in.1", "x")
+	time.Sleep(200 * time.Millisecond)
+	r.waitPendingAcks(t, 0)
+	if calls.Load() != 1 {
+		t.Errorf("handled %d times", calls.Load())
+	}
+}
