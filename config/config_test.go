@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -98,5 +99,39 @@ func TestURLTurnsOffEmbedded(t *testing.T) {
 	}
 	if c.NATS.Embedded || c.NATS.Replicas != 3 {
 		t.Errorf("nats = %+v", c.NATS)
+	}
+}
+
+func TestFormatRoundTrips(t *testing.T) {
+	for _, path := range []string{"../config.example.hcl"} {
+		c, err := config.Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Policies[0].SecurityDomains = append(c.Policies[0].SecurityDomains, "quote\"d ${x} %{y}\n")
+		back, err := config.Parse(config.Format(c), "formatted.hcl")
+		if err != nil {
+			t.Fatalf("%v\n%s", err, config.Format(c))
+		}
+		if !reflect.DeepEqual(c, back) {
+			t.Errorf("round trip differs:\n%+v\n%+v", c, back)
+		}
+	}
+	dev := config.Dev("/tmp/x")
+	back, err := config.Parse(config.Format(dev), "dev.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(dev, back) {
+		t.Errorf("dev round trip differs:\n%+v\n%+v", dev, back)
+	}
+	remote := config.Defaults()
+	remote.NATS.Embedded, remote.NATS.URL, remote.NATS.Credentials, remote.NATS.Replicas = false, "nats://a:4222", "/x.creds", 3
+	back, err = config.Parse(config.Format(remote), "remote.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(remote, back) {
+		t.Errorf("remote round trip differs:\n%+v\n%+v", remote, back)
 	}
 }

@@ -43,7 +43,8 @@ type RunnerConfig struct {
 	FilterSubject string
 	// Workers handle messages concurrently. Default 4.
 	Workers int
-	// AckWait is the server's redelivery timer. Default 30s; a handler
+	// AckWait is the server's redelivery timer (and how long a message a
+	// crashed processor held waits before redelivery). Default 10s; a handler
 	// running longer is kept alive with InProgress every AckWait/3.
 	AckWait time.Duration
 	// MaxAttempts is the number of deliveries after which GiveUp is asked
@@ -62,7 +63,7 @@ func (c *RunnerConfig) defaults() {
 		c.Workers = 4
 	}
 	if c.AckWait <= 0 {
-		c.AckWait = 30 * time.Second
+		c.AckWait = 10 * time.Second
 	}
 	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = 5

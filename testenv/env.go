@@ -259,3 +259,5 @@ func (l *LogBuffer) Bytes() []byte {
 	defer l.mu.Unlock()
 	return bytes.Clone(l.buf.Bytes())
 }
+
+func bytesContains(b []byte, s string) bool { return bytes.Contains(b, []byte(s)) }

@@ -1,0 +1,110 @@
+package config
+
+import (
+	"time"
+
+	"github.com/hashicorp/hcl/v2/hclwrite"
+	"github.com/zclconf/go-cty/cty"
+)
+
+// Format renders a configuration as HCL that Parse reads back to the same
+// configuration: every key written out, defaults included. It lets tools and
+// tests hand a configuration built in code to a `processor` process.
+func Format(c *Config) []byte {
+	f := hclwrite.NewEmptyFile()
+	root := f.Body()
+	str := func(b *hclwrite.Body, k, v string) { b.SetAttributeValue(k, cty.StringVal(v)) }
+	boolean := func(b *hclwrite.Body, k string, v bool) { b.SetAttributeValue(k, cty.BoolVal(v)) }
+	num := func(b *hclwrite.Body, k string, v int64) { b.SetAttributeValue(k, cty.NumberIntVal(v)) }
+	dur := func(b *hclwrite.Body, k string, d time.Duration) { str(b, k, d.String()) }
+	list := func(b *hclwrite.Body, k string, v []string) {
+		vals := make([]cty.Value, len(v))
+		for i, s := range v {
+			vals[i] = cty.StringVal(s)
+		}
+		if len(vals) == 0 {
+			b.SetAttributeValue(k, cty.ListValEmpty(cty.String))
+			return
+		}
+		b.SetAttributeValue(k, cty.ListVal(vals))
+	}
+
+	n := root.AppendNewBlock("nats", nil).Body()
+	boolean(n, "embedded", c.NATS.Embedded)
+	if c.NATS.Embedded {
+		str(n, "listen", c.NATS.Listen)
+		str(n, "store_dir", c.NATS.StoreDir)
+		boolean(n, "sync_always", c.NATS.SyncAlways)
+	} else {
+		str(n, "url", c.NATS.URL)
+		if c.NATS.Credentials != "" {
+			str(n, "credentials", c.NATS.Credentials)
+		}
+	}
+	num(n, "replicas", int64(c.NATS.Replicas))
+	str(root.AppendNewBlock("store", nil).Body(), "dir", c.Store.Dir)
+	str(root.AppendNewBlock("metrics", nil).Body(), "listen", c.Metrics.Listen)
+	str(root.AppendNewBlock("subjects", nil).Body(), "prefix", c.Prefix)
+	a := root.AppendNewBlock("admission", nil).Body()
+	boolean(a, "allow_unsigned", c.Admission.AllowUnsigned)
+	num(a, "max_payload_bytes", int64(c.Admission.MaxPayloadBytes))
+	for _, h := range c.Hosts {
+		b := root.AppendNewBlock("host", []string{h.Name}).Body()
+		str(b, "public_key", h.PublicKey)
+		list(b, "tenants", h.Tenants)
+	}
+	for _, p := range c.Policies {
+		b := root.AppendNewBlock("managed_policy", []string{p.Name}).Body()
+		if p.SecurityDomains != nil {
+			list(b, "security_domains", p.SecurityDomains)
+		}
+		boolean(b, "disabled", p.Disabled)
+		boolean(b, "automatic_approval_forbidden", p.AutomaticApprovalForbidden)
+		boolean(b, "live_actions_forbidden", p.LiveActionsForbidden)
+		if p.AllowedProviders != nil {
+			list(b, "allowed_providers", p.AllowedProviders)
+		}
+		if p.AllowedCapabilities != nil {
+			list(b, "allowed_capabilities", p.AllowedCapabilities)
+		}
+		if p.AllowedEnvironments != nil {
+			list(b, "allowed_environments", p.AllowedEnvironments)
+		}
+		if p.MinimumAuthenticationAssurance != "" {
+			str(b, "minimum_authentication_assurance", p.MinimumAuthenticationAssurance)
+		}
+		if p.MaxExternalSpend != nil {
+			m := map[string]cty.Value{}
+			for cur, amt := range p.MaxExternalSpend {
+				m[cur] = cty.NumberIntVal(amt)
+			}
+			if len(m) == 0 {
+				b.SetAttributeValue("max_external_spend", cty.MapValEmpty(cty.Number))
+			} else {
+				b.SetAttributeValue("max_external_spend", cty.MapVal(m))
+			}
+		}
+	}
+	for _, p := range c.Providers {
+		b := root.AppendNewBlock("provider", []string{p.Name}).Body()
+		str(b, "adapter", p.Adapter)
+		dur(b, "timeout", p.Timeout)
+		dur(b, "unavailable_retry", p.UnavailableRetry)
+		if p.BaseURL != "" {
+			str(b, "base_url", p.BaseURL)
+		}
+		if p.Adapter == AdapterFake {
+			s := b.AppendNewBlock("script", nil).Body()
+			list(s, "dispatch", p.Script.Dispatch)
+			list(s, "reconcile", p.Script.Reconcile)
+		}
+	}
+	g := root.AppendNewBlock("grounding", nil).Body()
+	num(g, "max_candidates", int64(c.Grounding.MaxCandidates))
+	dur(g, "source_timeout", c.Grounding.SourceTimeout)
+	dur(root.AppendNewBlock("approval", nil).Body(), "ttl", c.Approval.TTL)
+	r := root.AppendNewBlock("reconciliation", nil).Body()
+	dur(r, "interval", c.Reconciliation.Interval)
+	num(r, "max_attempts", int64(c.Reconciliation.MaxAttempts))
+	return hclwrite.Format(f.Bytes())
+}

@@ -1,0 +1,151 @@
+package testenv
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/portcullis/portcullis/config"
+)
+
+var (
+	buildOnce sync.Once
+	buildPath string
+	buildErr  error
+)
+
+// ProcessorBinary builds cmd/processor once per test binary and returns its
+// path. Crash tests run it as a child they can SIGKILL.
+func ProcessorBinary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		_, file, _, _ := runtime.Caller(0)
+		root := filepath.Dir(filepath.Dir(file))
+		dir, err := os.MkdirTemp("", "portcullis-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		buildPath = filepath.Join(dir, "processor")
+		cmd := exec.Command("go", "build", "-o", buildPath, "./cmd/processor")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return buildPath
+}
+
+// Process is a `processor run` child process.
+type Process struct {
+	cmd  *exec.Cmd
+	Logs *LogBuffer
+	done chan struct{}
+	err  error
+}
+
+// WriteConfig writes cfg as HCL into a temporary file and returns its path.
+func WriteConfig(t testing.TB, cfg *config.Config) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "processor.hcl")
+	if err := os.WriteFile(path, config.Format(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// StartProcess runs `processor run --config` on cfg with extra environment
+// variables (fault.Env to arm a crash point). Its output goes to Logs. The
+// process is killed when the test ends if still running.
+func StartProcess(t testing.TB, cfg *config.Config, env ...string) *Process {
+	t.Helper()
+	bin := ProcessorBinary(t)
+	cmd := exec.Command(bin, "run", "--config", WriteConfig(t, cfg))
+	cmd.Env = append(os.Environ(), env...)
+	logs := &LogBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &Process{cmd: cmd, Logs: logs, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.Kill()
+		p.Wait(10 * time.Second)
+	})
+	return p
+}
+
+// Kill sends SIGKILL.
+func (p *Process) Kill() { _ = p.cmd.Process.Signal(syscall.SIGKILL) }
+
+// Terminate sends SIGTERM (a graceful drain).
+func (p *Process) Terminate() { _ = p.cmd.Process.Signal(syscall.SIGTERM) }
+
+// Wait waits up to d for the process to exit and reports whether it did.
+func (p *Process) Wait(d time.Duration) bool {
+	select {
+	case <-p.done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// Exited returns a channel closed when the process exits.
+func (p *Process) Exited() <-chan struct{} { return p.done }
+
+// Killed reports whether the process died of SIGKILL.
+func (p *Process) Killed() bool {
+	select {
+	case <-p.done:
+	default:
+		return false
+	}
+	var ee *exec.ExitError
+	if !errors.As(p.err, &ee) {
+		return false
+	}
+	ws, ok := ee.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
+}
+
+// ExitCode returns the exit code (-1 if killed by a signal or still running).
+func (p *Process) ExitCode() int {
+	select {
+	case <-p.done:
+		return p.cmd.ProcessState.ExitCode()
+	default:
+		return -1
+	}
+}
+
+// WaitLog waits until the process has logged a line containing s.
+func (p *Process) WaitLog(t testing.TB, s string) {
+	t.Helper()
+	deadline := time.Now().Add(WaitTimeout)
+	for !bytesContains(p.Logs.Bytes(), s) {
+		select {
+		case <-p.done:
+			t.Fatalf("processor exited (%v) before logging %q:\n%s", p.err, s, p.Logs.Bytes())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("processor did not log %q within %s:\n%s", s, WaitTimeout, p.Logs.Bytes())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
