@@ -1,0 +1,106 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/portcullis/portcullis/testenv"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestValidate(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"validate", "--config", "../../config.example.hcl"}, nil, &out, &errb); code != 0 {
+		t.Fatalf("example: exit %d: %s", code, errb.String())
+	}
+	bad := filepath.Join(t.TempDir(), "bad.hcl")
+	os.WriteFile(bad, []byte("nats {\n  listen = 4222\n  frob = 1\n}\n"), 0o600)
+	out.Reset()
+	errb.Reset()
+	if code := run([]string{"validate", "--config", bad}, nil, &out, &errb); code != 1 {
+		t.Fatalf("bad config: exit %d", code)
+	}
+	if !strings.Contains(errb.String(), "bad.hcl:3,") {
+		t.Errorf("error lacks file:line: %s", errb.String())
+	}
+	if code := run([]string{"validate"}, nil, &out, &errb); code != 2 {
+		t.Errorf("no --config: exit %d", code)
+	}
+	if code := run([]string{"frobnicate"}, nil, &out, &errb); code != 2 {
+		t.Errorf("unknown command: exit %d", code)
+	}
+}
+
+// `processor run --dev` answers JetStream on 127.0.0.1:4222, serves /metrics
+// on 127.0.0.1:9464, and drains on SIGTERM.
+func TestRunDev(t *testing.T) {
+	bin := testenv.ProcessorBinary(t)
+	dir := t.TempDir()
+	cmd := exec.Command(bin, "run", "--dev")
+	cmd.Dir = dir
+	var out testenv.LogBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	deadline := time.Now().Add(30 * time.Second)
+	for !bytes.Contains(out.Bytes(), []byte("Portcullis is running")) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no banner:\n%s", out.Bytes())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !bytes.Contains(out.Bytes(), []byte("UNSIGNED PROPOSALS")) {
+		t.Error("--dev does not warn about unsigned proposals")
+	}
+	nc, err := nats.Connect("nats://127.0.0.1:4222")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := js.Stream(ctx, "ACTIONS_PROPOSALS"); err != nil {
+		t.Errorf("proposals stream: %v", err)
+	}
+	resp, err := http.Get("http://127.0.0.1:9464/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !bytes.Contains(body, []byte("actions_stage_messages_total")) {
+		t.Errorf("metrics lack actions_stage_messages_total")
+	}
+	nc.Close()
+	cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("exit after SIGTERM: %v\n%s", err, out.Bytes())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no exit after SIGTERM")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "data", "store")); err != nil {
+		t.Errorf("no data/store: %v", err)
+	}
+}
