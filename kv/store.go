@@ -287,3 +287,9 @@ func (s *Store) Failed() error {
 	defer s.fmu.Unlock()
 	return s.failed
 }
+
+// ForEach calls fn for every record in key order. For tools and tests (the
+// privacy tests search every stored byte for planted secrets).
+func (s *Store) ForEach(fn func(key, val []byte) error) error {
+	return s.scanRange(nil, nil, func(k, v []byte) (bool, error) { return true, fn(k, v) })
+}

@@ -219,3 +219,30 @@ func TestRestartKeepsDeliveries(t *testing.T) {
 	}
 	_ = jetstream.ErrMsgNotFound
 }
+
+// Planted values in every field a proposal carries appear in no outcome,
+// incident, log line, metric or Pebble record — refused or admitted.
+func TestNothingLeaks(t *testing.T) {
+	env := testenv.New(t)
+	secrets := []string{"SECRET-TENANT-7c1", "SECRET-ACTOR-9d2", "SECRET-PAYLOAD-3e4", "SECRET-ATTR-5f6", "SECRET-EVIDENCE-8a9", "SECRET-DELIVERY-0b1", "SECRET-KEYNAME-2c3"}
+	plant := func(id string) map[string]any {
+		p := testenv.Lumber(id)
+		testenv.Set(p, "context.tenant.tenant_ref", secrets[0])
+		testenv.Set(p, "context.actor.actor_ref", secrets[1])
+		testenv.Set(p, "intent.payload", map[string]any{"note": secrets[2]})
+		testenv.Set(p, "context.delivery.delivery_id", secrets[5]+id)
+		cands := p["grounding"].(map[string]any)["candidates"].([]any)
+		cand := cands[0].(map[string]any)
+		cand["attributes"] = map[string]any{"resource": secrets[3]}
+		cand["evidence_refs"] = []any{secrets[4]}
+		return p
+	}
+	env.Publish(t, plant("prop-ok"))                                                            // admitted (unsigned is refused: not --dev)
+	env.PublishSigned(t, plant("prop-tenant"), env.Host)                                        // tenant not permitted
+	env.PublishSigned(t, testenv.Set(plant("prop-unknown"), "intent."+secrets[6], 1), env.Host) // unknown member named like a secret
+	env.PublishSigned(t, testenv.Set(plant("prop-incomplete"), "context.host_invocation.invocation_id", ""), env.Host)
+	for _, id := range []string{"prop-ok", "prop-tenant", "prop-unknown", "prop-incomplete"} {
+		env.Recorder.Wait(t, id, testenv.Terminal)
+	}
+	env.AssertNowhere(t, secrets...)
+}
