@@ -1,0 +1,59 @@
+package kv
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/portcullis/portcullis/schema"
+)
+
+func TestIntentJournal(t *testing.T) {
+	s := open(t)
+	fp := "sha256:" + strings.Repeat("ab", 32)
+	other := "sha256:" + strings.Repeat("ac", 32)
+	if _, found, err := s.Intent(fp); found || err != nil {
+		t.Fatal(found, err)
+	}
+	if _, _, err := s.Intent("sha256:xyz"); err == nil {
+		t.Error("accepted a malformed fingerprint")
+	}
+	in := Intent{Fingerprint: fp, State: IntentInFlight, Provider: "demo"}
+	in.AddProposal("p1")
+	in.AddProposal("p1")
+	in.AddProposal("p2")
+	b := s.NewBatch()
+	b.PutIntent(in)
+	for i := uint64(1); i <= 3; i++ {
+		b.AppendReceipt(i, schema.Receipt{Fingerprint: fp, ReceiptID: "r" + string(rune('0'+i))})
+	}
+	b.AppendReceipt(1, schema.Receipt{Fingerprint: other, ReceiptID: "x"})
+	b.PutAttempt(fp, Attempt{AttemptID: "a-1", Number: 1})
+	b.SetIndeterminate(fp, 42)
+	b.SetIndeterminate(other, 43)
+	if err := b.Commit(Sync); err != nil {
+		t.Fatal(err)
+	}
+	got, found, err := s.Intent(fp)
+	if err != nil || !found || got.State != IntentInFlight || len(got.ProposalIDs) != 2 {
+		t.Fatalf("%+v %v %v", got, found, err)
+	}
+	rs, err := s.Receipts(fp)
+	if err != nil || len(rs) != 3 || rs[0].ReceiptID != "r1" || rs[2].ReceiptID != "r3" {
+		t.Fatalf("receipts %+v %v", rs, err)
+	}
+	if a, found, _ := s.Attempt(fp, "a-1"); !found || a.Number != 1 {
+		t.Errorf("attempt %+v", a)
+	}
+	if _, found, _ := s.Attempt(other, "a-1"); found {
+		t.Error("attempts leak across fingerprints")
+	}
+	b = s.NewBatch()
+	b.SetIndeterminate(other, 0)
+	if err := b.Commit(Sync); err != nil {
+		t.Fatal(err)
+	}
+	ind, err := s.Indeterminates()
+	if err != nil || len(ind) != 1 || ind[0].Fingerprint != fp || ind[0].SinceMs != 42 {
+		t.Fatalf("indeterminates %+v %v", ind, err)
+	}
+}
