@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/portcullis/portcullis/config"
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/subjects"
 )
 
 // DispatchFunc answers a dispatch in place of the fake's script.
@@ -141,25 +144,7 @@ func (f *Fake) Dispatch(ctx context.Context, req schema.DispatchRequest) (schema
 	if err := ctx.Err(); err != nil {
 		return schema.AdapterReply{}, notSent(f.name, MethodDispatch, err)
 	}
-	f.mu.Lock()
-	n := f.dispatches
-	f.dispatches++
-	f.counts(req.IdempotencyKey).dispatches++
-	hook := f.onDispatch
-	f.mu.Unlock()
-
-	var reply schema.AdapterReply
-	var err error
-	if hook != nil {
-		reply, err = hook(ctx, req) // outside the lock: a hook may block
-	} else {
-		reply = scripted(f.script.Dispatch, n, MethodDispatch, req.IdempotencyKey)
-	}
-	if !errors.Is(err, ErrNotInvoked) {
-		f.mu.Lock()
-		f.counts(req.IdempotencyKey).delivered++
-		f.mu.Unlock()
-	}
+	reply, err := f.answerDispatch(ctx, req, false)
 	if err != nil {
 		return schema.AdapterReply{}, err
 	}
@@ -177,20 +162,7 @@ func (f *Fake) Reconcile(ctx context.Context, req schema.ReconcileRequest) (sche
 	if err := ctx.Err(); err != nil {
 		return schema.AdapterReply{}, notSent(f.name, MethodReconcile, err)
 	}
-	f.mu.Lock()
-	n := f.reconciles
-	f.reconciles++
-	f.counts(req.IdempotencyKey).reconciles++
-	hook := f.onReconcile
-	f.mu.Unlock()
-
-	var reply schema.AdapterReply
-	var err error
-	if hook != nil {
-		reply, err = hook(ctx, req)
-	} else {
-		reply = scripted(f.script.Reconcile, n, MethodReconcile, req.IdempotencyKey)
-	}
+	reply, err := f.answerReconcile(ctx, req)
 	if err != nil {
 		return schema.AdapterReply{}, err
 	}
@@ -198,6 +170,122 @@ func (f *Fake) Reconcile(ctx context.Context, req schema.ReconcileRequest) (sche
 		return schema.AdapterReply{}, fmt.Errorf("adapters: %s %s: %w", f.name, MethodReconcile, err)
 	}
 	return reply, nil
+}
+
+// answerDispatch counts a dispatch and returns the hook's or the script's
+// answer, not yet validated. A request that arrived over the wire counts as
+// delivered whatever the hook says.
+func (f *Fake) answerDispatch(ctx context.Context, req schema.DispatchRequest, overWire bool) (schema.AdapterReply, error) {
+	f.mu.Lock()
+	n := f.dispatches
+	f.dispatches++
+	f.counts(req.IdempotencyKey).dispatches++
+	hook := f.onDispatch
+	f.mu.Unlock()
+
+	var reply schema.AdapterReply
+	var err error
+	if hook != nil {
+		reply, err = hook(ctx, req) // outside the lock: a hook may block
+	} else {
+		reply = scripted(f.script.Dispatch, n, MethodDispatch, req.IdempotencyKey)
+	}
+	if overWire || !errors.Is(err, ErrNotInvoked) {
+		f.mu.Lock()
+		f.counts(req.IdempotencyKey).delivered++
+		f.mu.Unlock()
+	}
+	return reply, err
+}
+
+func (f *Fake) answerReconcile(ctx context.Context, req schema.ReconcileRequest) (schema.AdapterReply, error) {
+	f.mu.Lock()
+	n := f.reconciles
+	f.reconciles++
+	f.counts(req.IdempotencyKey).reconciles++
+	hook := f.onReconcile
+	f.mu.Unlock()
+	if hook != nil {
+		return hook(ctx, req)
+	}
+	return scripted(f.script.Reconcile, n, MethodReconcile, req.IdempotencyKey), nil
+}
+
+// Serve runs the fake as a provider connector on NATS: it answers requests
+// on `<prefix>.provider.<name>.dispatch|reconcile` through nc, so that a
+// processor using the nats adapter (possibly in another process, killed and
+// restarted by a crash test) talks to it, and its counters outlive that
+// process. Every request that arrives counts as delivered. A hook's reply is
+// sent as is, unvalidated (to test MALFORMED_ADAPTER_RESULT); a hook's error
+// sends nothing, so the caller times out (no responders is simulated by not
+// serving). A request that does not strictly decode, or names another
+// provider, gets no answer and is not counted. stop unsubscribes and waits
+// for answers in progress; hooks see their context cancelled.
+func (f *Fake) Serve(nc *nats.Conn, subj subjects.Subjects) (stop func(), err error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex // orders wg.Add before stop's wg.Wait
+		stopped bool
+	)
+	answer := func(m *nats.Msg, fn func() (schema.AdapterReply, error)) {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
+		wg.Add(1)
+		go func() { // concurrently, like a real connector: a hook may block
+			defer wg.Done()
+			if reply, err := fn(); err == nil {
+				_ = m.Respond(schema.MustMarshal(reply))
+			}
+		}()
+	}
+	ds, err := nc.Subscribe(subj.ProviderDispatch(f.name), func(m *nats.Msg) {
+		var req schema.DispatchRequest
+		if schema.Decode(m.Data, &req) != nil {
+			return
+		}
+		if _, err := encodeDispatch(f.name, &req); err != nil {
+			return
+		}
+		answer(m, func() (schema.AdapterReply, error) { return f.answerDispatch(ctx, req, true) })
+	})
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("adapters: fake %s: serve: %w", f.name, err)
+	}
+	rs, err := nc.Subscribe(subj.ProviderReconcile(f.name), func(m *nats.Msg) {
+		var req schema.ReconcileRequest
+		if schema.Decode(m.Data, &req) != nil {
+			return
+		}
+		if _, err := encodeReconcile(f.name, &req); err != nil {
+			return
+		}
+		answer(m, func() (schema.AdapterReply, error) { return f.answerReconcile(ctx, req) })
+	})
+	if err != nil {
+		_ = ds.Unsubscribe()
+		cancel()
+		return nil, fmt.Errorf("adapters: fake %s: serve: %w", f.name, err)
+	}
+	if err := nc.Flush(); err != nil {
+		_ = ds.Unsubscribe()
+		_ = rs.Unsubscribe()
+		cancel()
+		return nil, fmt.Errorf("adapters: fake %s: serve: %w", f.name, err)
+	}
+	return func() {
+		_ = ds.Unsubscribe()
+		_ = rs.Unsubscribe()
+		mu.Lock()
+		stopped = true
+		mu.Unlock()
+		cancel()
+		wg.Wait()
+	}, nil
 }
 
 // scripted builds the n-th (0-based) scripted reply: the n-th outcome, or

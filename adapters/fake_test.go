@@ -3,8 +3,10 @@ package adapters_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/portcullis/portcullis/adapters"
 	"github.com/portcullis/portcullis/config"
@@ -157,4 +159,75 @@ func TestFakeConcurrent(t *testing.T) {
 			t.Fatalf("key %s delivered %d", s, n)
 		}
 	}
+}
+
+// TestFakeServe: the fake as a NATS connector, driven through the nats
+// adapter (as a processor in another process would).
+func TestFakeServe(t *testing.T) {
+	f := newNATSFixture(t, "", 500*time.Millisecond)
+	fake := adapters.NewFake("inventory", config.FakeScript{Dispatch: []string{"acknowledged"}, Reconcile: []string{"confirmed"}})
+	stop, err := fake.Serve(f.peer, f.subj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := dispatchReq("inventory", "served")
+	k := req.IdempotencyKey
+	if r, err := f.adapter.Dispatch(t.Context(), req); err != nil || r.Outcome != "acknowledged" || r.ProviderActionID != "fake:"+k[:16] {
+		t.Fatalf("dispatch: %+v %v", r, err)
+	}
+	if r, err := f.adapter.Reconcile(t.Context(), reconcileReq("served", "a1")); err != nil || r.Outcome != "confirmed" {
+		t.Fatalf("reconcile: %+v %v", r, err)
+	}
+
+	fake.OnDispatch(func(context.Context, schema.DispatchRequest) (schema.AdapterReply, error) {
+		return schema.AdapterReply{}, adapters.ErrTimeout
+	})
+	if _, err := f.adapter.Dispatch(t.Context(), req); class(err) != "timeout" {
+		t.Fatalf("silent hook: %s (%v)", class(err), err)
+	}
+	fake.OnDispatch(func(context.Context, schema.DispatchRequest) (schema.AdapterReply, error) {
+		return schema.AdapterReply{Outcome: "done"}, nil
+	})
+	if _, err := f.adapter.Dispatch(t.Context(), req); class(err) != "malformed" {
+		t.Fatalf("malformed hook: %s (%v)", class(err), err)
+	}
+	blocked := make(chan struct{})
+	fake.OnDispatch(func(ctx context.Context, _ schema.DispatchRequest) (schema.AdapterReply, error) {
+		close(blocked)
+		<-ctx.Done() // released by stop
+		return schema.AdapterReply{}, ctx.Err()
+	})
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.adapter.Dispatch(t.Context(), req)
+		done <- err
+	}()
+	<-blocked
+	stop() // must not hang on the blocked hook
+	if err := <-done; class(err) != "timeout" {
+		t.Fatalf("dispatch during stop: %s (%v)", class(err), err)
+	}
+	if _, err := f.adapter.Dispatch(t.Context(), req); class(err) != "not_invoked" {
+		t.Fatalf("after stop: %s (%v)", class(err), err)
+	}
+	if fake.DeliveredFor(k) != 4 || fake.DispatchesFor(k) != 4 || fake.Reconciles() != 1 {
+		t.Fatalf("delivered %d dispatches %d reconciles %d", fake.DeliveredFor(k), fake.DispatchesFor(k), fake.Reconciles())
+	}
+}
+
+// The fake answers its script in order (the last outcome repeats) and
+// counts what each idempotency key delivered.
+func ExampleFake() {
+	fake := adapters.NewFake("demo", config.FakeScript{Dispatch: []string{"indeterminate", "confirmed"}})
+	req := dispatchReq("demo", "example")
+	for range 3 {
+		r, err := fake.Dispatch(context.Background(), req)
+		fmt.Println(r.Outcome, r.ProviderActionID, err)
+	}
+	fmt.Println("delivered:", fake.DeliveredFor(req.IdempotencyKey))
+	// Output:
+	// indeterminate fake:50d858e0985ecc7f <nil>
+	// confirmed fake:50d858e0985ecc7f <nil>
+	// confirmed fake:50d858e0985ecc7f <nil>
+	// delivered: 3
 }

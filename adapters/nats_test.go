@@ -20,11 +20,10 @@ import (
 // natsFixture is an embedded server, the adapter's connection and a
 // connector's connection.
 type natsFixture struct {
-	adapter   *adapters.NATS
-	nc, peer  *nats.Conn
-	subj      subjects.Subjects
-	received  atomic.Int64
-	providerN string
+	adapter  *adapters.NATS
+	nc, peer *nats.Conn
+	subj     subjects.Subjects
+	received atomic.Int64
 }
 
 func newNATSFixture(t *testing.T, prefix string, timeout time.Duration) *natsFixture {
@@ -34,8 +33,8 @@ func newNATSFixture(t *testing.T, prefix string, timeout time.Duration) *natsFix
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &natsFixture{nc: testenv.Connect(t, srv), peer: testenv.Connect(t, srv), subj: subj, providerN: "inventory"}
-	f.adapter, err = adapters.NewNATS(f.providerN, f.nc, subj, timeout)
+	f := &natsFixture{nc: testenv.Connect(t, srv), peer: testenv.Connect(t, srv), subj: subj}
+	f.adapter, err = adapters.NewNATS("inventory", f.nc, subj, timeout)
 	if err != nil {
 		t.Fatal(err)
 	}
