@@ -184,9 +184,12 @@ func validRequest(req *schema.DisclosureRequest) error {
 	return nil
 }
 
+// DefaultTimeout bounds a resolver request when Resolve is given none.
+const DefaultTimeout = 10 * time.Second
+
 // Resolve asks the resolver on subject for the values req names and checks
-// the reply (see Evaluate). No responders or no reply within timeout is
-// PROTECTED_DISCLOSURE_UNAVAILABLE. If ctx itself ends first (shutdown, or
+// the reply (see Evaluate). No responders, a broken connection or no reply
+// within timeout (≤ 0: DefaultTimeout) is PROTECTED_DISCLOSURE_UNAVAILABLE. If ctx itself ends first (shutdown, or
 // the caller's own deadline) the error wraps ctx's error and is not an
 // *Error: the caller should retry later rather than record a denial.
 func Resolve(ctx context.Context, nc *nats.Conn, subject string, req schema.DisclosureRequest, timeout time.Duration) (Disclosure, error) {
@@ -199,6 +202,9 @@ func Resolve(ctx context.Context, nc *nats.Conn, subject string, req schema.Disc
 	body, err := schema.Marshal(req)
 	if err != nil {
 		return Disclosure{}, fmt.Errorf("%w: does not encode", ErrInvalidRequest)
+	}
+	if timeout <= 0 {
+		timeout = DefaultTimeout
 	}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
