@@ -1,6 +1,13 @@
 package schema
 
-import "github.com/go-json-experiment/json/jsontext"
+import (
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+
+	"github.com/go-json-experiment/json/jsontext"
+)
 
 // DispatchRequest is sent to a provider connector on
 // `<prefix>.provider.<provider>.dispatch` (SPEC §4).
@@ -24,6 +31,26 @@ type DispatchDisclosure struct {
 	Purpose      string                    `json:"purpose"`
 	FieldClasses []string                  `json:"field_classes"`
 	Values       map[string]jsontext.Value `json:"values"`
+}
+
+// Format implements fmt.Formatter for every verb, so that printing a
+// dispatch request (or this) never prints protected values.
+func (d DispatchDisclosure) Format(f fmt.State, _ rune) {
+	_, _ = fmt.Fprint(f, redactedValues("DispatchDisclosure", d.Values))
+}
+
+// LogValue implements slog.LogValuer: the classes, never the values.
+func (d DispatchDisclosure) LogValue() slog.Value {
+	return slog.StringValue(redactedValues("DispatchDisclosure", d.Values))
+}
+
+func redactedValues(typ string, values map[string]jsontext.Value) string {
+	classes := make([]string, 0, len(values))
+	for c := range values {
+		classes = append(classes, c)
+	}
+	slices.Sort(classes)
+	return "schema." + typ + "{values of " + strings.Join(classes, ",") + " redacted}"
 }
 
 // ReconcileRequest is sent on `<prefix>.provider.<provider>.reconcile`.
@@ -115,4 +142,14 @@ type DisclosureReply struct {
 	ProtectedValues              map[string]jsontext.Value `json:"protected_values,omitempty"`
 	Refused                      bool                      `json:"refused,omitempty"`
 	ReasonCode                   string                    `json:"reason_code,omitempty"`
+}
+
+// Format implements fmt.Formatter for every verb: never the values.
+func (r DisclosureReply) Format(f fmt.State, _ rune) {
+	_, _ = fmt.Fprint(f, redactedValues("DisclosureReply", r.ProtectedValues))
+}
+
+// LogValue implements slog.LogValuer: the classes, never the values.
+func (r DisclosureReply) LogValue() slog.Value {
+	return slog.StringValue(redactedValues("DisclosureReply", r.ProtectedValues))
 }

@@ -1,0 +1,168 @@
+// Package adapters implements the provider seam of SPEC §4: one two-method
+// interface (Dispatch, Reconcile) and three adapters behind it: nats (core
+// request-reply), http (POST with an Idempotency-Key) and fake (scripted,
+// for tests and the demo).
+//
+// # Errors
+//
+// An adapter returns either a reply that passed schema.AdapterReply.Valid
+// (with "acknowledged" refused for Reconcile), or an error that says how far
+// the request got:
+//
+//   - ErrNotInvoked: provably nobody received the request (NATS "no
+//     responders"; no HTTP connection was ever obtained; the context was done
+//     before sending; an invalid request that was never sent, which also
+//     matches ErrInvalidRequest). Retrying cannot duplicate an effect.
+//   - ErrTimeout: the deadline passed after the request may have been
+//     received. The effect is unknown.
+//   - ErrMalformedReply: a reply arrived (the provider was invoked) but is not
+//     strictly a valid reply.
+//   - anything else: unknown (HTTP 5xx, 3xx, 4xx without a valid reply, a
+//     connection lost after sending, a cancelled context after sending).
+//
+// The dispatch stage maps them to ADAPTER_UNAVAILABLE, ADAPTER_TIMEOUT,
+// MALFORMED_ADAPTER_RESULT and ADAPTER_ERROR. Misclassifying "maybe
+// received" as "not invoked" could duplicate an effect, so every
+// classification here errs towards unknown.
+//
+// Error texts name only the provider, the method and a category: never the
+// request (payload, protected values) nor any part of a reply body.
+package adapters
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/portcullis/portcullis/config"
+	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/subjects"
+)
+
+// Adapter is the provider seam. Implementations are safe for concurrent use.
+type Adapter interface {
+	// Kind is "nats", "http" or "fake"; receipts record it as `adapter`.
+	Kind() string
+	// Dispatch sends the action once. It never retries on its own.
+	Dispatch(ctx context.Context, req schema.DispatchRequest) (schema.AdapterReply, error)
+	// Reconcile asks, read-only, what became of an earlier dispatch.
+	Reconcile(ctx context.Context, req schema.ReconcileRequest) (schema.AdapterReply, error)
+}
+
+// Sentinel errors; see the package documentation.
+var (
+	ErrNotInvoked     = errors.New("adapters: provider not invoked")
+	ErrTimeout        = errors.New("adapters: timed out after sending")
+	ErrMalformedReply = errors.New("adapters: malformed reply")
+	// ErrInvalidRequest marks a request the adapter refused to send (a
+	// programming error upstream). Such an error also matches ErrNotInvoked.
+	ErrInvalidRequest = errors.New("adapters: invalid request")
+)
+
+// MaxReplyBytes bounds a reply body. A valid reply is far smaller: 20
+// evidence refs of 512 characters plus an action id, even fully escaped,
+// stay under it.
+const MaxReplyBytes = 64 << 10
+
+// Methods, as they appear in error texts and HTTP paths.
+const (
+	MethodDispatch  = "dispatch"
+	MethodReconcile = "reconcile"
+)
+
+// DecodeReply strictly decodes a reply body: one JSON object with only the
+// members of SPEC §4, no duplicate names, no trailing data, at most
+// MaxReplyBytes, and within schema.AdapterReply.Valid's bounds (reconcile
+// may not answer "acknowledged"). Optional members may be absent or null.
+// Any failure is ErrMalformedReply, whose text never quotes the body.
+func DecodeReply(data []byte, forReconcile bool) (schema.AdapterReply, error) {
+	if len(data) > MaxReplyBytes {
+		return schema.AdapterReply{}, fmt.Errorf("%w: over %d bytes", ErrMalformedReply, MaxReplyBytes)
+	}
+	var r schema.AdapterReply
+	if err := schema.Decode(data, &r); err != nil {
+		// schema.Decode keeps only the error's category, never input.
+		return schema.AdapterReply{}, fmt.Errorf("%w: %w", ErrMalformedReply, err)
+	}
+	return checkReply(r, forReconcile)
+}
+
+// checkReply applies the bounds to a reply from any source (a decoded body,
+// or the fake's script and hooks), so that every adapter returns only valid
+// replies.
+func checkReply(r schema.AdapterReply, forReconcile bool) (schema.AdapterReply, error) {
+	if !r.Valid(forReconcile) {
+		if forReconcile && r.Outcome == schema.ReplyAcknowledged {
+			return schema.AdapterReply{}, fmt.Errorf("%w: reconcile answered acknowledged", ErrMalformedReply)
+		}
+		return schema.AdapterReply{}, fmt.Errorf("%w: outside the reply contract", ErrMalformedReply)
+	}
+	return r, nil
+}
+
+var hexKeyPattern = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// encodeDispatch checks a request and returns its body. It refuses a request
+// that cannot be right: the wrong schema or provider, an idempotency key
+// that is not the fingerprint's 64 hex digits (SPEC §2.3), or a body that
+// does not encode (an invalid raw payload or value). Such a request is a bug
+// upstream, and sending it could reach the wrong provider or defeat its
+// deduplication.
+func encodeDispatch(provider string, req *schema.DispatchRequest) ([]byte, error) {
+	switch {
+	case req.Schema != schema.SchemaDispatch:
+		return nil, invalid(provider, MethodDispatch, "schema")
+	case req.Provider != provider:
+		return nil, invalid(provider, MethodDispatch, "provider")
+	case !hexKeyPattern.MatchString(req.IdempotencyKey) || req.Fingerprint != "sha256:"+req.IdempotencyKey:
+		return nil, invalid(provider, MethodDispatch, "fingerprint or idempotency key")
+	}
+	body, err := schema.Marshal(req)
+	if err != nil {
+		// The encoder's message may quote the payload: drop it.
+		return nil, invalid(provider, MethodDispatch, "does not encode")
+	}
+	return body, nil
+}
+
+func encodeReconcile(provider string, req *schema.ReconcileRequest) ([]byte, error) {
+	switch {
+	case req.Schema != schema.SchemaReconcile:
+		return nil, invalid(provider, MethodReconcile, "schema")
+	case !hexKeyPattern.MatchString(req.IdempotencyKey) || req.Fingerprint != "sha256:"+req.IdempotencyKey:
+		return nil, invalid(provider, MethodReconcile, "fingerprint or idempotency key")
+	case req.AttemptID == "":
+		return nil, invalid(provider, MethodReconcile, "attempt_id")
+	}
+	body, err := schema.Marshal(req)
+	if err != nil {
+		return nil, invalid(provider, MethodReconcile, "does not encode")
+	}
+	return body, nil
+}
+
+func invalid(provider, method, what string) error {
+	return fmt.Errorf("adapters: %s %s: %w (%s), so %w", provider, method, ErrInvalidRequest, what, ErrNotInvoked)
+}
+
+// notSent reports a context that was done before anything was sent.
+func notSent(provider, method string, err error) error {
+	return fmt.Errorf("adapters: %s %s: %w: %w", provider, method, ErrNotInvoked, err)
+}
+
+// New builds the adapter a configured provider names. nc is needed by the
+// nats adapter only; subj names its subjects.
+func New(p config.Provider, nc *nats.Conn, subj subjects.Subjects) (Adapter, error) {
+	switch p.Adapter {
+	case config.AdapterNATS, "":
+		return NewNATS(p.Name, nc, subj, p.Timeout)
+	case config.AdapterHTTP:
+		return NewHTTP(p.Name, p.BaseURL, p.Timeout)
+	case config.AdapterFake:
+		return NewFake(p.Name, p.Script), nil
+	}
+	return nil, fmt.Errorf("adapters: provider %q: unknown adapter kind %q", p.Name, p.Adapter)
+}

@@ -1,0 +1,313 @@
+package adapters
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/portcullis/portcullis/config"
+	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/subjects"
+)
+
+// DispatchFunc answers a dispatch in place of the fake's script.
+type DispatchFunc func(ctx context.Context, req schema.DispatchRequest) (schema.AdapterReply, error)
+
+// ReconcileFunc answers a reconcile in place of the fake's script.
+type ReconcileFunc func(ctx context.Context, req schema.ReconcileRequest) (schema.AdapterReply, error)
+
+// Fake is a scripted provider for tests and the demo. It answers the
+// successive outcomes of its script (the last one repeats), or whatever a
+// hook set with OnDispatch/OnReconcile returns, and it counts what it saw so
+// that tests can assert that each idempotency key was delivered at most
+// once. It is safe for concurrent use.
+//
+// It behaves like the real adapters at the seam: requests are checked the
+// same way, a context already done means ErrNotInvoked, and replies (also a
+// hook's) pass the same validation, so a hook returning an invalid reply
+// yields ErrMalformedReply. A hook simulates a transport failure by
+// returning ErrNotInvoked ("no responders"), ErrTimeout or any other error.
+type Fake struct {
+	name string
+
+	mu          sync.Mutex
+	script      config.FakeScript
+	onDispatch  DispatchFunc
+	onReconcile ReconcileFunc
+	dispatches  int
+	reconciles  int
+	keys        map[string]*fakeCounts
+}
+
+type fakeCounts struct {
+	dispatches, delivered, reconciles int
+}
+
+// NewFake returns a fake provider named name with script (empty lists mean
+// "confirmed").
+func NewFake(name string, script config.FakeScript) *Fake {
+	return &Fake{name: name, script: script, keys: map[string]*fakeCounts{}}
+}
+
+// Kind implements Adapter.
+func (f *Fake) Kind() string { return config.AdapterFake }
+
+// OnDispatch replaces the script for dispatches; nil restores it.
+func (f *Fake) OnDispatch(fn DispatchFunc) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.onDispatch = fn
+}
+
+// OnReconcile replaces the script for reconciles; nil restores it.
+func (f *Fake) OnReconcile(fn ReconcileFunc) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.onReconcile = fn
+}
+
+// Dispatches returns how many dispatch calls reached the fake.
+func (f *Fake) Dispatches() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.dispatches
+}
+
+// Reconciles returns how many reconcile calls reached the fake.
+func (f *Fake) Reconciles() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.reconciles
+}
+
+// DispatchesFor returns how many dispatch calls carried idempotency key.
+func (f *Fake) DispatchesFor(key string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c := f.keys[key]; c != nil {
+		return c.dispatches
+	}
+	return 0
+}
+
+// ReconcilesFor returns how many reconcile calls carried idempotency key.
+func (f *Fake) ReconcilesFor(key string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c := f.keys[key]; c != nil {
+		return c.reconciles
+	}
+	return 0
+}
+
+// DeliveredFor returns how many dispatches of key the provider "received":
+// calls whose result was not ErrNotInvoked.
+func (f *Fake) DeliveredFor(key string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c := f.keys[key]; c != nil {
+		return c.delivered
+	}
+	return 0
+}
+
+// Delivered returns DeliveredFor of every key delivered at least once.
+func (f *Fake) Delivered() map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]int{}
+	for k, c := range f.keys {
+		if c.delivered > 0 {
+			out[k] = c.delivered
+		}
+	}
+	return out
+}
+
+func (f *Fake) counts(key string) *fakeCounts {
+	c := f.keys[key]
+	if c == nil {
+		c = &fakeCounts{}
+		f.keys[key] = c
+	}
+	return c
+}
+
+// Dispatch implements Adapter.
+func (f *Fake) Dispatch(ctx context.Context, req schema.DispatchRequest) (schema.AdapterReply, error) {
+	if _, err := encodeDispatch(f.name, &req); err != nil {
+		return schema.AdapterReply{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return schema.AdapterReply{}, notSent(f.name, MethodDispatch, err)
+	}
+	reply, err := f.answerDispatch(ctx, req, false)
+	if err != nil {
+		return schema.AdapterReply{}, err
+	}
+	if reply, err = checkReply(reply, false); err != nil {
+		return schema.AdapterReply{}, fmt.Errorf("adapters: %s %s: %w", f.name, MethodDispatch, err)
+	}
+	return reply, nil
+}
+
+// Reconcile implements Adapter.
+func (f *Fake) Reconcile(ctx context.Context, req schema.ReconcileRequest) (schema.AdapterReply, error) {
+	if _, err := encodeReconcile(f.name, &req); err != nil {
+		return schema.AdapterReply{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return schema.AdapterReply{}, notSent(f.name, MethodReconcile, err)
+	}
+	reply, err := f.answerReconcile(ctx, req)
+	if err != nil {
+		return schema.AdapterReply{}, err
+	}
+	if reply, err = checkReply(reply, true); err != nil {
+		return schema.AdapterReply{}, fmt.Errorf("adapters: %s %s: %w", f.name, MethodReconcile, err)
+	}
+	return reply, nil
+}
+
+// answerDispatch counts a dispatch and returns the hook's or the script's
+// answer, not yet validated. A request that arrived over the wire counts as
+// delivered whatever the hook says.
+func (f *Fake) answerDispatch(ctx context.Context, req schema.DispatchRequest, overWire bool) (schema.AdapterReply, error) {
+	f.mu.Lock()
+	n := f.dispatches
+	f.dispatches++
+	f.counts(req.IdempotencyKey).dispatches++
+	hook := f.onDispatch
+	f.mu.Unlock()
+
+	var reply schema.AdapterReply
+	var err error
+	if hook != nil {
+		reply, err = hook(ctx, req) // outside the lock: a hook may block
+	} else {
+		reply = scripted(f.script.Dispatch, n, MethodDispatch, req.IdempotencyKey)
+	}
+	if overWire || !errors.Is(err, ErrNotInvoked) {
+		f.mu.Lock()
+		f.counts(req.IdempotencyKey).delivered++
+		f.mu.Unlock()
+	}
+	return reply, err
+}
+
+func (f *Fake) answerReconcile(ctx context.Context, req schema.ReconcileRequest) (schema.AdapterReply, error) {
+	f.mu.Lock()
+	n := f.reconciles
+	f.reconciles++
+	f.counts(req.IdempotencyKey).reconciles++
+	hook := f.onReconcile
+	f.mu.Unlock()
+	if hook != nil {
+		return hook(ctx, req)
+	}
+	return scripted(f.script.Reconcile, n, MethodReconcile, req.IdempotencyKey), nil
+}
+
+// Serve runs the fake as a provider connector on NATS: it answers requests
+// on `<prefix>.provider.<name>.dispatch|reconcile` through nc, so that a
+// processor using the nats adapter (possibly in another process, killed and
+// restarted by a crash test) talks to it, and its counters outlive that
+// process. Every request that arrives counts as delivered. A hook's reply is
+// sent as is, unvalidated (to test MALFORMED_ADAPTER_RESULT); a hook's error
+// sends nothing, so the caller times out (no responders is simulated by not
+// serving). A request that does not strictly decode, or names another
+// provider, gets no answer and is not counted. stop unsubscribes and waits
+// for answers in progress; hooks see their context cancelled.
+func (f *Fake) Serve(nc *nats.Conn, subj subjects.Subjects) (stop func(), err error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex // orders wg.Add before stop's wg.Wait
+		stopped bool
+	)
+	answer := func(m *nats.Msg, fn func() (schema.AdapterReply, error)) {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
+		wg.Add(1)
+		go func() { // concurrently, like a real connector: a hook may block
+			defer wg.Done()
+			if reply, err := fn(); err == nil {
+				_ = m.Respond(schema.MustMarshal(reply))
+			}
+		}()
+	}
+	ds, err := nc.Subscribe(subj.ProviderDispatch(f.name), func(m *nats.Msg) {
+		var req schema.DispatchRequest
+		if schema.Decode(m.Data, &req) != nil {
+			return
+		}
+		if _, err := encodeDispatch(f.name, &req); err != nil {
+			return
+		}
+		answer(m, func() (schema.AdapterReply, error) { return f.answerDispatch(ctx, req, true) })
+	})
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("adapters: fake %s: serve: %w", f.name, err)
+	}
+	rs, err := nc.Subscribe(subj.ProviderReconcile(f.name), func(m *nats.Msg) {
+		var req schema.ReconcileRequest
+		if schema.Decode(m.Data, &req) != nil {
+			return
+		}
+		if _, err := encodeReconcile(f.name, &req); err != nil {
+			return
+		}
+		answer(m, func() (schema.AdapterReply, error) { return f.answerReconcile(ctx, req) })
+	})
+	if err != nil {
+		_ = ds.Unsubscribe()
+		cancel()
+		return nil, fmt.Errorf("adapters: fake %s: serve: %w", f.name, err)
+	}
+	if err := nc.Flush(); err != nil {
+		_ = ds.Unsubscribe()
+		_ = rs.Unsubscribe()
+		cancel()
+		return nil, fmt.Errorf("adapters: fake %s: serve: %w", f.name, err)
+	}
+	return func() {
+		_ = ds.Unsubscribe()
+		_ = rs.Unsubscribe()
+		mu.Lock()
+		stopped = true
+		mu.Unlock()
+		cancel()
+		wg.Wait()
+	}, nil
+}
+
+// scripted builds the n-th (0-based) scripted reply: the n-th outcome, or
+// the last one once the script is exhausted.
+func scripted(outcomes []string, n int, method, key string) schema.AdapterReply {
+	outcome := schema.ReplyConfirmed
+	if len(outcomes) > 0 {
+		outcome = outcomes[min(n, len(outcomes)-1)]
+	}
+	short := key[:16] // checked: 64 hex digits
+	r := schema.AdapterReply{
+		Outcome:          outcome,
+		ProviderActionID: "fake:" + short,
+		EvidenceRefs:     []string{"fake:" + method + ":" + short},
+	}
+	switch outcome {
+	case schema.ReplyRejected:
+		r.ErrorCode = "FAKE_REJECTED"
+	case schema.ReplyFailedBeforeDispatch:
+		r.ErrorCode = "FAKE_FAILED_BEFORE_DISPATCH"
+	case schema.ReplyIndeterminate:
+		r.ErrorCode = "FAKE_INDETERMINATE"
+	}
+	return r
+}
