@@ -92,7 +92,7 @@ func (r *AdapterReply) Valid(forReconcile bool) bool {
 	default:
 		return false
 	}
-	if len(r.ProviderActionID) > MaxProviderActionID || (r.ProviderActionID != "" && !singleLine(r.ProviderActionID, MaxProviderActionID)) {
+	if r.ProviderActionID != "" && !singleLine(r.ProviderActionID, MaxProviderActionID) {
 		return false
 	}
 	if len(r.EvidenceRefs) > MaxReplyEvidence {

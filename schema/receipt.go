@@ -70,7 +70,7 @@ func ValidErrorCode(s string) bool { return errorCodePattern.MatchString(s) }
 // ValidEvidenceRef reports whether s is a bounded, single-line reference
 // containing ':'.
 func ValidEvidenceRef(s string) bool {
-	return singleLine(s, MaxEvidenceRefLen) && len(s) <= MaxEvidenceRefLen && strings.Contains(s, ":")
+	return singleLine(s, MaxEvidenceRefLen) && strings.Contains(s, ":")
 }
 
 // OutcomeKind maps a receipt to the outcome kind it reports.
