@@ -155,10 +155,16 @@ func TestManagedPolicy(t *testing.T) {
 			p.Disabled, g.AuthorizationMethod, tg.Environment = true, schema.MethodAdversarialAuto, schema.EnvLive
 		}, schema.CodeExternalActionsDisabled},
 		// Harn: managed policy vs adversarial_auto.
-		{"adversarial_auto", func(_ *config.ManagedPolicy, g *schema.Grant, _ *Target) { g.AuthorizationMethod = schema.MethodAdversarialAuto }, schema.CodeAutomaticApprovalForbidden},
+		{"adversarial_auto", func(_ *config.ManagedPolicy, g *schema.Grant, _ *Target) {
+			g.AuthorizationMethod = schema.MethodAdversarialAuto
+		}, schema.CodeAutomaticApprovalForbidden},
 		{"policy method", func(_ *config.ManagedPolicy, g *schema.Grant, _ *Target) { g.AuthorizationMethod = schema.MethodPolicy }, schema.CodeAutomaticApprovalForbidden},
-		{"managed_policy method", func(_ *config.ManagedPolicy, g *schema.Grant, _ *Target) { g.AuthorizationMethod = schema.MethodManagedPolicy }, schema.CodeAutomaticApprovalForbidden},
-		{"test_fixture is not automatic", func(_ *config.ManagedPolicy, g *schema.Grant, _ *Target) { g.AuthorizationMethod = schema.MethodTestFixture }, ""},
+		{"managed_policy method", func(_ *config.ManagedPolicy, g *schema.Grant, _ *Target) {
+			g.AuthorizationMethod = schema.MethodManagedPolicy
+		}, schema.CodeAutomaticApprovalForbidden},
+		{"test_fixture is not automatic", func(_ *config.ManagedPolicy, g *schema.Grant, _ *Target) {
+			g.AuthorizationMethod = schema.MethodTestFixture
+		}, ""},
 		{"automatic allowed when not forbidden", func(p *config.ManagedPolicy, g *schema.Grant, _ *Target) {
 			p.AutomaticApprovalForbidden, g.AuthorizationMethod = false, schema.MethodAdversarialAuto
 		}, ""},
@@ -180,9 +186,15 @@ func TestManagedPolicy(t *testing.T) {
 		{"environment not allowed", func(_ *config.ManagedPolicy, _ *schema.Grant, tg *Target) { tg.Environment = schema.EnvMock }, schema.CodeEnvironmentNotAllowed},
 		{"empty allow-list allows nothing", func(p *config.ManagedPolicy, _ *schema.Grant, _ *Target) { p.AllowedProviders = []string{} }, schema.CodeProviderNotAllowed},
 		{"assurance equal to minimum", func(*config.ManagedPolicy, *schema.Grant, *Target) {}, ""},
-		{"assurance above minimum", func(_ *config.ManagedPolicy, g *schema.Grant, _ *Target) { g.AuthenticationAssurance = schema.AssuranceManaged }, ""},
-		{"assurance one below minimum", func(_ *config.ManagedPolicy, g *schema.Grant, _ *Target) { g.AuthenticationAssurance = schema.AssuranceSession }, schema.CodeAuthenticationTooWeak},
-		{"no assurance", func(_ *config.ManagedPolicy, g *schema.Grant, _ *Target) { g.AuthenticationAssurance = schema.AssuranceNone }, schema.CodeAuthenticationTooWeak},
+		{"assurance above minimum", func(_ *config.ManagedPolicy, g *schema.Grant, _ *Target) {
+			g.AuthenticationAssurance = schema.AssuranceManaged
+		}, ""},
+		{"assurance one below minimum", func(_ *config.ManagedPolicy, g *schema.Grant, _ *Target) {
+			g.AuthenticationAssurance = schema.AssuranceSession
+		}, schema.CodeAuthenticationTooWeak},
+		{"no assurance", func(_ *config.ManagedPolicy, g *schema.Grant, _ *Target) {
+			g.AuthenticationAssurance = schema.AssuranceNone
+		}, schema.CodeAuthenticationTooWeak},
 		{"minimum outside the scale fails closed", func(p *config.ManagedPolicy, g *schema.Grant, _ *Target) {
 			p.MinimumAuthenticationAssurance, g.AuthenticationAssurance = "retina", schema.AssuranceManaged
 		}, schema.CodeAuthenticationTooWeak},
@@ -191,7 +203,9 @@ func TestManagedPolicy(t *testing.T) {
 		}, schema.CodeAuthenticationTooWeak},
 		{"spend equal to policy ceiling", func(p *config.ManagedPolicy, _ *schema.Grant, _ *Target) { p.MaxExternalSpend["USD"] = 24567 }, ""},
 		{"spend one over policy ceiling", func(p *config.ManagedPolicy, _ *schema.Grant, _ *Target) { p.MaxExternalSpend["USD"] = 24566 }, schema.CodeExternalSpendExceedsPolicy},
-		{"currency without a ceiling", func(p *config.ManagedPolicy, _ *schema.Grant, _ *Target) { p.MaxExternalSpend = map[string]int64{"EUR": 1 << 40} }, schema.CodeExternalSpendExceedsPolicy},
+		{"currency without a ceiling", func(p *config.ManagedPolicy, _ *schema.Grant, _ *Target) {
+			p.MaxExternalSpend = map[string]int64{"EUR": 1 << 40}
+		}, schema.CodeExternalSpendExceedsPolicy},
 		{"empty ceiling map refuses any spend", func(p *config.ManagedPolicy, _ *schema.Grant, _ *Target) { p.MaxExternalSpend = map[string]int64{} }, schema.CodeExternalSpendExceedsPolicy},
 		{"no spend under a ceiling map", func(p *config.ManagedPolicy, _ *schema.Grant, tg *Target) {
 			p.MaxExternalSpend, tg.ExternalSpend = map[string]int64{}, nil
