@@ -164,11 +164,18 @@ var (
 // authorization section (never the grant's author or signature, the
 // payload, or tenant and actor ids). env may be nil (an approval that
 // timed out is decided from the Pebble record alone); then only the
-// decision changes. A status written by a later stage (a receipt exists)
-// is left alone: the receipt is the truth of the effect.
+// decision changes.
+//
+// The snapshot is per intent, and several proposals can carry one intent.
+// Once one of them was authorized, or a receipt exists, the snapshot
+// describes that one: a later proposal of the same intent is only listed,
+// whatever its own decision (its outcome tells its proposer).
 func ActivityEdit(proposalID string, env *schema.Envelope, v Verdict, atMs, approvalExpiresAtMs int64) func(a *schema.Activity) {
 	return func(a *schema.Activity) {
 		a.AddProposal(proposalID)
+		if a.Receipt != nil || (a.Status == schema.ActivityAuthorized && v.Decision != Permit) {
+			return
+		}
 		if env != nil {
 			in := &env.Proposal.Intent
 			a.Provider, a.Capability, a.Operation, a.Environment = in.Provider, in.Capability, in.Operation, in.Environment
@@ -177,9 +184,7 @@ func ActivityEdit(proposalID string, env *schema.Envelope, v Verdict, atMs, appr
 			a.ExternalSpend = in.ExternalSpend
 			a.Requester = env.Proposal.Requester
 		}
-		if a.Receipt == nil {
-			a.Status = activityStatus[v.Decision]
-		}
+		a.Status = activityStatus[v.Decision]
 		a.PolicyEvaluations = append([]schema.PolicyEvaluation{}, v.Evaluations...)
 		reason := v.Code
 		if v.Decision == Permit {

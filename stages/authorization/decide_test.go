@@ -277,14 +277,28 @@ func TestActivityEdit(t *testing.T) {
 			t.Errorf("activity holds %q: %s", leak, raw)
 		}
 	}
-	// A receipt's status stands; a malformed grant's fields are not recorded.
-	a.Receipt = &schema.Receipt{Status: "confirmed"}
-	a.Status = "confirmed"
+	// Once authorized, a later proposal of the same intent is only listed.
 	bad := grant()
 	bad.AuthorizationMethod = "telepathy"
 	ActivityEdit("prop-2", nil, Verdict{Decision: Deny, Code: schema.CodeGrantMalformed, Grant: bad}, now+6, 0)(&a)
-	if a.Status != "confirmed" || a.Decision.Outcome != "deny" || a.Authorization.Method != "" || !slices.Equal(a.ProposalIDs, []string{"prop-1", "prop-2"}) {
-		t.Errorf("activity after a later denial = %+v %+v", a, a.Authorization)
+	if a.Status != schema.ActivityAuthorized || a.Decision.Outcome != "permit" || !slices.Equal(a.ProposalIDs, []string{"prop-1", "prop-2"}) {
+		t.Errorf("activity after a later denial = %+v %+v", a, a.Decision)
+	}
+	// So is any decision once a receipt exists.
+	a.Receipt = &schema.Receipt{Status: "confirmed"}
+	a.Status = "confirmed"
+	ActivityEdit("prop-3", env, v, now+7, 0)(&a)
+	if a.Status != "confirmed" || a.Decision.DecidedAtMs != now+5 || len(a.ProposalIDs) != 3 {
+		t.Errorf("activity after the receipt = %+v %+v", a, a.Decision)
+	}
+	// Before that, a denial replaces the picture; a malformed grant's
+	// fields are not recorded.
+	var d schema.Activity
+	ActivityEdit("prop-4", flight(), DecideProposal(Policy{}, flight(), now), now, now+600_000)(&d)
+	ActivityEdit("prop-4", nil, Verdict{Decision: Deny, Code: schema.CodeGrantMalformed, Grant: bad}, now+6, 0)(&d)
+	if d.Status != schema.ActivityDenied || d.Decision.ReasonCode != schema.CodeGrantMalformed || d.Authorization.Method != "" ||
+		d.Authorization.ApprovalExpiresAtMs != now+600_000 || d.Provider != "duffel" {
+		t.Errorf("denied activity = %+v %+v", d, d.Authorization)
 	}
 }
 
