@@ -771,3 +771,25 @@ func TestUnsignedGrantsInDev(t *testing.T) {
 		t.Errorf("dispatch inbox = %v", ids(got))
 	}
 }
+
+// TestUndecodableHandOff: an envelope the stage cannot read ends its
+// proposal with PROCESSING_FAILED at once, not a redelivery loop.
+func TestUndecodableHandOff(t *testing.T) {
+	env, _ := start(t)
+	env.PublishWith(t, env.Subjects.Stage(subjects.StageAuthorization, subjects.KindProposal, "prop-garbled"), []byte(`{"schema":`), nil)
+	o := env.Recorder.Wait(t, "prop-garbled", testenv.Terminal)
+	if o.Kind != schema.KindIntegrationFailure || len(o.Incidents) != 1 || o.Incidents[0] != incident(schema.CodeProcessingFailed) {
+		t.Fatalf("outcome = %+v", o)
+	}
+	drained(t, env)
+	m := env.Processor().Metrics()
+	gaveUp := m.StageMessages.WithLabelValues(subjects.StageAuthorization, "gave_up")
+	for deadline := time.Now().Add(testenv.WaitTimeout); testutil.ToFloat64(gaveUp) != 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave_up = %v", testutil.ToFloat64(gaveUp))
+		}
+	}
+	if got := testutil.ToFloat64(m.StageMessages.WithLabelValues(subjects.StageAuthorization, "retry")); got != 0 {
+		t.Errorf("retries = %v", got)
+	}
+}
