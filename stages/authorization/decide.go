@@ -154,6 +154,21 @@ func HandOff(env *schema.Envelope, v Verdict, atMs int64) schema.Envelope {
 	return out
 }
 
+// stale reports whether a decision recorded in the snapshot is newer than
+// v, decided at atMs: snapshots are written after publishing, outside the
+// per-proposal lock, so a parked proposal's write can land after the write
+// of the grant that resumed it. At the same millisecond, a final decision
+// is newer than a pending one.
+func stale(recorded *schema.ActivityDecision, v Verdict, atMs int64) bool {
+	if recorded == nil {
+		return false
+	}
+	if recorded.DecidedAtMs != atMs {
+		return recorded.DecidedAtMs > atMs
+	}
+	return v.Decision == Park && recorded.Outcome != decisionOutcome[Park]
+}
+
 // Activity statuses and decision outcomes of each decision.
 var (
 	activityStatus  = map[string]string{Park: schema.ActivityAwaitingApproval, Permit: schema.ActivityAuthorized, Deny: schema.ActivityDenied}
@@ -173,7 +188,7 @@ var (
 func ActivityEdit(proposalID string, env *schema.Envelope, v Verdict, atMs, approvalExpiresAtMs int64) func(a *schema.Activity) {
 	return func(a *schema.Activity) {
 		a.AddProposal(proposalID)
-		if a.Receipt != nil || (a.Status == schema.ActivityAuthorized && v.Decision != Permit) {
+		if a.Receipt != nil || (a.Status == schema.ActivityAuthorized && v.Decision != Permit) || stale(a.Decision, v, atMs) {
 			return
 		}
 		if env != nil {

@@ -291,6 +291,23 @@ func TestActivityEdit(t *testing.T) {
 	if a.Status != "confirmed" || a.Decision.DecidedAtMs != now+5 || len(a.ProposalIDs) != 3 {
 		t.Errorf("activity after the receipt = %+v %+v", a, a.Decision)
 	}
+	// A write that lands late (a parked proposal's, after its grant's)
+	// does not roll the snapshot back.
+	var late schema.Activity
+	park := DecideProposal(Policy{}, flight(), now)
+	ActivityEdit("prop-5", flight(), Verdict{Decision: Deny, Code: schema.CodeGrantExpired}, now, 0)(&late)
+	ActivityEdit("prop-5", flight(), park, now, now+600_000)(&late)
+	if late.Status != schema.ActivityDenied || late.Decision.ReasonCode != schema.CodeGrantExpired {
+		t.Errorf("late park write = %+v", late.Decision)
+	}
+	ActivityEdit("prop-5", flight(), Verdict{Decision: Deny, Code: schema.CodeGrantMalformed}, now-1, 0)(&late)
+	if late.Decision.ReasonCode != schema.CodeGrantExpired {
+		t.Errorf("older decision applied: %+v", late.Decision)
+	}
+	ActivityEdit("prop-6", flight(), park, now+1, now+600_001)(&late)
+	if late.Status != schema.ActivityAwaitingApproval {
+		t.Errorf("a newer proposal of the intent is not shown: %+v", late.Decision)
+	}
 	// Before that, a denial replaces the picture; a malformed grant's
 	// fields are not recorded.
 	var d schema.Activity
