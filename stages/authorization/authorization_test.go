@@ -793,3 +793,31 @@ func TestUndecodableHandOff(t *testing.T) {
 		t.Errorf("retries = %v", got)
 	}
 }
+
+// TestPolicyRefusesBeforeAsking: a proposal that managed policy refuses
+// whatever the grant is denied at once, without asking anyone to approve it.
+func TestPolicyRefusesBeforeAsking(t *testing.T) {
+	env, _ := start(t)
+	off := grounded(t, "prop-off", func(m map[string]any) { testenv.Set(m, "context.tenant.security_domain_ref", domainOff) })
+	live := grounded(t, "prop-live", func(m map[string]any) { testenv.Set(m, "intent.environment", "live") })
+	rich := grounded(t, "prop-rich", func(m map[string]any) {
+		testenv.Set(m, "intent.external_spend", map[string]any{"currency": "GBP", "amount_minor": 1})
+	})
+	for _, e := range []schema.Envelope{off, live, rich} {
+		handOff(t, env, e)
+	}
+	denied(t, env, off, schema.CodeExternalActionsDisabled)
+	denied(t, env, live, schema.CodeLiveActionsForbidden)
+	denied(t, env, rich, schema.CodeExternalSpendExceedsPolicy)
+	for _, id := range []string{"prop-off", "prop-live", "prop-rich"} {
+		if outs := env.Recorder.Outcomes(id); len(outs) != 1 {
+			t.Errorf("%s: outcomes = %+v", id, outs)
+		}
+	}
+	a := activityOf(t, env, off.Grounded.Fingerprint, func(a *schema.Activity) bool { return a.Status == schema.ActivityDenied })
+	want := []schema.PolicyEvaluation{{Layer: "managed_policy:off", Outcome: "deny", ReasonCode: schema.CodeExternalActionsDisabled}}
+	if !slices.Equal(a.PolicyEvaluations, want) || a.Authorization.Method != "" {
+		t.Errorf("activity = %+v %+v", a.PolicyEvaluations, a.Authorization)
+	}
+	pending(t, env, 0)
+}
