@@ -130,7 +130,7 @@ func (s *Stage) handleProposal(ctx context.Context, in *stages.Input, pid string
 	b := s.Store.NewBatch()
 	if v.Decision == Park {
 		a.State, a.ExpiresAtMs = kv.ApprovalParked, now+s.Policy.ApprovalTTL.Milliseconds()
-		b.AddTimer(s.expiryTimer(pid, a.ExpiresAtMs))
+		b.AddTimer(s.expiryTimer(pid, a.ExpiresAtMs, timerID(pid)))
 	} else {
 		decide(&a, v, inputID(in), now)
 	}
@@ -144,13 +144,15 @@ func (s *Stage) handleProposal(ctx context.Context, in *stages.Input, pid string
 	return s.result(a, v, env), nil
 }
 
-func (s *Stage) expiryTimer(pid string, dueMs int64) kv.Timer {
+// expiryTimer fires a parked proposal's expiry on the authorization
+// stream. msgID dedupes the scheduler's republishing after a crash.
+func (s *Stage) expiryTimer(pid string, dueMs int64, msgID string) kv.Timer {
 	return kv.Timer{
 		ID:      timerID(pid),
 		DueMs:   dueMs,
 		Subject: s.Subjects.Stage(subjects.StageAuthorization, subjects.KindTimer, pid),
 		Data:    []byte(pid),
-		MsgID:   timerID(pid),
+		MsgID:   msgID,
 	}
 }
 
@@ -234,8 +236,9 @@ func (s *Stage) handleTimer(ctx context.Context, in *stages.Input, pid string) (
 	now := stages.NowMs(s.Clock)
 	b := s.Store.NewBatch()
 	if now < a.ExpiresAtMs {
-		// Fired early by another processor's clock: wait for our own.
-		b.AddTimer(s.expiryTimer(pid, a.ExpiresAtMs))
+		// Fired early by another processor's clock: wait for our own,
+		// under a message id the stream has not seen.
+		b.AddTimer(s.expiryTimer(pid, a.ExpiresAtMs, timerID(pid)+"/rearmed/"+inputID(in)))
 		return stages.Result{}, b.Commit(kv.Sync)
 	}
 	v := TimedOut()
