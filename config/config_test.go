@@ -69,6 +69,10 @@ func TestErrorsCarryFileLine(t *testing.T) {
 		{"bad assurance", "managed_policy \"m\" {\n  minimum_authentication_assurance = \"retina\"\n}\n", "bad.hcl:2,"},
 		{"bad currency", "managed_policy \"m\" {\n  max_external_spend = { usd = 5 }\n}\n", "bad.hcl:2,"},
 		{"bad environment", "managed_policy \"m\" {\n  allowed_environments = [\"prod\"]\n}\n", "bad.hcl:2,"},
+		{"unknown policy key", "managed_policy \"m\" {\n  disabled = false\n  max_spend = 5\n}\n", "bad.hcl:3,"},
+		{"policy for no domain", "managed_policy \"m\" {\n  security_domains = []\n}\n", "bad.hcl:2,"},
+		{"policy for an empty domain", "managed_policy \"m\" {\n  security_domains = [\"\"]\n}\n", "bad.hcl:2,"},
+		{"duplicate policy", "managed_policy \"m\" {}\nmanaged_policy \"m\" {}\n", "bad.hcl:2,"},
 		{"embedded replicas", "nats {\n  replicas = 3\n}\n", "bad.hcl:2,"},
 		{"url and embedded", "nats {\n  embedded = true\n  url = \"nats://x:4222\"\n}\n", "bad.hcl:3,"},
 		{"script on nats", "provider \"p\" {\n  script {\n  dispatch = [\"confirmed\"]\n  }\n}\n", "bad.hcl:2,"},
@@ -133,5 +137,21 @@ func TestFormatRoundTrips(t *testing.T) {
 	}
 	if !reflect.DeepEqual(remote, back) {
 		t.Errorf("remote round trip differs:\n%+v\n%+v", remote, back)
+	}
+}
+
+// An absent managed-policy key restricts nothing (nil); a present one, even
+// empty, restricts (the policy package relies on the difference).
+func TestManagedPolicyAbsentAndEmpty(t *testing.T) {
+	c, err := config.Parse([]byte("managed_policy \"open\" {}\nmanaged_policy \"shut\" {\n  allowed_providers = []\n  max_external_spend = {}\n}\n"), "p.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	open, shut := c.Policies[0], c.Policies[1]
+	if open.SecurityDomains != nil || open.AllowedProviders != nil || open.AllowedCapabilities != nil || open.AllowedEnvironments != nil || open.MaxExternalSpend != nil {
+		t.Errorf("absent keys = %+v", open)
+	}
+	if shut.AllowedProviders == nil || len(shut.AllowedProviders) != 0 || shut.MaxExternalSpend == nil || len(shut.MaxExternalSpend) != 0 {
+		t.Errorf("empty keys = %+v", shut)
 	}
 }

@@ -294,6 +294,11 @@ func (p *policyHCL) build(d *diags, prev []ManagedPolicy) ManagedPolicy {
 	}
 	m.SecurityDomains = nil
 	if p.SecurityDomains != nil {
+		// An empty list would make a restriction apply nowhere: fail
+		// loudly rather than open.
+		if len(*p.SecurityDomains) == 0 || slices.Contains(*p.SecurityDomains, "") {
+			d.at(p.Body, "security_domains", "list non-empty security_domain_ref values, or omit the key to apply everywhere")
+		}
 		m.SecurityDomains = append([]string{}, *p.SecurityDomains...)
 	}
 	m.AllowedProviders = list("allowed_providers", p.AllowedProviders, nil)

@@ -12,7 +12,8 @@ const (
 	prefixOutcome       byte = 'o' // proposal_id → last Outcome
 	prefixTimer         byte = 't' // due_ms, id → Timer
 	prefixTimerIndex    byte = 'T' // id → due_ms
-	prefixParked        byte = 'a' // proposal_id → Parked
+	prefixApproval      byte = 'a' // proposal_id → Approval (authorization's decision record)
+	prefixPending       byte = 'p' // proposal_id → expires_at_ms, while the proposal is parked
 	prefixIntent        byte = 'f' // fingerprint → Intent (dispatch state)
 	prefixReceipt       byte = 'r' // fingerprint, seq → Receipt
 	prefixAttempt       byte = 'c' // fingerprint, attempt_id → Attempt

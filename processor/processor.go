@@ -24,6 +24,7 @@ import (
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/stages/admission"
+	"github.com/portcullis/portcullis/stages/authorization"
 	"github.com/portcullis/portcullis/subjects"
 )
 
@@ -124,7 +125,10 @@ func Start(ctx context.Context, o Options) (p *Processor, err error) {
 	}
 
 	deps := stages.Deps{JS: p.js, Subjects: subj, Metrics: p.metrics, Outcomes: p.store, Clock: p.clock, Log: p.log}
-	runners := p.runners(deps)
+	runners, err := p.runners(deps)
+	if err != nil {
+		return nil, err
+	}
 	for _, r := range runners {
 		if _, err := r.EnsureConsumer(ctx); err != nil {
 			return nil, err
@@ -147,7 +151,7 @@ func Start(ctx context.Context, o Options) (p *Processor, err error) {
 }
 
 // runners builds one runner per stage that exists.
-func (p *Processor) runners(deps stages.Deps) []*stages.Runner {
+func (p *Processor) runners(deps stages.Deps) ([]*stages.Runner, error) {
 	var providers []string
 	for _, pr := range p.cfg.Providers {
 		providers = append(providers, pr.Name)
@@ -161,11 +165,32 @@ func (p *Processor) runners(deps stages.Deps) []*stages.Runner {
 		},
 		Store: p.store, Subjects: p.subj, Clock: p.clock,
 	}
+	authz := &authorization.Stage{
+		Policy: authorization.Policy{
+			Managed:       p.cfg.Policies,
+			ApprovalTTL:   p.cfg.Approval.TTL,
+			AllowUnsigned: p.cfg.Admission.AllowUnsigned,
+			MaxGrantBytes: p.cfg.Admission.MaxPayloadBytes,
+			Hosts:         p.cfg.Hosts,
+		},
+		Store: p.store, Activity: p.activity, Metrics: p.metrics, Subjects: p.subj, Clock: p.clock, JS: p.js,
+		Log: p.log.With("stage", subjects.StageAuthorization),
+	}
+	if err := authz.RestorePending(); err != nil {
+		return nil, err
+	}
 	return []*stages.Runner{
 		stages.NewRunner(stages.RunnerConfig{
 			Stage: subjects.StageAdmission, Stream: p.subj.ProposalsStream(), FilterSubject: p.subj.Proposals(), Workers: 8,
 		}, deps, adm),
-	}
+		stages.NewRunner(stages.RunnerConfig{
+			Stage: subjects.StageAuthorization, Stream: p.subj.StageStream(subjects.StageAuthorization),
+			FilterSubject: p.subj.StageAll(subjects.StageAuthorization),
+		}, deps, authz),
+		stages.NewRunner(stages.RunnerConfig{
+			Stage: subjects.StageGrants, Stream: p.subj.GrantsStream(), FilterSubject: p.subj.Grants(),
+		}, deps, authz.Grants()),
+	}, nil
 }
 
 func (p *Processor) connect() error {

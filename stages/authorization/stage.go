@@ -1,0 +1,413 @@
+package authorization
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/portcullis/portcullis/activity"
+	"github.com/portcullis/portcullis/config"
+	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/metrics"
+	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/stages"
+	"github.com/portcullis/portcullis/subjects"
+)
+
+// Stage is the authorization stage. As a stages.Handler it consumes the
+// authorization stream: grounded proposals (kind proposal) and approval
+// expiries fired by the scheduler (kind timer). Grants returns the handler
+// of the grants stream.
+//
+// Every decision is recorded in Pebble (kv.Approval, with Sync) before its
+// results are published, under a per-proposal lock shared by both
+// consumers, so that a grant and the expiry timer cannot both win, and a
+// redelivered input republishes what was decided instead of deciding again
+// at another time.
+type Stage struct {
+	Policy   Policy
+	Store    *kv.Store
+	Activity *activity.Store // nil: no activity snapshots
+	Metrics  *metrics.Metrics
+	Subjects subjects.Subjects
+	Clock    stages.Clock
+	// JS reads parked envelopes back from the authorization stream.
+	JS  jetstream.JetStream
+	Log *slog.Logger
+}
+
+var _ stages.Handler = (*Stage)(nil)
+
+// errEnvelopeGone: a parked proposal's envelope can no longer be read from
+// the authorization stream (purged, or not what the record says).
+var errEnvelopeGone = errors.New("authorization: parked envelope unavailable")
+
+func (s *Stage) log() *slog.Logger {
+	if s.Log == nil {
+		return slog.Default()
+	}
+	return s.Log
+}
+
+// RestorePending sets the pending-approvals gauge from the store, at start.
+func (s *Stage) RestorePending() error {
+	n, err := s.Store.CountParked()
+	if err != nil {
+		return fmt.Errorf("authorization: count parked: %w", err)
+	}
+	s.Metrics.ApprovalsPending.Set(float64(n))
+	return nil
+}
+
+func lockKey(proposalID string) string { return "approval/" + proposalID }
+func timerID(proposalID string) string { return "approval/" + proposalID }
+func inputID(in *stages.Input) string  { return in.Stream + "/" + strconv.FormatUint(in.StreamSeq, 10) }
+
+// Handle decides a grounded proposal or an approval expiry.
+func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, error) {
+	stage, kind, id, ok := s.Subjects.ParseStage(in.Subject)
+	if !ok || stage != subjects.StageAuthorization || !schema.ValidProposalID(id) {
+		return stages.Result{}, fmt.Errorf("%w: unexpected subject", stages.ErrPermanent)
+	}
+	switch kind {
+	case subjects.KindProposal:
+		return s.handleProposal(ctx, in, id)
+	case subjects.KindTimer:
+		return s.handleTimer(ctx, in, id)
+	}
+	return stages.Result{}, fmt.Errorf("%w: unexpected message kind", stages.ErrPermanent)
+}
+
+// decodeEnvelope strictly decodes a grounded envelope for proposalID.
+func decodeEnvelope(data []byte, proposalID string) (*schema.Envelope, error) {
+	var env schema.Envelope
+	if err := schema.Decode(data, &env); err != nil {
+		return nil, err
+	}
+	if env.Grounded == nil || !schema.ValidFingerprint(env.Grounded.Fingerprint) || env.Proposal.ProposalID != proposalID {
+		return nil, fmt.Errorf("%w: envelope not grounded or not for its subject", schema.ErrMalformed)
+	}
+	return &env, nil
+}
+
+func (s *Stage) handleProposal(ctx context.Context, in *stages.Input, pid string) (stages.Result, error) {
+	env, err := decodeEnvelope(in.Data, pid)
+	if err != nil {
+		return stages.Result{}, fmt.Errorf("%w: %w", stages.ErrPermanent, err)
+	}
+	unlock := s.Store.Lock(lockKey(pid))
+	defer unlock()
+	a, found, err := s.Store.Approval(pid)
+	if err != nil {
+		return stages.Result{}, fmt.Errorf("authorization: read approval: %w", err)
+	}
+	if found {
+		switch {
+		case a.Seq != in.StreamSeq:
+			// The same proposal handed on twice: the first one decides.
+			s.log().Debug("duplicate hand-off ignored", "proposal", pid)
+			return stages.Result{}, nil
+		case a.State == kv.ApprovalParked:
+			return s.result(a, recorded(a, nil), env), nil
+		case a.DecidedBy == inputID(in):
+			// Decided on arrival; publishing or the ack did not complete.
+			return s.result(a, recorded(a, env.Proposal.Grant), env), nil
+		default:
+			// Decided since by a grant or the timer: nothing to repeat.
+			return stages.Result{}, nil
+		}
+	}
+	now := stages.NowMs(s.Clock)
+	v := DecideProposal(s.Policy, env, now)
+	a = kv.Approval{
+		ProposalID: pid, Fingerprint: env.Grounded.Fingerprint, Referent: env.Grounded.Referent,
+		Seq: in.StreamSeq, ArrivedAtMs: now, Evaluations: v.Evaluations,
+	}
+	b := s.Store.NewBatch()
+	if v.Decision == Park {
+		a.State, a.ExpiresAtMs = kv.ApprovalParked, now+s.Policy.ApprovalTTL.Milliseconds()
+		b.AddTimer(s.expiryTimer(pid, a.ExpiresAtMs, timerID(pid)))
+	} else {
+		decide(&a, v, inputID(in), now)
+	}
+	b.PutApproval(a)
+	if err := b.Commit(kv.Sync); err != nil {
+		return stages.Result{}, fmt.Errorf("authorization: record decision: %w", err)
+	}
+	if v.Decision == Park {
+		s.Metrics.ApprovalsPending.Inc()
+	}
+	return s.result(a, v, env), nil
+}
+
+// expiryTimer fires a parked proposal's expiry on the authorization
+// stream. msgID dedupes the scheduler's republishing after a crash.
+func (s *Stage) expiryTimer(pid string, dueMs int64, msgID string) kv.Timer {
+	return kv.Timer{
+		ID:      timerID(pid),
+		DueMs:   dueMs,
+		Subject: s.Subjects.Stage(subjects.StageAuthorization, subjects.KindTimer, pid),
+		Data:    []byte(pid),
+		MsgID:   msgID,
+	}
+}
+
+// decide records verdict v, reached at nowMs by input by, in a.
+func decide(a *kv.Approval, v Verdict, by string, nowMs int64) {
+	a.State = kv.ApprovalDenied
+	if v.Decision == Permit {
+		a.State = kv.ApprovalPermitted
+	}
+	a.DecidedBy, a.DecidedAtMs, a.Evaluations = by, nowMs, v.Evaluations
+	a.Code = ""
+	if v.Decision == Deny {
+		a.Code = v.Code
+	}
+}
+
+// recorded is the verdict a record holds, for republishing it. g is the
+// grant that was judged (it is not stored in Pebble: its input has it).
+func recorded(a kv.Approval, g *schema.Grant) Verdict {
+	switch a.State {
+	case kv.ApprovalParked:
+		return Verdict{Decision: Park, Code: schema.CodeApprovalRequired, Evaluations: a.Evaluations}
+	case kv.ApprovalPermitted:
+		return Verdict{Decision: Permit, Evaluations: a.Evaluations, Grant: g}
+	}
+	return Verdict{Decision: Deny, Code: a.Code, Evaluations: a.Evaluations, Grant: g}
+}
+
+// result turns a recorded verdict into what the runner publishes: the
+// hand-off to dispatch, or the outcome; then the activity snapshot. env is
+// nil when the proposal's envelope is not at hand (an expiry).
+func (s *Stage) result(a kv.Approval, v Verdict, env *schema.Envelope) stages.Result {
+	var res stages.Result
+	at := a.DecidedAtMs
+	if v.Decision == Park {
+		at = a.ArrivedAtMs
+	}
+	switch {
+	case v.Decision == Permit && env != nil && v.Grant != nil:
+		out := HandOff(env, v, at)
+		res.Next = []stages.Message{{
+			Subject: s.Subjects.Stage(subjects.StageDispatch, subjects.KindProposal, a.ProposalID),
+			Data:    schema.MustMarshal(out),
+		}}
+	case v.Decision == Permit:
+		// Only a replay whose parked envelope vanished from the stream
+		// since gets here: the hand-off went out before, and nothing may
+		// contradict it.
+		s.log().Error("cannot republish a permitted hand-off", "proposal", a.ProposalID)
+		return res
+	default:
+		var approval *schema.Approval
+		if v.Decision == Park {
+			approval = ApprovalRequest(env, a.ExpiresAtMs)
+		}
+		res.Outcomes = []schema.Outcome{Outcome(a.ProposalID, a.Fingerprint, a.Referent, v, at, approval)}
+	}
+	if s.Activity != nil {
+		edit := ActivityEdit(a.ProposalID, env, v, at, a.ExpiresAtMs)
+		res.Done = func(ctx context.Context) error { return s.Activity.Update(ctx, a.Fingerprint, edit) }
+	}
+	return res
+}
+
+func (s *Stage) handleTimer(ctx context.Context, in *stages.Input, pid string) (stages.Result, error) {
+	unlock := s.Store.Lock(lockKey(pid))
+	defer unlock()
+	a, found, err := s.Store.Approval(pid)
+	if err != nil {
+		return stages.Result{}, fmt.Errorf("authorization: read approval: %w", err)
+	}
+	switch {
+	case !found:
+		return stages.Result{}, nil
+	case a.State == kv.ApprovalParked:
+	case a.DecidedBy == inputID(in):
+		return s.result(a, recorded(a, nil), nil), nil
+	default:
+		return stages.Result{}, nil // a grant decided first
+	}
+	now := stages.NowMs(s.Clock)
+	b := s.Store.NewBatch()
+	if now < a.ExpiresAtMs {
+		// Fired early by another processor's clock: wait for our own,
+		// under a message id the stream has not seen.
+		b.AddTimer(s.expiryTimer(pid, a.ExpiresAtMs, timerID(pid)+"/rearmed/"+inputID(in)))
+		return stages.Result{}, b.Commit(kv.Sync)
+	}
+	v := TimedOut()
+	decide(&a, v, inputID(in), now)
+	b.PutApproval(a)
+	if err := b.Commit(kv.Sync); err != nil {
+		return stages.Result{}, fmt.Errorf("authorization: record expiry: %w", err)
+	}
+	s.Metrics.ApprovalsPending.Dec()
+	return s.result(a, v, nil), nil
+}
+
+// parkedEnvelope re-reads a parked proposal's envelope from the
+// authorization stream (Pebble does not hold it).
+func (s *Stage) parkedEnvelope(ctx context.Context, a kv.Approval) (*schema.Envelope, error) {
+	stream, err := s.JS.Stream(ctx, s.Subjects.StageStream(subjects.StageAuthorization))
+	if err != nil {
+		return nil, fmt.Errorf("authorization: stream: %w", err)
+	}
+	m, err := stream.GetMsg(ctx, a.Seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, errEnvelopeGone
+	}
+	if err != nil {
+		return nil, fmt.Errorf("authorization: read parked envelope: %w", err)
+	}
+	env, err := decodeEnvelope(m.Data, a.ProposalID)
+	if err != nil || env.Grounded.Fingerprint != a.Fingerprint {
+		return nil, errEnvelopeGone
+	}
+	return env, nil
+}
+
+// Grants returns the handler of the grants stream.
+func (s *Stage) Grants() stages.Handler { return grants{s} }
+
+type grants struct{ s *Stage }
+
+// grantProposalID reads a standalone grant's proposal_id leniently: the
+// grant is judged strictly only once it matched a parked proposal.
+func grantProposalID(body []byte) (string, bool) {
+	if len(body) > config.MaxMaxPayloadBytes {
+		return "", false
+	}
+	return schema.PeekProposalID(body)
+}
+
+func unmatched() stages.Result {
+	return stages.Result{Events: []schema.Incident{schema.NewIncident(schema.PhaseAuthorization, schema.CodeGrantUnmatched)}}
+}
+
+// Handle resumes the parked proposal a standalone grant names. A grant
+// that names none (unknown, not parked yet, or already decided) is refused
+// with the GRANT_UNMATCHED event and changes nothing.
+func (g grants) Handle(ctx context.Context, in *stages.Input) (stages.Result, error) {
+	s := g.s
+	pid, ok := grantProposalID(in.Data)
+	if !ok {
+		return unmatched(), nil
+	}
+	unlock := s.Store.Lock(lockKey(pid))
+	defer unlock()
+	a, found, err := s.Store.Approval(pid)
+	if err != nil {
+		return stages.Result{}, fmt.Errorf("authorization: read approval: %w", err)
+	}
+	replay := found && a.DecidedBy == inputID(in)
+	if !replay && (!found || a.State != kv.ApprovalParked) {
+		s.log().Debug("grant matches no parked proposal", "proposal", pid)
+		return unmatched(), nil
+	}
+	env, err := s.parkedEnvelope(ctx, a)
+	if err != nil && !errors.Is(err, errEnvelopeGone) {
+		return stages.Result{}, err
+	}
+	if replay {
+		var gr *schema.Grant
+		if env != nil {
+			gr = DecideGrant(s.Policy, env, a.ExpiresAtMs, in.Data, in.Header, a.DecidedAtMs).Grant
+		}
+		return s.result(a, recorded(a, gr), env), nil
+	}
+	now := stages.NowMs(s.Clock)
+	var v Verdict
+	if env == nil {
+		s.log().Error("parked envelope unavailable; proposal ended", "proposal", pid)
+		v = Verdict{Decision: Deny, Code: schema.CodeProcessingFailed}
+	} else {
+		v = DecideGrant(s.Policy, env, a.ExpiresAtMs, in.Data, in.Header, now)
+	}
+	decide(&a, v, inputID(in), now)
+	b := s.Store.NewBatch()
+	b.CancelTimer(timerID(pid))
+	b.PutApproval(a)
+	if err := b.Commit(kv.Sync); err != nil {
+		return stages.Result{}, fmt.Errorf("authorization: record grant decision: %w", err)
+	}
+	s.Metrics.ApprovalsPending.Dec()
+	return s.result(a, v, env), nil
+}
+
+// GiveUp ends a grant that could not be processed with an event: the
+// proposal it names stays parked until another grant or its expiry. If the
+// grant had decided already, that decision is republished instead.
+func (g grants) GiveUp(ctx context.Context, in *stages.Input, cause error) (stages.Result, error) {
+	s := g.s
+	if pid, ok := grantProposalID(in.Data); ok {
+		if a, found, err := s.Store.Approval(pid); err == nil && found && a.DecidedBy == inputID(in) {
+			env, err := s.parkedEnvelope(ctx, a)
+			if err == nil || errors.Is(err, errEnvelopeGone) {
+				var gr *schema.Grant
+				if env != nil {
+					gr = DecideGrant(s.Policy, env, a.ExpiresAtMs, in.Data, in.Header, a.DecidedAtMs).Grant
+				}
+				return s.result(a, recorded(a, gr), env), nil
+			}
+		}
+	}
+	return stages.Result{Events: []schema.Incident{schema.NewIncident(schema.PhaseAuthorization, schema.CodeProcessingFailed)}}, nil
+}
+
+// GiveUp ends a proposal or an expiry that could not be processed with
+// PROCESSING_FAILED, unparking the proposal, unless it was decided already
+// (then that decision stands and is republished if this input made it).
+func (s *Stage) GiveUp(ctx context.Context, in *stages.Input, cause error) (stages.Result, error) {
+	failed := schema.NewIncident(schema.PhaseAuthorization, schema.CodeProcessingFailed)
+	stage, kind, pid, ok := s.Subjects.ParseStage(in.Subject)
+	if !ok || stage != subjects.StageAuthorization || !schema.ValidProposalID(pid) {
+		return stages.Result{Events: []schema.Incident{failed}}, nil
+	}
+	now := stages.NowMs(s.Clock)
+	unlock := s.Store.Lock(lockKey(pid))
+	defer unlock()
+	a, found, err := s.Store.Approval(pid)
+	if err != nil {
+		// The store is failing, which is likely why we give up: end the
+		// proposal without a record rather than leave it silent.
+		s.log().Error("giving up without the approval record", "proposal", pid, "err", err)
+		return stages.Result{Outcomes: []schema.Outcome{schema.FailureOutcome(pid, failed, now)}}, nil
+	}
+	switch {
+	case found && a.DecidedBy == inputID(in):
+		var env *schema.Envelope
+		if kind == subjects.KindProposal {
+			env, _ = decodeEnvelope(in.Data, pid)
+		}
+		var gr *schema.Grant
+		if env != nil {
+			gr = env.Proposal.Grant
+		}
+		return s.result(a, recorded(a, gr), env), nil
+	case found && a.State == kv.ApprovalParked && (kind == subjects.KindTimer || a.Seq == in.StreamSeq):
+		v := Verdict{Decision: Deny, Code: schema.CodeProcessingFailed}
+		decide(&a, v, inputID(in), now)
+		b := s.Store.NewBatch()
+		b.CancelTimer(timerID(pid))
+		b.PutApproval(a)
+		if err := b.Commit(kv.Sync); err != nil {
+			return stages.Result{}, fmt.Errorf("authorization: record give-up: %w", err)
+		}
+		s.Metrics.ApprovalsPending.Dec()
+		return s.result(a, v, nil), nil
+	case found || kind == subjects.KindTimer:
+		return stages.Result{}, nil // decided by another input, or a stray timer
+	}
+	o := schema.FailureOutcome(pid, failed, now)
+	if env, err := decodeEnvelope(in.Data, pid); err == nil {
+		o.Fingerprint = schema.StringPtr(env.Grounded.Fingerprint)
+		o.Referent = schema.StringPtr(env.Grounded.Referent)
+	}
+	return stages.Result{Outcomes: []schema.Outcome{o}}, nil
+}
