@@ -19,12 +19,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/activity"
+	"github.com/portcullis/portcullis/adapters"
 	"github.com/portcullis/portcullis/config"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/stages/admission"
 	"github.com/portcullis/portcullis/stages/authorization"
+	"github.com/portcullis/portcullis/stages/dispatch"
 	"github.com/portcullis/portcullis/subjects"
 )
 
@@ -42,6 +44,10 @@ type Options struct {
 	DrainTimeout time.Duration
 	// SchedulerPoll is how often due timers are checked. Default 100ms.
 	SchedulerPoll time.Duration
+	// Adapters replaces the adapters of these providers (tests keep a
+	// *adapters.Fake across restarts this way). Others are built from the
+	// configuration.
+	Adapters map[string]adapters.Adapter
 }
 
 // Processor is a running Portcullis.
@@ -58,6 +64,7 @@ type Processor struct {
 	metrics  *metrics.Metrics
 	httpSrv  *http.Server
 	httpLn   net.Listener
+	adapters map[string]adapters.Adapter
 
 	stopFetch context.CancelFunc
 	stopWork  context.CancelFunc
@@ -124,6 +131,18 @@ func Start(ctx context.Context, o Options) (p *Processor, err error) {
 		return nil, err
 	}
 
+	p.adapters = map[string]adapters.Adapter{}
+	for _, pr := range cfg.Providers {
+		if a, ok := o.Adapters[pr.Name]; ok {
+			p.adapters[pr.Name] = a
+			continue
+		}
+		a, err := adapters.New(pr, p.nc, subj)
+		if err != nil {
+			return nil, err
+		}
+		p.adapters[pr.Name] = a
+	}
 	deps := stages.Deps{JS: p.js, Subjects: subj, Metrics: p.metrics, Outcomes: p.store, Clock: p.clock, Log: p.log}
 	runners, err := p.runners(deps)
 	if err != nil {
@@ -179,7 +198,22 @@ func (p *Processor) runners(deps stages.Deps) ([]*stages.Runner, error) {
 	if err := authz.RestorePending(); err != nil {
 		return nil, err
 	}
+	disp := &dispatch.Stage{
+		Store: p.store, Adapters: p.adapters, Providers: p.cfg.Providers, Policies: p.cfg.Policies,
+		NC: p.nc, Subjects: p.subj, Clock: p.clock, Metrics: p.metrics, Activity: p.activity,
+		Log:               p.log.With("stage", subjects.StageDispatch),
+		ReconcileInterval: p.cfg.Reconciliation.Interval,
+	}
+	ind, err := p.store.Indeterminates()
+	if err != nil {
+		return nil, err
+	}
+	p.metrics.Indeterminate.Set(float64(len(ind)))
 	return []*stages.Runner{
+		stages.NewRunner(stages.RunnerConfig{
+			Stage: subjects.StageDispatch, Stream: p.subj.StageStream(subjects.StageDispatch),
+			FilterSubject: p.subj.StageAll(subjects.StageDispatch), Workers: 16,
+		}, deps, disp),
 		stages.NewRunner(stages.RunnerConfig{
 			Stage: subjects.StageAdmission, Stream: p.subj.ProposalsStream(), FilterSubject: p.subj.Proposals(), Workers: 8,
 		}, deps, adm),

@@ -120,8 +120,9 @@ const (
 	// CodeProcessingFailed ends a proposal that a stage could not process
 	// after its bounded retries (a store or publish failure that persisted,
 	// or a message that crashed the processor on every delivery). Emitted by
-	// admission, grounding and authorization; never after a provider may have
-	// been contacted.
+	// admission, grounding, authorization and dispatch; never after a provider may have
+	// been contacted (dispatch emits it only when nothing was written for the
+	// fingerprint).
 	CodeProcessingFailed = "PROCESSING_FAILED"
 	// CodeOperatorResolved records an operator's settlement of an exhausted
 	// reconciliation (`processor reconcile resolve`).
@@ -184,6 +185,7 @@ var Codes = []CodeInfo{
 	{PhaseDisclosure, CodeDisclosureFieldMismatch, KindDenied, BoundaryNotInvoked},
 
 	{PhaseDispatch, CodeCheckpointFailed, KindIntegrationFailure, BoundaryNotInvoked},
+	{PhaseDispatch, CodeProcessingFailed, KindIntegrationFailure, BoundaryNotInvoked},
 	{PhaseDispatch, CodeAdapterUnavailable, KindFailedBeforeDispatch, BoundaryNotInvoked},
 	{PhaseDispatch, CodeProviderFailedBeforeDispatch, KindFailedBeforeDispatch, BoundaryNotInvoked},
 	{PhaseDispatch, CodeProviderRejected, KindRejected, BoundaryInvoked},

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
+	"github.com/portcullis/portcullis/adapters"
 	"github.com/portcullis/portcullis/config"
 	"github.com/portcullis/portcullis/processor"
 	"github.com/portcullis/portcullis/stages"
@@ -43,6 +44,10 @@ type Env struct {
 	Host, OtherHost nkeys.KeyPair
 	// Logs holds everything the processor logged, for privacy checks.
 	Logs *LogBuffer
+	// Fakes are the fake adapters of the fake providers, by provider name.
+	// They outlive restarts: their counters tell how often a provider was
+	// really called.
+	Fakes map[string]*adapters.Fake
 
 	mu   sync.Mutex
 	proc *processor.Processor
@@ -117,7 +122,17 @@ func New(t testing.TB, opts ...Option) *Env {
 		e.Clock = stages.SystemClock{}
 	}
 	e.Recorder = Record(t, nc, e.Subjects)
+	e.Fakes = map[string]*adapters.Fake{}
+	overrides := map[string]adapters.Adapter{}
+	for _, p := range cfg.Providers {
+		if p.Adapter == config.AdapterFake {
+			f := adapters.NewFake(p.Name, p.Script)
+			e.Fakes[p.Name] = f
+			overrides[p.Name] = f
+		}
+	}
 	e.opts = processor.Options{
+		Adapters:      overrides,
 		Config:        cfg,
 		Clock:         e.Clock,
 		Log:           slog.New(slog.NewJSONHandler(io.MultiWriter(e.Logs), &slog.HandlerOptions{Level: slog.LevelDebug})),
