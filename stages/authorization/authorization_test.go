@@ -258,6 +258,22 @@ func pending(t *testing.T, env *testenv.Env, want float64) {
 }
 
 // activityOf waits until the fingerprint's activity satisfies ok.
+// authOutcomes are a proposal's outcomes from before dispatch: the dispatch
+// stage runs too and adds its own (they carry a receipt).
+func authOutcomes(env *testenv.Env, id string) []schema.Outcome {
+	var out []schema.Outcome
+	for _, o := range env.Recorder.Outcomes(id) {
+		if o.Receipt == nil {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// permitted holds once authorization's permit is on the activity record
+// (dispatch may already have moved its status on).
+func permitOnRecord(a *schema.Activity) bool { return a.Decision != nil && a.Decision.Outcome == "permit" }
+
 func activityOf(t *testing.T, env *testenv.Env, fp string, ok func(a *schema.Activity) bool) *schema.Activity {
 	t.Helper()
 	deadline := time.Now().Add(testenv.WaitTimeout)
@@ -416,7 +432,7 @@ func TestInlineGrants(t *testing.T) {
 		if h.Grounded == nil || *h.Grounded != *want.Grounded || string(h.Proposal.Intent.Payload) != string(want.Proposal.Intent.Payload) {
 			t.Errorf("%s: the hand-off changed the proposal", h.Proposal.ProposalID)
 		}
-		if outs := env.Recorder.Outcomes(h.Proposal.ProposalID); len(outs) != 0 {
+		if outs := authOutcomes(env, h.Proposal.ProposalID); len(outs) != 0 {
 			t.Errorf("%s: a permitted proposal got outcomes %+v", h.Proposal.ProposalID, outs)
 		}
 	}
@@ -426,14 +442,14 @@ func TestInlineGrants(t *testing.T) {
 	if !slices.Equal(a.PolicyEvaluations, wantEvals) || a.Decision.ReasonCode != schema.CodeAutomaticApprovalForbidden || a.Authorization.Method != schema.MethodAdversarialAuto {
 		t.Errorf("activity = %+v %+v %+v", a.PolicyEvaluations, a.Decision, a.Authorization)
 	}
-	ok := activityOf(t, env, envs["ok"].Grounded.Fingerprint, func(a *schema.Activity) bool { return a.Status == schema.ActivityAuthorized })
+	ok := activityOf(t, env, envs["ok"].Grounded.Fingerprint, permitOnRecord)
 	if ok.Decision.Outcome != "permit" || ok.Authorization.Assurance != "biometric" || ok.Referent != "sku-1001" || ok.Requester == nil {
 		t.Errorf("activity = %+v", ok)
 	}
 	// The replayed grant's proposal shares the intent: it is listed, and
 	// the authorized picture stands.
 	ok = activityOf(t, env, envs["ok"].Grounded.Fingerprint, func(a *schema.Activity) bool { return len(a.ProposalIDs) == 2 })
-	if ok.Status != schema.ActivityAuthorized || !sameSet(ok.ProposalIDs, []string{"ok", "replayed-for-another"}) {
+	if ok.Decision == nil || ok.Decision.Outcome != "permit" || !sameSet(ok.ProposalIDs, []string{"ok", "replayed-for-another"}) {
 		t.Errorf("shared activity = %+v", ok)
 	}
 	pending(t, env, 0)
@@ -502,11 +518,11 @@ func TestApprovalRoundTripAcrossRestart(t *testing.T) {
 		t.Errorf("the re-read envelope differs: %+v", h)
 	}
 	pending(t, env, 0)
-	a = activityOf(t, env, e.Grounded.Fingerprint, func(a *schema.Activity) bool { return a.Status == schema.ActivityAuthorized })
+	a = activityOf(t, env, e.Grounded.Fingerprint, permitOnRecord)
 	if a.Authorization.Method != "manual" || a.Authorization.ApprovalExpiresAtMs != expires || len(a.PolicyEvaluations) != 2 {
 		t.Errorf("authorized activity = %+v %+v", a.Authorization, a.PolicyEvaluations)
 	}
-	if outs := env.Recorder.Outcomes("prop-book"); len(outs) != 1 {
+	if outs := authOutcomes(env, "prop-book"); len(outs) != 1 {
 		t.Errorf("outcomes = %+v, want only NEEDS_APPROVAL (dispatch decides the rest)", outs)
 	}
 
@@ -520,7 +536,7 @@ func TestApprovalRoundTripAcrossRestart(t *testing.T) {
 	if got := inbox(t, env, 1); len(got) != 1 {
 		t.Errorf("dispatch inbox = %v", ids(got))
 	}
-	if outs := env.Recorder.Outcomes("prop-book"); len(outs) != 1 {
+	if outs := authOutcomes(env, "prop-book"); len(outs) != 1 {
 		t.Errorf("outcomes after the second grant = %+v", outs)
 	}
 	if _, found, _ := env.Processor().Store().Timer("approval/prop-book"); found {
@@ -539,7 +555,7 @@ func TestApprovalTimesOut(t *testing.T) {
 	clock.Advance(ttl - time.Millisecond)
 	time.Sleep(200 * time.Millisecond) // let the scheduler poll a few times
 	drained(t, env)
-	if o := env.Recorder.Outcomes("prop-late"); len(o) != 1 {
+	if o := authOutcomes(env, "prop-late"); len(o) != 1 {
 		t.Fatalf("timed out early: %+v", o)
 	}
 	clock.Advance(time.Millisecond)
@@ -553,7 +569,7 @@ func TestApprovalTimesOut(t *testing.T) {
 	env.PublishGrant(t, grantFor(e, clock), env.Host)
 	waitEvents(t, env, schema.CodeGrantUnmatched, 1)
 	drained(t, env)
-	if o := env.Recorder.Outcomes("prop-late"); len(o) != 2 {
+	if o := authOutcomes(env, "prop-late"); len(o) != 2 {
 		t.Errorf("outcomes = %+v", o)
 	}
 	if got := inbox(t, env, 0); len(got) != 0 {
@@ -714,7 +730,7 @@ func TestUnmatchedGrants(t *testing.T) {
 		t.Errorf("dispatch inbox = %v", ids(got))
 	}
 	for _, id := range []string{"nobody", "a", "b", "prop-inline"} {
-		if outs := env.Recorder.Outcomes(id); len(outs) != 0 {
+		if outs := authOutcomes(env, id); len(outs) != 0 {
 			t.Errorf("%s got outcomes %+v", id, outs)
 		}
 	}
@@ -745,7 +761,7 @@ func TestRedeliveredProposalIsDecidedOnce(t *testing.T) {
 	handOff(t, env, other)
 	parked(t, env, other, t0.Add(3*ttl).UnixMilli())
 	drained(t, env)
-	if outs := env.Recorder.Outcomes("prop-twice"); len(outs) != 1 {
+	if outs := authOutcomes(env, "prop-twice"); len(outs) != 1 {
 		t.Errorf("outcomes = %+v", outs)
 	}
 	if got := inbox(t, env, 1); len(got) != 1 {
@@ -810,7 +826,7 @@ func TestPolicyRefusesBeforeAsking(t *testing.T) {
 	denied(t, env, live, schema.CodeLiveActionsForbidden)
 	denied(t, env, rich, schema.CodeExternalSpendExceedsPolicy)
 	for _, id := range []string{"prop-off", "prop-live", "prop-rich"} {
-		if outs := env.Recorder.Outcomes(id); len(outs) != 1 {
+		if outs := authOutcomes(env, id); len(outs) != 1 {
 			t.Errorf("%s: outcomes = %+v", id, outs)
 		}
 	}
