@@ -272,7 +272,9 @@ func authOutcomes(env *testenv.Env, id string) []schema.Outcome {
 
 // permitted holds once authorization's permit is on the activity record
 // (dispatch may already have moved its status on).
-func permitOnRecord(a *schema.Activity) bool { return a.Decision != nil && a.Decision.Outcome == "permit" }
+func permitOnRecord(a *schema.Activity) bool {
+	return a.Decision != nil && a.Decision.Outcome == "permit"
+}
 
 func activityOf(t *testing.T, env *testenv.Env, fp string, ok func(a *schema.Activity) bool) *schema.Activity {
 	t.Helper()
