@@ -1,0 +1,339 @@
+// Package processor assembles Portcullis: NATS (embedded or remote), the
+// streams, the Pebble store, every stage runner, the timer scheduler and the
+// metrics endpoint. cmd/processor and testenv both start it through Start.
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/portcullis/portcullis/activity"
+	"github.com/portcullis/portcullis/config"
+	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/metrics"
+	"github.com/portcullis/portcullis/stages"
+	"github.com/portcullis/portcullis/stages/admission"
+	"github.com/portcullis/portcullis/subjects"
+)
+
+// Options configure Start.
+type Options struct {
+	// Config is required and must be valid.
+	Config *config.Config
+	// Log receives structured, value-free logs. nil: slog.Default().
+	Log *slog.Logger
+	// Clock is the processor's time. nil: the wall clock.
+	Clock stages.Clock
+	// DrainTimeout bounds how long Close lets in-flight messages finish
+	// before cancelling them (they are then redelivered after a restart).
+	// Default 30s.
+	DrainTimeout time.Duration
+	// SchedulerPoll is how often due timers are checked. Default 100ms.
+	SchedulerPoll time.Duration
+}
+
+// Processor is a running Portcullis.
+type Processor struct {
+	cfg      *config.Config
+	log      *slog.Logger
+	clock    stages.Clock
+	subj     subjects.Subjects
+	srv      *server.Server
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	store    *kv.Store
+	activity *activity.Store
+	metrics  *metrics.Metrics
+	httpSrv  *http.Server
+	httpLn   net.Listener
+
+	stopFetch context.CancelFunc
+	stopWork  context.CancelFunc
+	drain     time.Duration
+	wg        sync.WaitGroup
+	done      chan struct{}
+	closeOnce sync.Once
+	errMu     sync.Mutex
+	err       error
+}
+
+// Start brings up a processor and returns once every stage consumes.
+func Start(ctx context.Context, o Options) (p *Processor, err error) {
+	cfg := o.Config
+	if cfg == nil {
+		return nil, errors.New("processor: no config")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	subj, err := subjects.New(cfg.Prefix)
+	if err != nil {
+		return nil, err
+	}
+	p = &Processor{
+		cfg: cfg, log: o.Log, clock: o.Clock, subj: subj,
+		drain: o.DrainTimeout, done: make(chan struct{}),
+	}
+	if p.log == nil {
+		p.log = slog.Default()
+	}
+	if p.clock == nil {
+		p.clock = stages.SystemClock{}
+	}
+	if p.drain <= 0 {
+		p.drain = 30 * time.Second
+	}
+	defer func() {
+		if err != nil {
+			p.teardown()
+		}
+	}()
+	if cfg.Admission.AllowUnsigned {
+		p.log.Warn("!!! UNSIGNED PROPOSALS AND GRANTS ARE ADMITTED: anyone who can publish can act for any tenant. Development only; never in production. !!!")
+	}
+	if err := p.connect(); err != nil {
+		return nil, err
+	}
+	bucket, err := EnsureStreams(ctx, p.js, subj, cfg.NATS.Replicas, cfg.Approval.TTL)
+	if err != nil {
+		return nil, err
+	}
+	p.activity = &activity.Store{KV: bucket, Now: func() int64 { return stages.NowMs(p.clock) }}
+	p.store, err = kv.Open(cfg.Store.Dir, kv.Options{Logger: p.log.With("component", "pebble")})
+	if err != nil {
+		return nil, err
+	}
+	var providers []string
+	for _, pr := range cfg.Providers {
+		providers = append(providers, pr.Name)
+	}
+	p.metrics = metrics.New(providers)
+	if err := p.serveMetrics(); err != nil {
+		return nil, err
+	}
+
+	deps := stages.Deps{JS: p.js, Subjects: subj, Metrics: p.metrics, Outcomes: p.store, Clock: p.clock, Log: p.log}
+	runners := p.runners(deps)
+	for _, r := range runners {
+		if _, err := r.EnsureConsumer(ctx); err != nil {
+			return nil, err
+		}
+	}
+	fetchCtx, stopFetch := context.WithCancel(context.Background())
+	workCtx, stopWork := context.WithCancel(context.Background())
+	p.stopFetch, p.stopWork = stopFetch, stopWork
+	for _, r := range runners {
+		p.wg.Go(func() {
+			if err := r.Run(fetchCtx, workCtx); err != nil {
+				p.fail(err)
+			}
+		})
+	}
+	sched := &stages.Scheduler{Store: p.store, JS: p.js, Clock: p.clock, Log: p.log, Poll: o.SchedulerPoll}
+	p.wg.Go(func() { _ = sched.Run(fetchCtx) })
+	p.log.Info("processor started", "nats", p.NATSURL(), "metrics", p.MetricsAddr(), "store", cfg.Store.Dir, "prefix", subj.Prefix())
+	return p, nil
+}
+
+// runners builds one runner per stage that exists.
+func (p *Processor) runners(deps stages.Deps) []*stages.Runner {
+	var providers []string
+	for _, pr := range p.cfg.Providers {
+		providers = append(providers, pr.Name)
+	}
+	adm := &admission.Stage{
+		Policy: admission.Policy{
+			AllowUnsigned:   p.cfg.Admission.AllowUnsigned,
+			MaxPayloadBytes: p.cfg.Admission.MaxPayloadBytes,
+			Hosts:           p.cfg.Hosts,
+			Providers:       providers,
+		},
+		Store: p.store, Subjects: p.subj, Clock: p.clock,
+	}
+	return []*stages.Runner{
+		stages.NewRunner(stages.RunnerConfig{
+			Stage: subjects.StageAdmission, Stream: p.subj.ProposalsStream(), FilterSubject: p.subj.Proposals(), Workers: 8,
+		}, deps, adm),
+	}
+}
+
+func (p *Processor) connect() error {
+	n := p.cfg.NATS
+	url := n.URL
+	if n.Embedded {
+		host, portStr, err := net.SplitHostPort(n.Listen)
+		if err != nil {
+			return fmt.Errorf("processor: nats.listen %q: %w", n.Listen, err)
+		}
+		port, err := strconv.Atoi(portStr)
+		if err != nil {
+			return fmt.Errorf("processor: nats.listen %q: %w", n.Listen, err)
+		}
+		if port == 0 {
+			port = server.RANDOM_PORT
+		}
+		srv, err := server.NewServer(&server.Options{
+			ServerName: "portcullis",
+			Host:       host,
+			Port:       port,
+			JetStream:  true,
+			StoreDir:   n.StoreDir,
+			SyncAlways: n.SyncAlways,
+			NoSigs:     true,
+			NoLog:      true,
+		})
+		if err != nil {
+			return fmt.Errorf("processor: embedded nats: %w", err)
+		}
+		go srv.Start()
+		if !srv.ReadyForConnections(30 * time.Second) {
+			srv.Shutdown()
+			return fmt.Errorf("processor: embedded nats on %s did not start", n.Listen)
+		}
+		p.srv = srv
+		url = srv.ClientURL()
+	}
+	opts := []nats.Option{
+		nats.Name("portcullis-processor"),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+	}
+	if n.Credentials != "" {
+		opts = append(opts, nats.UserCredentials(n.Credentials))
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return fmt.Errorf("processor: connect %s: %w", url, err)
+	}
+	p.nc = nc
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	if err != nil {
+		return fmt.Errorf("processor: jetstream: %w", err)
+	}
+	p.js = js
+	return nil
+}
+
+func (p *Processor) serveMetrics() error {
+	if p.cfg.Metrics.Listen == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", p.cfg.Metrics.Listen)
+	if err != nil {
+		return fmt.Errorf("processor: metrics.listen: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", p.metrics.Handler())
+	p.httpLn = ln
+	p.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = p.httpSrv.Serve(ln) }()
+	return nil
+}
+
+func (p *Processor) fail(err error) {
+	p.errMu.Lock()
+	if p.err == nil {
+		p.err = err
+	}
+	p.errMu.Unlock()
+	p.log.Error("processor failing", "err", err)
+	go p.Close()
+}
+
+// Err returns the error that stopped the processor, if any.
+func (p *Processor) Err() error {
+	p.errMu.Lock()
+	defer p.errMu.Unlock()
+	return p.err
+}
+
+// Done is closed once the processor has stopped.
+func (p *Processor) Done() <-chan struct{} { return p.done }
+
+// Close drains the processor: stop fetching, let in-flight messages finish
+// (up to the drain timeout), flush publishes, close Pebble, then NATS.
+// It is idempotent and returns the error that stopped the processor, if any.
+func (p *Processor) Close() error {
+	p.closeOnce.Do(func() {
+		if p.stopFetch != nil {
+			p.stopFetch()
+			drained := make(chan struct{})
+			go func() { p.wg.Wait(); close(drained) }()
+			select {
+			case <-drained:
+			case <-time.After(p.drain):
+				p.log.Warn("drain timeout: cancelling in-flight messages; they are redelivered after restart")
+				p.stopWork()
+				<-drained
+			}
+			p.stopWork()
+		}
+		p.teardown()
+		close(p.done)
+		p.log.Info("processor stopped")
+	})
+	return p.Err()
+}
+
+func (p *Processor) teardown() {
+	if p.nc != nil {
+		_ = p.nc.FlushTimeout(5 * time.Second)
+	}
+	if p.store != nil {
+		if err := p.store.Close(); err != nil {
+			p.log.Error("closing store", "err", err)
+		}
+	}
+	if p.httpSrv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = p.httpSrv.Shutdown(ctx)
+		cancel()
+	}
+	if p.nc != nil {
+		p.nc.Close()
+	}
+	if p.srv != nil {
+		p.srv.Shutdown()
+		p.srv.WaitForShutdown()
+	}
+}
+
+// NATSURL is the client URL of the server the processor uses.
+func (p *Processor) NATSURL() string {
+	if p.nc == nil {
+		return ""
+	}
+	return p.nc.ConnectedUrl()
+}
+
+// MetricsAddr is the metrics endpoint's address ("" when disabled).
+func (p *Processor) MetricsAddr() string {
+	if p.httpLn == nil {
+		return ""
+	}
+	return p.httpLn.Addr().String()
+}
+
+// Metrics returns the processor's metrics.
+func (p *Processor) Metrics() *metrics.Metrics { return p.metrics }
+
+// Store returns the processor's Pebble store (for tests and tools running
+// in the same process).
+func (p *Processor) Store() *kv.Store { return p.store }
+
+// Activity returns the activity bucket's store.
+func (p *Processor) Activity() *activity.Store { return p.activity }
+
+// Subjects returns the processor's subjects.
+func (p *Processor) Subjects() subjects.Subjects { return p.subj }
