@@ -24,6 +24,7 @@ import (
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/stages/admission"
+	"github.com/portcullis/portcullis/stages/grounding"
 	"github.com/portcullis/portcullis/subjects"
 )
 
@@ -161,10 +162,20 @@ func (p *Processor) runners(deps stages.Deps) []*stages.Runner {
 		},
 		Store: p.store, Subjects: p.subj, Clock: p.clock,
 	}
+	gr := &grounding.Stage{
+		Subjects: p.subj, Clock: p.clock, Store: p.store,
+		Source:        &grounding.Source{Conn: p.nc, Subjects: p.subj, Timeout: p.cfg.Grounding.SourceTimeout},
+		MaxCandidates: p.cfg.Grounding.MaxCandidates,
+	}
 	return []*stages.Runner{
 		stages.NewRunner(stages.RunnerConfig{
 			Stage: subjects.StageAdmission, Stream: p.subj.ProposalsStream(), FilterSubject: p.subj.Proposals(), Workers: 8,
 		}, deps, adm),
+		// Workers may wait up to source_timeout on a candidate source.
+		stages.NewRunner(stages.RunnerConfig{
+			Stage: subjects.StageGrounding, Stream: p.subj.StageStream(subjects.StageGrounding),
+			FilterSubject: p.subj.Stage(subjects.StageGrounding, subjects.KindProposal, "*"), Workers: 8,
+		}, deps, gr),
 	}
 }
 
