@@ -229,16 +229,18 @@ func TestFailureMatrix(t *testing.T) {
 func TestMalformedSubjects(t *testing.T) {
 	env := testenv.New(t)
 	cases := map[string]func(map[string]any){
-		"absent":          func(p map[string]any) { testenv.Delete(p, "grounding.subject") },
-		"null":            func(p map[string]any) { testenv.Set(p, "grounding.subject", nil) },
-		"empty":           func(p map[string]any) { testenv.Set(p, "grounding.subject", "") },
-		"blank":           func(p map[string]any) { testenv.Set(p, "grounding.subject", " \t\u00a0\u3000 ") },
-		"number":          func(p map[string]any) { testenv.Set(p, "grounding.subject", 1001) },
-		"bool":            func(p map[string]any) { testenv.Set(p, "grounding.subject", false) },
-		"object":          func(p map[string]any) { testenv.Set(p, "grounding.subject", map[string]any{"resource": "lumber: cedar-8ft-gradea"}) },
-		"array":           func(p map[string]any) { testenv.Set(p, "grounding.subject", []any{"lumber: cedar-8ft-gradea"}) },
-		"control":         func(p map[string]any) { testenv.Set(p, "grounding.subject", "lumber\x00cedar") },
-		"too-long":        func(p map[string]any) { testenv.Set(p, "grounding.subject", strings.Repeat("x", 1025)) },
+		"absent": func(p map[string]any) { testenv.Delete(p, "grounding.subject") },
+		"null":   func(p map[string]any) { testenv.Set(p, "grounding.subject", nil) },
+		"empty":  func(p map[string]any) { testenv.Set(p, "grounding.subject", "") },
+		"blank":  func(p map[string]any) { testenv.Set(p, "grounding.subject", " \t\u00a0\u3000 ") },
+		"number": func(p map[string]any) { testenv.Set(p, "grounding.subject", 1001) },
+		"bool":   func(p map[string]any) { testenv.Set(p, "grounding.subject", false) },
+		"object": func(p map[string]any) {
+			testenv.Set(p, "grounding.subject", map[string]any{"resource": "lumber: cedar-8ft-gradea"})
+		},
+		"array":    func(p map[string]any) { testenv.Set(p, "grounding.subject", []any{"lumber: cedar-8ft-gradea"}) },
+		"control":  func(p map[string]any) { testenv.Set(p, "grounding.subject", "lumber\x00cedar") },
+		"too-long": func(p map[string]any) { testenv.Set(p, "grounding.subject", strings.Repeat("x", 1025)) },
 		"also-wrong-scope": func(p map[string]any) {
 			testenv.Set(p, "grounding.subject", nil)
 			testenv.Set(p, "grounding.scope", "policy-scope:inventory")
