@@ -105,3 +105,59 @@ func TestSourceDecisionIsCheckpointed(t *testing.T) {
 		t.Fatalf("after reconnecting: asked %d, %+v, %v", asked.Load(), res, err)
 	}
 }
+
+// FuzzHandle feeds arbitrary bytes to the handler as a grounding input:
+// it never panics, and it ends in a hand-off, one grounding outcome, or a
+// permanent error (which the runner turns into PROCESSING_FAILED).
+func FuzzHandle(f *testing.F) {
+	subj := subjects.Default()
+	var prop schema.Proposal
+	if err := schema.Decode(testenv.Body(f, testenv.Lumber("prop-fuzz")), &prop); err != nil {
+		f.Fatal(err)
+	}
+	valid := schema.MustMarshal(schema.Envelope{Schema: schema.SchemaEnvelope, Proposal: prop})
+	prop.Grounding.Candidates = nil
+	prop.Grounding.CandidateSource = "catalog"
+	viaSource := schema.MustMarshal(schema.Envelope{Schema: schema.SchemaEnvelope, Proposal: prop})
+	for _, s := range [][]byte{valid, viaSource, []byte(`{}`)} {
+		f.Add(s)
+		f.Add(s[:len(s)/2])
+		f.Add(s[len(s)/2:])
+	}
+	store, err := kv.Open(f.TempDir(), kv.Options{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { store.Close() })
+	// A nil connection refuses every request: the source is unavailable.
+	st := &grounding.Stage{
+		Subjects: subj, Clock: stages.SystemClock{}, Store: store, MaxCandidates: 4,
+		Source: &grounding.Source{Subjects: subj, Timeout: time.Second},
+	}
+	seq := uint64(0)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		seq++
+		in := &stages.Input{Subject: subj.Stage(subjects.StageGrounding, subjects.KindProposal, "prop-fuzz"), Data: data, Stream: "S", StreamSeq: seq, Delivered: 1}
+		res, err := st.Handle(context.Background(), in)
+		if err != nil {
+			if !errors.Is(err, stages.ErrPermanent) {
+				t.Fatalf("transient error on bad input: %v", err)
+			}
+			return
+		}
+		switch {
+		case len(res.Next) == 1 && len(res.Outcomes) == 0:
+			var e schema.Envelope
+			if err := schema.Decode(res.Next[0].Data, &e); err != nil || e.Grounded == nil || e.Proposal.Grounding.Candidates != nil {
+				t.Fatalf("bad hand-off: %v", err)
+			}
+		case len(res.Next) == 0 && len(res.Outcomes) == 1:
+			inc := res.Outcomes[0].Incidents[0]
+			if _, ok := schema.LookupCode(schema.PhaseGrounding, inc.Code); !ok || res.Outcomes[0].ProposalID != "prop-fuzz" {
+				t.Fatalf("bad outcome %+v", res.Outcomes[0])
+			}
+		default:
+			t.Fatalf("result %+v", res)
+		}
+	})
+}
