@@ -169,6 +169,10 @@ func Compute(f Fields) (Result, error) {
 // proposal that did not pass through admission is hashed alike.
 func FieldsOf(p *schema.Proposal, referent string) Fields {
 	in := p.Intent
+	if d := in.ProtectedDisclosure; d != nil {
+		c := *d // Normalize writes through the pointer: not the caller's plan
+		in.ProtectedDisclosure = &c
+	}
 	in.Normalize()
 	return Fields{
 		SecurityDomainRef:   p.Context.Tenant.SecurityDomainRef,

@@ -190,3 +190,24 @@ func FuzzCanonicalize(f *testing.F) {
 		}
 	})
 }
+
+// TestOfNormalizesACopy: Of hashes normalized names without changing the
+// caller's proposal.
+func TestOfNormalizesACopy(t *testing.T) {
+	plan := &schema.DisclosurePlan{FieldClasses: []string{"travel_documents", "birth_date"}, Recipient: " Air ", Purpose: "Ticket", Source: "user_profile"}
+	p := &schema.Proposal{}
+	p.Context.Tenant.SecurityDomainRef = "security-domain:demo"
+	p.Context.Actor.ActorRef = "actor:demo"
+	p.Intent = schema.Intent{Provider: " Demo ", Capability: "Travel.Book", Operation: "book", Environment: "TEST", Payload: jsontext.Value(`{}`), ProtectedDisclosure: plan}
+	r, err := fingerprint.Of(p, "offer:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Intent.Provider != " Demo " || plan.Recipient != " Air " || plan.FieldClasses[0] != "travel_documents" {
+		t.Errorf("Of changed the proposal: %+v %+v", p.Intent, plan)
+	}
+	if !strings.Contains(string(r.Canonical), `"provider":"demo"`) || !strings.Contains(string(r.Canonical), `"recipient":"Air"`) ||
+		!strings.Contains(string(r.Canonical), `"environment":"test"`) || !strings.Contains(string(r.Canonical), `["birth_date","travel_documents"]`) {
+		t.Errorf("not normalized: %s", r.Canonical)
+	}
+}
