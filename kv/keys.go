@@ -18,6 +18,7 @@ const (
 	prefixReceipt       byte = 'r' // fingerprint, seq → Receipt
 	prefixAttempt       byte = 'c' // fingerprint, attempt_id → Attempt
 	prefixIndeterminate byte = 'i' // fingerprint → since_ms
+	prefixGrounding     byte = 'g' // sha256(stream, seq, input) → Grounding
 )
 
 // Variable-length components are escaped so that ordering and prefix scans

@@ -27,6 +27,7 @@ import (
 	"github.com/portcullis/portcullis/stages/admission"
 	"github.com/portcullis/portcullis/stages/authorization"
 	"github.com/portcullis/portcullis/stages/dispatch"
+	"github.com/portcullis/portcullis/stages/grounding"
 	"github.com/portcullis/portcullis/subjects"
 )
 
@@ -184,6 +185,11 @@ func (p *Processor) runners(deps stages.Deps) ([]*stages.Runner, error) {
 		},
 		Store: p.store, Subjects: p.subj, Clock: p.clock,
 	}
+	gr := &grounding.Stage{
+		Subjects: p.subj, Clock: p.clock, Store: p.store,
+		Source:        &grounding.Source{Conn: p.nc, Subjects: p.subj, Timeout: p.cfg.Grounding.SourceTimeout},
+		MaxCandidates: p.cfg.Grounding.MaxCandidates,
+	}
 	authz := &authorization.Stage{
 		Policy: authorization.Policy{
 			Managed:       p.cfg.Policies,
@@ -217,6 +223,11 @@ func (p *Processor) runners(deps stages.Deps) ([]*stages.Runner, error) {
 		stages.NewRunner(stages.RunnerConfig{
 			Stage: subjects.StageAdmission, Stream: p.subj.ProposalsStream(), FilterSubject: p.subj.Proposals(), Workers: 8,
 		}, deps, adm),
+		// Workers may wait up to source_timeout on a candidate source.
+		stages.NewRunner(stages.RunnerConfig{
+			Stage: subjects.StageGrounding, Stream: p.subj.StageStream(subjects.StageGrounding),
+			FilterSubject: p.subj.Stage(subjects.StageGrounding, subjects.KindProposal, "*"), Workers: 8,
+		}, deps, gr),
 		stages.NewRunner(stages.RunnerConfig{
 			Stage: subjects.StageAuthorization, Stream: p.subj.StageStream(subjects.StageAuthorization),
 			FilterSubject: p.subj.StageAll(subjects.StageAuthorization),

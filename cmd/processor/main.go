@@ -3,6 +3,7 @@
 //	processor run --dev                 embedded NATS, unsigned input, fake provider "demo"
 //	processor run --config FILE.hcl     as configured
 //	processor validate --config FILE    check a configuration
+//	processor fingerprint [FILE|-]      a proposal's referent, fingerprint and idempotency key
 //
 // See README.md for every subcommand.
 package main
@@ -37,6 +38,7 @@ func commands() []command {
 	return []command{
 		{"run", "run the processor (--dev, or --config FILE)", cmdRun},
 		{"validate", "check a configuration file (--config FILE)", cmdValidate},
+		{"fingerprint", "print a proposal's grounded referent, fingerprint and idempotency key ([--referent R] [FILE|-])", cmdFingerprint},
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/portcullis/portcullis/config"
+	"github.com/portcullis/portcullis/fingerprint"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/trust"
 )
@@ -40,28 +41,52 @@ type Verdict struct {
 	Incident *schema.Incident
 }
 
-// Decide judges a proposal body and its headers. It has no side effects.
-func Decide(p Policy, body []byte, hdr nats.Header) Verdict {
-	refuse := func(v Verdict, code string) Verdict {
-		inc := schema.NewIncident(schema.PhaseAdmission, code)
-		v.Incident = &inc
-		return v
-	}
-	prop, err := schema.DecodeProposal(body, p.MaxPayloadBytes)
+func refuse(v Verdict, code string) Verdict {
+	inc := schema.NewIncident(schema.PhaseAdmission, code)
+	v.Incident = &inc
+	return v
+}
+
+// wellFormed decodes and validates a body: every ADMISSION_MALFORMED check.
+func wellFormed(body []byte, maxBytes int) (Verdict, bool) {
+	prop, err := schema.DecodeProposal(body, maxBytes)
 	if err != nil {
 		v := Verdict{}
 		if len(body) <= config.MaxMaxPayloadBytes {
 			v.ProposalID, _ = schema.PeekProposalID(body)
 		}
-		return refuse(v, schema.CodeAdmissionMalformed)
+		return refuse(v, schema.CodeAdmissionMalformed), false
 	}
 	v := Verdict{Proposal: prop}
 	if schema.ValidProposalID(prop.ProposalID) {
 		v.ProposalID = prop.ProposalID
 	}
-	if !prop.Validate() {
-		return refuse(v, schema.CodeAdmissionMalformed)
+	// A payload number that no IEEE-754 double holds exactly would share
+	// its fingerprint with a different amount (package fingerprint).
+	if !prop.Validate() || fingerprint.CheckNumbers(prop.Intent.Payload) != nil {
+		return refuse(v, schema.CodeAdmissionMalformed), false
 	}
+	return v, true
+}
+
+// Offline judges a body without trust: what admission checks before and
+// after authentication that needs no host keys or provider list (well
+// formed, complete context). `processor fingerprint` uses it.
+func Offline(body []byte, maxBytes int) Verdict {
+	v, ok := wellFormed(body, maxBytes)
+	if ok && !v.Proposal.Context.ContextComplete() {
+		return refuse(v, schema.CodeAdmissionContextIncomplete)
+	}
+	return v
+}
+
+// Decide judges a proposal body and its headers. It has no side effects.
+func Decide(p Policy, body []byte, hdr nats.Header) Verdict {
+	v, ok := wellFormed(body, p.MaxPayloadBytes)
+	if !ok {
+		return v
+	}
+	prop := v.Proposal
 	host, signed, err := trust.Authenticate(p.Hosts, body, hdr)
 	if err != nil || (!signed && !p.AllowUnsigned) {
 		return refuse(v, schema.CodeAdmissionUnauthenticated)

@@ -98,6 +98,10 @@ func TestDecide(t *testing.T) {
 		{"amount over 2^53", pol, edit(func(m map[string]any) {
 			obj(m, "intent")["external_spend"] = map[string]any{"currency": "USD", "amount_minor": json.Number("9007199254740992")}
 		}), signed, malformed, "prop-1", false},
+		{"payload integer beyond 2^53", pol, []byte(strings.Replace(lumber, `{"quantity":20}`, `{"quantity":9007199254740993}`, 1)), signed, malformed, "prop-1", false},
+		{"payload fraction beyond a double", pol, []byte(strings.Replace(lumber, `{"quantity":20}`, `{"quantity":20.000000000000001}`, 1)), signed, malformed, "prop-1", false},
+		{"payload overflow", pol, []byte(strings.Replace(lumber, `{"quantity":20}`, `{"q":[1,{"r":1e400}]}`, 1)), signed, malformed, "prop-1", false},
+		{"payload exact forms", pol, []byte(strings.Replace(lumber, `{"quantity":20}`, `{"quantity":20.0,"big":9007199254740992,"e":1e21,"f":0.1,"z":-0}`, 1)), signed, "", "prop-1", true},
 		{"bad currency", pol, edit(func(m map[string]any) {
 			obj(m, "intent")["external_spend"] = map[string]any{"currency": "usd", "amount_minor": 1}
 		}), signed, malformed, "prop-1", false},
@@ -201,4 +205,32 @@ func FuzzDecide(f *testing.F) {
 			t.Fatalf("invalid proposal id %q would name an outcome subject", v.ProposalID)
 		}
 	})
+}
+
+func TestOffline(t *testing.T) {
+	cases := []struct {
+		name string
+		body []byte
+		code string
+		id   string
+	}{
+		{"well formed, unsigned, unknown provider", []byte(lumber), "", "prop-1"},
+		{"malformed", []byte(`{"proposal_id":"prop-1"`), schema.CodeAdmissionMalformed, ""},
+		{"inexact payload number", []byte(strings.Replace(lumber, `{"quantity":20}`, `{"quantity":12345678901234567890}`, 1)), schema.CodeAdmissionMalformed, "prop-1"},
+		{"incomplete context", edit(func(m map[string]any) { obj(m, "context", "tenant")["security_domain_ref"] = " " }), schema.CodeAdmissionContextIncomplete, "prop-1"},
+		{"too large", edit(func(m map[string]any) { obj(m, "intent", "display")["summary"] = strings.Repeat("x", 5000) }), schema.CodeAdmissionMalformed, "prop-1"},
+	}
+	for _, tc := range cases {
+		v := Offline(tc.body, 4096)
+		got := ""
+		if v.Incident != nil {
+			got = v.Incident.Code
+		}
+		if got != tc.code || v.ProposalID != tc.id {
+			t.Errorf("%s: code %q id %q, want %q %q", tc.name, got, v.ProposalID, tc.code, tc.id)
+		}
+		if got == "" && v.Proposal == nil {
+			t.Errorf("%s: no proposal", tc.name)
+		}
+	}
 }

@@ -1,0 +1,211 @@
+// Package fingerprint computes the intent fingerprint of SPEC §2.3: the
+// lowercase hex SHA-256 of the RFC 8785 (JCS) canonical JSON of
+//
+//	{"schema": "actions.fingerprint.v1", "security_domain_ref", "actor_ref",
+//	 "provider", "capability", "operation", "environment", "referent",
+//	 "payload", "protected_disclosure", "external_spend"}
+//
+// prefixed "sha256:". The 64 hex digits alone are the idempotency key sent
+// to providers.
+//
+// Hosts in other languages can reproduce it: testdata/ holds JCS vectors and
+// full fingerprints generated with an independent JCS implementation
+// (the npm package `canonicalize`), which the tests check.
+//
+// JCS reads every JSON number as an IEEE-754 double. Two different numbers
+// that round to one double (9007199254740993 and 9007199254740992, or 1 and
+// 1.0000000000000001) would share a fingerprint, so that a grant for one
+// authorized the other. CheckNumbers refuses such numbers; admission applies
+// it to every payload (ADMISSION_MALFORMED), so each admitted payload has
+// exactly one canonical form, and every language that parses JSON numbers
+// as doubles agrees on it.
+package fingerprint
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/portcullis/portcullis/schema"
+)
+
+// Prefix starts every fingerprint.
+const Prefix = "sha256:"
+
+// ErrNotCanonical is returned (wrapped) for a value that has no canonical
+// form: invalid JSON, or a number CheckNumbers refuses.
+var ErrNotCanonical = errors.New("fingerprint: value has no canonical form")
+
+// Fields are the fingerprinted values of one intent, already normalized as
+// admission normalizes them (names trimmed and lowercased).
+type Fields struct {
+	SecurityDomainRef string
+	ActorRef          string
+	Provider          string
+	Capability        string
+	Operation         string
+	Environment       string
+	// Referent is the grounded candidate's referent.
+	Referent string
+	// Payload is raw JSON; empty means null.
+	Payload             jsontext.Value
+	ProtectedDisclosure *schema.DisclosurePlan
+	ExternalSpend       *schema.Spend
+}
+
+// Result is a computed fingerprint.
+type Result struct {
+	// Canonical is the JCS text that was hashed.
+	Canonical []byte
+	// Fingerprint is "sha256:" + 64 lowercase hex digits.
+	Fingerprint string
+	// IdempotencyKey is the 64 hex digits.
+	IdempotencyKey string
+}
+
+// object is the SPEC §2.3 object. Member order is irrelevant: JCS sorts.
+type object struct {
+	Schema              string         `json:"schema"`
+	SecurityDomainRef   string         `json:"security_domain_ref"`
+	ActorRef            string         `json:"actor_ref"`
+	Provider            string         `json:"provider"`
+	Capability          string         `json:"capability"`
+	Operation           string         `json:"operation"`
+	Environment         string         `json:"environment"`
+	Referent            string         `json:"referent"`
+	Payload             jsontext.Value `json:"payload"`
+	ProtectedDisclosure *plan          `json:"protected_disclosure"`
+	ExternalSpend       *schema.Spend  `json:"external_spend"`
+}
+
+// plan is a disclosure plan with all five members always present, so that
+// an omitted require_reauthentication and an explicit false hash alike.
+type plan struct {
+	FieldClasses            []string `json:"field_classes"`
+	Recipient               string   `json:"recipient"`
+	Purpose                 string   `json:"purpose"`
+	Source                  string   `json:"source"`
+	RequireReauthentication bool     `json:"require_reauthentication"`
+}
+
+// Canonical returns the JCS text of the SPEC §2.3 object for f.
+func Canonical(f Fields) ([]byte, error) {
+	payload := f.Payload
+	if len(payload) == 0 {
+		payload = jsontext.Value("null")
+	}
+	if err := CheckNumbers(payload); err != nil {
+		return nil, err
+	}
+	o := object{
+		Schema:            schema.SchemaFingerprint,
+		SecurityDomainRef: f.SecurityDomainRef,
+		ActorRef:          f.ActorRef,
+		Provider:          f.Provider,
+		Capability:        f.Capability,
+		Operation:         f.Operation,
+		Environment:       f.Environment,
+		Referent:          f.Referent,
+		Payload:           payload,
+		ExternalSpend:     f.ExternalSpend,
+	}
+	if d := f.ProtectedDisclosure; d != nil {
+		classes := slices.Clone(d.FieldClasses)
+		if classes == nil {
+			classes = []string{}
+		}
+		slices.Sort(classes)
+		o.ProtectedDisclosure = &plan{classes, d.Recipient, d.Purpose, d.Source, d.RequireReauthentication}
+	}
+	raw, err := json.Marshal(o)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrNotCanonical, "encode")
+	}
+	return Canonicalize(raw)
+}
+
+// Canonicalize returns the RFC 8785 canonical form of one JSON value. It
+// refuses invalid JSON, duplicate member names and numbers CheckNumbers
+// refuses.
+func Canonicalize(raw []byte) ([]byte, error) {
+	v := jsontext.Value(slices.Clone(raw))
+	if !v.IsValid() {
+		return nil, fmt.Errorf("%w: invalid JSON", ErrNotCanonical)
+	}
+	if err := CheckNumbers(v); err != nil {
+		return nil, err
+	}
+	if err := v.Canonicalize(); err != nil {
+		// The error can quote input; keep only that it failed.
+		return nil, fmt.Errorf("%w: canonicalize", ErrNotCanonical)
+	}
+	return v, nil
+}
+
+// Sum hashes canonical JSON into a Result.
+func Sum(canonical []byte) Result {
+	h := sha256.Sum256(canonical)
+	key := hex.EncodeToString(h[:])
+	return Result{Canonical: canonical, Fingerprint: Prefix + key, IdempotencyKey: key}
+}
+
+// Compute canonicalizes and hashes f.
+func Compute(f Fields) (Result, error) {
+	c, err := Canonical(f)
+	if err != nil {
+		return Result{}, err
+	}
+	return Sum(c), nil
+}
+
+// FieldsOf returns the fingerprinted fields of a proposal grounded to
+// referent. The intent's names are normalized again (idempotent), so that a
+// proposal that did not pass through admission is hashed alike.
+func FieldsOf(p *schema.Proposal, referent string) Fields {
+	in := p.Intent
+	if d := in.ProtectedDisclosure; d != nil {
+		c := *d // Normalize writes through the pointer: not the caller's plan
+		in.ProtectedDisclosure = &c
+	}
+	in.Normalize()
+	return Fields{
+		SecurityDomainRef:   p.Context.Tenant.SecurityDomainRef,
+		ActorRef:            p.Context.Actor.ActorRef,
+		Provider:            in.Provider,
+		Capability:          in.Capability,
+		Operation:           in.Operation,
+		Environment:         in.Environment,
+		Referent:            referent,
+		Payload:             in.Payload,
+		ProtectedDisclosure: in.ProtectedDisclosure,
+		ExternalSpend:       in.ExternalSpend,
+	}
+}
+
+// Of computes the fingerprint of a proposal grounded to referent.
+func Of(p *schema.Proposal, referent string) (Result, error) {
+	return Compute(FieldsOf(p, referent))
+}
+
+// Key returns the idempotency key (64 hex digits) of a fingerprint.
+func Key(fingerprint string) string { return strings.TrimPrefix(fingerprint, Prefix) }
+
+// Valid reports whether s is "sha256:" followed by 64 lowercase hex digits.
+func Valid(s string) bool {
+	k, ok := strings.CutPrefix(s, Prefix)
+	if !ok || len(k) != 64 {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if c := k[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}

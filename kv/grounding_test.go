@@ -1,0 +1,40 @@
+package kv
+
+import (
+	"bytes"
+	"testing"
+)
+
+func TestGroundingCheckpoint(t *testing.T) {
+	s := open(t)
+	key := GroundingKey("ACTIONS_GROUNDING", 7, []byte("body"))
+	if _, found, err := s.Grounding(key); found || err != nil {
+		t.Fatalf("empty store: found=%v err=%v", found, err)
+	}
+	want := Grounding{Referent: "svc:payments-prod", ObservationRef: "catalog:9", AtMs: 5}
+	b := s.NewBatch()
+	b.PutGrounding(key, want)
+	if err := b.Commit(Sync); err != nil {
+		t.Fatal(err)
+	}
+	got, found, err := s.Grounding(key)
+	if !found || err != nil || got != want {
+		t.Fatalf("got %+v %v %v", got, found, err)
+	}
+	// Another sequence, stream or body is another input.
+	for _, other := range [][]byte{
+		GroundingKey("ACTIONS_GROUNDING", 8, []byte("body")),
+		GroundingKey("OTHER_GROUNDING", 7, []byte("body")),
+		GroundingKey("ACTIONS_GROUNDING", 7, []byte("body2")),
+	} {
+		if bytes.Equal(other, key) {
+			t.Fatal("key collision")
+		}
+		if _, found, _ := s.Grounding(other); found {
+			t.Fatal("checkpoint found under another input's key")
+		}
+	}
+	if key[0] != prefixGrounding || len(key) != 33 {
+		t.Errorf("key layout %x", key)
+	}
+}

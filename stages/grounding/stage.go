@@ -1,0 +1,146 @@
+package grounding
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/portcullis/portcullis/fingerprint"
+	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/stages"
+	"github.com/portcullis/portcullis/subjects"
+)
+
+// Stage is the grounding stage's handler. It consumes envelopes on
+// `<prefix>.stage.grounding.proposal.<proposal_id>` and either hands the
+// proposal to `<prefix>.stage.authorization.proposal.<proposal_id>` with
+// its Grounded record, or ends it with a grounding outcome.
+type Stage struct {
+	Subjects subjects.Subjects
+	Clock    stages.Clock
+	// Store keeps the decisions that asked a candidate source.
+	Store *kv.Store
+	// Source asks candidate sources.
+	Source *Source
+	// MaxCandidates is grounding.max_candidates.
+	MaxCandidates int
+}
+
+var _ stages.Handler = (*Stage)(nil)
+
+// Handle grounds one proposal.
+func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, error) {
+	_, kind, id, ok := s.Subjects.ParseStage(in.Subject)
+	if !ok || kind != subjects.KindProposal {
+		return stages.Result{}, fmt.Errorf("grounding: unexpected subject: %w", stages.ErrPermanent)
+	}
+	var env schema.Envelope
+	if err := schema.Decode(in.Data, &env); err != nil {
+		return stages.Result{}, fmt.Errorf("grounding: envelope: %w: %w", err, stages.ErrPermanent)
+	}
+	p := &env.Proposal
+	if env.Schema != schema.SchemaEnvelope || p.ProposalID != id || !p.Validate() {
+		return stages.Result{}, fmt.Errorf("grounding: envelope does not match its subject: %w", stages.ErrPermanent)
+	}
+	now := stages.NowMs(s.Clock)
+
+	var v Verdict
+	observation := p.Grounding.ObservationRef
+	if inc := Precheck(p); inc != nil {
+		v = Verdict{Incident: inc}
+	} else if p.Grounding.CandidateSource != "" {
+		var err error
+		v, observation, err = s.fromSource(ctx, in, p, now)
+		if err != nil {
+			return stages.Result{}, err
+		}
+	} else {
+		v = Decide(p, p.Grounding.Candidates, s.MaxCandidates)
+	}
+	if !v.Grounded() {
+		return stages.Result{Outcomes: []schema.Outcome{schema.FailureOutcome(p.ProposalID, *v.Incident, now)}}, nil
+	}
+
+	fp, err := fingerprint.Of(p, v.Referent)
+	if err != nil {
+		// Admission refuses payloads without a canonical form; an envelope
+		// holding one was not admitted by this version.
+		return stages.Result{}, fmt.Errorf("grounding: fingerprint: %w: %w", err, stages.ErrPermanent)
+	}
+	out := env
+	// Candidate attributes and evidence go no further than this stage.
+	out.Proposal.Grounding.Candidates = nil
+	out.Proposal.Grounding.CandidateSource = ""
+	out.Grounded = &schema.Grounded{
+		Referent:       v.Referent,
+		Fingerprint:    fp.Fingerprint,
+		IdempotencyKey: fp.IdempotencyKey,
+		ObservationRef: observation,
+	}
+	data, err := schema.Marshal(out)
+	if err != nil {
+		return stages.Result{}, fmt.Errorf("grounding: encode envelope: %w", err)
+	}
+	return stages.Result{Next: []stages.Message{{
+		Subject: s.Subjects.Stage(subjects.StageAuthorization, subjects.KindProposal, p.ProposalID),
+		Data:    data,
+	}}}, nil
+}
+
+// fromSource decides with a candidate source's answer. The decision is
+// checkpointed before it is published: a source may answer differently
+// when asked again, and a redelivered input must not be decided twice.
+func (s *Stage) fromSource(ctx context.Context, in *stages.Input, p *schema.Proposal, now int64) (Verdict, string, error) {
+	key := kv.GroundingKey(in.Stream, in.StreamSeq, in.Data)
+	unlock := s.Store.Lock(string(key))
+	defer unlock()
+	rec, found, err := s.Store.Grounding(key)
+	if err != nil {
+		return Verdict{}, "", fmt.Errorf("grounding: read checkpoint: %w", err)
+	}
+	if found {
+		if rec.Code != "" {
+			if _, ok := schema.LookupCode(schema.PhaseGrounding, rec.Code); !ok {
+				return Verdict{}, "", fmt.Errorf("grounding: checkpoint: %w: %w", kv.ErrCorrupt, stages.ErrPermanent)
+			}
+			return fail(rec.Code), "", nil
+		}
+		return Verdict{Referent: rec.Referent}, rec.ObservationRef, nil
+	}
+	var v Verdict
+	observation := ""
+	reply, err := s.Source.Ask(ctx, p)
+	switch {
+	case SourceFault(err):
+		v = fail(schema.CodeGroundingSourceUnavailable)
+	case err != nil:
+		return Verdict{}, "", err
+	default:
+		v = Decide(p, reply.Candidates, s.MaxCandidates)
+		observation = reply.ObservationRef
+	}
+	rec = kv.Grounding{AtMs: now}
+	if v.Grounded() {
+		rec.Referent, rec.ObservationRef = v.Referent, observation
+	} else {
+		rec.Code = v.Incident.Code
+	}
+	b := s.Store.NewBatch()
+	b.PutGrounding(key, rec)
+	if err := b.Commit(kv.Sync); err != nil {
+		return Verdict{}, "", fmt.Errorf("grounding: record checkpoint: %w", err)
+	}
+	return v, observation, nil
+}
+
+// GiveUp ends a proposal grounding could not process (PROCESSING_FAILED),
+// naming it by its subject's id token; an unreadable id gets only the
+// incident event.
+func (s *Stage) GiveUp(_ context.Context, in *stages.Input, _ error) (stages.Result, error) {
+	inc := schema.NewIncident(schema.PhaseGrounding, schema.CodeProcessingFailed)
+	_, _, id, ok := s.Subjects.ParseStage(in.Subject)
+	if !ok || !schema.ValidProposalID(id) {
+		return stages.Result{Events: []schema.Incident{inc}}, nil
+	}
+	return stages.Result{Outcomes: []schema.Outcome{schema.FailureOutcome(id, inc, stages.NowMs(s.Clock))}}, nil
+}
