@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -49,6 +50,9 @@ type Options struct {
 	// *adapters.Fake across restarts this way). Others are built from the
 	// configuration.
 	Adapters map[string]adapters.Adapter
+	// StoreFS replaces the disk under the Pebble store, for fault-injection
+	// tests (pebble's vfs/errorfs). nil: the disk.
+	StoreFS vfs.FS
 }
 
 // Processor is a running Portcullis.
@@ -119,7 +123,7 @@ func Start(ctx context.Context, o Options) (p *Processor, err error) {
 		return nil, err
 	}
 	p.activity = &activity.Store{KV: bucket, Now: func() int64 { return stages.NowMs(p.clock) }}
-	p.store, err = kv.Open(cfg.Store.Dir, kv.Options{Logger: p.log.With("component", "pebble")})
+	p.store, err = kv.Open(cfg.Store.Dir, kv.Options{FS: o.StoreFS, Logger: p.log.With("component", "pebble")})
 	if err != nil {
 		return nil, err
 	}
@@ -164,6 +168,7 @@ func Start(ctx context.Context, o Options) (p *Processor, err error) {
 			}
 		})
 	}
+	p.wg.Go(func() { p.watchStore(fetchCtx) })
 	sched := &stages.Scheduler{Store: p.store, JS: p.js, Clock: p.clock, Log: p.log, Poll: o.SchedulerPoll}
 	p.wg.Go(func() { _ = sched.Run(fetchCtx) })
 	p.log.Info("processor started", "nats", p.NATSURL(), "metrics", p.MetricsAddr(), "store", cfg.Store.Dir, "prefix", subj.Prefix())
@@ -309,6 +314,25 @@ func (p *Processor) serveMetrics() error {
 	p.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = p.httpSrv.Serve(ln) }()
 	return nil
+}
+
+// watchStore stops the processor once Pebble reported a fatal error (a
+// failed WAL write or sync): nothing can be checkpointed any more, and a
+// restart replays the WAL into a consistent store.
+func (p *Processor) watchStore(ctx context.Context) {
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := p.store.Failed(); err != nil {
+				p.fail(fmt.Errorf("processor: store failed: %w", err))
+				return
+			}
+		}
+	}
 }
 
 func (p *Processor) fail(err error) {

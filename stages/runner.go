@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/fault"
+	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/subjects"
@@ -271,7 +272,12 @@ func (r *Runner) heartbeat(m jetstream.Msg) (stop func()) {
 // position), so a redelivered input republishes duplicates the streams drop.
 func (r *Runner) publish(ctx context.Context, in *Input, res Result) error {
 	if len(res.Outcomes) > 0 && r.deps.Outcomes != nil {
-		if err := r.deps.Outcomes.RecordOutcomes(res.Outcomes); err != nil {
+		if err := r.deps.Outcomes.RecordOutcomes(res.Outcomes); errors.Is(err, kv.ErrFailed) {
+			// The record only serves repeated deliveries; a store that failed
+			// must not also swallow the outcome (CHECKPOINT_FAILED among
+			// them). The processor stops on a failed store.
+			r.log.Error("outcome not recorded: store failed; publishing it anyway", "seq", in.StreamSeq)
+		} else if err != nil {
 			return fmt.Errorf("record outcomes: %w", err)
 		}
 	}

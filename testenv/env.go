@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -61,6 +62,7 @@ type envOptions struct {
 	configure []func(*config.Config)
 	clock     stages.Clock
 	noStart   bool
+	storeFS   vfs.FS
 }
 
 // WithConfig edits the processor's configuration before start.
@@ -70,6 +72,10 @@ func WithConfig(f func(*config.Config)) Option {
 
 // WithClock gives the processor a clock (a *stages.ManualClock, say).
 func WithClock(c stages.Clock) Option { return func(o *envOptions) { o.clock = c } }
+
+// WithStoreFS runs the processor's Pebble store on fs (vfs/errorfs for
+// fault injection).
+func WithStoreFS(fs vfs.FS) Option { return func(o *envOptions) { o.storeFS = fs } }
 
 // NotStarted leaves the processor stopped; call Start.
 func NotStarted() Option { return func(o *envOptions) { o.noStart = true } }
@@ -133,6 +139,7 @@ func New(t testing.TB, opts ...Option) *Env {
 	}
 	e.opts = processor.Options{
 		Adapters:      overrides,
+		StoreFS:       o.storeFS,
 		Config:        cfg,
 		Clock:         e.Clock,
 		Log:           slog.New(slog.NewJSONHandler(io.MultiWriter(e.Logs), &slog.HandlerOptions{Level: slog.LevelDebug})),
@@ -176,6 +183,14 @@ func (e *Env) Stop(t testing.TB) {
 			t.Errorf("processor stopped with error: %v", err)
 		}
 	}
+}
+
+// Forget drops the running processor without stopping it again (a test
+// that stopped it itself and checked its error).
+func (e *Env) Forget() {
+	e.mu.Lock()
+	e.proc = nil
+	e.mu.Unlock()
 }
 
 // Restart stops and starts the processor on the same store and streams.

@@ -1,6 +1,13 @@
 package testenv
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/portcullis/portcullis/fingerprint"
+	"github.com/portcullis/portcullis/schema"
+)
 
 // Lumber returns the proposal of SPEC §2.1 (the lumber stock adjustment of
 // seed 000), for the fake provider "demo", as a fresh map that a test may
@@ -91,4 +98,50 @@ func splitPath(p string) []string {
 		}
 	}
 	return append(out, p[start:])
+}
+
+// FingerprintOf returns the fingerprint a fixture has once grounded to
+// referent (computed as the grounding stage does).
+func FingerprintOf(t testing.TB, proposal any, referent string) string {
+	t.Helper()
+	p, err := schema.DecodeProposal(Body(t, proposal), 0)
+	if err != nil {
+		t.Fatalf("fixture does not decode: %v", err)
+	}
+	r, err := fingerprint.Of(p, referent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.Fingerprint
+}
+
+// Grant returns a grant for a fingerprint: manual, biometric, valid from
+// now for five minutes, with a spend ceiling when spend is not nil.
+func Grant(fp string, now time.Time, spend map[string]any) map[string]any {
+	g := map[string]any{
+		"schema":                   "actions.grant.v1",
+		"intent_fingerprint":       fp,
+		"authorized_by":            "actor:demo",
+		"authorization_method":     "manual",
+		"authentication_assurance": "biometric",
+		"issued_at_ms":             now.UnixMilli(),
+		"expires_at_ms":            now.Add(5 * time.Minute).UnixMilli(),
+		"max_external_spend":       nil,
+	}
+	if spend != nil {
+		g["max_external_spend"] = spend
+	}
+	return g
+}
+
+// Granted puts an inline grant into a proposal fixture, bound to the
+// fingerprint it grounds to (referent), valid from now. It returns p.
+func Granted(t testing.TB, p map[string]any, referent string, now time.Time) map[string]any {
+	t.Helper()
+	var spend map[string]any
+	if s, ok := p["intent"].(map[string]any)["external_spend"].(map[string]any); ok {
+		spend = s
+	}
+	p["grant"] = Grant(FingerprintOf(t, p, referent), now, spend)
+	return p
 }

@@ -1,0 +1,473 @@
+package dispatch_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/go-json-experiment/json/jsontext"
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/goleak"
+
+	"github.com/portcullis/portcullis/adapters"
+	"github.com/portcullis/portcullis/config"
+	"github.com/portcullis/portcullis/fault"
+	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/subjects"
+	"github.com/portcullis/portcullis/testenv"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// proposal is a signed-off lumber adjustment with an inline grant; payload
+// names the case so a scripted provider can tell proposals apart.
+func proposal(t *testing.T, id, kase string) map[string]any {
+	t.Helper()
+	p := testenv.Lumber(id)
+	testenv.Set(p, "intent.payload", map[string]any{"quantity": 20, "case": kase})
+	return testenv.Granted(t, p, "sku-1001", time.Now())
+}
+
+func caseOf(req schema.DispatchRequest) string {
+	var p struct {
+		Case string `json:"case"`
+	}
+	_ = json.Unmarshal(req.Payload, &p)
+	return p.Case
+}
+
+func keyOf(t *testing.T, p map[string]any) string {
+	return strings.TrimPrefix(testenv.FingerprintOf(t, p, "sku-1001"), "sha256:")
+}
+
+func TestConfirmedDispatch(t *testing.T) {
+	env := testenv.New(t)
+	p := proposal(t, "prop-1", "ok")
+	env.PublishSigned(t, p, env.Host)
+	o := env.Recorder.Wait(t, "prop-1", testenv.Terminal)
+	if o.Kind != schema.KindConfirmed || o.EffectTruth != schema.TruthPresent || len(o.Incidents) != 0 {
+		t.Fatalf("outcome = %+v", o)
+	}
+	key := keyOf(t, p)
+	r := o.Receipt
+	if r == nil || r.Status != schema.StatusConfirmed || r.IdempotencyKey != key || r.Fingerprint != "sha256:"+key ||
+		r.Adapter != config.AdapterFake || !r.DispatchAttempted || r.NextAction != schema.NextNone ||
+		r.ProviderActionID == "" || len(r.EvidenceRefs) != 1 || r.Provider != "demo" || r.Operation != "adjust_stock" ||
+		!strings.HasPrefix(r.ReceiptID, "rcpt_") || r.Reconciliation != nil || r.Disclosure != nil {
+		t.Errorf("receipt = %+v", r)
+	}
+	if *o.Referent != "sku-1001" || *o.Fingerprint != r.Fingerprint {
+		t.Errorf("binding = %v %v", *o.Referent, *o.Fingerprint)
+	}
+	if n := env.Fakes["demo"].DeliveredFor(key); n != 1 {
+		t.Errorf("provider saw the key %d times", n)
+	}
+	m := env.Processor().Metrics()
+	if got := testutil.ToFloat64(m.Dispatches.WithLabelValues("demo", schema.StatusConfirmed)); got != 1 {
+		t.Errorf("dispatches{demo,confirmed} = %v", got)
+	}
+	if n := testutil.CollectAndCount(m.DispatchDuration); n != 2 {
+		t.Errorf("dispatch duration series = %d", n)
+	}
+	waitActivity(t, env, r.Fingerprint, func(a *schema.Activity) bool {
+		return a.Status == schema.StatusConfirmed && a.Receipt != nil && a.Receipt.ReceiptID == r.ReceiptID &&
+			a.Dispatch != nil && a.Dispatch.Attempted && a.Dispatch.Adapter == "fake"
+	})
+}
+
+func waitActivity(t *testing.T, env *testenv.Env, fp string, ok func(*schema.Activity) bool) *schema.Activity {
+	t.Helper()
+	deadline := time.Now().Add(testenv.WaitTimeout)
+	for {
+		a, err := env.Processor().Activity().Get(context.Background(), fp)
+		if err == nil && ok(a) {
+			return a
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("activity of %s: %+v %v", fp, a, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// The same intent proposed twice — one after the other, and many at the
+// same moment — reaches the provider once; every proposal gets the receipt.
+func TestSameIntentReachesProviderOnce(t *testing.T) {
+	env := testenv.New(t)
+	fake := env.Fakes["demo"]
+	var inCall atomic.Int32
+	fake.OnDispatch(func(ctx context.Context, req schema.DispatchRequest) (schema.AdapterReply, error) {
+		if inCall.Add(1) > 1 {
+			t.Error("two dispatch calls at once")
+		}
+		defer inCall.Add(-1)
+		time.Sleep(200 * time.Millisecond) // widen the window for a racing twin
+		return schema.AdapterReply{Outcome: "confirmed", ProviderActionID: "inv:" + req.IdempotencyKey[:8]}, nil
+	})
+
+	first := proposal(t, "prop-a", "twice")
+	env.PublishSigned(t, first, env.Host)
+	oa := env.Recorder.Wait(t, "prop-a", testenv.Terminal)
+	second := proposal(t, "prop-b", "twice")
+	env.PublishSigned(t, second, env.Host)
+	ob := env.Recorder.Wait(t, "prop-b", testenv.Terminal)
+	if oa.Receipt == nil || ob.Receipt == nil || oa.Receipt.ReceiptID != ob.Receipt.ReceiptID || ob.Kind != schema.KindConfirmed || *ob.Fingerprint != *oa.Fingerprint {
+		t.Errorf("second proposal: %+v vs %+v", ob, oa)
+	}
+
+	const n = 12
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { env.PublishSigned(t, proposal(t, fmt.Sprintf("prop-c%02d", i), "together"), env.Host) })
+	}
+	wg.Wait()
+	var receipt string
+	for i := range n {
+		o := env.Recorder.Wait(t, fmt.Sprintf("prop-c%02d", i), testenv.Terminal)
+		if o.Kind != schema.KindConfirmed || o.Receipt == nil {
+			t.Fatalf("outcome %+v", o)
+		}
+		if receipt == "" {
+			receipt = o.Receipt.ReceiptID
+		} else if o.Receipt.ReceiptID != receipt {
+			t.Errorf("receipts differ: %s vs %s", o.Receipt.ReceiptID, receipt)
+		}
+	}
+	for key, got := range fake.Delivered() {
+		if got != 1 {
+			t.Errorf("provider saw %s %d times", key, got)
+		}
+	}
+	if got := fake.Dispatches(); got != 2 {
+		t.Errorf("provider calls = %d, want 2 (one per intent)", got)
+	}
+	// A restart and a replay of the first proposal's delivery change nothing.
+	env.Restart(t)
+	env.PublishSigned(t, proposal(t, "prop-d", "twice"), env.Host)
+	if o := env.Recorder.Wait(t, "prop-d", testenv.Terminal); o.Receipt == nil || o.Receipt.ReceiptID != oa.Receipt.ReceiptID {
+		t.Errorf("after restart: %+v", o)
+	}
+	if got := fake.Dispatches(); got != 2 {
+		t.Errorf("provider calls after restart = %d", got)
+	}
+}
+
+// Every dispatch code of SPEC §2.5 that a provider's answer produces.
+func TestProviderAnswers(t *testing.T) {
+	env := testenv.New(t)
+	env.Fakes["demo"].OnDispatch(func(ctx context.Context, req schema.DispatchRequest) (schema.AdapterReply, error) {
+		switch caseOf(req) {
+		case "rejected":
+			return schema.AdapterReply{Outcome: "rejected", ErrorCode: "out_of_stock"}, nil
+		case "failed":
+			return schema.AdapterReply{Outcome: "failed_before_dispatch"}, nil
+		case "indeterminate":
+			return schema.AdapterReply{Outcome: "indeterminate"}, nil
+		case "acknowledged":
+			return schema.AdapterReply{Outcome: "acknowledged", ProviderActionID: "inv:1"}, nil
+		case "malformed":
+			return schema.AdapterReply{Outcome: "done!"}, nil
+		case "bad-evidence":
+			return schema.AdapterReply{Outcome: "confirmed", EvidenceRefs: []string{"no colon"}}, nil
+		case "timeout":
+			return schema.AdapterReply{}, fmt.Errorf("inventory slow: %w", adapters.ErrTimeout)
+		case "error":
+			return schema.AdapterReply{}, errors.New("connection reset by peer")
+		}
+		return schema.AdapterReply{Outcome: "confirmed"}, nil
+	})
+	cases := []struct {
+		kase, kind, status, code, boundary string
+	}{
+		{"rejected", schema.KindRejected, schema.StatusRejected, schema.CodeProviderRejected, schema.BoundaryInvoked},
+		{"failed", schema.KindFailedBeforeDispatch, schema.StatusFailedBeforeDispatch, schema.CodeProviderFailedBeforeDispatch, schema.BoundaryNotInvoked},
+		{"indeterminate", schema.KindReconciliationRequired, schema.StatusReconciliationRequired, schema.CodeProviderIndeterminate, schema.BoundaryInvoked},
+		{"acknowledged", schema.KindAcknowledged, schema.StatusAcknowledged, "", ""},
+		{"malformed", schema.KindReconciliationRequired, schema.StatusReconciliationRequired, schema.CodeMalformedAdapterResult, schema.BoundaryInvoked},
+		{"bad-evidence", schema.KindReconciliationRequired, schema.StatusReconciliationRequired, schema.CodeMalformedAdapterResult, schema.BoundaryInvoked},
+		{"timeout", schema.KindReconciliationRequired, schema.StatusReconciliationRequired, schema.CodeAdapterTimeout, schema.BoundaryUnknown},
+		{"error", schema.KindReconciliationRequired, schema.StatusReconciliationRequired, schema.CodeAdapterError, schema.BoundaryUnknown},
+	}
+	for _, tc := range cases {
+		env.PublishSigned(t, proposal(t, "prop-"+tc.kase, tc.kase), env.Host)
+	}
+	for _, tc := range cases {
+		t.Run(tc.kase, func(t *testing.T) {
+			o := env.Recorder.Wait(t, "prop-"+tc.kase, testenv.Kind(tc.kind))
+			if o.Receipt == nil || o.Receipt.Status != tc.status {
+				t.Fatalf("outcome %+v", o)
+			}
+			if tc.code == "" {
+				if len(o.Incidents) != 0 {
+					t.Errorf("incidents %+v", o.Incidents)
+				}
+			} else {
+				want := schema.Incident{Phase: schema.PhaseDispatch, Code: tc.code, DispatchBoundary: tc.boundary}
+				if len(o.Incidents) != 1 || o.Incidents[0] != want {
+					t.Errorf("incidents %+v, want %+v", o.Incidents, want)
+				}
+				env.Recorder.WaitEvent(t, schema.PhaseDispatch, tc.code)
+			}
+			if tc.status == schema.StatusReconciliationRequired && o.Receipt.NextAction != schema.NextReconcile {
+				t.Errorf("next action %s", o.Receipt.NextAction)
+			}
+			if tc.kase == "rejected" && o.Receipt.ErrorCode != "out_of_stock" {
+				t.Errorf("error code %q: the provider's code is kept", o.Receipt.ErrorCode)
+			}
+		})
+	}
+	ind := testutil.ToFloat64(env.Processor().Metrics().Indeterminate)
+	if ind < 4 {
+		t.Errorf("actions_indeterminate_actions = %v, want ≥ 4", ind)
+	}
+}
+
+// A connector that is not subscribed yet gets the dispatch once it is
+// (inside unavailable_retry); one that never comes ends ADAPTER_UNAVAILABLE.
+func TestConnectorNotYetThere(t *testing.T) {
+	env := testenv.New(t, testenv.WithConfig(func(c *config.Config) {
+		for i := range c.Providers {
+			if c.Providers[i].Name == "inventory" {
+				c.Providers[i].UnavailableRetry = 3 * time.Second
+			}
+		}
+	}))
+	late := proposal(t, "prop-late", "late")
+	testenv.Set(late, "intent.provider", "inventory")
+	late = testenv.Granted(t, late, "sku-1001", time.Now())
+	env.PublishSigned(t, late, env.Host)
+	time.Sleep(700 * time.Millisecond) // several "no responders" meanwhile
+	if outs := env.Recorder.Outcomes("prop-late"); len(outs) != 0 {
+		t.Fatalf("outcome before the connector came: %+v", outs)
+	}
+	connector := adapters.NewFake("inventory", config.FakeScript{})
+	stop, err := connector.Serve(env.NC, env.Subjects)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := env.Recorder.Wait(t, "prop-late", testenv.Terminal)
+	if o.Kind != schema.KindConfirmed || o.Receipt.Adapter != config.AdapterNATS {
+		t.Errorf("outcome %+v", o)
+	}
+	if n := connector.DeliveredFor(keyOf(t, late)); n != 1 {
+		t.Errorf("connector saw the dispatch %d times", n)
+	}
+	stop()
+
+	never := proposal(t, "prop-never", "never")
+	testenv.Set(never, "intent.provider", "inventory")
+	never = testenv.Granted(t, never, "sku-1001", time.Now())
+	start := time.Now()
+	env.PublishSigned(t, never, env.Host)
+	o = env.Recorder.Wait(t, "prop-never", testenv.Terminal)
+	want := schema.Incident{Phase: schema.PhaseDispatch, Code: schema.CodeAdapterUnavailable, DispatchBoundary: schema.BoundaryNotInvoked}
+	if o.Kind != schema.KindFailedBeforeDispatch || len(o.Incidents) != 1 || o.Incidents[0] != want || o.Receipt.DispatchAttempted {
+		t.Errorf("outcome %+v", o)
+	}
+	if d := time.Since(start); d < 3*time.Second {
+		t.Errorf("gave up after %s, inside the 3s window", d)
+	}
+}
+
+// The grant window and managed policy are checked again at dispatch: a
+// denial there is the fingerprint's receipt and nothing is sent.
+func TestDispatchTimeDenial(t *testing.T) {
+	env := testenv.New(t)
+	p := proposal(t, "prop-late-grant", "expired")
+	fp := testenv.FingerprintOf(t, p, "sku-1001")
+	past := time.Now().Add(-time.Hour)
+	prop, err := schema.DecodeProposal(testenv.Body(t, p), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := testenv.Grant(fp, past, nil)
+	var grant schema.Grant
+	if err := schema.Decode(testenv.Body(t, g), &grant); err != nil {
+		t.Fatal(err)
+	}
+	prop.Grant = nil
+	prop.Grounding.Candidates = nil
+	e := schema.Envelope{
+		Schema: schema.SchemaEnvelope, Proposal: *prop, Host: "frontdesk", AdmittedAtMs: past.UnixMilli(),
+		Grounded:      &schema.Grounded{Referent: "sku-1001", Fingerprint: fp, IdempotencyKey: strings.TrimPrefix(fp, "sha256:"), ObservationRef: "catalog:12"},
+		Authorization: &schema.AuthorizationRecord{Grant: grant, DecidedAtMs: past.UnixMilli()},
+	}
+	env.PublishWith(t, env.Subjects.Stage(subjects.StageDispatch, subjects.KindProposal, "prop-late-grant"), schema.MustMarshal(e), nil)
+	o := env.Recorder.Wait(t, "prop-late-grant", testenv.Terminal)
+	want := schema.Incident{Phase: schema.PhaseAuthorization, Code: schema.CodeGrantExpired, DispatchBoundary: schema.BoundaryNotInvoked}
+	if o.Kind != schema.KindDenied || len(o.Incidents) != 1 || o.Incidents[0] != want || o.Receipt == nil || o.Receipt.Status != schema.StatusDenied || o.Receipt.DispatchAttempted {
+		t.Errorf("outcome %+v", o)
+	}
+	if env.Fakes["demo"].Dispatches() != 0 {
+		t.Error("a denied intent reached the provider")
+	}
+	// The denial is the fingerprint's receipt: the same intent later gets it.
+	env.PublishSigned(t, proposal(t, "prop-again", "expired"), env.Host)
+	if o2 := env.Recorder.Wait(t, "prop-again", testenv.Terminal); o2.Receipt == nil || o2.Receipt.ReceiptID != o.Receipt.ReceiptID {
+		t.Errorf("second proposal %+v", o2)
+	}
+}
+
+// A failing in-flight write ends INTEGRATION_FAILURE/CHECKPOINT_FAILED and
+// the provider is never called.
+func TestCheckpointFailure(t *testing.T) {
+	var armed atomic.Bool
+	fs := errorfs.Wrap(vfs.Default, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if armed.Load() && strings.HasSuffix(op.Path, ".log") && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
+			return errorfs.ErrInjected
+		}
+		return nil
+	}))
+	restore := fault.Set(func(name string) {
+		if name == fault.DispatchBeforeInFlight {
+			armed.Store(true)
+		}
+	})
+	defer restore()
+	env := testenv.New(t, testenv.WithStoreFS(fs))
+	env.PublishSigned(t, proposal(t, "prop-cp", "checkpoint"), env.Host)
+	o := env.Recorder.Wait(t, "prop-cp", testenv.Terminal)
+	want := schema.Incident{Phase: schema.PhaseDispatch, Code: schema.CodeCheckpointFailed, DispatchBoundary: schema.BoundaryNotInvoked}
+	if o.Kind != schema.KindIntegrationFailure || len(o.Incidents) != 1 || o.Incidents[0] != want || o.Receipt != nil {
+		t.Errorf("outcome %+v", o)
+	}
+	if n := env.Fakes["demo"].Dispatches(); n != 0 {
+		t.Errorf("provider called %d times", n)
+	}
+	// The store refuses writes from now on: the processor stops itself.
+	select {
+	case <-env.Processor().Done():
+	case <-time.After(testenv.WaitTimeout):
+		t.Fatal("the processor kept running on a failed store")
+	}
+	if err := env.Processor().Close(); !errors.Is(err, kv.ErrFailed) {
+		t.Errorf("processor error = %v", err)
+	}
+	env.Forget()
+}
+
+// disclosureResolver answers the resolver subject with the values given, for
+// the classes requested, echoing the bindings.
+func disclosureResolver(t *testing.T, env *testenv.Env, assurance string, values map[string]any, refuse bool) {
+	t.Helper()
+	sub, err := env.NC.Subscribe(env.Subjects.DisclosureResolve(), func(m *nats.Msg) {
+		var req schema.DisclosureRequest
+		if err := json.Unmarshal(m.Data, &req); err != nil {
+			t.Errorf("resolver request: %v", err)
+			return
+		}
+		if refuse {
+			m.Respond([]byte(`{"refused": true, "reason_code": "user_declined"}`))
+			return
+		}
+		reply := map[string]any{
+			"schema": schema.SchemaDisclosure, "fingerprint": req.Fingerprint, "provider": req.Provider,
+			"operation": req.Operation, "environment": req.Environment, "recipient": req.Recipient,
+			"purpose": req.Purpose, "field_classes": req.FieldClasses, "source": req.Source,
+			"authentication_assurance": assurance, "protected_values": values,
+		}
+		b, _ := json.Marshal(reply)
+		m.Respond(b)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Unsubscribe() })
+}
+
+func withDisclosure(t *testing.T, id string) map[string]any {
+	t.Helper()
+	p := testenv.Lumber(id)
+	testenv.Set(p, "intent.payload", map[string]any{"offer_id": "off_SECRET-PAYLOAD-77", "case": id})
+	testenv.Set(p, "intent.protected_disclosure", map[string]any{
+		"field_classes": []string{"legal_identity", "birth_date"}, "recipient": "Duffel",
+		"purpose": "Create the exact approved order.", "source": "fictional_test_fixture", "require_reauthentication": true,
+	})
+	return testenv.Granted(t, p, "sku-1001", time.Now())
+}
+
+// Protected values reach the adapter in memory only: the receipt keeps the
+// value-free record, and no value or payload string is stored or emitted.
+func TestProtectedDisclosure(t *testing.T) {
+	env := testenv.New(t)
+	var got schema.DispatchRequest
+	var mu sync.Mutex
+	env.Fakes["demo"].OnDispatch(func(ctx context.Context, req schema.DispatchRequest) (schema.AdapterReply, error) {
+		mu.Lock()
+		got = req
+		if req.ProtectedDisclosure != nil {
+			// Copy what the test checks: the stage wipes the values after the call.
+			got.ProtectedDisclosure = &schema.DispatchDisclosure{FieldClasses: req.ProtectedDisclosure.FieldClasses, Values: map[string]jsontext.Value{}}
+			for k, v := range req.ProtectedDisclosure.Values {
+				got.ProtectedDisclosure.Values[k] = append([]byte(nil), v...)
+			}
+		}
+		mu.Unlock()
+		return schema.AdapterReply{Outcome: "confirmed"}, nil
+	})
+	values := map[string]any{
+		"legal_identity": map[string]any{"given_name": "SECRET-GIVEN-41", "family_name": "SECRET-FAMILY-42", "gender": "f"},
+		"birth_date":     "1990-02-28",
+	}
+	disclosureResolver(t, env, "biometric", values, false)
+	env.PublishSigned(t, withDisclosure(t, "prop-disc"), env.Host)
+	o := env.Recorder.Wait(t, "prop-disc", testenv.Terminal)
+	if o.Kind != schema.KindConfirmed || o.Receipt.Disclosure == nil {
+		t.Fatalf("outcome %+v", o)
+	}
+	d := o.Receipt.Disclosure
+	if d.Recipient != "Duffel" || d.Source != "fictional_test_fixture" || d.AuthenticationAssurance != "biometric" || len(d.FieldClasses) != 2 {
+		t.Errorf("disclosure record %+v", d)
+	}
+	mu.Lock()
+	if got.ProtectedDisclosure == nil || !strings.Contains(string(got.ProtectedDisclosure.Values["legal_identity"]), "SECRET-GIVEN-41") {
+		t.Errorf("the adapter did not receive the values: %+v", got.ProtectedDisclosure)
+	}
+	mu.Unlock()
+	waitActivity(t, env, *o.Fingerprint, func(a *schema.Activity) bool { return a.Disclosure != nil && a.Status == schema.StatusConfirmed })
+	env.AssertNowhere(t, "SECRET-GIVEN-41", "SECRET-FAMILY-42", "1990-02-28", "SECRET-PAYLOAD-77")
+}
+
+func TestDisclosureFailuresDispatchNothing(t *testing.T) {
+	cases := []struct {
+		name      string
+		resolver  bool
+		assurance string
+		refuse    bool
+		values    map[string]any
+		code      string
+	}{
+		{"no resolver", false, "", false, nil, schema.CodeDisclosureUnavailable},
+		{"refused", true, "biometric", true, nil, schema.CodeDisclosureRefused},
+		{"weak assurance", true, "session", false, map[string]any{"legal_identity": map[string]any{"given_name": "A", "family_name": "B"}, "birth_date": "1990-01-01"}, schema.CodeDisclosureReauthRequired},
+		{"missing class", true, "biometric", false, map[string]any{"birth_date": "1990-01-01"}, schema.CodeDisclosureFieldMismatch},
+		{"bad value", true, "biometric", false, map[string]any{"legal_identity": map[string]any{"given_name": "A", "family_name": "B"}, "birth_date": "1990-02-30"}, schema.CodeDisclosureMalformed},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			env := testenv.New(t)
+			if tc.resolver {
+				disclosureResolver(t, env, tc.assurance, tc.values, tc.refuse)
+			}
+			env.PublishSigned(t, withDisclosure(t, "prop-d"), env.Host)
+			o := env.Recorder.Wait(t, "prop-d", testenv.Terminal)
+			want := schema.Incident{Phase: schema.PhaseDisclosure, Code: tc.code, DispatchBoundary: schema.BoundaryNotInvoked}
+			if o.Kind != schema.KindDenied || len(o.Incidents) != 1 || o.Incidents[0] != want || o.Receipt == nil || o.Receipt.Status != schema.StatusDenied {
+				t.Errorf("outcome %+v", o)
+			}
+			if n := env.Fakes["demo"].Dispatches(); n != 0 {
+				t.Errorf("dispatched %d times", n)
+			}
+		})
+	}
+}
