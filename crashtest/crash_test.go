@@ -76,6 +76,7 @@ func TestAdmissionBurstSurvivesSIGKILL(t *testing.T) {
 	}
 	for _, point := range points {
 		t.Run(point, func(t *testing.T) {
+			t.Parallel()
 			env := testenv.New(t, testenv.NotStarted())
 			var env1 []string
 			if point != "external" {

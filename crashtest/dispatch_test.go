@@ -1,0 +1,187 @@
+package crashtest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/portcullis/portcullis/adapters"
+	"github.com/portcullis/portcullis/config"
+	"github.com/portcullis/portcullis/fault"
+	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/subjects"
+	"github.com/portcullis/portcullis/testenv"
+)
+
+// connector runs a fake "inventory" provider in the test process, behind
+// the nats adapter the child processor uses: its counters survive the
+// processor's SIGKILL.
+func connector(t *testing.T, env *testenv.Env) *adapters.Fake {
+	t.Helper()
+	f := adapters.NewFake("inventory", config.FakeScript{})
+	stop, err := f.Serve(env.NC, env.Subjects)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return f
+}
+
+func inventoryProposal(t *testing.T, id string) (map[string]any, string) {
+	t.Helper()
+	p := testenv.Lumber(id)
+	testenv.Set(p, "intent.provider", "inventory")
+	testenv.Set(p, "intent.payload", map[string]any{"quantity": 20, "batch": id})
+	p = testenv.Granted(t, p, "sku-1001", time.Now())
+	return p, strings.TrimPrefix(testenv.FingerprintOf(t, p, "sku-1001"), "sha256:")
+}
+
+// Ended is met by an outcome a proposer can act on: terminal, or
+// reconciliation required (the effect is unknown and will be reconciled).
+func ended(outs []schema.Outcome) bool {
+	for _, o := range outs {
+		if o.Terminal || o.Kind == schema.KindReconciliationRequired {
+			return true
+		}
+	}
+	return false
+}
+
+func killedAt(t *testing.T, p *testenv.Process) {
+	t.Helper()
+	if !p.Wait(60 * time.Second) {
+		t.Fatal("processor did not die at the fault point")
+	}
+	if !p.Killed() {
+		t.Fatalf("processor exited without SIGKILL (code %d):\n%s", p.ExitCode(), p.Logs.Bytes())
+	}
+}
+
+// SIGKILL at each boundary of SPEC §3 Dispatch, restart, and check: the
+// provider saw the fingerprint at most once, and the proposal ended with
+// the outcome the journal allows — DISPATCH_INTERRUPTED wherever the
+// provider may have been reached before a receipt.
+func TestDispatchBoundaries(t *testing.T) {
+	cases := []struct {
+		point     string
+		delivered int    // times the provider received it
+		kind      string // the outcome after restart
+		code      string // its incident, if any
+	}{
+		{fault.DispatchBeforeInFlight, 1, schema.KindConfirmed, ""},
+		{fault.DispatchAfterInFlight, 0, schema.KindReconciliationRequired, schema.CodeDispatchInterrupted},
+		{fault.DispatchAfterReply, 1, schema.KindReconciliationRequired, schema.CodeDispatchInterrupted},
+		{fault.DispatchAfterReceipt, 1, schema.KindConfirmed, ""},
+		{fault.DispatchAfterOutcome, 1, schema.KindConfirmed, ""},
+		{fault.RunnerAfterPublish + "#4", 1, schema.KindConfirmed, ""}, // the 4th publish-then-ack is dispatch's
+	}
+	for _, tc := range cases {
+		t.Run(tc.point, func(t *testing.T) {
+			t.Parallel()
+			env := testenv.New(t, testenv.NotStarted())
+			conn := connector(t, env)
+			p := testenv.StartProcess(t, env.Config, fault.Env+"="+tc.point)
+			p.WaitLog(t, "processor started")
+			prop, key := inventoryProposal(t, "prop-crash")
+			env.PublishSigned(t, prop, env.Host)
+			killedAt(t, p)
+			before := conn.DeliveredFor(key)
+
+			p2 := testenv.StartProcess(t, env.Config)
+			p2.WaitLog(t, "processor started")
+			env.Recorder.WaitAll(t, "prop-crash", ended)
+			// Let the restarted processor take over what the dead one held
+			// (redelivered after the ack wait), then judge.
+			waitIdle(t, env, subjects.StageDispatch)
+			outs := env.Recorder.Outcomes("prop-crash")
+			last := outs[len(outs)-1]
+			if last.Kind != tc.kind {
+				t.Errorf("outcome %s, want %s: %+v", last.Kind, tc.kind, outs)
+			}
+			if tc.code != "" && (len(last.Incidents) != 1 || last.Incidents[0].Code != tc.code) {
+				t.Errorf("incidents %+v, want %s", last.Incidents, tc.code)
+			}
+			if got := conn.DeliveredFor(key); got != tc.delivered {
+				t.Errorf("provider received the fingerprint %d times (%d before the restart), want %d", got, before, tc.delivered)
+			}
+			// Every outcome of the proposal tells one story.
+			for _, o := range outs {
+				if o.Kind != last.Kind || (o.Receipt != nil && last.Receipt != nil && o.Receipt.ReceiptID != last.Receipt.ReceiptID) {
+					t.Errorf("outcomes disagree: %+v", outs)
+					break
+				}
+			}
+			p2.Terminate()
+			p2.Wait(30 * time.Second)
+		})
+	}
+}
+
+// A burst of distinct intents and repeats, with the processor SIGKILLed at
+// a random moment and restarted: no fingerprint reaches the provider twice
+// and every proposal ends.
+func TestDispatchBurstWithRandomKill(t *testing.T) {
+	env := testenv.New(t, testenv.NotStarted())
+	conn := connector(t, env)
+	p := testenv.StartProcess(t, env.Config)
+	p.WaitLog(t, "processor started")
+	const intents, repeats = 40, 2
+	kill := 20 + rand.IntN(40)
+	n := 0
+	for r := range repeats {
+		for i := range intents {
+			prop, _ := inventoryProposal(t, fmt.Sprintf("prop-%02d", i))
+			prop["proposal_id"] = fmt.Sprintf("prop-%02d-%d", i, r)
+			testenv.Set(prop, "context.delivery.delivery_id", fmt.Sprintf("delivery:%02d-%d", i, r))
+			env.PublishSigned(t, prop, env.Host)
+			if n++; n == kill {
+				p.Kill()
+			}
+		}
+	}
+	if !p.Wait(30 * time.Second) {
+		t.Fatal("processor survived SIGKILL")
+	}
+	p2 := testenv.StartProcess(t, env.Config)
+	p2.WaitLog(t, "processor started")
+	for r := range repeats {
+		for i := range intents {
+			env.Recorder.WaitAll(t, fmt.Sprintf("prop-%02d-%d", i, r), ended)
+		}
+	}
+	waitIdle(t, env, subjects.StageDispatch)
+	for key, got := range conn.Delivered() {
+		if got > 1 {
+			t.Errorf("fingerprint %s… reached the provider %d times", key[:12], got)
+		}
+	}
+	p2.Terminate()
+	p2.Wait(30 * time.Second)
+}
+
+// waitIdle waits until a stage's consumer has nothing pending: every
+// message delivered and acked (a dead processor's unacked messages come
+// back after the ack wait).
+func waitIdle(t *testing.T, env *testenv.Env, stage string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		c, err := env.JS.Consumer(ctx, env.Subjects.StageStream(stage), stage)
+		if err == nil {
+			info, err := c.Info(ctx)
+			if err == nil && info.NumAckPending == 0 && info.NumPending == 0 && info.NumRedelivered == 0 {
+				cancel()
+				return
+			}
+		}
+		cancel()
+		if time.Now().After(deadline) {
+			t.Fatalf("%s consumer did not go idle", stage)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
