@@ -38,6 +38,7 @@ func commands() []command {
 	return []command{
 		{"run", "run the processor (--dev, or --config FILE)", cmdRun},
 		{"validate", "check a configuration file (--config FILE)", cmdValidate},
+		{"bench", "measure the pipeline end to end on the embedded default", cmdBench},
 		{"fingerprint", "print a proposal's grounded referent, fingerprint and idempotency key ([--referent R] [FILE|-])", cmdFingerprint},
 	}
 }
