@@ -1,0 +1,28 @@
+package admission
+
+import (
+	"testing"
+
+	"github.com/nats-io/nkeys"
+
+	"github.com/portcullis/portcullis/config"
+	"github.com/portcullis/portcullis/trust"
+)
+
+// BenchmarkDecide is admission's pure cost per proposal: strict decode,
+// validation, signature verification.
+func BenchmarkDecide(b *testing.B) {
+	host, _ := nkeys.CreateUser()
+	key, _ := host.PublicKey()
+	pol := Policy{MaxPayloadBytes: 65536, Providers: []string{"demo"},
+		Hosts: []config.Host{{Name: "h", PublicKey: key, Tenants: []string{"tenant:demo"}}}}
+	body := []byte(lumber)
+	hdr, _ := trust.Sign(host, body)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if v := Decide(pol, body, hdr); v.Incident != nil {
+			b.Fatal(v.Incident.Code)
+		}
+	}
+}
