@@ -20,8 +20,8 @@ func BenchmarkNormalize(b *testing.B) {
 func BenchmarkDecide(b *testing.B) {
 	p := &schema.Proposal{
 		Schema: schema.SchemaProposal, ProposalID: "p-1",
-		Context: schema.Context{Tenant: schema.TenantContext{TenantRef: "t", SecurityDomainRef: "sd"}, Actor: schema.ActorContext{ActorRef: "a"}},
-		Intent:  schema.Intent{Provider: "demo", Capability: "c", Operation: "o", Environment: "test", Payload: []byte(`{"quantity":20,"note":"x"}`)},
+		Context:   schema.Context{Tenant: schema.TenantContext{TenantRef: "t", SecurityDomainRef: "sd"}, Actor: schema.ActorContext{ActorRef: "a"}},
+		Intent:    schema.Intent{Provider: "demo", Capability: "c", Operation: "o", Environment: "test", Payload: []byte(`{"quantity":20,"note":"x"}`)},
 		Grounding: schema.Grounding{Subject: []byte(`"lumber: cedar-8ft-gradea-17"`), Scope: "sd"},
 	}
 	var cands []schema.Candidate
