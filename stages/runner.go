@@ -178,7 +178,7 @@ func (r *Runner) process(ctx context.Context, m jetstream.Msg) {
 	}()
 	meta, err := m.Metadata()
 	if err != nil {
-		r.log.Error("message without JetStream metadata; terminated", "subject", m.Subject())
+		r.log.Error("message without JetStream metadata; terminated") // its subject is host-chosen: not logged
 		_ = m.Term()
 		return
 	}
