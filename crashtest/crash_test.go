@@ -13,37 +13,19 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/portcullis/portcullis/fault"
-	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/subjects"
 	"github.com/portcullis/portcullis/testenv"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// stageInbox returns how many messages a stage's stream holds per proposal id.
-func stageInbox(t *testing.T, env *testenv.Env, stage string) map[string]int {
+// stageInbox waits for want hand-offs to a stage and counts them per
+// proposal id.
+func stageInbox(t *testing.T, env *testenv.Env, stage string, want int) map[string]int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	stream, err := env.JS.Stream(ctx, env.Subjects.StageStream(stage))
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := stream.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	counts := map[string]int{}
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && seq > 0; seq++ {
-		m, err := stream.GetMsg(ctx, seq)
-		if err != nil {
-			t.Fatalf("get %d: %v", seq, err)
-		}
-		var e schema.Envelope
-		if err := schema.Decode(m.Data, &e); err != nil {
-			t.Fatalf("message %d: %v", seq, err)
-		}
-		counts[e.Proposal.ProposalID]++
+	for _, id := range testenv.ProposalIDs(env.StageEnvelopes(t, stage, want)) {
+		counts[id]++
 	}
 	return counts
 }
@@ -103,7 +85,7 @@ func TestAdmissionBurstSurvivesSIGKILL(t *testing.T) {
 			p2.WaitLog(t, "processor started")
 			waitStreamMsgs(t, env, env.Subjects.StageStream(subjects.StageGrounding), n)
 			time.Sleep(500 * time.Millisecond) // a duplicate would land now
-			counts := stageInbox(t, env, subjects.StageGrounding)
+			counts := stageInbox(t, env, subjects.StageGrounding, n)
 			if len(counts) != n {
 				t.Errorf("%d distinct proposals reached grounding, want %d", len(counts), n)
 			}

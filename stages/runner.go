@@ -132,10 +132,19 @@ func (r *Runner) EnsureConsumer(ctx context.Context) (jetstream.Consumer, error)
 // outlives ctx) and returns.
 func (r *Runner) Run(ctx, workCtx context.Context) error {
 	cons, err := r.EnsureConsumer(ctx)
+	if ctx.Err() != nil {
+		return nil // stopped while starting: nothing was fetched
+	}
 	if err != nil {
 		return err
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(r.cfg.Workers), jetstream.PullExpiry(5*time.Second))
+	if ctx.Err() != nil {
+		if it != nil {
+			it.Stop()
+		}
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("stages: %s: messages: %w", r.cfg.Stage, err)
 	}

@@ -1,14 +1,12 @@
 package admission_test
 
 import (
-	"context"
 	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/portcullis/portcullis/schema"
@@ -18,48 +16,11 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// groundingInbox returns the proposal ids waiting on the grounding stage's
-// stream, in order (the grounding stage is not wired in these tests' view:
-// we read its stream directly).
+// groundingInbox waits for want hand-offs to grounding and returns their
+// proposal ids in order.
 func groundingInbox(t *testing.T, env *testenv.Env, want int) []string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	stream, err := env.JS.Stream(ctx, env.Subjects.StageStream(subjects.StageGrounding))
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		info, err := stream.Info(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if int(info.State.Msgs) >= want || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	var ids []string
-	for seq := uint64(1); ; seq++ {
-		m, err := stream.GetMsg(ctx, seq)
-		if err != nil {
-			break
-		}
-		var env schema.Envelope
-		if err := schema.Decode(m.Data, &env); err != nil {
-			t.Fatalf("hand-off %d does not decode: %v", seq, err)
-		}
-		if m.Subject != envSubject(t, m.Subject, env.Proposal.ProposalID) {
-			t.Errorf("hand-off on %s", m.Subject)
-		}
-		ids = append(ids, env.Proposal.ProposalID)
-	}
-	return ids
-}
-
-func envSubject(t *testing.T, got, id string) string {
-	return subjects.Default().Stage(subjects.StageGrounding, subjects.KindProposal, id)
+	return testenv.ProposalIDs(env.StageEnvelopes(t, subjects.StageGrounding, want))
 }
 
 func eventKeys(t *testing.T, raw []byte) []string {
@@ -230,7 +191,6 @@ func TestRestartKeepsDeliveries(t *testing.T) {
 	if ids := groundingInbox(t, env, 2); !slices.Equal(ids, []string{"prop-r", "prop-s"}) {
 		t.Errorf("grounding inbox = %v", ids)
 	}
-	_ = jetstream.ErrMsgNotFound
 }
 
 // Planted values in every field a proposal carries appear in no outcome,

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/portcullis/portcullis/activity"
@@ -124,50 +123,10 @@ func withInline(t *testing.T, e schema.Envelope, g map[string]any) schema.Envelo
 	return e
 }
 
-// inbox returns the envelopes on the dispatch stage's stream once at least
-// want arrived (and all of them after a short grace when want is what was
-// expected, so that an extra one is noticed).
+// inbox waits for want hand-offs to dispatch and returns every one.
 func inbox(t *testing.T, env *testenv.Env, want int) []schema.Envelope {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	stream, err := env.JS.Stream(ctx, env.Subjects.StageStream(subjects.StageDispatch))
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(testenv.WaitTimeout)
-	for {
-		info, err := stream.Info(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if int(info.State.Msgs) >= want {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("dispatch inbox has %d envelopes, want %d", info.State.Msgs, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	var out []schema.Envelope
-	for seq := uint64(1); ; seq++ {
-		m, err := stream.GetMsg(ctx, seq)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		var e schema.Envelope
-		if err := schema.Decode(m.Data, &e); err != nil {
-			t.Fatalf("hand-off %d does not decode strictly: %v", seq, err)
-		}
-		if m.Subject != env.Subjects.Stage(subjects.StageDispatch, subjects.KindProposal, e.Proposal.ProposalID) {
-			t.Errorf("hand-off for %s on %s", e.Proposal.ProposalID, m.Subject)
-		}
-		out = append(out, e)
-	}
-	return out
+	return env.StageEnvelopes(t, subjects.StageDispatch, want)
 }
 
 // drained waits until the authorization and grants consumers have

@@ -1,7 +1,6 @@
 package grounding_test
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -23,33 +22,11 @@ import (
 	"github.com/portcullis/portcullis/testenv"
 )
 
-// stageMessages returns the envelopes currently stored in a stage's
-// stream, by proposal id.
+// stageMessages returns the envelopes a stage received, by proposal id.
 func stageMessages(t *testing.T, env *testenv.Env, stage string) map[string]schema.Envelope {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	stream, err := env.JS.Stream(ctx, env.Subjects.StageStream(stage))
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := stream.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]schema.Envelope{}
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
-		m, err := stream.GetMsg(ctx, seq)
-		if err != nil {
-			t.Fatalf("get %d: %v", seq, err)
-		}
-		var e schema.Envelope
-		if err := schema.Decode(m.Data, &e); err != nil {
-			t.Fatalf("%s hand-off %d does not decode: %v", stage, seq, err)
-		}
-		if want := env.Subjects.Stage(stage, subjects.KindProposal, e.Proposal.ProposalID); m.Subject != want {
-			t.Errorf("hand-off on %s, want %s", m.Subject, want)
-		}
+	for _, e := range env.StageEnvelopes(t, stage, 0) {
 		if _, dup := out[e.Proposal.ProposalID]; dup {
 			t.Errorf("%s received %s twice", stage, e.Proposal.ProposalID)
 		}
