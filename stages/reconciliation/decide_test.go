@@ -26,8 +26,8 @@ func prevReceipt(status string) *schema.Receipt {
 		ReceiptID: dispatch.ReceiptID(fpA, "dispatch"), Fingerprint: fpA, IdempotencyKey: fpA[7:],
 		Provider: "demo", Capability: "inventory.adjust", Operation: "adjust_stock", Environment: "test", Adapter: "fake",
 		Status: status, DispatchAttempted: true, NextAction: next, ProviderActionID: "prov:1", EvidenceRefs: []string{"prov:ev"},
-		ErrorCode:  "ADAPTER_TIMEOUT",
-		Disclosure: &schema.DisclosureRecord{Recipient: "Duffel", Purpose: "p", FieldClasses: []string{"birth_date"}, Source: "user_profile", AuthenticationAssurance: "biometric"},
+		ErrorCode:    "ADAPTER_TIMEOUT",
+		Disclosure:   &schema.DisclosureRecord{Recipient: "Duffel", Purpose: "p", FieldClasses: []string{"birth_date"}, Source: "user_profile", AuthenticationAssurance: "biometric"},
 		RecordedAtMs: 1000,
 	}
 }
