@@ -44,7 +44,16 @@ func start(t *testing.T, opts ...testenv.Option) (*testenv.Env, *stages.ManualCl
 // grant bound to its real fingerprint, and that fingerprint.
 func lumber(t *testing.T, clock stages.Clock, pid string) (map[string]any, string) {
 	t.Helper()
+	return lumberWith(t, clock, pid, nil)
+}
+
+// lumberWith is lumber with the fixture edited first.
+func lumberWith(t *testing.T, clock stages.Clock, pid string, edit func(m map[string]any)) (map[string]any, string) {
+	t.Helper()
 	m := testenv.Lumber(pid)
+	if edit != nil {
+		edit(m)
+	}
 	p, err := schema.DecodeProposal(testenv.Body(t, m), 0)
 	if err != nil {
 		t.Fatal(err)
