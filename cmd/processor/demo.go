@@ -268,7 +268,9 @@ func (d *demo) event(format string, args ...any) {
 	fmt.Fprintf(d.out, "  %7s  %s\n", fmt.Sprintf("+%.2fs", time.Since(d.start).Seconds()), fmt.Sprintf(format, args...))
 }
 
-func (d *demo) section(title string) { d.printf("\n%s\n%s\n", title, strings.Repeat("─", len([]rune(title)))) }
+func (d *demo) section(title string) {
+	d.printf("\n%s\n%s\n", title, strings.Repeat("─", len([]rune(title))))
+}
 
 func (d *demo) play() error {
 	d.printf("Portcullis demo: an embedded NATS JetStream server on %s, a temporary data directory,\n", d.proc.NATSURL())
