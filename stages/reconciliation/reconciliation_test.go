@@ -12,6 +12,7 @@ import (
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/stages/dispatch"
 	"github.com/portcullis/portcullis/stages/reconciliation"
 	"github.com/portcullis/portcullis/subjects"
@@ -520,4 +521,88 @@ func countEvents(env *testenv.Env, code string) int {
 		}
 	}
 	return n
+}
+
+// TestVerifyExhausted: verification that never tells keeps the effect
+// ACKNOWLEDGED until the last attempt, which hands it to the operator as
+// terminal RECONCILIATION_REQUIRED (and only then counts it indeterminate).
+func TestVerifyExhausted(t *testing.T) {
+	env, clock := start(t)
+	fake := env.Fakes["demo"]
+	fake.OnDispatch(func(context.Context, schema.DispatchRequest) (schema.AdapterReply, error) {
+		return schema.AdapterReply{Outcome: schema.ReplyAcknowledged}, nil
+	})
+	script(fake, fail(errors.New("connection reset")))
+	fp := propose(t, env, clock, "prop-v")
+	env.Recorder.Wait(t, "prop-v", last(schema.KindAcknowledged))
+	for n := 1; n <= maxAttempts; n++ {
+		clock.Advance(Backoff(n))
+		o := env.Recorder.Wait(t, "prop-v", nth(n+1))
+		if n < maxAttempts && (o.Kind != schema.KindAcknowledged || len(o.Incidents) != 0 || gauge(t, env) != 0) {
+			t.Fatalf("attempt %d: %+v, gauge %v", n, o, gauge(t, env))
+		}
+		if n == maxAttempts && (o.Kind != schema.KindReconciliationRequired || !o.Terminal ||
+			!sameStrings(incidents(o), "reconciliation/RECONCILE_ERROR", "reconciliation/RECONCILE_EXHAUSTED")) {
+			t.Fatalf("last attempt: %+v", o)
+		}
+	}
+	if g := gauge(t, env); g != 1 {
+		t.Errorf("gauge = %v", g)
+	}
+	list, err := (&admin.Client{NC: env.NC, Subjects: env.Subjects}).List(context.Background())
+	if err != nil || len(list.Actions) != 1 || list.Actions[0].Fingerprint != fp || list.Actions[0].SinceMs != clock.Now().UnixMilli() {
+		t.Errorf("list = %+v %v", list, err)
+	}
+}
+
+// TestGiveUpRecordsWithoutAsking: when the stage gives up on a poll (its
+// store or stream kept failing), the attempt is recorded as RECONCILE_ERROR
+// without asking the provider, and the next poll is scheduled.
+func TestGiveUpRecordsWithoutAsking(t *testing.T) {
+	env, clock := start(t)
+	fake := env.Fakes["demo"]
+	timeoutDispatch(fake)
+	asked := script(fake, reply("confirmed"))
+	fp := propose(t, env, clock, "prop-g")
+	env.Recorder.Wait(t, "prop-g", last(schema.KindReconciliationRequired))
+	p := env.Processor()
+	st := &reconciliation.Stage{
+		Store: p.Store(), Adapters: map[string]adapters.Adapter{"demo": fake}, Subjects: env.Subjects, Clock: clock,
+		Metrics: p.Metrics(), MaxAttempts: maxAttempts, Interval: interval,
+	}
+	in := &stages.Input{
+		Subject: env.Subjects.Stage(subjects.StageReconciliation, subjects.KindTimer, fingerprint.Key(fp)),
+		Data:    schema.MustMarshal(dispatch.Trigger{Fingerprint: fp, Attempt: 1}),
+	}
+	res, err := st.GiveUp(context.Background(), in, stages.ErrRetriesExhausted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Outcomes) != 1 || !sameStrings(incidents(res.Outcomes[0]), "reconciliation/RECONCILE_ERROR") || len(asked.requests()) != 0 {
+		t.Fatalf("give-up result = %+v", res.Outcomes)
+	}
+	rec, _, _ := p.Store().Intent(fp)
+	if rec.ReconcileAttempt != 1 || rec.ReconcileNextAtMs != clock.Now().Add(Backoff(2)).UnixMilli() {
+		t.Errorf("intent = %+v", rec)
+	}
+	if attempts(env, metrics.AttemptError) != 1 {
+		t.Errorf("error attempts = %v", attempts(env, metrics.AttemptError))
+	}
+	// Handling the same trigger now finds it finished and asks nobody.
+	if _, err := st.Handle(context.Background(), in); err != nil || len(asked.requests()) != 0 {
+		t.Fatalf("replayed trigger: %v, asked %d", err, len(asked.requests()))
+	}
+	bad := &stages.Input{Subject: in.Subject, Data: []byte(`{"fingerprint":"x"}`)}
+	if _, err := st.Handle(context.Background(), bad); !errors.Is(err, stages.ErrPermanent) {
+		t.Errorf("malformed trigger: %v", err)
+	}
+	if res, err := st.GiveUp(context.Background(), bad, err); err != nil || len(res.Events) != 1 || res.Events[0].Code != schema.CodeProcessingFailed {
+		t.Errorf("malformed give-up = %+v %v", res, err)
+	}
+	// The poll the give-up scheduled asks the provider with the next id.
+	clock.Advance(Backoff(2))
+	env.Recorder.Wait(t, "prop-g", last(schema.KindConfirmed))
+	if got := ids(asked.requests()); !sameStrings(got, reconciliation.AttemptID(fp, 2)) {
+		t.Errorf("attempt ids = %v", got)
+	}
 }
