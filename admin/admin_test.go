@@ -63,13 +63,17 @@ func FuzzRequests(f *testing.F) {
 	check := func(t *testing.T, verb string, out []byte, r interface {
 		result() bool
 		err() *Error
-	}) { if err := schema.Decode(out, r); err != nil {
-		t.Fatalf("%s: reply does not decode: %v: %s", verb, err, out)
-	}; if r.result() == (r.err() != nil) {
-		t.Fatalf("%s: reply has both or neither: %s", verb, out)
-	}; if e := r.err(); e != nil && !codes[e.Code] {
-		t.Fatalf("%s: unexpected code %s", verb, e.Code)
-	} }
+	}) {
+		if err := schema.Decode(out, r); err != nil {
+			t.Fatalf("%s: reply does not decode: %v: %s", verb, err, out)
+		}
+		if r.result() == (r.err() != nil) {
+			t.Fatalf("%s: reply has both or neither: %s", verb, out)
+		}
+		if e := r.err(); e != nil && !codes[e.Code] {
+			t.Fatalf("%s: unexpected code %s", verb, e.Code)
+		}
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		check(t, "receipts", s.receipts(data), &probe[Receipts]{})
 		check(t, "list", s.list(data), &probe[List]{})
