@@ -60,10 +60,7 @@ func FuzzRequests(f *testing.F) {
 		f.Add([]byte(seed[len(seed)/2:]))
 	}
 	codes := map[string]bool{CodeBadRequest: true, CodeNotFound: true, CodeNotIndeterminate: true}
-	check := func(t *testing.T, verb string, out []byte, r interface {
-		result() bool
-		err() *Error
-	}) {
+	check := func(t *testing.T, verb string, out []byte, r answerProbe) {
 		if err := schema.Decode(out, r); err != nil {
 			t.Fatalf("%s: reply does not decode: %v: %s", verb, err, out)
 		}
@@ -79,6 +76,12 @@ func FuzzRequests(f *testing.F) {
 		check(t, "list", s.list(data), &probe[List]{})
 		check(t, "resolve", s.resolve(data), &probe[Resolved]{})
 	})
+}
+
+// answerProbe reads a decoded reply of any result type.
+type answerProbe interface {
+	result() bool
+	err() *Error
 }
 
 type probe[T any] reply[T]
