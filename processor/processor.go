@@ -21,6 +21,7 @@ import (
 
 	"github.com/portcullis/portcullis/activity"
 	"github.com/portcullis/portcullis/adapters"
+	"github.com/portcullis/portcullis/admin"
 	"github.com/portcullis/portcullis/config"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
@@ -29,6 +30,7 @@ import (
 	"github.com/portcullis/portcullis/stages/authorization"
 	"github.com/portcullis/portcullis/stages/dispatch"
 	"github.com/portcullis/portcullis/stages/grounding"
+	"github.com/portcullis/portcullis/stages/reconciliation"
 	"github.com/portcullis/portcullis/subjects"
 )
 
@@ -70,6 +72,9 @@ type Processor struct {
 	httpSrv  *http.Server
 	httpLn   net.Listener
 	adapters map[string]adapters.Adapter
+	recon    *reconciliation.Stage
+	// stopAdmin ends the operator API (admin.Server) before the store closes.
+	stopAdmin func()
 
 	stopFetch context.CancelFunc
 	stopWork  context.CancelFunc
@@ -153,6 +158,11 @@ func Start(ctx context.Context, o Options) (p *Processor, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// The operator's API (processor receipts, processor reconcile).
+	adm := &admin.Server{Store: p.store, Reconciliation: p.recon, Subjects: subj, Clock: p.clock, Log: p.log.With("component", "admin")}
+	if p.stopAdmin, err = adm.Serve(p.nc); err != nil {
+		return nil, err
+	}
 	for _, r := range runners {
 		if _, err := r.EnsureConsumer(ctx); err != nil {
 			return nil, err
@@ -215,6 +225,11 @@ func (p *Processor) runners(deps stages.Deps) ([]*stages.Runner, error) {
 		Log:               p.log.With("stage", subjects.StageDispatch),
 		ReconcileInterval: p.cfg.Reconciliation.Interval,
 	}
+	p.recon = &reconciliation.Stage{
+		Store: p.store, Adapters: p.adapters, Subjects: p.subj, Clock: p.clock, Metrics: p.metrics, Activity: p.activity,
+		Log:      p.log.With("stage", subjects.StageReconciliation),
+		Interval: p.cfg.Reconciliation.Interval, MaxAttempts: p.cfg.Reconciliation.MaxAttempts,
+	}
 	ind, err := p.store.Indeterminates()
 	if err != nil {
 		return nil, err
@@ -240,6 +255,11 @@ func (p *Processor) runners(deps stages.Deps) ([]*stages.Runner, error) {
 		stages.NewRunner(stages.RunnerConfig{
 			Stage: subjects.StageGrants, Stream: p.subj.GrantsStream(), FilterSubject: p.subj.Grants(),
 		}, deps, authz.Grants()),
+		// Workers may wait up to a provider's timeout on a reconcile.
+		stages.NewRunner(stages.RunnerConfig{
+			Stage: subjects.StageReconciliation, Stream: p.subj.StageStream(subjects.StageReconciliation),
+			FilterSubject: p.subj.StageAll(subjects.StageReconciliation), Workers: 8,
+		}, deps, p.recon),
 	}, nil
 }
 
@@ -360,6 +380,9 @@ func (p *Processor) Done() <-chan struct{} { return p.done }
 // It is idempotent and returns the error that stopped the processor, if any.
 func (p *Processor) Close() error {
 	p.closeOnce.Do(func() {
+		if p.stopAdmin != nil {
+			p.stopAdmin()
+		}
 		if p.stopFetch != nil {
 			p.stopFetch()
 			drained := make(chan struct{})

@@ -122,10 +122,12 @@ const (
 	// or a message that crashed the processor on every delivery). Emitted by
 	// admission, grounding, authorization and dispatch; never after a provider may have
 	// been contacted (dispatch emits it only when nothing was written for the
-	// fingerprint).
+	// fingerprint). Reconciliation emits it as an event only, for a trigger
+	// it cannot read.
 	CodeProcessingFailed = "PROCESSING_FAILED"
-	// CodeOperatorResolved records an operator's settlement of an exhausted
-	// reconciliation (`processor reconcile resolve`).
+	// CodeOperatorResolved records an operator's settlement of an
+	// indeterminate effect (`processor reconcile resolve`): an incident event
+	// and the settling receipt's error_code, never an outcome incident.
 	CodeOperatorResolved = "OPERATOR_RESOLVED"
 )
 
@@ -201,6 +203,10 @@ var Codes = []CodeInfo{
 	{PhaseReconciliation, CodeProviderIndeterminate, KindReconciliationRequired, BoundaryInvoked},
 	{PhaseReconciliation, CodeReconcileExhausted, KindReconciliationRequired, BoundaryInvoked},
 	{PhaseReconciliation, CodeOperatorResolved, "", BoundaryInvoked},
+	// A reconciliation trigger the stage could not read (event only: no
+	// proposal is known; a valid trigger that keeps failing is recorded as
+	// a RECONCILE_ERROR attempt instead).
+	{PhaseReconciliation, CodeProcessingFailed, "", BoundaryUnknown},
 }
 
 var codeIndex = func() map[[2]string]CodeInfo {

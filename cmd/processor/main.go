@@ -4,6 +4,11 @@
 //	processor run --config FILE.hcl     as configured
 //	processor validate --config FILE    check a configuration
 //	processor fingerprint [FILE|-]      a proposal's referent, fingerprint and idempotency key
+//	processor demo                      the seed scenarios end to end, as a timeline
+//	processor receipts get FP           a fingerprint's receipts (asks the running processor over NATS)
+//	processor activity get FP           a fingerprint's activity snapshot (reads the KV bucket)
+//	processor reconcile list            actions whose effect is unknown
+//	processor reconcile resolve FP --present|--absent --evidence REF
 //
 // See README.md for every subcommand.
 package main
@@ -40,6 +45,10 @@ func commands() []command {
 		{"validate", "check a configuration file (--config FILE)", cmdValidate},
 		{"bench", "measure the pipeline end to end on the embedded default", cmdBench},
 		{"fingerprint", "print a proposal's grounded referent, fingerprint and idempotency key ([--referent R] [FILE|-])", cmdFingerprint},
+		{"demo", "play the seed scenarios end to end on a throwaway embedded server and print the timeline", cmdDemo},
+		{"receipts", "receipts get <fingerprint>: a fingerprint's receipt history (asks the running processor)", cmdReceipts},
+		{"activity", "activity get <fingerprint>: a fingerprint's value-free activity snapshot (reads the KV bucket)", cmdActivity},
+		{"reconcile", "reconcile list | resolve <fingerprint> --present|--absent --evidence REF: the indeterminate queue", cmdReconcile},
 	}
 }
 

@@ -1,0 +1,80 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/subjects"
+)
+
+// ErrNoProcessor is returned when nobody answers on the admin subject: no
+// processor runs with this prefix on this NATS server.
+var ErrNoProcessor = errors.New("admin: no processor answers")
+
+// DefaultTimeout bounds a request. A resolve may wait for a poll in
+// progress on the same fingerprint (up to the provider's timeout).
+const DefaultTimeout = 30 * time.Second
+
+// Client asks a running processor.
+type Client struct {
+	NC       *nats.Conn
+	Subjects subjects.Subjects
+	// Timeout bounds each request; 0: DefaultTimeout.
+	Timeout time.Duration
+}
+
+func call[T any](ctx context.Context, c *Client, verb string, req any) (*T, error) {
+	body, err := schema.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("admin: encode request: %w", err)
+	}
+	timeout := c.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	subject := c.Subjects.Admin(verb)
+	m, err := c.NC.RequestWithContext(ctx, subject, body)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return nil, fmt.Errorf("%w on %s", ErrNoProcessor, subject)
+	case err != nil:
+		return nil, fmt.Errorf("admin: %s: %w", subject, err)
+	}
+	var r reply[T]
+	if err := schema.Decode(m.Data, &r); err != nil {
+		return nil, fmt.Errorf("admin: %s: reply: %w", subject, err)
+	}
+	if r.Error != nil {
+		return nil, r.Error
+	}
+	if r.Result == nil {
+		return nil, fmt.Errorf("admin: %s: empty reply", subject)
+	}
+	return r.Result, nil
+}
+
+// Receipts returns a fingerprint's receipt history.
+func (c *Client) Receipts(ctx context.Context, fingerprint string) (*Receipts, error) {
+	return call[Receipts](ctx, c, subjects.AdminReceipt, ReceiptsRequest{Fingerprint: fingerprint})
+}
+
+// List returns the indeterminate queue.
+func (c *Client) List(ctx context.Context) (*List, error) {
+	return call[List](ctx, c, subjects.AdminReconcileList, ListRequest{})
+}
+
+// Resolve records that an indeterminate effect is present or absent.
+func (c *Client) Resolve(ctx context.Context, fingerprint string, present bool, evidenceRef string) (*Resolved, error) {
+	effect := EffectAbsent
+	if present {
+		effect = EffectPresent
+	}
+	return call[Resolved](ctx, c, subjects.AdminReconcileSolve, ResolveRequest{Fingerprint: fingerprint, Effect: effect, EvidenceRef: evidenceRef})
+}

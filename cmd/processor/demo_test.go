@@ -1,0 +1,72 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"strings"
+	"testing"
+)
+
+// TestDemo runs `processor demo` in process: it must tell the whole story,
+// exit 0, and leave no data directory behind (goleak checks that nothing
+// keeps running).
+func TestDemo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("plays every scenario")
+	}
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	var out, errb bytes.Buffer
+	if code := run([]string{"demo"}, nil, &out, &errb); code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+	}
+	s := out.String()
+	for _, want := range []string{
+		"lumber-wrong-scope     → DENIED                  GROUNDING_SCOPE_MISMATCH",
+		"lumber-missing         → NEEDS_CLARIFICATION     GROUNDING_RESOURCE_DISCRIMINATOR_MISSING",
+		"lumber-mismatch        → NEEDS_CLARIFICATION     GROUNDING_RESOURCE_DISCRIMINATOR_MISMATCH",
+		"lumber-ambiguous       → NEEDS_CLARIFICATION     GROUNDING_RESOURCE_DISCRIMINATION_AMBIGUOUS",
+		"authorization saw 0 of them, the provider 0 dispatches",
+		"restart-vague          → NEEDS_CLARIFICATION",
+		"restart-exact          → CONFIRMED                referent svc:payments-prod",
+		"fingerprint sha256:2bfdc35545b6…", // the published test vector
+		"book-sea-jfk           → NEEDS_APPROVAL          APPROVAL_REQUIRED",
+		`approval prompt: "Book SEA→JFK for $245.67?"  (USD 245.67`,
+		"resolver released birth_date, contact_details, legal_identity",
+		"book-sea-jfk           → RECONCILIATION_REQUIRED ADAPTER_TIMEOUT",
+		"asks duffel (read-only): confirmed, ord_0000demo",
+		"book-sea-jfk           → CONFIRMED",
+		"Provider dispatches: 1.",
+		"no payload or protected value",
+		"PROVIDER_INDETERMINATE + RECONCILE_EXHAUSTED (terminal)",
+		"$ processor reconcile list",
+		"1 indeterminate action, oldest first:",
+		"effect absent → REJECTED",
+		"pay-invoice-42         → REJECTED",
+		"settled by the operator",
+		"no indeterminate actions",
+		"Every scenario ended as it should.",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("the demo did not print %q", want)
+		}
+	}
+	for _, secret := range demoSecrets {
+		if strings.Contains(s, secret) {
+			t.Errorf("the demo printed a protected value or the payload: %q", secret)
+		}
+	}
+	if t.Failed() {
+		t.Logf("stdout:\n%s\nstderr:\n%s", s, errb.String())
+	}
+	left, err := os.ReadDir(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 0 {
+		t.Errorf("the demo left %d entries in its temporary directory", len(left))
+	}
+	if code := run([]string{"demo", "extra"}, nil, &out, &errb); code != 2 {
+		t.Errorf("demo with an argument: exit %d", code)
+	}
+}

@@ -1,0 +1,165 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/portcullis/portcullis/adapters"
+	"github.com/portcullis/portcullis/admin"
+	"github.com/portcullis/portcullis/config"
+	"github.com/portcullis/portcullis/fingerprint"
+	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/stages"
+	"github.com/portcullis/portcullis/testenv"
+)
+
+// signedLumber publishes the lumber fixture (quantity q) with an inline
+// grant and returns its fingerprint.
+func signedLumber(t *testing.T, env *testenv.Env, clock stages.Clock, pid string, q int) string {
+	t.Helper()
+	m := testenv.Lumber(pid)
+	testenv.Set(m, "intent.payload", map[string]any{"quantity": q})
+	p, err := schema.DecodeProposal(testenv.Body(t, m), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := fingerprint.Of(p, "sku-1001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := clock.Now().UnixMilli()
+	m["grant"] = map[string]any{
+		"schema": schema.SchemaGrant, "intent_fingerprint": r.Fingerprint, "authorized_by": "actor:demo",
+		"authorization_method": "manual", "authentication_assurance": "biometric",
+		"issued_at_ms": now, "expires_at_ms": now + 3_600_000, "max_external_spend": nil,
+	}
+	env.PublishSigned(t, m, env.Host)
+	return r.Fingerprint
+}
+
+func lastKind(kind string) testenv.Cond {
+	return func(outs []schema.Outcome) bool { return outs[len(outs)-1].Kind == kind }
+}
+
+// TestOperatorCommands drives `processor receipts|activity|reconcile`
+// against a running processor: one action exhausted, one still polling.
+func TestOperatorCommands(t *testing.T) {
+	clock := stages.NewManualClock(time.UnixMilli(1_764_424_800_000))
+	env := testenv.New(t, testenv.WithClock(clock), testenv.WithConfig(func(c *config.Config) {
+		c.Reconciliation.Interval = 5 * time.Second
+		c.Reconciliation.MaxAttempts = 2
+	}))
+	fake := env.Fakes["demo"]
+	fake.OnDispatch(func(context.Context, schema.DispatchRequest) (schema.AdapterReply, error) {
+		return schema.AdapterReply{}, adapters.ErrTimeout
+	})
+	fake.OnReconcile(func(context.Context, schema.ReconcileRequest) (schema.AdapterReply, error) {
+		return schema.AdapterReply{}, adapters.ErrTimeout
+	})
+	fpA := signedLumber(t, env, clock, "prop-a", 20)
+	env.Recorder.Wait(t, "prop-a", lastKind(schema.KindReconciliationRequired))
+	clock.Advance(5 * time.Second)
+	env.Recorder.Wait(t, "prop-a", testenv.Count(2))
+	clock.Advance(10 * time.Second)
+	env.Recorder.Wait(t, "prop-a", testenv.Terminal) // exhausted
+	fpB := signedLumber(t, env, clock, "prop-b", 30)
+	env.Recorder.Wait(t, "prop-b", lastKind(schema.KindReconciliationRequired))
+	clock.Advance(3 * time.Second) // B's first poll is due in 2s
+
+	url := env.Server.ClientURL()
+	cfgFile := testenv.WriteConfig(t, env.Config)
+	unknown := "sha256:" + strings.Repeat("ab", 32)
+	type step struct {
+		name   string
+		args   []string
+		code   int
+		stdout []string // substrings
+		stderr []string
+		after  func(t *testing.T, stdout string)
+	}
+	steps := []step{
+		{name: "receipts", args: []string{"receipts", "get", fpA, "--url", url}, stdout: []string{fpA, "RECONCILIATION_REQUIRED (terminal)", "ADAPTER_TIMEOUT", "rcn_" + fpA[7:23] + "_1", "RECONCILE_EXHAUSTED", "prop-a"}},
+		{name: "receipts by hex, flags first", args: []string{"receipts", "get", "--url", url, strings.ToUpper(fpA[7:])}, stdout: []string{fpA}},
+		{name: "receipts json", args: []string{"receipts", "get", fpA, "--url", url, "--json"}, after: func(t *testing.T, out string) {
+			var r admin.Receipts
+			if err := schema.Decode([]byte(strings.TrimSpace(out)), &r); err != nil || len(r.Receipts) != 3 || !r.Terminal {
+				t.Errorf("receipts json = %+v %v", r, err)
+			}
+		}},
+		{name: "receipts unknown", args: []string{"receipts", "get", unknown, "--url", url}, code: 1, stderr: []string{"no receipt for " + unknown}},
+		{name: "receipts bad fingerprint", args: []string{"receipts", "get", "sha256:xyz", "--url", url}, code: 2, stderr: []string{"not a fingerprint"}},
+		{name: "receipts usage", args: []string{"receipts"}, code: 2, stderr: []string{"usage: processor receipts get"}},
+		{name: "activity", args: []string{"activity", "get", fpA, "--url", url}, stdout: []string{`"status": "reconciliation_required"`, `"exhausted": true`, `"attempts": 2`}},
+		{name: "activity unknown", args: []string{"activity", "get", unknown, "--url", url}, code: 1, stderr: []string{"no activity"}},
+		{name: "list", args: []string{"reconcile", "list", "--url", url}, stdout: []string{"2 indeterminate actions", fpA, fpB, "exhausted", "next poll in 2s", "2/2", "0/2", "18s", "prop-a", "RECONCILE_EXHAUSTED", "ADAPTER_TIMEOUT"},
+			after: func(t *testing.T, out string) {
+				if strings.Index(out, fpA) > strings.Index(out, fpB) {
+					t.Error("the older action is not listed first")
+				}
+			}},
+		{name: "list json via config", args: []string{"reconcile", "list", "--config", cfgFile, "--json"}, after: func(t *testing.T, out string) {
+			var l admin.List
+			if err := schema.Decode([]byte(strings.TrimSpace(out)), &l); err != nil || len(l.Actions) != 2 || l.Actions[0].Fingerprint != fpA {
+				t.Errorf("list json = %+v %v", l, err)
+			}
+		}},
+		{name: "resolve without effect", args: []string{"reconcile", "resolve", fpA, "--evidence", "ticket:1", "--url", url}, code: 2, stderr: []string{"exactly one of --present and --absent"}},
+		{name: "resolve both effects", args: []string{"reconcile", "resolve", fpA, "--present", "--absent", "--evidence", "ticket:1", "--url", url}, code: 2},
+		{name: "resolve without evidence", args: []string{"reconcile", "resolve", fpA, "--present", "--url", url}, code: 2, stderr: []string{"--evidence"}},
+		{name: "resolve bad evidence", args: []string{"reconcile", "resolve", fpA, "--present", "--evidence", "no colon", "--url", url}, code: 2},
+		{name: "resolve two fingerprints", args: []string{"reconcile", "resolve", fpA, fpB, "--present", "--evidence", "t:1", "--url", url}, code: 2},
+		{name: "resolve unknown", args: []string{"reconcile", "resolve", unknown, "--absent", "--evidence", "t:1", "--url", url}, code: 1, stderr: []string{"not_found"}},
+		{name: "resolve present", args: []string{"reconcile", "resolve", fpA, "--present", "--evidence", "ticket:OPS-9", "--url", url},
+			stdout: []string{"resolved " + fpA, "effect present → CONFIRMED", "ticket:OPS-9", "prop-a"},
+			after: func(t *testing.T, _ string) {
+				o := env.Recorder.Wait(t, "prop-a", lastKind(schema.KindConfirmed))
+				if o.Receipt.ErrorCode != schema.CodeOperatorResolved || !o.Terminal {
+					t.Errorf("operator outcome = %+v", o)
+				}
+			}},
+		{name: "resolve again", args: []string{"reconcile", "resolve", fpA, "--absent", "--evidence", "ticket:OPS-10", "--url", url}, code: 1, stderr: []string{"not indeterminate", "confirmed"}},
+		{name: "resolve polling, flags around", args: []string{"reconcile", "resolve", "--absent", fpB, "--evidence", "provider-console:search/none", "--url", url, "--json"}, after: func(t *testing.T, out string) {
+			var r admin.Resolved
+			if err := schema.Decode([]byte(strings.TrimSpace(out)), &r); err != nil || r.OutcomeKind != schema.KindRejected {
+				t.Errorf("resolve json = %+v %v", r, err)
+			}
+			env.Recorder.Wait(t, "prop-b", lastKind(schema.KindRejected))
+		}},
+		{name: "list empty", args: []string{"reconcile", "list", "--url", url}, stdout: []string{"no indeterminate actions"}},
+		{name: "another prefix", args: []string{"reconcile", "list", "--url", url, "--prefix", "elsewhere", "--timeout", "2s"}, code: 1, stderr: []string{"is a processor with this --prefix running"}},
+		{name: "no server", args: []string{"reconcile", "list", "--url", "nats://127.0.0.1:1"}, code: 1, stderr: []string{"cannot reach NATS"}},
+		{name: "reconcile usage", args: []string{"reconcile", "frob"}, code: 2, stderr: []string{"usage: processor reconcile list"}},
+	}
+	for _, s := range steps {
+		var out, errb bytes.Buffer
+		code := run(s.args, nil, &out, &errb)
+		if code != s.code {
+			t.Errorf("%s: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", s.name, code, s.code, out.String(), errb.String())
+			continue
+		}
+		for _, want := range s.stdout {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("%s: stdout lacks %q:\n%s", s.name, want, out.String())
+			}
+		}
+		for _, want := range s.stderr {
+			if !strings.Contains(errb.String(), want) {
+				t.Errorf("%s: stderr lacks %q:\n%s", s.name, want, errb.String())
+			}
+		}
+		if s.after != nil {
+			s.after(t, out.String())
+		}
+	}
+	if g := testutil.ToFloat64(env.Processor().Metrics().Indeterminate); g != 0 {
+		t.Errorf("indeterminate gauge = %v", g)
+	}
+	if n := fake.Dispatches(); n != 2 {
+		t.Errorf("dispatches = %d", n)
+	}
+}

@@ -1,0 +1,211 @@
+package reconciliation_test
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/portcullis/portcullis/adapters"
+	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/metrics"
+	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/stages/dispatch"
+	"github.com/portcullis/portcullis/stages/reconciliation"
+)
+
+const fpA = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+func prevReceipt(status string) *schema.Receipt {
+	next := schema.NextReconcile
+	if status == schema.StatusAcknowledged {
+		next = schema.NextVerify
+	}
+	return &schema.Receipt{
+		ReceiptID: dispatch.ReceiptID(fpA, "dispatch"), Fingerprint: fpA, IdempotencyKey: fpA[7:],
+		Provider: "demo", Capability: "inventory.adjust", Operation: "adjust_stock", Environment: "test", Adapter: "fake",
+		Status: status, DispatchAttempted: true, NextAction: next, ProviderActionID: "prov:1", EvidenceRefs: []string{"prov:ev"},
+		ErrorCode:    "ADAPTER_TIMEOUT",
+		Disclosure:   &schema.DisclosureRecord{Recipient: "Duffel", Purpose: "p", FieldClasses: []string{"birth_date"}, Source: "user_profile", AuthenticationAssurance: "biometric"},
+		RecordedAtMs: 1000,
+	}
+}
+
+func TestAttemptIDAndBackoff(t *testing.T) {
+	if got := reconciliation.AttemptID(fpA, 3); got != "rcn_0123456789abcdef_3" {
+		t.Errorf("AttemptID = %s", got)
+	}
+	if reconciliation.AttemptID(fpA, 1) == reconciliation.AttemptID(fpA, 2) {
+		t.Error("two polls share an id")
+	}
+	if got := reconciliation.OperatorAttemptID(fpA); got != "opr_0123456789abcdef" {
+		t.Errorf("OperatorAttemptID = %s", got)
+	}
+	s := time.Second
+	for n, want := range map[int]time.Duration{1: s, 2: 2 * s, 3: 4 * s, 6: 32 * s, 7: 32 * s, 40: 32 * s} {
+		if got := reconciliation.Backoff(s, n); got != want {
+			t.Errorf("Backoff(%d) = %s, want %s", n, got, want)
+		}
+	}
+}
+
+func inc(phase, code string) schema.Incident { return schema.NewIncident(phase, code) }
+
+func TestDecide(t *testing.T) {
+	timeout := fmt.Errorf("adapters: demo reconcile: %w after 2s", adapters.ErrTimeout)
+	noResp := fmt.Errorf("adapters: demo reconcile: %w: no responders", adapters.ErrNotInvoked)
+	malformed := fmt.Errorf("adapters: demo reconcile: %w: outside the reply contract", adapters.ErrMalformedReply)
+	unknownErr := errors.New("adapters: demo reconcile: outcome unknown: connection reset")
+	ok := func(outcome string) schema.AdapterReply {
+		return schema.AdapterReply{Outcome: outcome, ProviderActionID: "prov:2", EvidenceRefs: []string{"prov:order/2"}}
+	}
+	rc, ack := schema.StatusReconciliationRequired, schema.StatusAcknowledged
+	recon := schema.PhaseReconciliation
+	cases := []struct {
+		name      string
+		prev      string
+		reply     schema.AdapterReply
+		err       error
+		n         int
+		status    string
+		next      string
+		incidents []schema.Incident
+		events    []schema.Incident
+		code      string
+		attempt   string
+		settled   bool
+		exhausted bool
+		attempted bool
+	}{
+		{"confirmed settles", rc, ok("confirmed"), nil, 1, schema.StatusConfirmed, schema.NextNone, nil, nil, "", metrics.AttemptConfirmed, true, false, true},
+		{"absent is rejected", rc, ok("rejected"), nil, 2, schema.StatusRejected, schema.NextNone, []schema.Incident{inc(schema.PhaseDispatch, schema.CodeProviderRejected)}, nil, schema.CodeProviderRejected, metrics.AttemptRejected, true, false, true},
+		{"never received", rc, ok("failed_before_dispatch"), nil, 1, schema.StatusFailedBeforeDispatch, schema.NextNone, []schema.Incident{inc(schema.PhaseDispatch, schema.CodeProviderFailedBeforeDispatch)}, nil, schema.CodeProviderFailedBeforeDispatch, metrics.AttemptFailedBeforeDispatch, true, false, false},
+		{"indeterminate polls on", rc, ok("indeterminate"), nil, 1, rc, schema.NextReconcile, []schema.Incident{inc(recon, schema.CodeProviderIndeterminate)}, nil, schema.CodeProviderIndeterminate, metrics.AttemptIndeterminate, false, false, true},
+		{"timeout", rc, schema.AdapterReply{}, timeout, 1, rc, schema.NextReconcile, []schema.Incident{inc(recon, schema.CodeReconcileError)}, nil, schema.CodeReconcileError, metrics.AttemptError, false, false, true},
+		{"unknown error", rc, schema.AdapterReply{}, unknownErr, 2, rc, schema.NextReconcile, []schema.Incident{inc(recon, schema.CodeReconcileError)}, nil, schema.CodeReconcileError, metrics.AttemptError, false, false, true},
+		{"no responders", rc, schema.AdapterReply{}, noResp, 1, rc, schema.NextReconcile, []schema.Incident{inc(recon, schema.CodeReconcileUnavailable)}, nil, schema.CodeReconcileUnavailable, metrics.AttemptUnavailable, false, false, true},
+		{"malformed", rc, schema.AdapterReply{}, malformed, 1, rc, schema.NextReconcile, []schema.Incident{inc(recon, schema.CodeMalformedAdapterResult)}, nil, schema.CodeMalformedAdapterResult, metrics.AttemptMalformed, false, false, true},
+		{"last attempt exhausts", rc, schema.AdapterReply{}, timeout, 3, rc, schema.NextNone, []schema.Incident{inc(recon, schema.CodeReconcileError), inc(recon, schema.CodeReconcileExhausted)}, nil, schema.CodeReconcileExhausted, metrics.AttemptError, false, true, true},
+		{"last attempt can still settle", rc, ok("confirmed"), nil, 3, schema.StatusConfirmed, schema.NextNone, nil, nil, "", metrics.AttemptConfirmed, true, false, true},
+
+		{"verify confirms", ack, ok("confirmed"), nil, 1, schema.StatusConfirmed, schema.NextNone, nil, nil, "", metrics.AttemptConfirmed, true, false, true},
+		{"verify finds absent", ack, ok("rejected"), nil, 1, schema.StatusRejected, schema.NextNone, []schema.Incident{inc(schema.PhaseDispatch, schema.CodeProviderRejected)}, nil, schema.CodeProviderRejected, metrics.AttemptRejected, true, false, true},
+		{"verify cannot tell: still acknowledged", ack, ok("indeterminate"), nil, 2, ack, schema.NextVerify, nil, []schema.Incident{inc(recon, schema.CodeProviderIndeterminate)}, schema.CodeProviderIndeterminate, metrics.AttemptIndeterminate, false, false, true},
+		{"verify unavailable", ack, schema.AdapterReply{}, noResp, 1, ack, schema.NextVerify, nil, []schema.Incident{inc(recon, schema.CodeReconcileUnavailable)}, schema.CodeReconcileUnavailable, metrics.AttemptUnavailable, false, false, true},
+		{"verify exhausted becomes indeterminate", ack, schema.AdapterReply{}, timeout, 3, rc, schema.NextNone, []schema.Incident{inc(recon, schema.CodeReconcileError), inc(recon, schema.CodeReconcileExhausted)}, nil, schema.CodeReconcileExhausted, metrics.AttemptError, false, true, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			prev := prevReceipt(c.prev)
+			v := reconciliation.Decide(prev, c.reply, c.err, c.n, 3)
+			if v.Status != c.status || v.NextAction != c.next || v.ErrorCode != c.code || v.AttemptStatus != c.attempt ||
+				v.Settled != c.settled || v.Exhausted != c.exhausted || v.Attempted != c.attempted {
+				t.Errorf("verdict = %+v", v)
+			}
+			if !slices.Equal(v.Incidents, c.incidents) || !slices.Equal(v.Events, c.events) {
+				t.Errorf("incidents %v events %v, want %v %v", v.Incidents, v.Events, c.incidents, c.events)
+			}
+			// A reply's action id and evidence replace the previous ones;
+			// a failure keeps the action id and drops the evidence.
+			if c.err == nil && (v.ProviderActionID != "prov:2" || !slices.Equal(v.EvidenceRefs, []string{"prov:order/2"})) {
+				t.Errorf("reply material = %q %v", v.ProviderActionID, v.EvidenceRefs)
+			}
+			if c.err != nil && (v.ProviderActionID != "prov:1" || len(v.EvidenceRefs) != 0 || v.EvidenceRefs == nil) {
+				t.Errorf("failure material = %q %#v", v.ProviderActionID, v.EvidenceRefs)
+			}
+			for _, i := range append(slices.Clone(v.Incidents), v.Events...) {
+				if _, ok := schema.LookupCode(i.Phase, i.Code); !ok {
+					t.Errorf("incident %v is not in the code table", i)
+				}
+			}
+		})
+	}
+	// The provider's own code wins for the receipt.
+	r := ok("indeterminate")
+	r.ErrorCode = "PROVIDER_STILL_PROCESSING"
+	if v := reconciliation.Decide(prevReceipt(rc), r, nil, 1, 3); v.ErrorCode != "PROVIDER_STILL_PROCESSING" {
+		t.Errorf("error code = %s", v.ErrorCode)
+	}
+}
+
+func TestReplayedAndAbandoned(t *testing.T) {
+	for _, f := range []func(*schema.Receipt, int, int) reconciliation.Verdict{reconciliation.Replayed, reconciliation.Abandoned} {
+		v := f(prevReceipt(schema.StatusReconciliationRequired), 1, 3)
+		if v.Status != schema.StatusReconciliationRequired || v.ErrorCode != schema.CodeReconcileError || v.Settled || v.Exhausted {
+			t.Errorf("%+v", v)
+		}
+		if v := f(prevReceipt(schema.StatusReconciliationRequired), 3, 3); !v.Exhausted {
+			t.Errorf("last attempt: %+v", v)
+		}
+	}
+	if v := reconciliation.Replayed(prevReceipt(schema.StatusReconciliationRequired), 1, 3); v.AttemptStatus != metrics.AttemptReplayed {
+		t.Errorf("replayed status = %s", v.AttemptStatus)
+	}
+	if v := reconciliation.Abandoned(prevReceipt(schema.StatusReconciliationRequired), 1, 3); v.AttemptStatus != metrics.AttemptError {
+		t.Errorf("abandoned status = %s", v.AttemptStatus)
+	}
+}
+
+func TestNewReceiptAndApply(t *testing.T) {
+	prev := prevReceipt(schema.StatusReconciliationRequired)
+	v := reconciliation.Decide(prev, schema.AdapterReply{Outcome: "confirmed", ProviderActionID: "prov:9"}, nil, 1, 3)
+	id := reconciliation.AttemptID(fpA, 1)
+	r := reconciliation.NewReceipt(prev, v, id, reconciliation.AttemptStep(id), 900)
+	if r.ReceiptID == prev.ReceiptID || r.ReceiptID != dispatch.ReceiptID(fpA, "reconcile/"+id) {
+		t.Errorf("receipt id %s", r.ReceiptID)
+	}
+	if r.Reconciliation == nil || r.Reconciliation.AttemptID != id || r.Reconciliation.PreviousReceiptID != prev.ReceiptID {
+		t.Errorf("link = %+v", r.Reconciliation)
+	}
+	if r.RecordedAtMs != 1001 {
+		t.Errorf("recorded_at_ms = %d: a receipt never predates its predecessor", r.RecordedAtMs)
+	}
+	if r.Disclosure == nil || r.Disclosure.AuthenticationAssurance != "biometric" || r.Fingerprint != fpA || r.Adapter != "fake" {
+		t.Errorf("identity or disclosure lost: %+v", r)
+	}
+	r.Disclosure.FieldClasses[0] = "x"
+	if prev.Disclosure.FieldClasses[0] != "birth_date" {
+		t.Error("the new receipt shares memory with the previous one")
+	}
+	in := kv.Intent{Fingerprint: fpA, ReceiptSeq: 1, Receipt: prev, OutcomeKind: schema.KindReconciliationRequired}
+	reconciliation.Apply(&in, r, v, 1001)
+	if in.ReceiptSeq != 2 || in.Receipt.ReceiptID != r.ReceiptID || in.OutcomeKind != schema.KindConfirmed || !in.OutcomeTerminal || in.OutcomeIncidents != nil {
+		t.Errorf("intent = %+v", in)
+	}
+	if d := reconciliation.IndexChange(prev, &r); d != -1 {
+		t.Errorf("index change %d", d)
+	}
+
+	ex := reconciliation.Decide(prev, schema.AdapterReply{}, adapters.ErrTimeout, 3, 3)
+	r2 := reconciliation.NewReceipt(prev, ex, "x", "y", 5000)
+	in2 := kv.Intent{Fingerprint: fpA, Receipt: prev}
+	reconciliation.Apply(&in2, r2, ex, 5000)
+	if !in2.OutcomeTerminal || !in2.ReconcileExhausted || in2.OutcomeKind != schema.KindReconciliationRequired || len(in2.OutcomeIncidents) != 2 {
+		t.Errorf("exhausted intent = %+v", in2)
+	}
+	if reconciliation.NeedsWork(&in2) {
+		t.Error("an exhausted intent still needs work")
+	}
+	ackPrev := prevReceipt(schema.StatusAcknowledged)
+	exAck := reconciliation.Decide(ackPrev, schema.AdapterReply{}, adapters.ErrTimeout, 3, 3)
+	if d := reconciliation.IndexChange(ackPrev, &schema.Receipt{Status: exAck.Status}); d != 1 {
+		t.Errorf("verify exhausted: index change %d", d)
+	}
+}
+
+func TestOperatorVerdict(t *testing.T) {
+	prev := prevReceipt(schema.StatusReconciliationRequired)
+	for _, present := range []bool{true, false} {
+		v := reconciliation.Operator(prev, present, "ticket:OPS-1")
+		want := schema.StatusRejected
+		if present {
+			want = schema.StatusConfirmed
+		}
+		if v.Status != want || v.NextAction != schema.NextNone || !v.Settled || len(v.Incidents) != 0 ||
+			!slices.Equal(v.Events, []schema.Incident{inc(schema.PhaseReconciliation, schema.CodeOperatorResolved)}) ||
+			v.ErrorCode != schema.CodeOperatorResolved || !slices.Equal(v.EvidenceRefs, []string{"ticket:OPS-1"}) {
+			t.Errorf("present=%v: %+v", present, v)
+		}
+	}
+}

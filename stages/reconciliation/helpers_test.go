@@ -1,0 +1,188 @@
+package reconciliation_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/goleak"
+
+	"github.com/portcullis/portcullis/activity"
+	"github.com/portcullis/portcullis/adapters"
+	"github.com/portcullis/portcullis/config"
+	"github.com/portcullis/portcullis/fingerprint"
+	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/stages"
+	"github.com/portcullis/portcullis/testenv"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// t0 is the manual clock's start.
+var t0 = time.UnixMilli(1_764_424_800_000)
+
+const (
+	interval    = 5 * time.Second
+	maxAttempts = 3
+)
+
+// start runs a processor on a manual clock with reconciliation every
+// interval (doubling) for at most maxAttempts polls.
+func start(t *testing.T, opts ...testenv.Option) (*testenv.Env, *stages.ManualClock) {
+	t.Helper()
+	clock := stages.NewManualClock(t0)
+	opts = append([]testenv.Option{testenv.WithClock(clock), testenv.WithConfig(func(c *config.Config) {
+		c.Reconciliation.Interval = interval
+		c.Reconciliation.MaxAttempts = maxAttempts
+	})}, opts...)
+	return testenv.New(t, opts...), clock
+}
+
+// lumber is the lumber fixture for provider "demo" with an inline manual
+// grant bound to its real fingerprint, and that fingerprint.
+func lumber(t *testing.T, clock stages.Clock, pid string) (map[string]any, string) {
+	t.Helper()
+	return lumberWith(t, clock, pid, nil)
+}
+
+// lumberWith is lumber with the fixture edited first.
+func lumberWith(t *testing.T, clock stages.Clock, pid string, edit func(m map[string]any)) (map[string]any, string) {
+	t.Helper()
+	m := testenv.Lumber(pid)
+	if edit != nil {
+		edit(m)
+	}
+	p, err := schema.DecodeProposal(testenv.Body(t, m), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := fingerprint.Of(p, "sku-1001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := clock.Now().UnixMilli()
+	m["grant"] = map[string]any{
+		"schema": schema.SchemaGrant, "intent_fingerprint": r.Fingerprint, "authorized_by": "actor:demo",
+		"authorization_method": "manual", "authentication_assurance": "biometric",
+		"issued_at_ms": now, "expires_at_ms": now + 600_000, "max_external_spend": nil,
+	}
+	return m, r.Fingerprint
+}
+
+// propose publishes the signed lumber proposal pid and returns its fingerprint.
+func propose(t *testing.T, env *testenv.Env, clock stages.Clock, pid string) string {
+	t.Helper()
+	m, fp := lumber(t, clock, pid)
+	env.PublishSigned(t, m, env.Host)
+	return fp
+}
+
+// kindIs is met once the proposal's latest outcome has this kind.
+func last(kind string) testenv.Cond {
+	return func(outs []schema.Outcome) bool { return outs[len(outs)-1].Kind == kind }
+}
+
+// nth is met once the proposal has n outcomes.
+func nth(n int) testenv.Cond { return testenv.Count(n) }
+
+func gauge(t *testing.T, env *testenv.Env) float64 {
+	t.Helper()
+	return testutil.ToFloat64(env.Processor().Metrics().Indeterminate)
+}
+
+func attempts(env *testenv.Env, status string) float64 {
+	return testutil.ToFloat64(env.Processor().Metrics().ReconcileAttempts.WithLabelValues("demo", status))
+}
+
+// activityOf waits until the fingerprint's snapshot satisfies ok.
+func activityOf(t *testing.T, env *testenv.Env, fp string, ok func(a *schema.Activity) bool) *schema.Activity {
+	t.Helper()
+	deadline := time.Now().Add(testenv.WaitTimeout)
+	var a *schema.Activity
+	for {
+		got, err := env.Processor().Activity().Get(context.Background(), fp)
+		if err == nil && ok(got) {
+			return got
+		}
+		if err != nil && err != activity.ErrNotFound {
+			t.Fatal(err)
+		}
+		a = got
+		if time.Now().After(deadline) {
+			t.Fatalf("activity of %s never matched; last %+v", fp, a)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// seen records the reconcile requests a fake received.
+type seen struct {
+	ch chan schema.ReconcileRequest
+}
+
+// script makes the fake's reconcile answer from answers in turn (the last
+// repeats), recording every request.
+func script(f *adapters.Fake, answers ...func() (schema.AdapterReply, error)) *seen {
+	s := &seen{ch: make(chan schema.ReconcileRequest, 64)}
+	n := 0
+	f.OnReconcile(func(_ context.Context, req schema.ReconcileRequest) (schema.AdapterReply, error) {
+		s.ch <- req
+		a := answers[min(n, len(answers)-1)]
+		n++
+		return a()
+	})
+	return s
+}
+
+// requests drains what was seen so far.
+func (s *seen) requests() []schema.ReconcileRequest {
+	var out []schema.ReconcileRequest
+	for {
+		select {
+		case r := <-s.ch:
+			out = append(out, r)
+		default:
+			return out
+		}
+	}
+}
+
+func ids(rs []schema.ReconcileRequest) []string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, r.AttemptID)
+	}
+	return out
+}
+
+func reply(outcome string) func() (schema.AdapterReply, error) {
+	return func() (schema.AdapterReply, error) {
+		return schema.AdapterReply{Outcome: outcome, ProviderActionID: "prov:order-77", EvidenceRefs: []string{"prov:orders/77"}}, nil
+	}
+}
+
+func fail(err error) func() (schema.AdapterReply, error) {
+	return func() (schema.AdapterReply, error) { return schema.AdapterReply{}, err }
+}
+
+// timeoutDispatch makes every dispatch of the fake time out after reaching it.
+func timeoutDispatch(f *adapters.Fake) {
+	f.OnDispatch(func(context.Context, schema.DispatchRequest) (schema.AdapterReply, error) {
+		return schema.AdapterReply{}, adapters.ErrTimeout
+	})
+}
+
+func incidents(o schema.Outcome) []string {
+	var out []string
+	for _, i := range o.Incidents {
+		out = append(out, i.Phase+"/"+i.Code)
+	}
+	return out
+}
+
+func sameStrings(a []string, b ...string) bool { return slices.Equal(a, b) }
+
+// settle waits a little so that anything wrongly scheduled would happen.
+func settle() { time.Sleep(150 * time.Millisecond) }
