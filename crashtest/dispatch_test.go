@@ -22,6 +22,13 @@ import (
 func connector(t *testing.T, env *testenv.Env) *adapters.Fake {
 	t.Helper()
 	f := adapters.NewFake("inventory", config.FakeScript{})
+	// Reconciliation gets the truth: present if the provider received it.
+	f.OnReconcile(func(_ context.Context, req schema.ReconcileRequest) (schema.AdapterReply, error) {
+		if f.DeliveredFor(req.IdempotencyKey) > 0 {
+			return schema.AdapterReply{Outcome: schema.ReplyConfirmed}, nil
+		}
+		return schema.AdapterReply{Outcome: schema.ReplyFailedBeforeDispatch}, nil
+	})
 	stop, err := f.Serve(env.NC, env.Subjects)
 	if err != nil {
 		t.Fatal(err)
@@ -30,6 +37,10 @@ func connector(t *testing.T, env *testenv.Env) *adapters.Fake {
 	return f
 }
 
+// fastReconcile polls 200ms after an unknown outcome, so interrupted
+// dispatches settle inside the test.
+var fastReconcile = testenv.WithConfig(func(c *config.Config) { c.Reconciliation.Interval = 200 * time.Millisecond })
+
 func inventoryProposal(t *testing.T, id string) (map[string]any, string) {
 	t.Helper()
 	p := testenv.Lumber(id)
@@ -37,17 +48,6 @@ func inventoryProposal(t *testing.T, id string) (map[string]any, string) {
 	testenv.Set(p, "intent.payload", map[string]any{"quantity": 20, "batch": id})
 	p = testenv.Granted(t, p, "sku-1001", time.Now())
 	return p, strings.TrimPrefix(testenv.FingerprintOf(t, p, "sku-1001"), "sha256:")
-}
-
-// Ended is met by an outcome a proposer can act on: terminal, or
-// reconciliation required (the effect is unknown and will be reconciled).
-func ended(outs []schema.Outcome) bool {
-	for _, o := range outs {
-		if o.Terminal || o.Kind == schema.KindReconciliationRequired {
-			return true
-		}
-	}
-	return false
 }
 
 func killedAt(t *testing.T, p *testenv.Process) {
@@ -68,20 +68,21 @@ func TestDispatchBoundaries(t *testing.T) {
 	cases := []struct {
 		point     string
 		delivered int    // times the provider received it
-		kind      string // the outcome after restart
+		kind      string // dispatch's outcome after the restart
 		code      string // its incident, if any
+		final     string // the outcome once reconciliation settled it
 	}{
-		{fault.DispatchBeforeInFlight, 1, schema.KindConfirmed, ""},
-		{fault.DispatchAfterInFlight, 0, schema.KindReconciliationRequired, schema.CodeDispatchInterrupted},
-		{fault.DispatchAfterReply, 1, schema.KindReconciliationRequired, schema.CodeDispatchInterrupted},
-		{fault.DispatchAfterReceipt, 1, schema.KindConfirmed, ""},
-		{fault.DispatchAfterOutcome, 1, schema.KindConfirmed, ""},
-		{fault.RunnerAfterPublish + "#4", 1, schema.KindConfirmed, ""}, // the 4th publish-then-ack is dispatch's
+		{fault.DispatchBeforeInFlight, 1, schema.KindConfirmed, "", schema.KindConfirmed},
+		{fault.DispatchAfterInFlight, 0, schema.KindReconciliationRequired, schema.CodeDispatchInterrupted, schema.KindFailedBeforeDispatch},
+		{fault.DispatchAfterReply, 1, schema.KindReconciliationRequired, schema.CodeDispatchInterrupted, schema.KindConfirmed},
+		{fault.DispatchAfterReceipt, 1, schema.KindConfirmed, "", schema.KindConfirmed},
+		{fault.DispatchAfterOutcome, 1, schema.KindConfirmed, "", schema.KindConfirmed},
+		{fault.RunnerAfterPublish + "#4", 1, schema.KindConfirmed, "", schema.KindConfirmed}, // the 4th publish-then-ack is dispatch's
 	}
 	for _, tc := range cases {
 		t.Run(tc.point, func(t *testing.T) {
 			t.Parallel()
-			env := testenv.New(t, testenv.NotStarted())
+			env := testenv.New(t, testenv.NotStarted(), fastReconcile)
 			conn := connector(t, env)
 			p := testenv.StartProcess(t, env.Config, fault.Env+"="+tc.point)
 			p.WaitLog(t, "processor started")
@@ -92,27 +93,38 @@ func TestDispatchBoundaries(t *testing.T) {
 
 			p2 := testenv.StartProcess(t, env.Config)
 			p2.WaitLog(t, "processor started")
-			env.Recorder.WaitAll(t, "prop-crash", ended)
+			final := env.Recorder.Wait(t, "prop-crash", testenv.Terminal)
 			// Let the restarted processor take over what the dead one held
 			// (redelivered after the ack wait), then judge.
 			waitIdle(t, env, subjects.StageDispatch)
-			outs := env.Recorder.Outcomes("prop-crash")
-			last := outs[len(outs)-1]
-			if last.Kind != tc.kind {
-				t.Errorf("outcome %s, want %s: %+v", last.Kind, tc.kind, outs)
+			var fromDispatch []schema.Outcome
+			for _, o := range env.Recorder.Outcomes("prop-crash") {
+				if o.Receipt != nil && o.Receipt.Reconciliation == nil {
+					fromDispatch = append(fromDispatch, o)
+				}
 			}
-			if tc.code != "" && (len(last.Incidents) != 1 || last.Incidents[0].Code != tc.code) {
-				t.Errorf("incidents %+v, want %s", last.Incidents, tc.code)
+			if len(fromDispatch) == 0 {
+				t.Fatalf("no dispatch outcome: %+v", env.Recorder.Outcomes("prop-crash"))
+			}
+			first := fromDispatch[0]
+			if first.Kind != tc.kind {
+				t.Errorf("dispatch outcome %s, want %s: %+v", first.Kind, tc.kind, first)
+			}
+			if tc.code != "" && (len(first.Incidents) != 1 || first.Incidents[0].Code != tc.code) {
+				t.Errorf("incidents %+v, want %s", first.Incidents, tc.code)
+			}
+			// A replay republishes the one dispatch receipt, never another.
+			for _, o := range fromDispatch {
+				if o.Kind != first.Kind || o.Receipt.ReceiptID != first.Receipt.ReceiptID {
+					t.Errorf("dispatch outcomes disagree: %+v", fromDispatch)
+					break
+				}
+			}
+			if final.Kind != tc.final {
+				t.Errorf("settled as %s, want %s: %+v", final.Kind, tc.final, final)
 			}
 			if got := conn.DeliveredFor(key); got != tc.delivered {
 				t.Errorf("provider received the fingerprint %d times (%d before the restart), want %d", got, before, tc.delivered)
-			}
-			// Every outcome of the proposal tells one story.
-			for _, o := range outs {
-				if o.Kind != last.Kind || (o.Receipt != nil && last.Receipt != nil && o.Receipt.ReceiptID != last.Receipt.ReceiptID) {
-					t.Errorf("outcomes disagree: %+v", outs)
-					break
-				}
 			}
 			p2.Terminate()
 			p2.Wait(30 * time.Second)
@@ -124,7 +136,7 @@ func TestDispatchBoundaries(t *testing.T) {
 // a random moment and restarted: no fingerprint reaches the provider twice
 // and every proposal ends.
 func TestDispatchBurstWithRandomKill(t *testing.T) {
-	env := testenv.New(t, testenv.NotStarted())
+	env := testenv.New(t, testenv.NotStarted(), fastReconcile)
 	conn := connector(t, env)
 	p := testenv.StartProcess(t, env.Config)
 	p.WaitLog(t, "processor started")
@@ -149,7 +161,10 @@ func TestDispatchBurstWithRandomKill(t *testing.T) {
 	p2.WaitLog(t, "processor started")
 	for r := range repeats {
 		for i := range intents {
-			env.Recorder.WaitAll(t, fmt.Sprintf("prop-%02d-%d", i, r), ended)
+			o := env.Recorder.Wait(t, fmt.Sprintf("prop-%02d-%d", i, r), testenv.Terminal)
+			if o.Kind != schema.KindConfirmed && o.Kind != schema.KindFailedBeforeDispatch {
+				t.Errorf("%s settled as %s", o.ProposalID, o.Kind)
+			}
 		}
 	}
 	waitIdle(t, env, subjects.StageDispatch)
