@@ -52,22 +52,12 @@ func (b *Batch) CancelTimer(id string) {
 	}
 }
 
-// DeleteFired removes a timer that was published, unless it was replaced
-// meanwhile (then only the fired entry goes).
+// DeleteFired removes a timer that was published. It leaves the id's index
+// entry alone: reading the index here and committing later could drop the
+// entry of a timer re-armed in between. A stale index entry points at
+// nothing and goes with the id's next AddTimer or CancelTimer.
 func (b *Batch) DeleteFired(t Timer) {
-	if b.err != nil {
-		return
-	}
 	b.delete(timerKey(t.DueMs, t.ID))
-	var due int64
-	found, err := b.s.get(timerIndexKey(t.ID), &due)
-	if err != nil {
-		b.err = err
-		return
-	}
-	if found && due == t.DueMs {
-		b.delete(timerIndexKey(t.ID))
-	}
 }
 
 // DueTimers returns up to limit timers due at or before nowMs, earliest first.
