@@ -1,6 +1,8 @@
 package testenv
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -22,23 +24,29 @@ var (
 )
 
 // ProcessorBinary builds cmd/processor once per test binary and returns its
-// path. Crash tests run it as a child they can SIGKILL.
+// path. Crash tests run it as a child they can SIGKILL. Every test binary
+// of a checkout shares one path under the temporary directory: each builds
+// to a private name and renames it into place (atomic), so packages testing
+// in parallel never see half a binary and nothing piles up.
 func ProcessorBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		_, file, _, _ := runtime.Caller(0)
 		root := filepath.Dir(filepath.Dir(file))
-		dir, err := os.MkdirTemp("", "portcullis-bin-")
-		if err != nil {
-			buildErr = err
+		sum := sha256.Sum256([]byte(root))
+		dir := filepath.Join(os.TempDir(), "portcullis-test-bin")
+		if buildErr = os.MkdirAll(dir, 0o755); buildErr != nil {
 			return
 		}
-		buildPath = filepath.Join(dir, "processor")
-		cmd := exec.Command("go", "build", "-o", buildPath, "./cmd/processor")
+		buildPath = filepath.Join(dir, "processor-"+hex.EncodeToString(sum[:6]))
+		tmp := fmt.Sprintf("%s.%d", buildPath, os.Getpid())
+		cmd := exec.Command("go", "build", "-o", tmp, "./cmd/processor")
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
+			return
 		}
+		buildErr = os.Rename(tmp, buildPath)
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
@@ -72,6 +80,7 @@ func StartProcess(t testing.TB, cfg *config.Config, env ...string) *Process {
 	bin := ProcessorBinary(t)
 	cmd := exec.Command(bin, "run", "--config", WriteConfig(t, cfg))
 	cmd.Env = append(os.Environ(), env...)
+	dieWithParent(cmd) // a test binary that panics must not leave processors behind
 	logs := &LogBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
