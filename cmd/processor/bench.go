@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"time"
@@ -28,6 +29,7 @@ func cmdBench(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	window := fs.Int("inflight", 500, "proposals in flight at most")
 	syncAlways := fs.Bool("sync-always", false, "embedded server fsyncs every write (nats.sync_always)")
 	dir := fs.String("data", "", "data directory (default: a temporary one, removed afterwards)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -55,6 +57,19 @@ func cmdBench(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer p.Close()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(stderr, "processor bench:", err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(stderr, "processor bench:", err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
+	}
 	res, err := runBench(ctx, p, *n, *window)
 	if err != nil {
 		fmt.Fprintln(stderr, "processor bench:", err)
