@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -469,5 +471,44 @@ func TestDisclosureFailuresDispatchNothing(t *testing.T) {
 				t.Errorf("dispatched %d times", n)
 			}
 		})
+	}
+}
+
+// The http adapter end to end: the provider receives the dispatch body once,
+// with the Idempotency-Key header, and its reply becomes the receipt.
+func TestHTTPProvider(t *testing.T) {
+	var calls atomic.Int32
+	var gotKey atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/dispatch" || r.Method != http.MethodPost {
+			http.Error(w, "no", http.StatusNotFound)
+			return
+		}
+		calls.Add(1)
+		gotKey.Store(r.Header.Get("Idempotency-Key"))
+		var req schema.DispatchRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Schema != schema.SchemaDispatch || req.Referent != "sku-1001" {
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"outcome":"confirmed","provider_action_id":"stock:%s","evidence_refs":["ledger:%s"]}`, req.IdempotencyKey[:8], req.IdempotencyKey[:8])
+	}))
+	defer srv.Close()
+	env := testenv.New(t, testenv.WithConfig(func(c *config.Config) {
+		c.Providers = append(c.Providers, config.Provider{Name: "stock", Adapter: config.AdapterHTTP, BaseURL: srv.URL,
+			Timeout: 2 * time.Second, UnavailableRetry: time.Second})
+	}))
+	p := testenv.Lumber("prop-http")
+	testenv.Set(p, "intent.provider", "stock")
+	p = testenv.Granted(t, p, "sku-1001", time.Now())
+	env.PublishSigned(t, p, env.Host)
+	o := env.Recorder.Wait(t, "prop-http", testenv.Terminal)
+	key := keyOf(t, p)
+	if o.Kind != schema.KindConfirmed || o.Receipt.Adapter != config.AdapterHTTP || o.Receipt.ProviderActionID != "stock:"+key[:8] || o.Receipt.EvidenceRefs[0] != "ledger:"+key[:8] {
+		t.Errorf("outcome %+v", o)
+	}
+	if calls.Load() != 1 || gotKey.Load() != key {
+		t.Errorf("provider calls %d, Idempotency-Key %v", calls.Load(), gotKey.Load())
 	}
 }
