@@ -12,7 +12,6 @@ import (
 	"github.com/portcullis/portcullis/adapters"
 	"github.com/portcullis/portcullis/admin"
 	"github.com/portcullis/portcullis/config"
-	"github.com/portcullis/portcullis/fingerprint"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/testenv"
@@ -24,22 +23,9 @@ func signedLumber(t *testing.T, env *testenv.Env, clock stages.Clock, pid string
 	t.Helper()
 	m := testenv.Lumber(pid)
 	testenv.Set(m, "intent.payload", map[string]any{"quantity": q})
-	p, err := schema.DecodeProposal(testenv.Body(t, m), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := fingerprint.Of(p, "sku-1001")
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := clock.Now().UnixMilli()
-	m["grant"] = map[string]any{
-		"schema": schema.SchemaGrant, "intent_fingerprint": r.Fingerprint, "authorized_by": "actor:demo",
-		"authorization_method": "manual", "authentication_assurance": "biometric",
-		"issued_at_ms": now, "expires_at_ms": now + 3_600_000, "max_external_spend": nil,
-	}
+	m = testenv.Granted(t, m, "sku-1001", clock.Now())
 	env.PublishSigned(t, m, env.Host)
-	return r.Fingerprint
+	return testenv.FingerprintOf(t, m, "sku-1001")
 }
 
 func lastKind(kind string) testenv.Cond {

@@ -12,7 +12,6 @@ import (
 	"github.com/portcullis/portcullis/activity"
 	"github.com/portcullis/portcullis/adapters"
 	"github.com/portcullis/portcullis/config"
-	"github.com/portcullis/portcullis/fingerprint"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/testenv"
@@ -54,21 +53,8 @@ func lumberWith(t *testing.T, clock stages.Clock, pid string, edit func(m map[st
 	if edit != nil {
 		edit(m)
 	}
-	p, err := schema.DecodeProposal(testenv.Body(t, m), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := fingerprint.Of(p, "sku-1001")
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := clock.Now().UnixMilli()
-	m["grant"] = map[string]any{
-		"schema": schema.SchemaGrant, "intent_fingerprint": r.Fingerprint, "authorized_by": "actor:demo",
-		"authorization_method": "manual", "authentication_assurance": "biometric",
-		"issued_at_ms": now, "expires_at_ms": now + 600_000, "max_external_spend": nil,
-	}
-	return m, r.Fingerprint
+	m = testenv.Granted(t, m, "sku-1001", clock.Now())
+	return m, testenv.FingerprintOf(t, m, "sku-1001")
 }
 
 // propose publishes the signed lumber proposal pid and returns its fingerprint.
