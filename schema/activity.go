@@ -1,5 +1,7 @@
 package schema
 
+import "slices"
+
 // Activity is the one value-free snapshot per intent that the KV bucket
 // `<prefix>_activity` holds under the fingerprint's 64 hex digits (SPEC §3
 // Activity, seed 003's external_action_activity). It never holds a payload,
@@ -81,13 +83,13 @@ type ActivityReconciliation struct {
 }
 
 // AddProposal records a proposal id on the activity, bounded and without repeats.
-func (a *Activity) AddProposal(id string) {
-	for _, p := range a.ProposalIDs {
-		if p == id {
-			return
-		}
+func (a *Activity) AddProposal(id string) { a.ProposalIDs = AppendProposalID(a.ProposalIDs, id) }
+
+// AppendProposalID appends id unless it is there already or the list holds
+// MaxActivityProposals ids (the oldest are kept).
+func AppendProposalID(ids []string, id string) []string {
+	if len(ids) >= MaxActivityProposals || slices.Contains(ids, id) {
+		return ids
 	}
-	if len(a.ProposalIDs) < MaxActivityProposals {
-		a.ProposalIDs = append(a.ProposalIDs, id)
-	}
+	return append(ids, id)
 }
