@@ -60,7 +60,9 @@ type Intent struct {
 }
 
 // AddProposal records a proposal on the intent, bounded and without repeats.
-func (in *Intent) AddProposal(id string) { in.ProposalIDs = schema.AppendProposalID(in.ProposalIDs, id) }
+func (in *Intent) AddProposal(id string) {
+	in.ProposalIDs = schema.AppendProposalID(in.ProposalIDs, id)
+}
 
 // fingerprintBytes decodes "sha256:<64 hex>" to its 32 bytes.
 func fingerprintBytes(fp string) ([]byte, error) {
