@@ -17,12 +17,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
-	"github.com/portcullis/portcullis/adapters"
-	"github.com/portcullis/portcullis/config"
-	"github.com/portcullis/portcullis/processor"
+	"github.com/portcullis/portcullis/internal/adapters"
+	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/internal/engine"
+	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/subjects"
-	"github.com/portcullis/portcullis/trust"
 )
 
 // Tenants and hosts of the default test configuration.
@@ -51,8 +51,8 @@ type Env struct {
 	Fakes map[string]*adapters.Fake
 
 	mu   sync.Mutex
-	proc *processor.Processor
-	opts processor.Options
+	proc *engine.Processor
+	opts engine.Options
 }
 
 // Option adjusts an Env before it starts.
@@ -137,7 +137,7 @@ func New(t testing.TB, opts ...Option) *Env {
 			overrides[p.Name] = f
 		}
 	}
-	e.opts = processor.Options{
+	e.opts = engine.Options{
 		Adapters:      overrides,
 		StoreFS:       o.storeFS,
 		Config:        cfg,
@@ -154,7 +154,7 @@ func New(t testing.TB, opts ...Option) *Env {
 }
 
 // Start starts the processor (again).
-func (e *Env) Start(t testing.TB) *processor.Processor {
+func (e *Env) Start(t testing.TB) *engine.Processor {
 	t.Helper()
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -163,7 +163,7 @@ func (e *Env) Start(t testing.TB) *processor.Processor {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p, err := processor.Start(ctx, e.opts)
+	p, err := engine.Start(ctx, e.opts)
 	if err != nil {
 		t.Fatalf("processor start: %v", err)
 	}
@@ -194,14 +194,14 @@ func (e *Env) Forget() {
 }
 
 // Restart stops and starts the processor on the same store and streams.
-func (e *Env) Restart(t testing.TB) *processor.Processor {
+func (e *Env) Restart(t testing.TB) *engine.Processor {
 	t.Helper()
 	e.Stop(t)
 	return e.Start(t)
 }
 
 // Processor returns the running processor.
-func (e *Env) Processor() *processor.Processor {
+func (e *Env) Processor() *engine.Processor {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.proc

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/portcullis/portcullis/config"
+	"github.com/portcullis/portcullis/internal/config"
 )
 
 var (

@@ -10,7 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/portcullis/portcullis/activity"
+	"github.com/portcullis/portcullis/internal/activity"
 )
 
 // cmdActivity: `processor activity get <fingerprint>` prints a fingerprint's

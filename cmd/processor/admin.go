@@ -10,8 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/portcullis/portcullis/admin"
-	"github.com/portcullis/portcullis/config"
+	"github.com/portcullis/portcullis/internal/admin"
+	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/subjects"
 )
 

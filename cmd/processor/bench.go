@@ -14,9 +14,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/portcullis/portcullis/config"
 	"github.com/portcullis/portcullis/fingerprint"
-	"github.com/portcullis/portcullis/processor"
+	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/internal/engine"
 	"github.com/portcullis/portcullis/schema"
 )
 
@@ -51,7 +51,7 @@ func cmdBench(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	cfg.NATS.SyncAlways = *syncAlways
 	cfg.Metrics.Listen = ""
 	ctx := context.Background()
-	p, err := processor.Start(ctx, processor.Options{Config: cfg, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	p, err := engine.Start(ctx, engine.Options{Config: cfg, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		fmt.Fprintln(stderr, "processor bench:", err)
 		return 1
@@ -103,7 +103,7 @@ func (r benchResult) pct(q float64) time.Duration {
 	return r.latencies[i].Round(10 * time.Microsecond)
 }
 
-func runBench(ctx context.Context, p *processor.Processor, n, window int) (benchResult, error) {
+func runBench(ctx context.Context, p *engine.Processor, n, window int) (benchResult, error) {
 	nc, err := nats.Connect(p.NATSURL())
 	if err != nil {
 		return benchResult{}, err

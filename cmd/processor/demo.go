@@ -19,13 +19,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
-	"github.com/portcullis/portcullis/adapters"
-	"github.com/portcullis/portcullis/config"
 	"github.com/portcullis/portcullis/fingerprint"
-	"github.com/portcullis/portcullis/processor"
+	"github.com/portcullis/portcullis/internal/adapters"
+	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/internal/engine"
+	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/subjects"
-	"github.com/portcullis/portcullis/trust"
 )
 
 // Demo timing: short enough that the whole story takes seconds.
@@ -85,7 +85,7 @@ type demo struct {
 	start time.Time
 	dir   string
 	host  nkeys.KeyPair
-	proc  *processor.Processor
+	proc  *engine.Processor
 	nc    *nats.Conn
 	js    jetstream.JetStream
 	subj  subjects.Subjects
@@ -147,7 +147,7 @@ func startDemo(stdout, stderr io.Writer, verbose bool) (d *demo, err error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	d.proc, err = processor.Start(ctx, processor.Options{
+	d.proc, err = engine.Start(ctx, engine.Options{
 		Config: cfg, Log: log, DrainTimeout: 10 * time.Second, SchedulerPoll: 20 * time.Millisecond,
 		Adapters: map[string]adapters.Adapter{"inventory": d.inventory, "infra": d.infra, "ledger": d.ledger},
 	})

@@ -6,8 +6,8 @@ import (
 	"io"
 	"os"
 
-	"github.com/portcullis/portcullis/config"
 	"github.com/portcullis/portcullis/fingerprint"
+	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/stages/admission"

@@ -25,8 +25,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/portcullis/portcullis/config"
-	"github.com/portcullis/portcullis/processor"
+	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/internal/engine"
 )
 
 func main() {
@@ -133,7 +133,7 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	startCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	p, err := processor.Start(startCtx, processor.Options{Config: cfg, Log: log})
+	p, err := engine.Start(startCtx, engine.Options{Config: cfg, Log: log})
 	cancel()
 	if err != nil {
 		fmt.Fprintln(stderr, "processor:", err)

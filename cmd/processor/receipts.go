@@ -7,7 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/portcullis/portcullis/admin"
+	"github.com/portcullis/portcullis/internal/admin"
 	"github.com/portcullis/portcullis/schema"
 )
 

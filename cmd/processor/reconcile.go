@@ -9,7 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/portcullis/portcullis/admin"
+	"github.com/portcullis/portcullis/internal/admin"
 	"github.com/portcullis/portcullis/schema"
 )
 

@@ -5,8 +5,8 @@ import (
 
 	"github.com/nats-io/nkeys"
 
-	"github.com/portcullis/portcullis/config"
-	"github.com/portcullis/portcullis/trust"
+	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/internal/trust"
 )
 
 // BenchmarkDecide is admission's pure cost per proposal: strict decode,

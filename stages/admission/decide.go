@@ -8,10 +8,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/portcullis/portcullis/config"
 	"github.com/portcullis/portcullis/fingerprint"
+	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/schema"
-	"github.com/portcullis/portcullis/trust"
 )
 
 // Policy is what admission decides with.

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/portcullis/portcullis/fault"
+	"github.com/portcullis/portcullis/internal/fault"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"

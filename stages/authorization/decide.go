@@ -16,10 +16,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/portcullis/portcullis/config"
-	"github.com/portcullis/portcullis/policy"
+	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/internal/policy"
+	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/schema"
-	"github.com/portcullis/portcullis/trust"
 )
 
 // Policy is what the stage decides with.

@@ -11,9 +11,9 @@ import (
 	"github.com/nats-io/nkeys"
 	"go.uber.org/goleak"
 
-	"github.com/portcullis/portcullis/config"
+	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/schema"
-	"github.com/portcullis/portcullis/trust"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -9,8 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/portcullis/portcullis/activity"
-	"github.com/portcullis/portcullis/config"
+	"github.com/portcullis/portcullis/internal/activity"
+	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"

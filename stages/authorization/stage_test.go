@@ -9,10 +9,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/portcullis/portcullis/activity"
+	"github.com/portcullis/portcullis/internal/activity"
+	"github.com/portcullis/portcullis/internal/engine"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
-	"github.com/portcullis/portcullis/processor"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/stages/authorization"
@@ -37,7 +37,7 @@ func newHarness(t *testing.T) *harness {
 	env := testenv.New(t, testenv.NotStarted(), testenv.WithClock(clock))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	bucket, err := processor.EnsureStreams(ctx, env.JS, env.Subjects, 1, ttl)
+	bucket, err := engine.EnsureStreams(ctx, env.JS, env.Subjects, 1, ttl)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 	"errors"
 	"strings"
 
-	"github.com/portcullis/portcullis/adapters"
+	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 )

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/portcullis/portcullis/adapters"
+	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 )

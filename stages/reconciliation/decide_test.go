@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/portcullis/portcullis/adapters"
+	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/portcullis/portcullis/adapters"
-	"github.com/portcullis/portcullis/admin"
 	"github.com/portcullis/portcullis/fingerprint"
+	"github.com/portcullis/portcullis/internal/adapters"
+	"github.com/portcullis/portcullis/internal/admin"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"

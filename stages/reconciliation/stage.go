@@ -9,9 +9,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/portcullis/portcullis/activity"
-	"github.com/portcullis/portcullis/adapters"
-	"github.com/portcullis/portcullis/fault"
+	"github.com/portcullis/portcullis/internal/activity"
+	"github.com/portcullis/portcullis/internal/adapters"
+	"github.com/portcullis/portcullis/internal/fault"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"

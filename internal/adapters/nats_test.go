@@ -11,7 +11,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/nats-io/nats.go"
 
-	"github.com/portcullis/portcullis/adapters"
+	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/subjects"
 	"github.com/portcullis/portcullis/testenv"

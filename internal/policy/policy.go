@@ -10,7 +10,7 @@ package policy
 import (
 	"slices"
 
-	"github.com/portcullis/portcullis/config"
+	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/schema"
 )
 

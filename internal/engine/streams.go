@@ -1,4 +1,4 @@
-package processor
+package engine
 
 import (
 	"context"

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/portcullis/portcullis/adapters"
+	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/schema"
 )
 

@@ -1,7 +1,7 @@
-// Package processor assembles Portcullis: NATS (embedded or remote), the
+// Package engine assembles Portcullis: NATS (embedded or remote), the
 // streams, the Pebble store, every stage runner, the timer scheduler and the
 // metrics endpoint. cmd/processor and testenv both start it through Start.
-package processor
+package engine
 
 import (
 	"context"
@@ -19,10 +19,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/portcullis/portcullis/activity"
-	"github.com/portcullis/portcullis/adapters"
-	"github.com/portcullis/portcullis/admin"
-	"github.com/portcullis/portcullis/config"
+	"github.com/portcullis/portcullis/internal/activity"
+	"github.com/portcullis/portcullis/internal/adapters"
+	"github.com/portcullis/portcullis/internal/admin"
+	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/stages"

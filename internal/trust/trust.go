@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
-	"github.com/portcullis/portcullis/config"
+	"github.com/portcullis/portcullis/internal/config"
 )
 
 // Headers that carry a host's signature.

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/portcullis/portcullis/adapters"
-	"github.com/portcullis/portcullis/config"
-	"github.com/portcullis/portcullis/fault"
+	"github.com/portcullis/portcullis/internal/adapters"
+	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/internal/fault"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/subjects"
 	"github.com/portcullis/portcullis/testenv"

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/portcullis/portcullis/config"
+	"github.com/portcullis/portcullis/internal/config"
 )
 
 func TestExampleParses(t *testing.T) {

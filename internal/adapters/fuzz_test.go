@@ -4,7 +4,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/portcullis/portcullis/adapters"
+	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/schema"
 )
 
