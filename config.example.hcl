@@ -14,8 +14,39 @@ nats {
   store_dir   = "data/nats"      # embedded server's JetStream file store
   sync_always = false            # fsync every JetStream write before its ack (power-loss safe, slower)
   # url         = "nats://n1:4222,nats://n2:4222"  # instead of embedded
-  # credentials = "/etc/portcullis/processor.creds" # NATS .creds file for url
+  # credentials = "/etc/portcullis/processor.creds" # with url: a .creds file (JWT + seed) or an nkey seed file (SU…)
   replicas    = 1                # stream and bucket replicas, 1–5 (1 with embedded)
+
+  # Every client of the embedded server logs in with the nkey of its host,
+  # connector, resolver, source or operator block below and gets exactly
+  # that role's permissions (README, "Security model"). false is refused
+  # unless listen is a loopback address.
+  auth = true
+
+  # TLS for the embedded listener and the processor's own connection
+  # (with url: ca_file verifies the servers; cert_file/key_file are then a
+  # client certificate). Absent: plain TCP.
+  # tls {
+  #   cert_file = "/etc/portcullis/nats.pem"
+  #   key_file  = "/etc/portcullis/nats-key.pem"
+  #   ca_file   = "/etc/portcullis/ca.pem"
+  # }
+}
+
+# The HMAC key that authenticates every internal hand-off and timer message
+# (64 hex digits). Created with mode 0600 at the first start if missing;
+# `processor keygen internal --out FILE` makes one ahead of time. Processors
+# that share work share its content.
+internal {
+  # key_file = "data/store/internal.key" # default: <store.dir>/internal.key
+}
+
+# Bounds of the JetStream streams. Sizes take B, KB, MB, GB or KiB, MiB, GiB.
+streams {
+  max_age           = "168h" # every stream; at least 2×approval.ttl
+  ingress_max_bytes = "1GiB" # proposals and grants, each: when full, new messages are refused (the host's publish fails)
+  stage_max_bytes   = "1GiB" # each internal stage stream: when full, hand-offs wait and are retried
+  history_max_bytes = "1GiB" # outcomes and incidents, each: when full, the oldest go
 }
 
 # The local Pebble store: in-flight records, receipts, delivery dedupe,
@@ -39,12 +70,48 @@ admission {
   max_payload_bytes = 65536 # largest proposal or grant body, at most 1048576
 }
 
-# A host that publishes proposals and grants. Its ed25519 public key in NATS
-# nkey form signs each body (headers Actions-Host-Key, Actions-Signature);
-# it may only speak for the tenants listed. Any number of host blocks.
+# Who may connect (SPEC §2.8). Each role logs in to NATS with its own nkey
+# (`processor keygen <role> --out FILE` prints the public key to paste
+# here; the seed stays with the role). Block names are unique across the
+# five kinds, and so are keys.
+
+# A host publishes proposals on actions.proposals.<name> and grants and
+# declines on actions.grants.<name>, signing each body with the same key
+# (headers Actions-Host-Key, Actions-Signature), and reads
+# actions.outcomes.<name>.>. It may speak only for the tenants listed.
 host "frontdesk" {
   public_key = "UC4NNP2HJXGCFDPHCNA3GXL2ZAGKEXMMYXZLZ5GIRNOQUYGNFGIT3W7A" # required
-  tenants    = ["tenant:demo"]                                            # required: tenant_ref values
+  tenants    = ["tenant:demo"]                                            # required: tenant_ref values, each with a tenant block
+}
+
+# A tenant and the security domains its proposals may name
+# (context.tenant.security_domain_ref). Required for every tenant a host lists.
+tenant "tenant:demo" {
+  security_domains = ["security-domain:demo"] # required
+}
+
+# A provider connector serves actions.provider.<p>.dispatch and .reconcile
+# for its providers, and nothing else.
+connector "inventory-connector" {
+  public_key = "UAVZZYXS64PVNLBL243J5AN56G3KKUL37W7NZWCSNI6QKZ5W6UHMICKU" # required
+  providers  = ["inventory"]                                              # required: configured providers
+}
+
+# The host's protected-profile resolver serves actions.disclosure.resolve.
+resolver "profiles" {
+  public_key = "UCQG6AQW3D6YFUSEYK7BPUF75WQ3NALL7RFHHQTZE54LLRQ3H4SQOOIP" # required
+}
+
+# A candidate source serves actions.candidates.<name> (the proposal's
+# grounding.candidate_source).
+source "catalog" {
+  public_key = "UAYT7FA2LV7WLSIV2G7KWCDPCPEJ2UHTRAVNDUFEWZ5FGZB3QFXF4PQH" # required
+}
+
+# An operator sends signed requests to actions.admin.> (`processor reconcile
+# resolve --nkey FILE`) and reads outcomes, incidents and the activity bucket.
+operator "oncall" {
+  public_key = "UANVAYWJPXI6YLI4GPEWY4UYC6TLQNNRDNI5Q3F5KC3INJPCT3QGHYAU" # required
 }
 
 # An organization's restriction layer (seed 003). Every block whose
@@ -69,6 +136,7 @@ provider "inventory" {
   adapter           = "nats" # nats (request-reply on actions.provider.<name>.dispatch|reconcile), http or fake
   timeout           = "10s"  # one dispatch or reconcile call
   unavailable_retry = "30s"  # keep retrying a dispatch nobody received ("no responders") this long
+  max_in_flight     = 16     # concurrent dispatches to this provider; others' proposals never wait for it
   # base_url        = "https://connector.internal/inventory" # http adapter: POST <base_url>/dispatch|reconcile
 }
 
@@ -88,7 +156,9 @@ grounding {
 }
 
 approval {
-  ttl = "10m" # a parked proposal without a grant ends DENIED / APPROVAL_TIMED_OUT
+  ttl                = "10m" # a parked proposal without a grant ends DENIED / APPROVAL_TIMED_OUT
+  clock_skew         = "30s" # a grant's issued_at_ms may lie this far in the future (host clocks drift)
+  max_grant_lifetime = "24h" # a longer expires_at_ms − issued_at_ms: GRANT_LIFETIME_EXCEEDED
 }
 
 reconciliation {

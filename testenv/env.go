@@ -30,6 +30,8 @@ const (
 	Tenant         = "tenant:demo"
 	SecurityDomain = "security-domain:demo"
 	OtherTenant    = "tenant:other"
+	// OtherSecurityDomain is OtherTenant's only security domain.
+	OtherSecurityDomain = "security-domain:other"
 )
 
 // Env is a running test deployment.
@@ -110,10 +112,14 @@ func New(t testing.TB, opts ...Option) *Env {
 		{Name: "frontdesk", PublicKey: hostKey, Tenants: []string{Tenant}},
 		{Name: "elsewhere", PublicKey: otherKey, Tenants: []string{OtherTenant}},
 	}
+	cfg.Tenants = []config.Tenant{
+		{Ref: Tenant, SecurityDomains: []string{SecurityDomain}},
+		{Ref: OtherTenant, SecurityDomains: []string{OtherSecurityDomain}},
+	}
 	cfg.Providers = []config.Provider{
-		{Name: "demo", Adapter: config.AdapterFake, Timeout: 2 * time.Second, UnavailableRetry: 2 * time.Second,
+		{Name: "demo", Adapter: config.AdapterFake, Timeout: 2 * time.Second, UnavailableRetry: 2 * time.Second, MaxInFlight: 16,
 			Script: config.FakeScript{Dispatch: []string{"confirmed"}, Reconcile: []string{"confirmed"}}},
-		{Name: "inventory", Adapter: config.AdapterNATS, Timeout: 2 * time.Second, UnavailableRetry: 2 * time.Second},
+		{Name: "inventory", Adapter: config.AdapterNATS, Timeout: 2 * time.Second, UnavailableRetry: 2 * time.Second, MaxInFlight: 16},
 	}
 	for _, f := range o.configure {
 		f(cfg)

@@ -117,11 +117,16 @@ func startDemo(stdout, stderr io.Writer, verbose bool) (d *demo, err error) {
 	cfg.Store.Dir = filepath.Join(d.dir, "store")
 	cfg.Metrics.Listen = ""
 	cfg.Hosts = []config.Host{{Name: "demo-host", PublicKey: pub, Tenants: []string{"tenant:demo", "tenant:acme", "tenant:traveler"}}}
+	cfg.Tenants = []config.Tenant{
+		{Ref: "tenant:demo", SecurityDomains: []string{"security-domain:demo"}},
+		{Ref: "tenant:acme", SecurityDomains: []string{"security-domain:acme-infra"}},
+		{Ref: "tenant:traveler", SecurityDomains: []string{"security-domain:traveler"}},
+	}
 	fake := func(name string) config.Provider {
-		return config.Provider{Name: name, Adapter: config.AdapterFake, Timeout: demoConnectorTimeout, UnavailableRetry: 5 * time.Second}
+		return config.Provider{Name: name, Adapter: config.AdapterFake, Timeout: demoConnectorTimeout, UnavailableRetry: 5 * time.Second, MaxInFlight: config.DefaultMaxInFlight}
 	}
 	cfg.Providers = []config.Provider{fake("inventory"), fake("infra"), fake("ledger"),
-		{Name: "duffel", Adapter: config.AdapterNATS, Timeout: demoConnectorTimeout, UnavailableRetry: 5 * time.Second}}
+		{Name: "duffel", Adapter: config.AdapterNATS, Timeout: demoConnectorTimeout, UnavailableRetry: 5 * time.Second, MaxInFlight: config.DefaultMaxInFlight}}
 	cfg.Policies = []config.ManagedPolicy{{ // seed 003's organization policy, for the traveler's domain
 		Name: "travel", SecurityDomains: []string{"security-domain:traveler"},
 		AutomaticApprovalForbidden: true, LiveActionsForbidden: true,

@@ -17,7 +17,6 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/gohcl"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
-	"github.com/nats-io/nkeys"
 
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/subjects"
@@ -35,6 +34,16 @@ const (
 	MaxMaxCandidates        = 1024
 	DefaultSourceTimeout    = 2 * time.Second
 	DefaultApprovalTTL      = 10 * time.Minute
+	DefaultClockSkew        = 30 * time.Second
+	DefaultMaxGrantLifetime = 24 * time.Hour
+	DefaultMaxInFlight      = 16
+	MaxMaxInFlight          = 4096
+	DefaultStreamMaxAge     = 7 * 24 * time.Hour
+	DefaultIngressMaxBytes  = 1 << 30
+	DefaultStageMaxBytes   = 1 << 30
+	DefaultHistoryMaxBytes  = 1 << 30
+	MinStreamMaxBytes       = 1 << 20
+	InternalKeyName         = "internal.key"
 	DefaultReconcileEvery   = 5 * time.Second
 	DefaultReconcileMax     = 10
 	DefaultProviderTimeout  = 10 * time.Second
@@ -57,6 +66,13 @@ type Config struct {
 	Prefix         string
 	Admission      Admission
 	Hosts          []Host
+	Tenants        []Tenant
+	Connectors     []Connector
+	Resolvers      []Role
+	Sources        []Role
+	Operators      []Role
+	Internal       Internal
+	Streams        Streams
 	Policies       []ManagedPolicy
 	Providers      []Provider
 	Grounding      Grounding
@@ -82,6 +98,49 @@ type NATS struct {
 	Credentials string
 	// Replicas of every stream and the activity bucket, 1–5. Default 1.
 	Replicas int
+	// Auth makes the embedded server require an nkey login from every
+	// client, each with exactly its role's permissions (SPEC §2.8).
+	// Default true; false only on a loopback listen address.
+	Auth bool
+	// TLS secures the embedded listener and the processor's own
+	// connection; nil: plain TCP.
+	TLS *TLS
+}
+
+// TLS names PEM files. CertFile and KeyFile are the embedded server's
+// certificate; CAFile is the root the processor (and clients) verify it
+// with, and is required with an external server that uses TLS.
+type TLS struct {
+	CertFile string
+	KeyFile  string
+	CAFile   string
+}
+
+// Internal configures the authentication of internal messages.
+type Internal struct {
+	// KeyFile holds the HMAC key (64 hex digits) that authenticates every
+	// internal hand-off and timer message. Processors that share work share
+	// its content. Created (mode 0600) at start if missing. Default
+	// <store.dir>/internal.key.
+	KeyFile string
+}
+
+// Streams bounds the JetStream streams.
+type Streams struct {
+	// MaxAge is how long any stream keeps a message. Default 168h (7 days);
+	// at least 2×approval.ttl.
+	MaxAge time.Duration
+	// IngressMaxBytes bounds the proposals and grants streams each. When
+	// full they refuse new messages: the host's publish fails, nothing
+	// accepted is dropped. Default 1 GiB.
+	IngressMaxBytes int64
+	// StageMaxBytes bounds each internal stage stream. When full a stage's
+	// hand-off is refused and retried; nothing accepted is dropped.
+	// Default 1 GiB.
+	StageMaxBytes int64
+	// HistoryMaxBytes bounds the outcomes and incidents streams each; when
+	// full the oldest messages go. Default 1 GiB.
+	HistoryMaxBytes int64
 }
 
 // Store is the local Pebble store of checkpoints and receipts.
@@ -106,12 +165,36 @@ type Admission struct {
 }
 
 // Host is a publisher of proposals and grants, trusted for some tenants.
+// Its name is the <h> token of its subjects.
 type Host struct {
 	Name string
-	// PublicKey is the host's ed25519 public key in NATS nkey form (U…).
+	// PublicKey is the host's ed25519 public key in NATS nkey form (U…):
+	// it signs bodies and logs in to NATS.
 	PublicKey string
 	// Tenants are the context.tenant.tenant_ref values the host may speak for.
 	Tenants []string
+}
+
+// Tenant lists the security domains a tenant's proposals may name.
+type Tenant struct {
+	// Ref is the tenant_ref (the block's label).
+	Ref             string
+	SecurityDomains []string
+}
+
+// Connector is a provider connector's NATS identity: it serves the
+// dispatch and reconcile subjects of its providers.
+type Connector struct {
+	Name      string
+	PublicKey string
+	Providers []string
+}
+
+// Role is a NATS identity with a fixed role: a disclosure resolver, a
+// candidate source (its name is the source's name) or an operator.
+type Role struct {
+	Name      string
+	PublicKey string
 }
 
 // ManagedPolicy is an organization's restriction layer (seed 003). Unset
@@ -151,6 +234,8 @@ type Provider struct {
 	// UnavailableRetry is how long a dispatch that provably reached nobody
 	// is retried before ADAPTER_UNAVAILABLE. Default 30s.
 	UnavailableRetry time.Duration
+	// MaxInFlight bounds concurrent dispatches to this provider. Default 16.
+	MaxInFlight int
 	// Script scripts the fake adapter's replies; see FakeScript.
 	Script FakeScript
 }
@@ -175,6 +260,12 @@ type Grounding struct {
 type Approval struct {
 	// TTL is how long a proposal waits for a grant. Default 10m.
 	TTL time.Duration
+	// ClockSkew is how far in the future a grant's issued_at_ms may lie
+	// (host clocks drift). Default 30s.
+	ClockSkew time.Duration
+	// MaxGrantLifetime bounds expires_at_ms − issued_at_ms
+	// (GRANT_LIFETIME_EXCEEDED). Default 24h.
+	MaxGrantLifetime time.Duration
 }
 
 // Reconciliation configures verification and reconciliation polling.
@@ -217,29 +308,41 @@ func (e *Error) Unwrap() error { return ErrInvalid }
 // Defaults returns the configuration of an empty file.
 func Defaults() *Config {
 	return &Config{
-		NATS:           NATS{Embedded: true, Listen: DefaultListen, StoreDir: DefaultNATSStoreDir, Replicas: 1},
+		NATS:           NATS{Embedded: true, Listen: DefaultListen, StoreDir: DefaultNATSStoreDir, Replicas: 1, Auth: true},
 		Store:          Store{Dir: DefaultStoreDir},
 		Metrics:        Metrics{Listen: DefaultMetricsListen},
 		Prefix:         subjects.DefaultPrefix,
 		Admission:      Admission{MaxPayloadBytes: DefaultMaxPayloadBytes},
 		Grounding:      Grounding{MaxCandidates: DefaultMaxCandidates, SourceTimeout: DefaultSourceTimeout},
-		Approval:       Approval{TTL: DefaultApprovalTTL},
+		Approval:       Approval{TTL: DefaultApprovalTTL, ClockSkew: DefaultClockSkew, MaxGrantLifetime: DefaultMaxGrantLifetime},
+		Streams:        Streams{MaxAge: DefaultStreamMaxAge, IngressMaxBytes: DefaultIngressMaxBytes, StageMaxBytes: DefaultStageMaxBytes, HistoryMaxBytes: DefaultHistoryMaxBytes},
 		Reconciliation: Reconciliation{Interval: DefaultReconcileEvery, MaxAttempts: DefaultReconcileMax},
 	}
 }
 
 // Dev is the configuration of `processor run --dev`: embedded defaults under
-// dataDir, unsigned input allowed and a fake provider named "demo".
+// dataDir without NATS authentication, unsigned input allowed and a fake
+// provider named "demo".
 func Dev(dataDir string) *Config {
 	c := Defaults()
 	c.NATS.StoreDir = filepath.Join(dataDir, "nats")
+	c.NATS.Auth = false
 	c.Store.Dir = filepath.Join(dataDir, "store")
 	c.Admission.AllowUnsigned = true
 	c.Providers = []Provider{{
 		Name: "demo", Adapter: AdapterFake, Timeout: DefaultProviderTimeout, UnavailableRetry: DefaultUnavailableRetry,
-		Script: FakeScript{Dispatch: []string{schema.ReplyConfirmed}, Reconcile: []string{schema.ReplyConfirmed}},
+		MaxInFlight: DefaultMaxInFlight,
+		Script:      FakeScript{Dispatch: []string{schema.ReplyConfirmed}, Reconcile: []string{schema.ReplyConfirmed}},
 	}}
 	return c
+}
+
+// InternalKeyFile is internal.key_file, or its default under store.dir.
+func (c *Config) InternalKeyFile() string {
+	if c.Internal.KeyFile != "" {
+		return c.Internal.KeyFile
+	}
+	return filepath.Join(c.Store.Dir, InternalKeyName)
 }
 
 // Load reads and validates a configuration file.
@@ -313,9 +416,12 @@ func (c *Config) Validate() error {
 			add("provider %q: unknown adapter %q", p.Name, p.Adapter)
 		}
 	}
-	for _, h := range c.Hosts {
-		if !nkeys.IsValidPublicUserKey(h.PublicKey) {
-			add("host %q: public_key is not a user nkey", h.Name)
+	for _, p := range c.roleProblems() {
+		errs = append(errs, p)
+	}
+	for _, p := range c.Providers {
+		if p.MaxInFlight < 1 || p.MaxInFlight > MaxMaxInFlight {
+			add("provider %q: max_in_flight 1–%d", p.Name, MaxMaxInFlight)
 		}
 	}
 	if c.Grounding.MaxCandidates < 1 || c.Grounding.MaxCandidates > MaxMaxCandidates || c.Grounding.SourceTimeout <= 0 {
@@ -323,6 +429,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Approval.TTL <= 0 || c.Reconciliation.Interval <= 0 || c.Reconciliation.MaxAttempts < 1 {
 		add("approval.ttl, reconciliation.interval and reconciliation.max_attempts must be positive")
+	}
+	if c.Approval.ClockSkew < 0 || c.Approval.MaxGrantLifetime <= 0 {
+		add("approval.clock_skew must be ≥ 0 and approval.max_grant_lifetime > 0")
+	}
+	if msg := c.Streams.problem(c.Approval.TTL); msg != "" {
+		add("streams: %s", msg)
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))

@@ -11,7 +11,7 @@ import (
 )
 
 func TestExampleParses(t *testing.T) {
-	c, err := config.Load("../config.example.hcl")
+	c, err := config.Load("../../config.example.hcl")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,6 +30,15 @@ func TestExampleParses(t *testing.T) {
 	}
 	if d, _ := c.Provider("demo"); d.Adapter != config.AdapterFake || d.Script.Dispatch[0] != "confirmed" {
 		t.Errorf("demo = %+v", d)
+	}
+	if len(c.Tenants) != 1 || len(c.Connectors) != 1 || len(c.Resolvers) != 1 || len(c.Sources) != 1 || len(c.Operators) != 1 || !c.NATS.Auth {
+		t.Errorf("roles = %+v %+v %+v %+v %+v auth=%v", c.Tenants, c.Connectors, c.Resolvers, c.Sources, c.Operators, c.NATS.Auth)
+	}
+	if c.Approval.ClockSkew != 30*time.Second || c.Approval.MaxGrantLifetime != 24*time.Hour || c.Streams.IngressMaxBytes != 1<<30 || c.Streams.MaxAge != 168*time.Hour {
+		t.Errorf("approval/streams = %+v %+v", c.Approval, c.Streams)
+	}
+	if c.InternalKeyFile() != "data/store/internal.key" {
+		t.Errorf("internal key file = %q", c.InternalKeyFile())
 	}
 	if c.Approval.TTL != 10*time.Minute || c.Reconciliation.MaxAttempts != 10 || c.Grounding.MaxCandidates != 32 {
 		t.Errorf("defaults differ from the example: %+v", c)
@@ -79,6 +88,25 @@ func TestErrorsCarryFileLine(t *testing.T) {
 		{"bad script outcome", "provider \"p\" {\n  adapter = \"fake\"\n  script {\n    reconcile = [\"acknowledged\"]\n  }\n}\n", "bad.hcl:4,"},
 		{"bad prefix", "subjects {\n  prefix = \"a.>\"\n}\n", "bad.hcl:2,"},
 		{"syntax", "nats {\n", "bad.hcl:"},
+		{"tenant without block", "host \"h\" {\n  public_key = \"UC4NNP2HJXGCFDPHCNA3GXL2ZAGKEXMMYXZLZ5GIRNOQUYGNFGIT3W7A\"\n  tenants = [\"t\"]\n}\n", "bad.hcl:3,"},
+		{"tenant without domains", "tenant \"t\" {\n  security_domains = []\n}\n", "bad.hcl:2,"},
+		{"host name not a token", "tenant \"t\" {\n  security_domains = [\"d\"]\n}\nhost \"a.b\" {\n  public_key = \"UC4NNP2HJXGCFDPHCNA3GXL2ZAGKEXMMYXZLZ5GIRNOQUYGNFGIT3W7A\"\n  tenants = [\"t\"]\n}\n", "bad.hcl:4,"},
+		{"name shared across kinds", "resolver \"x\" {\n  public_key = \"UC4NNP2HJXGCFDPHCNA3GXL2ZAGKEXMMYXZLZ5GIRNOQUYGNFGIT3W7A\"\n}\noperator \"x\" {\n  public_key = \"UAVZZYXS64PVNLBL243J5AN56G3KKUL37W7NZWCSNI6QKZ5W6UHMICKU\"\n}\n", "bad.hcl:4,"},
+		{"key shared across kinds", "resolver \"x\" {\n  public_key = \"UC4NNP2HJXGCFDPHCNA3GXL2ZAGKEXMMYXZLZ5GIRNOQUYGNFGIT3W7A\"\n}\noperator \"y\" {\n  public_key = \"UC4NNP2HJXGCFDPHCNA3GXL2ZAGKEXMMYXZLZ5GIRNOQUYGNFGIT3W7A\"\n}\n", "bad.hcl:5,"},
+		{"bad operator key", "operator \"x\" {\n  public_key = \"SUAB\"\n}\n", "bad.hcl:2,"},
+		{"connector for no provider", "connector \"c\" {\n  public_key = \"UC4NNP2HJXGCFDPHCNA3GXL2ZAGKEXMMYXZLZ5GIRNOQUYGNFGIT3W7A\"\n  providers = [\"nope\"]\n}\n", "bad.hcl:3,"},
+		{"source name", "source \"Cat\" {\n  public_key = \"UC4NNP2HJXGCFDPHCNA3GXL2ZAGKEXMMYXZLZ5GIRNOQUYGNFGIT3W7A\"\n}\n", "bad.hcl:1,"},
+		{"open listener without auth", "nats {\n  listen = \"0.0.0.0:4222\"\n  auth = false\n}\n", "bad.hcl:3,"},
+		{"bad listen", "nats {\n  listen = \"4222\"\n}\n", "bad.hcl:2,"},
+		{"bad metrics listen", "metrics {\n  listen = \"localhost:http-ish\"\n}\n", "bad.hcl:2,"},
+		{"tls half", "nats {\n  tls {\n    cert_file = \"a.pem\"\n  }\n}\n", "bad.hcl:2,"},
+		{"negative skew", "approval {\n  clock_skew = \"-1s\"\n}\n", "bad.hcl:2,"},
+		{"zero lifetime", "approval {\n  max_grant_lifetime = \"0s\"\n}\n", "bad.hcl:2,"},
+		{"bad size", "streams {\n  ingress_max_bytes = \"lots\"\n}\n", "bad.hcl:2,"},
+		{"tiny stream", "streams {\n  history_max_bytes = \"1KiB\"\n}\n", "bad.hcl:1,"},
+		{"short max_age", "streams {\n  max_age = \"15m\"\n}\n", "bad.hcl:1,"},
+		{"max_in_flight", "provider \"p\" {\n  max_in_flight = 0\n}\n", "bad.hcl:2,"},
+		{"empty key_file", "internal {\n  key_file = \"\"\n}\n", "bad.hcl:2,"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -107,7 +135,7 @@ func TestURLTurnsOffEmbedded(t *testing.T) {
 }
 
 func TestFormatRoundTrips(t *testing.T) {
-	for _, path := range []string{"../config.example.hcl"} {
+	for _, path := range []string{"../../config.example.hcl"} {
 		c, err := config.Load(path)
 		if err != nil {
 			t.Fatal(err)

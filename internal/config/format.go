@@ -42,6 +42,15 @@ func Format(c *Config) []byte {
 		}
 	}
 	num(n, "replicas", int64(c.NATS.Replicas))
+	boolean(n, "auth", c.NATS.Auth)
+	if t := c.NATS.TLS; t != nil {
+		tb := n.AppendNewBlock("tls", nil).Body()
+		for _, kv := range [][2]string{{"cert_file", t.CertFile}, {"key_file", t.KeyFile}, {"ca_file", t.CAFile}} {
+			if kv[1] != "" {
+				str(tb, kv[0], kv[1])
+			}
+		}
+	}
 	str(root.AppendNewBlock("store", nil).Body(), "dir", c.Store.Dir)
 	str(root.AppendNewBlock("metrics", nil).Body(), "listen", c.Metrics.Listen)
 	str(root.AppendNewBlock("subjects", nil).Body(), "prefix", c.Prefix)
@@ -53,6 +62,30 @@ func Format(c *Config) []byte {
 		str(b, "public_key", h.PublicKey)
 		list(b, "tenants", h.Tenants)
 	}
+	for _, t := range c.Tenants {
+		list(root.AppendNewBlock("tenant", []string{t.Ref}).Body(), "security_domains", t.SecurityDomains)
+	}
+	for _, x := range c.Connectors {
+		b := root.AppendNewBlock("connector", []string{x.Name}).Body()
+		str(b, "public_key", x.PublicKey)
+		list(b, "providers", x.Providers)
+	}
+	for _, kind := range []struct {
+		name  string
+		roles []Role
+	}{{KindResolver, c.Resolvers}, {KindSource, c.Sources}, {KindOperator, c.Operators}} {
+		for _, x := range kind.roles {
+			str(root.AppendNewBlock(kind.name, []string{x.Name}).Body(), "public_key", x.PublicKey)
+		}
+	}
+	if c.Internal.KeyFile != "" {
+		str(root.AppendNewBlock("internal", nil).Body(), "key_file", c.Internal.KeyFile)
+	}
+	st := root.AppendNewBlock("streams", nil).Body()
+	dur(st, "max_age", c.Streams.MaxAge)
+	num(st, "ingress_max_bytes", c.Streams.IngressMaxBytes)
+	num(st, "stage_max_bytes", c.Streams.StageMaxBytes)
+	num(st, "history_max_bytes", c.Streams.HistoryMaxBytes)
 	for _, p := range c.Policies {
 		b := root.AppendNewBlock("managed_policy", []string{p.Name}).Body()
 		if p.SecurityDomains != nil {
@@ -90,6 +123,7 @@ func Format(c *Config) []byte {
 		str(b, "adapter", p.Adapter)
 		dur(b, "timeout", p.Timeout)
 		dur(b, "unavailable_retry", p.UnavailableRetry)
+		num(b, "max_in_flight", int64(p.MaxInFlight))
 		if p.BaseURL != "" {
 			str(b, "base_url", p.BaseURL)
 		}
@@ -102,7 +136,10 @@ func Format(c *Config) []byte {
 	g := root.AppendNewBlock("grounding", nil).Body()
 	num(g, "max_candidates", int64(c.Grounding.MaxCandidates))
 	dur(g, "source_timeout", c.Grounding.SourceTimeout)
-	dur(root.AppendNewBlock("approval", nil).Body(), "ttl", c.Approval.TTL)
+	ap := root.AppendNewBlock("approval", nil).Body()
+	dur(ap, "ttl", c.Approval.TTL)
+	dur(ap, "clock_skew", c.Approval.ClockSkew)
+	dur(ap, "max_grant_lifetime", c.Approval.MaxGrantLifetime)
 	r := root.AppendNewBlock("reconciliation", nil).Body()
 	dur(r, "interval", c.Reconciliation.Interval)
 	num(r, "max_attempts", int64(c.Reconciliation.MaxAttempts))

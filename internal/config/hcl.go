@@ -8,7 +8,6 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
-	"github.com/nats-io/nkeys"
 
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/subjects"
@@ -23,6 +22,13 @@ type fileHCL struct {
 	Subjects       *subjectsHCL       `hcl:"subjects,block"`
 	Admission      *admissionHCL      `hcl:"admission,block"`
 	Hosts          []hostHCL          `hcl:"host,block"`
+	Tenants        []tenantHCL        `hcl:"tenant,block"`
+	Connectors     []connectorHCL     `hcl:"connector,block"`
+	Resolvers      []roleHCL          `hcl:"resolver,block"`
+	Sources        []roleHCL          `hcl:"source,block"`
+	Operators      []roleHCL          `hcl:"operator,block"`
+	Internal       *internalHCL       `hcl:"internal,block"`
+	Streams        *streamsHCL        `hcl:"streams,block"`
 	Policies       []policyHCL        `hcl:"managed_policy,block"`
 	Providers      []providerHCL      `hcl:"provider,block"`
 	Grounding      *groundingHCL      `hcl:"grounding,block"`
@@ -38,8 +44,54 @@ type natsHCL struct {
 	URL         *string   `hcl:"url,optional"`
 	Credentials *string   `hcl:"credentials,optional"`
 	Replicas    *int      `hcl:"replicas,optional"`
+	Auth        *bool     `hcl:"auth,optional"`
+	TLS         *tlsHCL   `hcl:"tls,block"`
 	Body        hcl.Body  `hcl:",body"`
 	Range       hcl.Range `hcl:",def_range"`
+}
+
+type tlsHCL struct {
+	CertFile *string   `hcl:"cert_file,optional"`
+	KeyFile  *string   `hcl:"key_file,optional"`
+	CAFile   *string   `hcl:"ca_file,optional"`
+	Body     hcl.Body  `hcl:",body"`
+	Range    hcl.Range `hcl:",def_range"`
+}
+
+type tenantHCL struct {
+	Ref             string    `hcl:"ref,label"`
+	SecurityDomains []string  `hcl:"security_domains"`
+	Body            hcl.Body  `hcl:",body"`
+	Range           hcl.Range `hcl:",def_range"`
+}
+
+type connectorHCL struct {
+	Name      string    `hcl:"name,label"`
+	PublicKey string    `hcl:"public_key"`
+	Providers []string  `hcl:"providers"`
+	Body      hcl.Body  `hcl:",body"`
+	Range     hcl.Range `hcl:",def_range"`
+}
+
+type roleHCL struct {
+	Name      string    `hcl:"name,label"`
+	PublicKey string    `hcl:"public_key"`
+	Body      hcl.Body  `hcl:",body"`
+	Range     hcl.Range `hcl:",def_range"`
+}
+
+type internalHCL struct {
+	KeyFile *string  `hcl:"key_file,optional"`
+	Body    hcl.Body `hcl:",body"`
+}
+
+type streamsHCL struct {
+	MaxAge          *string   `hcl:"max_age,optional"`
+	IngressMaxBytes *string   `hcl:"ingress_max_bytes,optional"`
+	StageMaxBytes   *string   `hcl:"stage_max_bytes,optional"`
+	HistoryMaxBytes *string   `hcl:"history_max_bytes,optional"`
+	Body            hcl.Body  `hcl:",body"`
+	Range           hcl.Range `hcl:",def_range"`
 }
 
 type storeHCL struct {
@@ -92,6 +144,7 @@ type providerHCL struct {
 	Timeout          *string    `hcl:"timeout,optional"`
 	BaseURL          *string    `hcl:"base_url,optional"`
 	UnavailableRetry *string    `hcl:"unavailable_retry,optional"`
+	MaxInFlight      *int       `hcl:"max_in_flight,optional"`
 	Script           *scriptHCL `hcl:"script,block"`
 	Body             hcl.Body   `hcl:",body"`
 	Range            hcl.Range  `hcl:",def_range"`
@@ -111,14 +164,23 @@ type groundingHCL struct {
 }
 
 type approvalHCL struct {
-	TTL  *string  `hcl:"ttl,optional"`
-	Body hcl.Body `hcl:",body"`
+	TTL              *string   `hcl:"ttl,optional"`
+	ClockSkew        *string   `hcl:"clock_skew,optional"`
+	MaxGrantLifetime *string   `hcl:"max_grant_lifetime,optional"`
+	Body             hcl.Body  `hcl:",body"`
+	Range            hcl.Range `hcl:",def_range"`
 }
 
 type reconciliationHCL struct {
 	Interval    *string  `hcl:"interval,optional"`
 	MaxAttempts *int     `hcl:"max_attempts,optional"`
 	Body        hcl.Body `hcl:",body"`
+}
+
+// blockAt is where a block is written.
+type blockAt struct {
+	body hcl.Body
+	r    hcl.Range
 }
 
 // diags collects errors pinned to the source range of an attribute.
@@ -170,6 +232,31 @@ func (d *diags) duration(body hcl.Body, attr string, v *string, def time.Duratio
 	return t
 }
 
+// nonNegative is duration for a value that may be zero.
+func (d *diags) nonNegative(body hcl.Body, attr string, v *string, def time.Duration) time.Duration {
+	if v == nil {
+		return def
+	}
+	t, err := time.ParseDuration(*v)
+	if err != nil || t < 0 {
+		d.at(body, attr, "%q is not a duration ≥ 0 such as \"0s\" or \"30s\"", *v)
+		return def
+	}
+	return t
+}
+
+func (d *diags) size(body hcl.Body, attr string, v *string, def int64) int64 {
+	if v == nil {
+		return def
+	}
+	n, err := ParseSize(*v)
+	if err != nil {
+		d.at(body, attr, "%v", err)
+		return def
+	}
+	return n
+}
+
 func (d *diags) intIn(body hcl.Body, attr string, v *int, def, lo, hi int) int {
 	if v == nil {
 		return def
@@ -199,6 +286,10 @@ func (f *fileHCL) build() (*Config, hcl.Diagnostics) {
 		c.NATS.SyncAlways = or(n.SyncAlways, false)
 		c.NATS.Credentials = or(n.Credentials, "")
 		c.NATS.Replicas = d.intIn(n.Body, "replicas", n.Replicas, 1, 1, MaxReplicas)
+		c.NATS.Auth = or(n.Auth, true)
+		if t := n.TLS; t != nil {
+			c.NATS.TLS = &TLS{CertFile: or(t.CertFile, ""), KeyFile: or(t.KeyFile, ""), CAFile: or(t.CAFile, "")}
+		}
 		if c.NATS.Embedded && c.NATS.URL != "" {
 			d.at(n.Body, "url", "url and embedded = true exclude each other")
 		}
@@ -234,19 +325,46 @@ func (f *fileHCL) build() (*Config, hcl.Diagnostics) {
 		c.Admission.AllowUnsigned = or(a.AllowUnsigned, false)
 		c.Admission.MaxPayloadBytes = d.intIn(a.Body, "max_payload_bytes", a.MaxPayloadBytes, DefaultMaxPayloadBytes, 1, MaxMaxPayloadBytes)
 	}
+	// Role and tenant blocks: their cross-block rules live in roleProblems,
+	// shared with Validate; blocks remembers where each one is written.
+	blocks := map[[2]string]blockAt{}
+	at := func(kind, label string, body hcl.Body, r hcl.Range) {
+		if _, dup := blocks[[2]string{kind, label}]; !dup {
+			blocks[[2]string{kind, label}] = blockAt{body, r}
+		}
+	}
 	for _, h := range f.Hosts {
-		if !blockNamePattern.MatchString(h.Name) || slices.ContainsFunc(c.Hosts, func(o Host) bool { return o.Name == h.Name }) {
-			d.atRange(h.Range, "Invalid host", "host name %q is invalid or repeated", h.Name)
-		}
-		if !nkeys.IsValidPublicUserKey(h.PublicKey) {
-			d.at(h.Body, "public_key", "must be an ed25519 public key in NATS nkey form (starts with U)")
-		} else if slices.ContainsFunc(c.Hosts, func(o Host) bool { return o.PublicKey == h.PublicKey }) {
-			d.at(h.Body, "public_key", "another host has this key")
-		}
-		if len(h.Tenants) == 0 || slices.Contains(h.Tenants, "") {
-			d.at(h.Body, "tenants", "list at least one non-empty tenant_ref")
-		}
 		c.Hosts = append(c.Hosts, Host{Name: h.Name, PublicKey: h.PublicKey, Tenants: h.Tenants})
+		at(KindHost, h.Name, h.Body, h.Range)
+	}
+	for _, t := range f.Tenants {
+		c.Tenants = append(c.Tenants, Tenant{Ref: t.Ref, SecurityDomains: t.SecurityDomains})
+		at("tenant", t.Ref, t.Body, t.Range)
+	}
+	for _, x := range f.Connectors {
+		c.Connectors = append(c.Connectors, Connector{Name: x.Name, PublicKey: x.PublicKey, Providers: x.Providers})
+		at(KindConnector, x.Name, x.Body, x.Range)
+	}
+	for kind, list := range map[string]struct {
+		raw []roleHCL
+		dst *[]Role
+	}{KindResolver: {f.Resolvers, &c.Resolvers}, KindSource: {f.Sources, &c.Sources}, KindOperator: {f.Operators, &c.Operators}} {
+		for _, x := range list.raw {
+			*list.dst = append(*list.dst, Role{Name: x.Name, PublicKey: x.PublicKey})
+			at(kind, x.Name, x.Body, x.Range)
+		}
+	}
+	if n := f.NATS; n != nil {
+		at("nats", "", n.Body, n.Range)
+		if n.TLS != nil {
+			blocks[[2]string{"nats", "tls"}] = blockAt{n.TLS.Body, n.TLS.Range}
+		}
+	}
+	if i := f.Internal; i != nil {
+		c.Internal.KeyFile = or(i.KeyFile, "")
+		if i.KeyFile != nil && *i.KeyFile == "" {
+			d.at(i.Body, "key_file", "must not be empty (omit it for the default <store.dir>/%s)", InternalKeyName)
+		}
 	}
 	for _, p := range f.Policies {
 		c.Policies = append(c.Policies, p.build(&d, c.Policies))
@@ -260,6 +378,39 @@ func (f *fileHCL) build() (*Config, hcl.Diagnostics) {
 	}
 	if a := f.Approval; a != nil {
 		c.Approval.TTL = d.duration(a.Body, "ttl", a.TTL, DefaultApprovalTTL)
+		c.Approval.ClockSkew = d.nonNegative(a.Body, "clock_skew", a.ClockSkew, DefaultClockSkew)
+		c.Approval.MaxGrantLifetime = d.duration(a.Body, "max_grant_lifetime", a.MaxGrantLifetime, DefaultMaxGrantLifetime)
+	}
+	if st := f.Streams; st != nil {
+		c.Streams.MaxAge = d.duration(st.Body, "max_age", st.MaxAge, DefaultStreamMaxAge)
+		c.Streams.IngressMaxBytes = d.size(st.Body, "ingress_max_bytes", st.IngressMaxBytes, DefaultIngressMaxBytes)
+		c.Streams.StageMaxBytes = d.size(st.Body, "stage_max_bytes", st.StageMaxBytes, DefaultStageMaxBytes)
+		c.Streams.HistoryMaxBytes = d.size(st.Body, "history_max_bytes", st.HistoryMaxBytes, DefaultHistoryMaxBytes)
+		if msg := c.Streams.problem(c.Approval.TTL); msg != "" {
+			d.atRange(st.Range, "Invalid streams", "%s", msg)
+		}
+	} else if msg := c.Streams.problem(c.Approval.TTL); msg != "" && f.Approval != nil {
+		d.at(f.Approval.Body, "ttl", "%s (set streams.max_age)", msg)
+	}
+	for _, p := range c.roleProblems() {
+		b, ok := blocks[[2]string{p.block, p.label}]
+		if p.block == "nats" && p.attr == "tls" {
+			if tb, ok := blocks[[2]string{"nats", "tls"}]; ok {
+				d.atRange(tb.r, "Invalid tls", "%s", p.msg)
+				continue
+			}
+		}
+		switch {
+		case ok && p.attr != "":
+			d.at(b.body, p.attr, "%s", p.msg)
+		case ok:
+			d.atRange(b.r, "Invalid "+p.block, "%s", p.msg)
+		case p.block == "metrics" && f.Metrics != nil:
+			d.at(f.Metrics.Body, p.attr, "%s", p.msg)
+		default:
+			// A default value is at fault (no block to point at).
+			d.Diagnostics = append(d.Diagnostics, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Invalid configuration", Detail: p.Error()})
+		}
 	}
 	if r := f.Reconciliation; r != nil {
 		c.Reconciliation.Interval = d.duration(r.Body, "interval", r.Interval, DefaultReconcileEvery)
@@ -332,6 +483,7 @@ func (p *providerHCL) build(d *diags, prev []Provider) Provider {
 		Timeout:          d.duration(p.Body, "timeout", p.Timeout, DefaultProviderTimeout),
 		BaseURL:          or(p.BaseURL, ""),
 		UnavailableRetry: DefaultUnavailableRetry,
+		MaxInFlight:      d.intIn(p.Body, "max_in_flight", p.MaxInFlight, DefaultMaxInFlight, 1, MaxMaxInFlight),
 	}
 	if p.UnavailableRetry != nil {
 		if t, err := time.ParseDuration(*p.UnavailableRetry); err != nil || t < 0 {
