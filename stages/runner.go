@@ -314,7 +314,7 @@ func (r *Runner) publish(ctx context.Context, in *Input, res Result) error {
 		if err != nil {
 			return fmt.Errorf("encode outcome: %w", err)
 		}
-		add(r.deps.Subjects.Outcome(o.ProposalID), data, base+"/o"+strconv.Itoa(i), nil)
+		add(r.deps.Subjects.Outcome("pending", o.ProposalID), data, base+"/o"+strconv.Itoa(i), nil)
 		events = append(events, o.Incidents...)
 	}
 	for i, o := range res.Replayed {
@@ -322,7 +322,7 @@ func (r *Runner) publish(ctx context.Context, in *Input, res Result) error {
 		if err != nil {
 			return fmt.Errorf("encode outcome: %w", err)
 		}
-		add(r.deps.Subjects.Outcome(o.ProposalID), data, base+"/r"+strconv.Itoa(i), nil)
+		add(r.deps.Subjects.Outcome("pending", o.ProposalID), data, base+"/r"+strconv.Itoa(i), nil)
 	}
 	events = append(events, res.Events...)
 	now := NowMs(r.deps.Clock)

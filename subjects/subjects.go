@@ -1,11 +1,11 @@
 // Package subjects names every subject, stream, consumer and bucket
 // Portcullis uses, all derived from one prefix (default "actions").
 //
-// Public subjects (SPEC §1):
+// Public subjects (SPEC §1); <h> is a configured host's name:
 //
-//	<prefix>.proposals.>                     proposals from hosts
-//	<prefix>.grants.>                        standalone grants
-//	<prefix>.outcomes.<proposal_id>          outcomes
+//	<prefix>.proposals.<h>                   proposals from host <h>
+//	<prefix>.grants.<h>                      host <h>'s standalone grants and declines
+//	<prefix>.outcomes.<h>.<proposal_id>      outcomes of host <h>'s proposals
 //	<prefix>.incidents.<phase>               incident events
 //	<prefix>.candidates.<source>             candidate sources (core request-reply)
 //	<prefix>.provider.<provider>.dispatch    provider connectors (core request-reply)
@@ -14,8 +14,12 @@
 //
 // Internal subjects:
 //
-//	<prefix>.stage.<stage>.<kind>.<id>       stage handoffs and timer triggers
+//	<prefix>.stage.<stage>.<kind>.<id>       stage handoffs and timer triggers; id is
+//	                                         <h>.<proposal_id> or a fingerprint's hex digits
 //	<prefix>.admin.<verb>                    operator requests (CLI ↔ running processor)
+//
+// Every identity receives replies under its own inbox prefix
+// _INBOX.<public key> (Inbox).
 package subjects
 
 import (
@@ -32,7 +36,13 @@ const DefaultPrefix = "actions"
 // subject tokens.
 var ErrInvalidPrefix = errors.New("subjects: invalid prefix")
 
-var prefixPattern = regexp.MustCompile(`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$`)
+var (
+	prefixPattern = regexp.MustCompile(`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$`)
+	hostPattern   = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+)
+
+// ValidHost reports whether h can be a host's subject token (SPEC §1).
+func ValidHost(h string) bool { return hostPattern.MatchString(h) }
 
 // Stage names. They are also the durable consumer names and the values of
 // the `stage` metric label.
@@ -83,21 +93,89 @@ func (s Subjects) p() string {
 // Prefix returns the configured prefix.
 func (s Subjects) Prefix() string { return s.p() }
 
-func (s Subjects) Proposals() string                { return s.p() + ".proposals.>" }
-func (s Subjects) Proposal(suffix string) string    { return s.p() + ".proposals." + suffix }
-func (s Subjects) Grants() string                   { return s.p() + ".grants.>" }
-func (s Subjects) Grant(suffix string) string       { return s.p() + ".grants." + suffix }
-func (s Subjects) Outcomes() string                 { return s.p() + ".outcomes.>" }
-func (s Subjects) Outcome(proposalID string) string { return s.p() + ".outcomes." + proposalID }
-func (s Subjects) Incidents() string                { return s.p() + ".incidents.>" }
-func (s Subjects) Incident(phase string) string     { return s.p() + ".incidents." + phase }
-func (s Subjects) Candidates(source string) string  { return s.p() + ".candidates." + source }
-func (s Subjects) DisclosureResolve() string        { return s.p() + ".disclosure.resolve" }
+// Proposals is the filter of every host's proposals.
+func (s Subjects) Proposals() string { return s.p() + ".proposals.>" }
+
+// Proposal is where host h publishes proposals.
+func (s Subjects) Proposal(h string) string { return s.p() + ".proposals." + h }
+
+// Grants is the filter of every host's grants and declines.
+func (s Subjects) Grants() string { return s.p() + ".grants.>" }
+
+// Grant is where host h publishes grants and declines.
+func (s Subjects) Grant(h string) string { return s.p() + ".grants." + h }
+
+// Outcomes is the filter of every outcome.
+func (s Subjects) Outcomes() string { return s.p() + ".outcomes.>" }
+
+// HostOutcomes is the filter of host h's outcomes.
+func (s Subjects) HostOutcomes(h string) string { return s.p() + ".outcomes." + h + ".>" }
+
+// Outcome is the subject of host h's proposal's outcomes.
+func (s Subjects) Outcome(h, proposalID string) string {
+	return s.p() + ".outcomes." + h + "." + proposalID
+}
+
+// ParseOutcome splits an outcome subject into host and proposal id.
+func (s Subjects) ParseOutcome(subject string) (h, proposalID string, ok bool) {
+	rest, found := strings.CutPrefix(subject, s.p()+".outcomes.")
+	if !found {
+		return "", "", false
+	}
+	h, proposalID, ok = strings.Cut(rest, ".")
+	return h, proposalID, ok && ValidHost(h) && proposalID != "" && !strings.Contains(proposalID, ".")
+}
+
+// IngressHost returns the <h> token of a proposals or grants subject; ok is
+// false for any other subject or a token that is not a valid host name.
+func (s Subjects) IngressHost(subject string) (h string, ok bool) {
+	for _, kind := range []string{".proposals.", ".grants."} {
+		if rest, found := strings.CutPrefix(subject, s.p()+kind); found {
+			return rest, ValidHost(rest)
+		}
+	}
+	return "", false
+}
+
+func (s Subjects) Incidents() string            { return s.p() + ".incidents.>" }
+func (s Subjects) Incident(phase string) string { return s.p() + ".incidents." + phase }
+
+func (s Subjects) Candidates(source string) string { return s.p() + ".candidates." + source }
+func (s Subjects) DisclosureResolve() string       { return s.p() + ".disclosure.resolve" }
 func (s Subjects) ProviderDispatch(provider string) string {
 	return s.p() + ".provider." + provider + ".dispatch"
 }
 func (s Subjects) ProviderReconcile(provider string) string {
 	return s.p() + ".provider." + provider + ".reconcile"
+}
+
+// Internal is the filter of every internal (stage) subject.
+func (s Subjects) Internal() string { return s.p() + ".stage.>" }
+
+// Admins is the filter of every operator request subject.
+func (s Subjects) Admins() string { return s.p() + ".admin.>" }
+
+// Inbox is the reply-subject prefix of the identity with this public key:
+// "_INBOX.<public key>". Clients pass it to nats.CustomInboxPrefix.
+func Inbox(publicKey string) string { return "_INBOX." + publicKey }
+
+// DirectGetLast is the JetStream API subject a host requests (empty body)
+// to read the last message on subject from stream.
+func DirectGetLast(stream, subject string) string {
+	return "$JS.API.DIRECT.GET." + stream + "." + subject
+}
+
+// ProposalToken is a proposal's identity as a subject suffix:
+// "<h>.<proposal_id>" (neither part contains a dot).
+func ProposalToken(h, proposalID string) string { return h + "." + proposalID }
+
+// ParseProposalToken reads "<h>.<proposal_id>".
+func ParseProposalToken(s string) (h, proposalID string, ok bool) {
+	h, proposalID, ok = strings.Cut(s, ".")
+	if !ok || !ValidHost(h) || proposalID == "" || strings.Contains(proposalID, ".") {
+		return "", "", false
+	}
+	return h, proposalID, true
 }
 
 // StageAll is the filter of everything a stage consumes from its stream.

@@ -41,7 +41,7 @@ func Record(t testing.TB, nc *nats.Conn, s subjects.Subjects) *Recorder {
 			t.Errorf("outcome on %s does not decode strictly: %v: %s", m.Subject, err, m.Data)
 			return
 		}
-		if m.Subject != s.Outcome(o.ProposalID) {
+		if _, pid, ok := s.ParseOutcome(m.Subject); !ok || pid != o.ProposalID {
 			t.Errorf("outcome for %s published on %s", o.ProposalID, m.Subject)
 		}
 		r.outcomes[o.ProposalID] = append(r.outcomes[o.ProposalID], o)
