@@ -19,6 +19,7 @@ const (
 // tenant and actor ids stay in the authorization stream, where the parked
 // envelope is re-read (by Seq) when its grant arrives.
 type Approval struct {
+	Host        string `json:"host"`
 	ProposalID  string `json:"proposal_id"`
 	Fingerprint string `json:"fingerprint"`
 	Referent    string `json:"referent"`
@@ -41,18 +42,15 @@ type Approval struct {
 	Evaluations []schema.PolicyEvaluation `json:"evaluations"`
 }
 
-func approvalKey(proposalID string) []byte {
-	return appendString([]byte{prefixApproval}, proposalID)
-}
-
-func pendingKey(proposalID string) []byte {
-	return appendString([]byte{prefixPending}, proposalID)
+// Ref is the proposal the record is about.
+func (a *Approval) Ref() schema.ProposalRef {
+	return schema.ProposalRef{Host: a.Host, ProposalID: a.ProposalID}
 }
 
 // Approval returns a proposal's authorization record.
-func (s *Store) Approval(proposalID string) (Approval, bool, error) {
+func (s *Store) Approval(ref schema.ProposalRef) (Approval, bool, error) {
 	var a Approval
-	found, err := s.get(approvalKey(proposalID), &a)
+	found, err := s.get(proposalKey(prefixApproval, ref), &a)
 	return a, found, err
 }
 
@@ -60,11 +58,11 @@ func (s *Store) Approval(proposalID string) (Approval, bool, error) {
 // of parked proposals in step. Callers serialize per proposal id (they hold
 // Store.Lock) and put the approval's expiry timer in the same batch.
 func (b *Batch) PutApproval(a Approval) {
-	b.set(approvalKey(a.ProposalID), a)
+	b.set(proposalKey(prefixApproval, a.Ref()), a)
 	if a.State == ApprovalParked {
-		b.set(pendingKey(a.ProposalID), a.ExpiresAtMs)
+		b.set(proposalKey(prefixPending, a.Ref()), a.ExpiresAtMs)
 	} else {
-		b.delete(pendingKey(a.ProposalID))
+		b.delete(proposalKey(prefixPending, a.Ref()))
 	}
 }
 

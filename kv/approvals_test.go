@@ -9,12 +9,12 @@ import (
 
 func TestApprovals(t *testing.T) {
 	s := open(t)
-	if _, found, err := s.Approval("p1"); found || err != nil {
+	if _, found, err := s.Approval(schema.ProposalRef{Host: "h", ProposalID: "p1"}); found || err != nil {
 		t.Fatal(found, err)
 	}
 	evals := []schema.PolicyEvaluation{{Layer: "managed_policy:org", Outcome: schema.EvalPass}}
 	park := func(id string, seq uint64) Approval {
-		return Approval{ProposalID: id, Fingerprint: "sha256:ab", Referent: "sku-1", Seq: seq, State: ApprovalParked,
+		return Approval{Host: "h", ProposalID: id, Fingerprint: "sha256:ab", Referent: "sku-1", Seq: seq, State: ApprovalParked,
 			ArrivedAtMs: 10, ExpiresAtMs: 610, Evaluations: evals}
 	}
 	b := s.NewBatch()
@@ -27,7 +27,7 @@ func TestApprovals(t *testing.T) {
 	if n, err := s.CountParked(); n != 3 || err != nil {
 		t.Fatalf("parked = %d, %v", n, err)
 	}
-	a, found, err := s.Approval("p1")
+	a, found, err := s.Approval(schema.ProposalRef{Host: "h", ProposalID: "p1"})
 	if err != nil || !found || a.Seq != 3 || a.State != ApprovalParked || !slices.Equal(a.Evaluations, evals) {
 		t.Fatalf("p1 = %+v %v %v", a, found, err)
 	}
@@ -41,7 +41,7 @@ func TestApprovals(t *testing.T) {
 	if n, _ := s.CountParked(); n != 2 {
 		t.Fatalf("parked after a decision = %d", n)
 	}
-	got, found, _ := s.Approval("p1")
+	got, found, _ := s.Approval(schema.ProposalRef{Host: "h", ProposalID: "p1"})
 	if !found || got.State != ApprovalDenied || got.DecidedBy != "GRANTS/9" || got.Code != schema.CodeGrantExpired {
 		t.Fatalf("decided p1 = %+v", got)
 	}

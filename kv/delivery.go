@@ -6,55 +6,82 @@ import (
 	"github.com/portcullis/portcullis/schema"
 )
 
-// Delivery records the first admission of a delivery_id. The key hashes the
-// tenant with the delivery id, so neither is stored.
+// proposalKey is the key part of a proposal: its host and id, escaped.
+func proposalKey(prefix byte, ref schema.ProposalRef) []byte {
+	return appendString(appendString([]byte{prefix}, ref.Host), ref.ProposalID)
+}
+
+// Delivery records the first admission of a host's delivery_id. The key
+// hashes the host with the delivery id, so the id is not stored.
 type Delivery struct {
 	ProposalID string `json:"proposal_id"`
 	// Seq is the proposals-stream sequence of the message that first carried
 	// this delivery: a redelivery of that same message is not a repeat.
-	Seq uint64 `json:"seq"`
-	// Forwarded is set once the proposal's hand-off to grounding was
-	// acknowledged by JetStream, so a redelivery after the stream's
-	// duplicate window does not hand it off twice.
-	Forwarded bool  `json:"forwarded"`
-	AtMs      int64 `json:"at_ms"`
+	Seq  uint64 `json:"seq"`
+	AtMs int64  `json:"at_ms"`
 }
 
-func deliveryKey(tenantRef, deliveryID string) []byte {
+func deliveryKey(host, deliveryID string) []byte {
 	h := sha256.New()
 	h.Write([]byte("delivery\x00"))
-	h.Write([]byte(tenantRef))
+	h.Write([]byte(host))
 	h.Write([]byte{0})
 	h.Write([]byte(deliveryID))
 	return h.Sum([]byte{prefixDelivery})
 }
 
-// Delivery returns the record of a tenant's delivery id.
-func (s *Store) Delivery(tenantRef, deliveryID string) (Delivery, bool, error) {
+// Delivery returns the record of a host's delivery id.
+func (s *Store) Delivery(host, deliveryID string) (Delivery, bool, error) {
 	var d Delivery
-	found, err := s.get(deliveryKey(tenantRef, deliveryID), &d)
+	found, err := s.get(deliveryKey(host, deliveryID), &d)
 	return d, found, err
 }
 
 // PutDelivery records a delivery.
-func (b *Batch) PutDelivery(tenantRef, deliveryID string, d Delivery) {
-	b.set(deliveryKey(tenantRef, deliveryID), d)
+func (b *Batch) PutDelivery(host, deliveryID string, d Delivery) {
+	b.set(deliveryKey(host, deliveryID), d)
 }
 
-func outcomeKey(proposalID string) []byte {
-	return appendString([]byte{prefixOutcome}, proposalID)
+// Admitted records that a host's proposal id was taken by an admitted
+// proposal: its outcome subject belongs to it from now on. A later message
+// with the same id and the same body (but for the delivery id) is a repeat;
+// with another body it is refused (ADMISSION_PROPOSAL_ID_REUSED).
+type Admitted struct {
+	// Digest is the hex SHA-256 of the proposal's canonical form without
+	// its delivery id.
+	Digest string `json:"digest"`
+	// Seq is the proposals-stream sequence of the message that carried it.
+	Seq uint64 `json:"seq"`
+	// Forwarded is set once the hand-off to grounding was acknowledged by
+	// JetStream, so a redelivery after the stream's duplicate window does
+	// not hand it off twice.
+	Forwarded bool  `json:"forwarded"`
+	AtMs      int64 `json:"at_ms"`
+}
+
+// Admitted returns a proposal's admission record.
+func (s *Store) Admitted(ref schema.ProposalRef) (Admitted, bool, error) {
+	var a Admitted
+	found, err := s.get(proposalKey(prefixAdmitted, ref), &a)
+	return a, found, err
+}
+
+// PutAdmitted records a proposal's admission.
+func (b *Batch) PutAdmitted(ref schema.ProposalRef, a Admitted) {
+	b.set(proposalKey(prefixAdmitted, ref), a)
 }
 
 // LastOutcome returns the last outcome recorded for a proposal.
-func (s *Store) LastOutcome(proposalID string) (schema.Outcome, bool, error) {
+func (s *Store) LastOutcome(ref schema.ProposalRef) (schema.Outcome, bool, error) {
 	var o schema.Outcome
-	found, err := s.get(outcomeKey(proposalID), &o)
+	found, err := s.get(proposalKey(prefixOutcome, ref), &o)
+	o.Host = ref.Host // not part of the stored body
 	return o, found, err
 }
 
 // PutOutcome records a proposal's latest outcome (outcomes are value-free).
 func (b *Batch) PutOutcome(o schema.Outcome) {
-	b.set(outcomeKey(o.ProposalID), o)
+	b.set(proposalKey(prefixOutcome, o.To()), o)
 }
 
 // RecordOutcomes records each proposal's latest outcome (stages.OutcomeLog).
@@ -64,4 +91,27 @@ func (s *Store) RecordOutcomes(outcomes []schema.Outcome) error {
 		b.PutOutcome(o)
 	}
 	return b.Commit(Sync)
+}
+
+// Ended records a proposal that the dispatch stage ended without
+// dispatching (a denial at its re-check, SPEC §3 Dispatch step 3): the
+// denial binds the proposal, never its fingerprint, so a redelivery of the
+// proposal republishes the same answer while a later proposal of the same
+// intent is judged afresh.
+type Ended struct {
+	Phase string `json:"phase"`
+	Code  string `json:"code"`
+	AtMs  int64  `json:"at_ms"`
+}
+
+// Ended returns the dispatch-time end of a proposal, if any.
+func (s *Store) Ended(ref schema.ProposalRef) (Ended, bool, error) {
+	var e Ended
+	found, err := s.get(proposalKey(prefixEnded, ref), &e)
+	return e, found, err
+}
+
+// PutEnded records a proposal's dispatch-time end.
+func (b *Batch) PutEnded(ref schema.ProposalRef, e Ended) {
+	b.set(proposalKey(prefixEnded, ref), e)
 }

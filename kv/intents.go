@@ -34,9 +34,9 @@ type Intent struct {
 	Environment    string `json:"environment"`
 	Referent       string `json:"referent"`
 	Adapter        string `json:"adapter"`
-	// ProposalIDs are the proposals that carried this intent (bounded):
+	// Proposals are the proposals that carried this intent (bounded):
 	// each receives every later outcome of the fingerprint.
-	ProposalIDs []string `json:"proposal_ids"`
+	Proposals []schema.ProposalRef `json:"proposals"`
 	// DispatchAttempts counts in-flight records written.
 	DispatchAttempts  int   `json:"dispatch_attempts"`
 	InFlightAtMs      int64 `json:"in_flight_at_ms,omitempty"`
@@ -60,8 +60,8 @@ type Intent struct {
 }
 
 // AddProposal records a proposal on the intent, bounded and without repeats.
-func (in *Intent) AddProposal(id string) {
-	in.ProposalIDs = schema.AppendProposalID(in.ProposalIDs, id)
+func (in *Intent) AddProposal(ref schema.ProposalRef) {
+	in.Proposals = schema.AppendProposal(in.Proposals, ref)
 }
 
 // fingerprintBytes decodes "sha256:<64 hex>" to its 32 bytes.

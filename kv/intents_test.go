@@ -18,9 +18,9 @@ func TestIntentJournal(t *testing.T) {
 		t.Error("accepted a malformed fingerprint")
 	}
 	in := Intent{Fingerprint: fp, State: IntentInFlight, Provider: "demo"}
-	in.AddProposal("p1")
-	in.AddProposal("p1")
-	in.AddProposal("p2")
+	in.AddProposal(schema.ProposalRef{Host: "h", ProposalID: "p1"})
+	in.AddProposal(schema.ProposalRef{Host: "h", ProposalID: "p1"})
+	in.AddProposal(schema.ProposalRef{Host: "h", ProposalID: "p2"})
 	b := s.NewBatch()
 	b.PutIntent(in)
 	for i := uint64(1); i <= 3; i++ {
@@ -34,7 +34,7 @@ func TestIntentJournal(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, found, err := s.Intent(fp)
-	if err != nil || !found || got.State != IntentInFlight || len(got.ProposalIDs) != 2 {
+	if err != nil || !found || got.State != IntentInFlight || len(got.Proposals) != 2 {
 		t.Fatalf("%+v %v %v", got, found, err)
 	}
 	rs, err := s.Receipts(fp)

@@ -8,12 +8,14 @@ import (
 // Key prefixes. One byte each; every record type has its own, so prefix
 // scans never cross types.
 const (
-	prefixDelivery      byte = 'd' // sha256(tenant, delivery_id) → Delivery
-	prefixOutcome       byte = 'o' // proposal_id → last Outcome
+	prefixDelivery      byte = 'd' // sha256(host, delivery_id) → Delivery
+	prefixAdmitted      byte = 'm' // host, proposal_id → Admitted
+	prefixOutcome       byte = 'o' // host, proposal_id → last Outcome
+	prefixEnded         byte = 'e' // host, proposal_id → Ended (dispatch-time denial)
 	prefixTimer         byte = 't' // due_ms, id → Timer
 	prefixTimerIndex    byte = 'T' // id → due_ms
-	prefixApproval      byte = 'a' // proposal_id → Approval (authorization's decision record)
-	prefixPending       byte = 'p' // proposal_id → expires_at_ms, while the proposal is parked
+	prefixApproval      byte = 'a' // host, proposal_id → Approval (authorization's decision record)
+	prefixPending       byte = 'p' // host, proposal_id → expires_at_ms, while the proposal is parked
 	prefixIntent        byte = 'f' // fingerprint → Intent (dispatch state)
 	prefixReceipt       byte = 'r' // fingerprint, seq → Receipt
 	prefixAttempt       byte = 'c' // fingerprint, attempt_id → Attempt

@@ -69,27 +69,53 @@ func FuzzStringKeys(f *testing.F) {
 	})
 }
 
-func TestDeliveryAndOutcome(t *testing.T) {
+func TestDeliveryAdmittedOutcomeEnded(t *testing.T) {
 	s := open(t)
-	if _, found, err := s.Delivery("tenant:a", "d1"); found || err != nil {
+	a1 := schema.ProposalRef{Host: "a", ProposalID: "p1"}
+	b1 := schema.ProposalRef{Host: "b", ProposalID: "p1"}
+	if _, found, err := s.Delivery("a", "d1"); found || err != nil {
 		t.Fatal(found, err)
 	}
 	b := s.NewBatch()
-	b.PutDelivery("tenant:a", "d1", Delivery{ProposalID: "p1", Seq: 7})
-	b.PutOutcome(schema.NewOutcome("p1", schema.KindDenied, 5))
+	b.PutDelivery("a", "d1", Delivery{ProposalID: "p1", Seq: 7})
+	b.PutAdmitted(a1, Admitted{Digest: "ab", Seq: 7})
+	b.PutOutcome(schema.NewOutcome(a1, schema.KindDenied, 5))
+	b.PutEnded(a1, Ended{Phase: schema.PhaseAuthorization, Code: schema.CodeGrantExpired, AtMs: 5})
 	if err := b.Commit(Sync); err != nil {
 		t.Fatal(err)
 	}
-	d, found, err := s.Delivery("tenant:a", "d1")
+	d, found, err := s.Delivery("a", "d1")
 	if err != nil || !found || d.ProposalID != "p1" || d.Seq != 7 {
 		t.Fatal(d, found, err)
 	}
-	if _, found, _ := s.Delivery("tenant:b", "d1"); found {
-		t.Error("delivery ids are per tenant")
-	}
-	o, found, err := s.LastOutcome("p1")
-	if err != nil || !found || o.Kind != schema.KindDenied {
+	o, found, err := s.LastOutcome(a1)
+	if err != nil || !found || o.Kind != schema.KindDenied || o.To() != a1 {
 		t.Fatal(o, found, err)
+	}
+	if ad, found, _ := s.Admitted(a1); !found || ad.Digest != "ab" {
+		t.Errorf("admitted = %+v %v", ad, found)
+	}
+	if e, found, _ := s.Ended(a1); !found || e.Code != schema.CodeGrantExpired {
+		t.Errorf("ended = %+v %v", e, found)
+	}
+	// Every record is per host: host b's proposal "p1" and delivery "d1"
+	// are others.
+	if _, found, _ := s.Delivery("b", "d1"); found {
+		t.Error("delivery ids are per host")
+	}
+	if _, found, _ := s.LastOutcome(b1); found {
+		t.Error("outcomes are per host")
+	}
+	if _, found, _ := s.Admitted(b1); found {
+		t.Error("proposal ids are per host")
+	}
+	if _, found, _ := s.Ended(b1); found {
+		t.Error("ends are per host")
+	}
+	// Escaping keeps ("a.b", "c") and ("a", "b.c")-like splits apart.
+	x := schema.ProposalRef{Host: "a\x00", ProposalID: "p1"}
+	if _, found, _ := s.Admitted(x); found {
+		t.Error("host/id split is ambiguous")
 	}
 }
 
@@ -147,11 +173,11 @@ func TestClosedStoreRefuses(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal("second close:", err)
 	}
-	if _, _, err := s.Delivery("t", "d"); !errors.Is(err, ErrClosed) {
+	if _, _, err := s.Delivery("h", "d"); !errors.Is(err, ErrClosed) {
 		t.Errorf("get after close: %v", err)
 	}
 	b := s.NewBatch()
-	b.PutOutcome(schema.NewOutcome("p", schema.KindDenied, 1))
+	b.PutOutcome(schema.NewOutcome(schema.ProposalRef{Host: "h", ProposalID: "p"}, schema.KindDenied, 1))
 	if err := b.Commit(Sync); !errors.Is(err, ErrClosed) {
 		t.Errorf("commit after close: %v", err)
 	}
@@ -167,7 +193,7 @@ func TestConcurrentCloseIsSafe(t *testing.T) {
 		wg.Go(func() {
 			for j := range 50 {
 				b := s.NewBatch()
-				b.PutOutcome(schema.NewOutcome("p", schema.KindDenied, int64(i*100+j)))
+				b.PutOutcome(schema.NewOutcome(schema.ProposalRef{Host: "h", ProposalID: "p"}, schema.KindDenied, int64(i*100+j)))
 				if err := b.Commit(Sync); err != nil && !errors.Is(err, ErrClosed) {
 					t.Error(err)
 				}
@@ -197,13 +223,13 @@ func TestFailedWALWriteIsAnError(t *testing.T) {
 	defer s.Close()
 	armed.Store(true)
 	b := s.NewBatch()
-	b.PutOutcome(schema.NewOutcome("p", schema.KindDenied, 1))
+	b.PutOutcome(schema.NewOutcome(schema.ProposalRef{Host: "h", ProposalID: "p"}, schema.KindDenied, 1))
 	if err := b.Commit(Sync); !errors.Is(err, ErrFailed) {
 		t.Fatalf("commit with failing WAL: %v", err)
 	}
 	armed.Store(false)
 	b = s.NewBatch()
-	b.PutOutcome(schema.NewOutcome("q", schema.KindDenied, 1))
+	b.PutOutcome(schema.NewOutcome(schema.ProposalRef{Host: "h", ProposalID: "q"}, schema.KindDenied, 1))
 	if err := b.Commit(Sync); !errors.Is(err, ErrFailed) {
 		t.Fatalf("commit after failure: %v", err)
 	}

@@ -22,10 +22,11 @@ const (
 	ResultConsumed  = "consumed"  // nothing to publish: a duplicate, a no-op timer, an event-only incident
 	ResultRetry     = "retry"     // failed transiently; redelivered later
 	ResultGaveUp    = "gave_up"   // retries exhausted; ended with a closed-code outcome
+	ResultRejected  = "rejected"  // an internal message that failed its seal; terminated unread
 )
 
 // Results lists the closed set of stage results.
-var Results = []string{ResultForwarded, ResultOutcome, ResultConsumed, ResultRetry, ResultGaveUp}
+var Results = []string{ResultForwarded, ResultOutcome, ResultConsumed, ResultRetry, ResultGaveUp, ResultRejected}
 
 // Reconciliation attempt statuses (label `status`): the provider's answer,
 // or why there was none.

@@ -8,15 +8,16 @@ import "slices"
 // protected values, credentials, grant signatures, or tenant and actor
 // identifiers; every section is replaced by the stage that owns it.
 type Activity struct {
-	Schema      string   `json:"schema"`
-	Fingerprint string   `json:"fingerprint"`
-	ProposalIDs []string `json:"proposal_ids"`
-	Provider    string   `json:"provider"`
-	Capability  string   `json:"capability"`
-	Operation   string   `json:"operation"`
-	Environment string   `json:"environment"`
-	Referent    string   `json:"referent"`
-	Summary     string   `json:"summary"`
+	Schema      string `json:"schema"`
+	Fingerprint string `json:"fingerprint"`
+	// Proposals are the proposals that carried this intent (bounded).
+	Proposals   []ProposalRef `json:"proposals"`
+	Provider    string        `json:"provider"`
+	Capability  string        `json:"capability"`
+	Operation   string        `json:"operation"`
+	Environment string        `json:"environment"`
+	Referent    string        `json:"referent"`
+	Summary     string        `json:"summary"`
 	// ExternalSpend is the intent's spend, null if none.
 	ExternalSpend *Spend `json:"external_spend"`
 	// Status is the intent's state: awaiting_approval, denied, authorized,
@@ -40,7 +41,7 @@ const (
 	ActivityAuthorized       = "authorized"
 )
 
-// MaxActivityProposals bounds Activity.ProposalIDs (the oldest are kept).
+// MaxActivityProposals bounds Activity.Proposals (the oldest are kept).
 const MaxActivityProposals = 32
 
 // ActivityDecision is the authorization decision.
@@ -82,14 +83,14 @@ type ActivityReconciliation struct {
 	Resolution string `json:"resolution,omitempty"`
 }
 
-// AddProposal records a proposal id on the activity, bounded and without repeats.
-func (a *Activity) AddProposal(id string) { a.ProposalIDs = AppendProposalID(a.ProposalIDs, id) }
+// AddProposal records a proposal on the activity, bounded and without repeats.
+func (a *Activity) AddProposal(ref ProposalRef) { a.Proposals = AppendProposal(a.Proposals, ref) }
 
-// AppendProposalID appends id unless it is there already or the list holds
-// MaxActivityProposals ids (the oldest are kept).
-func AppendProposalID(ids []string, id string) []string {
-	if len(ids) >= MaxActivityProposals || slices.Contains(ids, id) {
-		return ids
+// AppendProposal appends ref unless it is there already or the list holds
+// MaxActivityProposals proposals (the oldest are kept).
+func AppendProposal(refs []ProposalRef, ref ProposalRef) []ProposalRef {
+	if len(refs) >= MaxActivityProposals || slices.Contains(refs, ref) {
+		return refs
 	}
-	return append(ids, id)
+	return append(refs, ref)
 }

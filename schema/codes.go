@@ -71,6 +71,8 @@ const (
 	CodeAdmissionTenantNotPermitted  = "ADMISSION_TENANT_NOT_PERMITTED"
 	CodeAdmissionContextIncomplete   = "ADMISSION_CONTEXT_INCOMPLETE"
 	CodeAdmissionProviderUnknown     = "ADMISSION_PROVIDER_UNKNOWN"
+	CodeAdmissionProposalIDReused    = "ADMISSION_PROPOSAL_ID_REUSED"
+	CodeInternalMessageRejected      = "INTERNAL_MESSAGE_REJECTED"
 	CodeGroundingScopeMismatch       = "GROUNDING_SCOPE_MISMATCH"
 	CodeDiscriminatorMissing         = "GROUNDING_RESOURCE_DISCRIMINATOR_MISSING"
 	CodeDiscriminatorMismatch        = "GROUNDING_RESOURCE_DISCRIMINATOR_MISMATCH"
@@ -81,6 +83,8 @@ const (
 	CodeApprovalRequired             = "APPROVAL_REQUIRED"
 	CodeGrantUnmatched               = "GRANT_UNMATCHED"
 	CodeApprovalTimedOut             = "APPROVAL_TIMED_OUT"
+	CodeApprovalDeclined             = "APPROVAL_DECLINED"
+	CodeGrantLifetimeExceeded        = "GRANT_LIFETIME_EXCEEDED"
 	CodeGrantMalformed               = "GRANT_MALFORMED"
 	CodeGrantBindingMismatch         = "GRANT_BINDING_MISMATCH"
 	CodeGrantIntegrityMismatch       = "GRANT_INTEGRITY_MISMATCH"
@@ -144,7 +148,11 @@ type CodeInfo struct {
 // A code may appear in more than one phase.
 var Codes = []CodeInfo{
 	{PhaseAdmission, CodeAdmissionMalformed, KindIntegrationFailure, BoundaryNotInvoked},
-	{PhaseAdmission, CodeAdmissionUnauthenticated, KindDenied, BoundaryNotInvoked},
+	// A message that fails authentication gets only an event: nothing
+	// proves which host sent it (SPEC §2.7).
+	{PhaseAdmission, CodeAdmissionUnauthenticated, "", BoundaryNotInvoked},
+	// The outcome subject belongs to the first proposal with the id.
+	{PhaseAdmission, CodeAdmissionProposalIDReused, "", BoundaryNotInvoked},
 	{PhaseAdmission, CodeAdmissionTenantNotPermitted, KindDenied, BoundaryNotInvoked},
 	{PhaseAdmission, CodeAdmissionContextIncomplete, KindDenied, BoundaryNotInvoked},
 	{PhaseAdmission, CodeAdmissionProviderUnknown, KindDenied, BoundaryNotInvoked},
@@ -158,10 +166,13 @@ var Codes = []CodeInfo{
 	{PhaseGrounding, CodeProjectionUnavailable, KindIntegrationFailure, BoundaryNotInvoked},
 	{PhaseGrounding, CodeGroundingSourceUnavailable, KindIntegrationFailure, BoundaryNotInvoked},
 	{PhaseGrounding, CodeProcessingFailed, KindIntegrationFailure, BoundaryNotInvoked},
+	{PhaseGrounding, CodeInternalMessageRejected, "", BoundaryNotInvoked},
 
 	{PhaseAuthorization, CodeApprovalRequired, KindNeedsApproval, BoundaryNotInvoked},
 	{PhaseAuthorization, CodeGrantUnmatched, "", BoundaryNotInvoked},
 	{PhaseAuthorization, CodeApprovalTimedOut, KindDenied, BoundaryNotInvoked},
+	{PhaseAuthorization, CodeApprovalDeclined, KindDenied, BoundaryNotInvoked},
+	{PhaseAuthorization, CodeGrantLifetimeExceeded, KindDenied, BoundaryNotInvoked},
 	{PhaseAuthorization, CodeGrantMalformed, KindDenied, BoundaryNotInvoked},
 	{PhaseAuthorization, CodeGrantBindingMismatch, KindDenied, BoundaryNotInvoked},
 	{PhaseAuthorization, CodeGrantIntegrityMismatch, KindDenied, BoundaryNotInvoked},
@@ -178,6 +189,7 @@ var Codes = []CodeInfo{
 	{PhaseAuthorization, CodeAuthenticationTooWeak, KindDenied, BoundaryNotInvoked},
 	{PhaseAuthorization, CodeExternalSpendExceedsPolicy, KindDenied, BoundaryNotInvoked},
 	{PhaseAuthorization, CodeProcessingFailed, KindIntegrationFailure, BoundaryNotInvoked},
+	{PhaseAuthorization, CodeInternalMessageRejected, "", BoundaryNotInvoked},
 
 	{PhaseDisclosure, CodeDisclosureUnavailable, KindDenied, BoundaryNotInvoked},
 	{PhaseDisclosure, CodeDisclosureRefused, KindDenied, BoundaryNotInvoked},
@@ -188,6 +200,7 @@ var Codes = []CodeInfo{
 
 	{PhaseDispatch, CodeCheckpointFailed, KindIntegrationFailure, BoundaryNotInvoked},
 	{PhaseDispatch, CodeProcessingFailed, KindIntegrationFailure, BoundaryNotInvoked},
+	{PhaseDispatch, CodeInternalMessageRejected, "", BoundaryNotInvoked},
 	{PhaseDispatch, CodeAdapterUnavailable, KindFailedBeforeDispatch, BoundaryNotInvoked},
 	{PhaseDispatch, CodeProviderFailedBeforeDispatch, KindFailedBeforeDispatch, BoundaryNotInvoked},
 	{PhaseDispatch, CodeProviderRejected, KindRejected, BoundaryInvoked},
@@ -207,6 +220,7 @@ var Codes = []CodeInfo{
 	// proposal is known; a valid trigger that keeps failing is recorded as
 	// a RECONCILE_ERROR attempt instead).
 	{PhaseReconciliation, CodeProcessingFailed, "", BoundaryUnknown},
+	{PhaseReconciliation, CodeInternalMessageRejected, "", BoundaryNotInvoked},
 }
 
 var codeIndex = func() map[[2]string]CodeInfo {

@@ -18,11 +18,48 @@ var ErrMalformed = errors.New("schema: malformed input")
 // ErrTooLarge is returned for input over the configured size limit.
 var ErrTooLarge = errors.New("schema: input too large")
 
+// MaxDepth is the deepest JSON nesting any input may have (SPEC §2): a
+// deeper value is malformed before anything decodes or re-encodes it.
+const MaxDepth = 64
+
+// WithinDepth reports whether no array or object in data nests deeper than
+// max. It scans bytes only (strings skipped, escapes honoured), so its cost
+// is linear and it allocates nothing; malformed JSON is left to the decoder.
+func WithinDepth(data []byte, max int) bool {
+	depth, inString, escaped := 0, false, false
+	for _, c := range data {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			depth++
+			if depth > max {
+				return false
+			}
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return true
+}
+
 // Decode strictly decodes one JSON value into v: UTF-8 only, no duplicate
 // member names at any depth (also inside raw values such as attributes), no
 // unknown members, exact (case-sensitive) member names, no trailing data and
 // Go-typed values (an integer field refuses 1.5 and "1").
 func Decode(data []byte, v any) error {
+	if !WithinDepth(data, MaxDepth) {
+		return fmt.Errorf("%w: nested deeper than %d", ErrMalformed, MaxDepth)
+	}
 	if err := json.Unmarshal(data, v, json.RejectUnknownMembers(true)); err != nil {
 		// The decoder's message can quote member names of the input; keep
 		// only its category.

@@ -2,7 +2,6 @@ package schema
 
 import (
 	"slices"
-	"strings"
 )
 
 // Protected-disclosure field classes (SPEC §2.6).
@@ -65,8 +64,8 @@ const (
 
 // Normalize trims recipient and purpose and sorts the classes.
 func (p *DisclosurePlan) Normalize() {
-	p.Recipient = strings.TrimSpace(p.Recipient)
-	p.Purpose = strings.TrimSpace(p.Purpose)
+	p.Recipient = TrimASCII(p.Recipient)
+	p.Purpose = TrimASCII(p.Purpose)
 	p.FieldClasses = slices.Clone(p.FieldClasses)
 	slices.Sort(p.FieldClasses)
 }

@@ -8,8 +8,9 @@ package schema
 type Envelope struct {
 	Schema   string   `json:"schema"`
 	Proposal Proposal `json:"proposal"`
-	// Host is the name of the configured host whose signature admitted the
-	// proposal; empty when unsigned proposals are allowed.
+	// Host is the <h> token of the subject the proposal arrived on: the
+	// configured host whose signature admitted it (or, with unsigned input
+	// allowed, the host it was attributed to).
 	Host          string               `json:"host"`
 	AdmittedAtMs  int64                `json:"admitted_at_ms"`
 	Grounded      *Grounded            `json:"grounded,omitempty"`
@@ -46,3 +47,8 @@ const (
 	EvalPass = "pass"
 	EvalDeny = "deny"
 )
+
+// Ref is the proposal the envelope carries.
+func (e *Envelope) Ref() ProposalRef {
+	return ProposalRef{Host: e.Host, ProposalID: e.Proposal.ProposalID}
+}

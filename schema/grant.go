@@ -18,6 +18,21 @@ type Grant struct {
 	MaxExternalSpend        *Spend `json:"max_external_spend"`
 }
 
+// Decline is a host's word that its user declined a parked proposal
+// (SPEC §2.2), published on `<prefix>.grants.<h>`.
+type Decline struct {
+	Schema            string `json:"schema"`
+	ProposalID        string `json:"proposal_id"`
+	IntentFingerprint string `json:"intent_fingerprint"`
+	DeclinedBy        string `json:"declined_by"`
+}
+
+// Valid checks a decline's formats.
+func (d *Decline) Valid() bool {
+	return d.Schema == SchemaDecline && ValidProposalID(d.ProposalID) && ValidFingerprint(d.IntentFingerprint) &&
+		singleLine(d.DeclinedBy, MaxRefLen)
+}
+
 // Authorization methods (SPEC §2.2).
 const (
 	MethodManual          = "manual"

@@ -1,9 +1,12 @@
 package schema
 
+import "strings"
+
 // Schema identifiers of the wire messages.
 const (
 	SchemaProposal    = "actions.proposal.v1"
 	SchemaGrant       = "actions.grant.v1"
+	SchemaDecline     = "actions.decline.v1"
 	SchemaOutcome     = "actions.outcome.v1"
 	SchemaFingerprint = "actions.fingerprint.v1"
 	SchemaDispatch    = "actions.dispatch.v1"
@@ -13,9 +16,19 @@ const (
 	SchemaDisclosure  = "actions.disclosure.v1"
 )
 
-// Outcome is what a proposer reads on `<prefix>.outcomes.<proposal_id>`
+// ProposalRef identifies a proposal: the host that sent it (the <h> token
+// of its subjects) and its proposal_id, unique per host (SPEC §1).
+type ProposalRef struct {
+	Host       string `json:"host"`
+	ProposalID string `json:"proposal_id"`
+}
+
+// Outcome is what a proposer reads on `<prefix>.outcomes.<h>.<proposal_id>`
 // (SPEC §2.4). Null fields stay null on the wire.
 type Outcome struct {
+	// Host addresses the outcome (the subject's <h> token); it is not part
+	// of the message body.
+	Host        string     `json:"-"`
 	Schema      string     `json:"schema"`
 	ProposalID  string     `json:"proposal_id"`
 	Kind        string     `json:"kind"`
@@ -39,14 +52,15 @@ type Approval struct {
 
 // NewOutcome builds an outcome of a kind with the kind's effect truth and
 // terminality. Incidents is never nil so it encodes as [].
-func NewOutcome(proposalID, kind string, atMs int64, incidents ...Incident) Outcome {
+func NewOutcome(to ProposalRef, kind string, atMs int64, incidents ...Incident) Outcome {
 	info := Kinds[kind]
 	if incidents == nil {
 		incidents = []Incident{}
 	}
 	return Outcome{
+		Host:        to.Host,
 		Schema:      SchemaOutcome,
-		ProposalID:  proposalID,
+		ProposalID:  to.ProposalID,
 		Kind:        kind,
 		Terminal:    info.Terminal,
 		EffectTruth: info.EffectTruth,
@@ -57,10 +71,25 @@ func NewOutcome(proposalID, kind string, atMs int64, incidents ...Incident) Outc
 
 // FailureOutcome is the outcome of one incident, with the kind the code
 // table assigns it.
-func FailureOutcome(proposalID string, inc Incident, atMs int64) Outcome {
+func FailureOutcome(to ProposalRef, inc Incident, atMs int64) Outcome {
 	info, _ := LookupCode(inc.Phase, inc.Code)
-	return NewOutcome(proposalID, info.Kind, atMs, inc)
+	return NewOutcome(to, info.Kind, atMs, inc)
 }
+
+// To is the proposal the outcome is addressed to.
+func (o *Outcome) To() ProposalRef { return ProposalRef{Host: o.Host, ProposalID: o.ProposalID} }
 
 // StringPtr returns a pointer to s, for the nullable outcome fields.
 func StringPtr(s string) *string { return &s }
+
+// String is "<h>/<proposal_id>", for people.
+func (r ProposalRef) String() string { return r.Host + "/" + r.ProposalID }
+
+// JoinRefs lists proposals for people, separated by sep.
+func JoinRefs(refs []ProposalRef, sep string) string {
+	out := make([]string, len(refs))
+	for i, r := range refs {
+		out[i] = r.String()
+	}
+	return strings.Join(out, sep)
+}

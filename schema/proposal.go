@@ -146,8 +146,25 @@ func ValidCandidateSource(name string) bool { return candidateSourcePattern.Matc
 func ValidName(s string) bool { return namePattern.MatchString(s) }
 
 // NormalizeName trims and lowercases a provider, capability, operation or
-// environment name.
-func NormalizeName(s string) string { return strings.ToLower(strings.TrimSpace(s)) }
+// environment name. Both are ASCII-only, so that hosts in every language
+// normalize alike (Unicode trimming and case mapping differ between
+// languages: Go lowercases "İ" to "i", JavaScript to "i̇"); a name with
+// other characters stays as it is and fails ValidName.
+func NormalizeName(s string) string { return asciiLower(TrimASCII(s)) }
+
+// TrimASCII removes leading and trailing ASCII white space (space, tab,
+// CR, LF, VT, FF) and nothing else.
+func TrimASCII(s string) string { return strings.Trim(s, " \t\r\n\v\f") }
+
+func asciiLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
 
 // ValidSpend checks an external spend or spend ceiling.
 func ValidSpend(s *Spend) bool {

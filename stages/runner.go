@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/internal/fault"
+	"github.com/portcullis/portcullis/internal/seal"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
@@ -27,7 +28,10 @@ type OutcomeLog interface {
 
 // Deps are what every runner shares.
 type Deps struct {
-	JS       jetstream.JetStream
+	JS jetstream.JetStream
+	// Seal seals every hand-off a stage publishes and checks the input of
+	// stages that consume internal subjects.
+	Seal     *seal.Sealer
 	Subjects subjects.Subjects
 	Metrics  *metrics.Metrics
 	Outcomes OutcomeLog
@@ -42,6 +46,11 @@ type RunnerConfig struct {
 	// Stream and FilterSubject select what the stage consumes.
 	Stream        string
 	FilterSubject string
+	// Internal: the stage consumes internal subjects, so every input must
+	// carry a valid seal; one that does not is terminated unread with the
+	// INTERNAL_MESSAGE_REJECTED event of Phase.
+	Internal bool
+	Phase    string
 	// Workers handle messages concurrently. Default 4.
 	Workers int
 	// AckWait is the server's redelivery timer (and how long a message a
@@ -201,6 +210,10 @@ func (r *Runner) process(ctx context.Context, m jetstream.Msg) {
 	}
 	stopBeat := r.heartbeat(m)
 	defer stopBeat()
+	if r.cfg.Internal && !r.deps.Seal.Check(in.Subject, in.Data, in.Header) {
+		result = r.reject(ctx, m, in)
+		return
+	}
 
 	var res Result
 	gaveUp := false
@@ -247,6 +260,21 @@ func (r *Runner) process(ctx context.Context, m jetstream.Msg) {
 	}
 }
 
+// reject terminates an internal message whose seal failed, after
+// publishing the INTERNAL_MESSAGE_REJECTED event. Its content is never read.
+func (r *Runner) reject(ctx context.Context, m jetstream.Msg, in *Input) string {
+	r.log.Error("internal message without a valid seal; terminated unread", "seq", in.StreamSeq)
+	inc := schema.NewIncident(r.cfg.Phase, schema.CodeInternalMessageRejected)
+	if err := r.publish(ctx, in, Result{Events: []schema.Incident{inc}}); err != nil {
+		r.retry(m, in, "publish failed", err)
+		return metrics.ResultRetry
+	}
+	if err := m.Term(); err != nil {
+		r.log.Warn("term failed; the message will be redelivered and rejected again", "seq", in.StreamSeq, "err", err)
+	}
+	return metrics.ResultRejected
+}
+
 func (r *Runner) retry(m jetstream.Msg, in *Input, what string, err error) {
 	delay := r.cfg.Backoff(in.Delivered)
 	// Errors here are our own wrappings of store, NATS and adapter errors;
@@ -280,7 +308,7 @@ func (r *Runner) heartbeat(m jetstream.Msg) (stop func()) {
 // all PubAcks. Message ids derive from the input (stage, stream sequence,
 // position), so a redelivered input republishes duplicates the streams drop.
 func (r *Runner) publish(ctx context.Context, in *Input, res Result) error {
-	if len(res.Outcomes) > 0 && r.deps.Outcomes != nil {
+	if len(res.Outcomes) > 0 && !res.Unrecorded && r.deps.Outcomes != nil {
 		if err := r.deps.Outcomes.RecordOutcomes(res.Outcomes); errors.Is(err, kv.ErrFailed) {
 			// The record only serves repeated deliveries; a store that failed
 			// must not also swallow the outcome (CHECKPOINT_FAILED among
@@ -308,13 +336,14 @@ func (r *Runner) publish(ctx context.Context, in *Input, res Result) error {
 			id = base + "/n" + strconv.Itoa(i)
 		}
 		add(n.Subject, n.Data, id, n.Header)
+		r.deps.Seal.Seal(n.Subject, n.Data, msgs[len(msgs)-1].Header)
 	}
 	for i, o := range res.Outcomes {
 		data, err := schema.Marshal(o)
 		if err != nil {
 			return fmt.Errorf("encode outcome: %w", err)
 		}
-		add(r.deps.Subjects.Outcome("pending", o.ProposalID), data, base+"/o"+strconv.Itoa(i), nil)
+		add(r.deps.Subjects.Outcome(o.Host, o.ProposalID), data, base+"/o"+strconv.Itoa(i), nil)
 		events = append(events, o.Incidents...)
 	}
 	for i, o := range res.Replayed {
@@ -322,7 +351,7 @@ func (r *Runner) publish(ctx context.Context, in *Input, res Result) error {
 		if err != nil {
 			return fmt.Errorf("encode outcome: %w", err)
 		}
-		add(r.deps.Subjects.Outcome("pending", o.ProposalID), data, base+"/r"+strconv.Itoa(i), nil)
+		add(r.deps.Subjects.Outcome(o.Host, o.ProposalID), data, base+"/r"+strconv.Itoa(i), nil)
 	}
 	events = append(events, res.Events...)
 	now := NowMs(r.deps.Clock)

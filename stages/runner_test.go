@@ -10,10 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 
+	"github.com/portcullis/portcullis/internal/seal"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
@@ -39,6 +41,7 @@ func (h funcHandler) GiveUp(ctx context.Context, in *stages.Input, cause error) 
 }
 
 type rig struct {
+	seal    *seal.Sealer
 	js      jetstream.JetStream
 	subj    subjects.Subjects
 	store   *kv.Store
@@ -71,7 +74,11 @@ func newRig(t *testing.T) *rig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	return &rig{js: js, subj: subj, store: store, metrics: metrics.New(nil), rec: testenv.Record(t, nc, subj)}
+	sealer, err := seal.New(make([]byte, seal.KeySize))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &rig{seal: sealer, js: js, subj: subj, store: store, metrics: metrics.New(nil), rec: testenv.Record(t, nc, subj)}
 }
 
 // run starts a runner for stage "grounding" on stream IN and returns a
@@ -80,7 +87,7 @@ func (r *rig) run(t *testing.T, h stages.Handler, cfg stages.RunnerConfig) func(
 	t.Helper()
 	cfg.Stage, cfg.Stream, cfg.FilterSubject = subjects.StageGrounding, "IN", "in.>"
 	runner := stages.NewRunner(cfg, stages.Deps{
-		JS: r.js, Subjects: r.subj, Metrics: r.metrics, Outcomes: r.store, Clock: stages.SystemClock{},
+		JS: r.js, Seal: r.seal, Subjects: r.subj, Metrics: r.metrics, Outcomes: r.store, Clock: stages.SystemClock{},
 	}, h)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -137,7 +144,7 @@ func (r *rig) waitPendingAcks(t *testing.T, want int) {
 }
 
 func failure(pid, code string) schema.Outcome {
-	return schema.FailureOutcome(pid, schema.NewIncident(schema.PhaseGrounding, code), 1)
+	return schema.FailureOutcome(schema.ProposalRef{Host: testenv.HostName, ProposalID: pid}, schema.NewIncident(schema.PhaseGrounding, code), 1)
 }
 
 func TestRunnerPublishesRecordsAndAcks(t *testing.T) {
@@ -160,7 +167,7 @@ func TestRunnerPublishesRecordsAndAcks(t *testing.T) {
 	if n := r.streamMsgs(t, "NEXT"); n != 1 {
 		t.Errorf("next stream has %d messages", n)
 	}
-	if rec, found, err := r.store.LastOutcome("bad"); err != nil || !found || rec.Kind != o.Kind {
+	if rec, found, err := r.store.LastOutcome(testenv.Ref("bad")); err != nil || !found || rec.Kind != o.Kind {
 		t.Errorf("outcome not recorded: %+v %v %v", rec, found, err)
 	}
 	if got := testutil.ToFloat64(r.metrics.StageMessages.WithLabelValues(subjects.StageGrounding, metrics.ResultForwarded)); got != 1 {
@@ -293,4 +300,78 @@ func TestRunnerHeartbeatPreventsRedelivery(t *testing.T) {
 	if calls.Load() != 1 {
 		t.Errorf("handled %d times", calls.Load())
 	}
+}
+
+// A stage that consumes internal subjects acts only on sealed messages: an
+// unsealed or wrongly sealed one is terminated unread with the
+// INTERNAL_MESSAGE_REJECTED event, and hand-offs it publishes are sealed.
+func TestRunnerRejectsUnsealedInternalMessages(t *testing.T) {
+	r := newRig(t)
+	var handled atomic.Int64
+	r.run(t, funcHandler{handle: func(_ context.Context, in *stages.Input) (stages.Result, error) {
+		handled.Add(1)
+		return stages.Result{Next: []stages.Message{{Subject: "next." + string(in.Data), Data: in.Data}}}, nil
+	}, giveUp: func(context.Context, *stages.Input, error) (stages.Result, error) {
+		t.Error("GiveUp asked for a rejected message")
+		return stages.Result{}, nil
+	}}, stages.RunnerConfig{Internal: true, Phase: schema.PhaseGrounding})
+
+	r.publish(t, "in.forged", "forged")
+	other, _ := seal.New(append(make([]byte, seal.KeySize-1), 1))
+	m := nats.NewMsg("in.othersealed")
+	m.Data = []byte("othersealed")
+	other.Seal(m.Subject, m.Data, m.Header)
+	if _, err := r.js.PublishMsg(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	moved := nats.NewMsg("in.moved") // a genuine seal on another subject
+	moved.Data = []byte("moved")
+	r.seal.Seal("in.sealed", moved.Data, moved.Header)
+	if _, err := r.js.PublishMsg(context.Background(), moved); err != nil {
+		t.Fatal(err)
+	}
+	good := nats.NewMsg("in.sealed")
+	good.Data = []byte("sealed")
+	r.seal.Seal(good.Subject, good.Data, good.Header)
+	if _, err := r.js.PublishMsg(context.Background(), good); err != nil {
+		t.Fatal(err)
+	}
+	r.waitPendingAcks(t, 0)
+	deadline := time.Now().Add(testenv.WaitTimeout)
+	for r.streamMsgs(t, "NEXT") < 1 || countEvents(r.rec, schema.CodeInternalMessageRejected) < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("next=%d rejected events=%d", r.streamMsgs(t, "NEXT"), countEvents(r.rec, schema.CodeInternalMessageRejected))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := handled.Load(); n != 1 {
+		t.Errorf("handler ran %d times, want 1 (only the sealed message)", n)
+	}
+	if got := testutil.ToFloat64(r.metrics.StageMessages.WithLabelValues(subjects.StageGrounding, metrics.ResultRejected)); got != 3 {
+		t.Errorf("rejected = %v, want 3", got)
+	}
+	// The hand-off is sealed for the next stage.
+	s, _ := r.js.Stream(context.Background(), "NEXT")
+	msg, err := s.GetMsg(context.Background(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.seal.Check(msg.Subject, msg.Data, msg.Header) {
+		t.Error("hand-off not sealed")
+	}
+	for _, e := range r.rec.Events() {
+		if e.Code == schema.CodeInternalMessageRejected && (e.Phase != schema.PhaseGrounding || e.DispatchBoundary != schema.BoundaryNotInvoked) {
+			t.Errorf("event = %+v", e)
+		}
+	}
+}
+
+func countEvents(rec *testenv.Recorder, code string) int {
+	n := 0
+	for _, e := range rec.Events() {
+		if e.Code == code {
+			n++
+		}
+	}
+	return n
 }

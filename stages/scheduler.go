@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/portcullis/portcullis/internal/seal"
 	"github.com/portcullis/portcullis/kv"
 )
 
@@ -19,6 +20,8 @@ import (
 type Scheduler struct {
 	Store *kv.Store
 	JS    jetstream.JetStream
+	// Seal seals each timer message: timers fire on internal subjects.
+	Seal  *seal.Sealer
 	Clock Clock
 	Log   *slog.Logger
 	// Poll is how often the store is checked. Default 100ms.
@@ -61,6 +64,7 @@ func (s *Scheduler) FireDue(ctx context.Context) error {
 		for _, tm := range due {
 			m := nats.NewMsg(tm.Subject)
 			m.Data = tm.Data
+			s.Seal.Seal(tm.Subject, tm.Data, m.Header)
 			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			_, err := s.JS.PublishMsg(pctx, m, jetstream.WithMsgID(tm.MsgID))
 			cancel()

@@ -60,6 +60,10 @@ type Result struct {
 	// repeated delivery): not re-recorded, and their incidents are not
 	// announced again.
 	Replayed []schema.Outcome
+	// Unrecorded outcomes are not recorded as their proposals' last
+	// outcome: refusals of input that took no ids (a malformed proposal),
+	// so that junk leaves nothing in the store.
+	Unrecorded bool
 	// Events are incidents published only as events (GRANT_UNMATCHED).
 	Events []schema.Incident
 	// Done runs after every publish was acknowledged and before the input

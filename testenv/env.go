@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -20,6 +21,8 @@ import (
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/engine"
+	"github.com/portcullis/portcullis/internal/keyfile"
+	"github.com/portcullis/portcullis/internal/seal"
 	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/subjects"
@@ -27,6 +30,9 @@ import (
 
 // Tenants and hosts of the default test configuration.
 const (
+	// HostName is Host's name (its subject token); OtherHostName is OtherHost's.
+	HostName       = "frontdesk"
+	OtherHostName  = "elsewhere"
 	Tenant         = "tenant:demo"
 	SecurityDomain = "security-domain:demo"
 	OtherTenant    = "tenant:other"
@@ -109,8 +115,8 @@ func New(t testing.TB, opts ...Option) *Env {
 	cfg.Store.Dir = filepath.Join(dir, "store")
 	cfg.Metrics.Listen = "127.0.0.1:0"
 	cfg.Hosts = []config.Host{
-		{Name: "frontdesk", PublicKey: hostKey, Tenants: []string{Tenant}},
-		{Name: "elsewhere", PublicKey: otherKey, Tenants: []string{OtherTenant}},
+		{Name: HostName, PublicKey: hostKey, Tenants: []string{Tenant}},
+		{Name: OtherHostName, PublicKey: otherKey, Tenants: []string{OtherTenant}},
 	}
 	cfg.Tenants = []config.Tenant{
 		{Ref: Tenant, SecurityDomains: []string{SecurityDomain}},
@@ -227,28 +233,46 @@ func Body(t testing.TB, v any) []byte {
 	return b
 }
 
-// Publish publishes a proposal unsigned to `<prefix>.proposals.test`.
+// Publish publishes a proposal unsigned on HostName's subject.
 func (e *Env) Publish(t testing.TB, v any) {
 	t.Helper()
-	e.PublishWith(t, e.Subjects.Proposal("test"), Body(t, v), nil)
+	e.PublishWith(t, e.Subjects.Proposal(HostName), Body(t, v), nil)
 }
 
-// PublishSigned publishes a proposal signed by kp.
+// PublishSigned publishes a proposal signed by kp on the subject of the
+// host whose key kp is.
 func (e *Env) PublishSigned(t testing.TB, v any, kp nkeys.KeyPair) {
 	t.Helper()
 	body := Body(t, v)
-	e.PublishWith(t, e.Subjects.Proposal("test"), body, Sign(t, kp, body))
+	e.PublishWith(t, e.Subjects.Proposal(e.HostOf(t, kp)), body, Sign(t, kp, body))
 }
 
-// PublishGrant publishes a standalone grant signed by kp (nil: unsigned).
+// PublishGrant publishes a standalone grant (or decline) signed by kp on
+// its host's grants subject; nil: unsigned, on HostName's.
 func (e *Env) PublishGrant(t testing.TB, v any, kp nkeys.KeyPair) {
 	t.Helper()
 	body := Body(t, v)
+	h := HostName
 	var hdr nats.Header
 	if kp != nil {
 		hdr = Sign(t, kp, body)
+		h = e.HostOf(t, kp)
 	}
-	e.PublishWith(t, e.Subjects.Grant("test"), body, hdr)
+	e.PublishWith(t, e.Subjects.Grant(h), body, hdr)
+}
+
+// HostOf is the name of the configured host whose key kp is, or
+// "unknown-host" for a key no host has.
+func (e *Env) HostOf(t testing.TB, kp nkeys.KeyPair) string {
+	t.Helper()
+	pub, err := kp.PublicKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, ok := e.Config.HostForKey(pub); ok {
+		return h.Name
+	}
+	return "unknown-host"
 }
 
 // PublishWith publishes raw bytes with headers to a subject through
@@ -297,3 +321,31 @@ func (l *LogBuffer) Bytes() []byte {
 }
 
 func bytesContains(b []byte, s string) bool { return bytes.Contains(b, []byte(s)) }
+
+// Sealer returns the processor's internal-message sealer (its key file is
+// created if the processor has not started yet).
+func (e *Env) Sealer(t testing.TB) *seal.Sealer {
+	t.Helper()
+	path := e.Config.InternalKeyFile()
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	key, err := keyfile.LoadOrCreateInternal(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := seal.New(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// PublishInternal publishes onto an internal subject, sealed as a stage
+// would seal it: for tests that hand a stage a message directly.
+func (e *Env) PublishInternal(t testing.TB, subject string, body []byte) {
+	t.Helper()
+	hdr := nats.Header{}
+	e.Sealer(t).Seal(subject, body, hdr)
+	e.PublishWith(t, subject, body, hdr)
+}

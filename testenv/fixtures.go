@@ -145,3 +145,11 @@ func Granted(t testing.TB, p map[string]any, referent string, now time.Time) map
 	p["grant"] = Grant(FingerprintOf(t, p, referent), now, spend)
 	return p
 }
+
+// AsOtherTenant moves a fixture to OtherTenant and its security domain
+// (context and grounding scope), as OtherHost may send it. It returns p.
+func AsOtherTenant(p map[string]any) map[string]any {
+	Set(p, "context.tenant.tenant_ref", OtherTenant)
+	Set(p, "context.tenant.security_domain_ref", OtherSecurityDomain)
+	return Set(p, "grounding.scope", OtherSecurityDomain)
+}

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,7 +21,7 @@ type Recorder struct {
 	mu   sync.Mutex
 	cond *sync.Cond
 
-	outcomes map[string][]schema.Outcome
+	outcomes map[schema.ProposalRef][]schema.Outcome
 	events   []schema.IncidentEvent
 	raw      [][]byte
 	subs     []*nats.Subscription
@@ -29,7 +30,7 @@ type Recorder struct {
 // Record subscribes to outcomes and incidents on nc until the test ends.
 func Record(t testing.TB, nc *nats.Conn, s subjects.Subjects) *Recorder {
 	t.Helper()
-	r := &Recorder{t: t, outcomes: map[string][]schema.Outcome{}}
+	r := &Recorder{t: t, outcomes: map[schema.ProposalRef][]schema.Outcome{}}
 	r.cond = sync.NewCond(&r.mu)
 	sub1, err := nc.Subscribe(s.Outcomes(), func(m *nats.Msg) {
 		var o schema.Outcome
@@ -41,10 +42,13 @@ func Record(t testing.TB, nc *nats.Conn, s subjects.Subjects) *Recorder {
 			t.Errorf("outcome on %s does not decode strictly: %v: %s", m.Subject, err, m.Data)
 			return
 		}
-		if _, pid, ok := s.ParseOutcome(m.Subject); !ok || pid != o.ProposalID {
+		h, pid, ok := s.ParseOutcome(m.Subject)
+		if !ok || pid != o.ProposalID {
 			t.Errorf("outcome for %s published on %s", o.ProposalID, m.Subject)
 		}
-		r.outcomes[o.ProposalID] = append(r.outcomes[o.ProposalID], o)
+		o.Host = h
+		ref := o.To()
+		r.outcomes[ref] = append(r.outcomes[ref], o)
 		r.cond.Broadcast()
 	})
 	if err != nil {
@@ -112,17 +116,27 @@ func Count(n int) Cond { return func(outs []schema.Outcome) bool { return len(ou
 // WaitTimeout bounds every Wait.
 var WaitTimeout = 20 * time.Second
 
+// Ref names a proposal for the Recorder: "<h>/<proposal_id>", or a bare
+// proposal id of the default host (HostName).
+func Ref(id string) schema.ProposalRef {
+	if h, pid, ok := strings.Cut(id, "/"); ok {
+		return schema.ProposalRef{Host: h, ProposalID: pid}
+	}
+	return schema.ProposalRef{Host: HostName, ProposalID: id}
+}
+
 // Wait blocks until cond holds for the proposal's outcomes and returns the
-// last one; the test fails after WaitTimeout.
-func (r *Recorder) Wait(t testing.TB, proposalID string, cond Cond) schema.Outcome {
+// last one; the test fails after WaitTimeout. id is as for Ref.
+func (r *Recorder) Wait(t testing.TB, id string, cond Cond) schema.Outcome {
 	t.Helper()
-	outs := r.WaitAll(t, proposalID, cond)
+	outs := r.WaitAll(t, id, cond)
 	return outs[len(outs)-1]
 }
 
 // WaitAll is Wait returning every outcome of the proposal so far.
-func (r *Recorder) WaitAll(t testing.TB, proposalID string, cond Cond) []schema.Outcome {
+func (r *Recorder) WaitAll(t testing.TB, id string, cond Cond) []schema.Outcome {
 	t.Helper()
+	ref := Ref(id)
 	deadline := time.Now().Add(WaitTimeout)
 	timer := time.AfterFunc(WaitTimeout, func() {
 		r.mu.Lock()
@@ -133,22 +147,33 @@ func (r *Recorder) WaitAll(t testing.TB, proposalID string, cond Cond) []schema.
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for {
-		outs := r.outcomes[proposalID]
+		outs := r.outcomes[ref]
 		if len(outs) > 0 && cond(outs) {
 			return append([]schema.Outcome(nil), outs...)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("proposal %s: condition not met within %s; outcomes so far: %+v", proposalID, WaitTimeout, outs)
+			t.Fatalf("proposal %s: condition not met within %s; outcomes so far: %+v", ref, WaitTimeout, outs)
 		}
 		r.cond.Wait()
 	}
 }
 
-// Outcomes returns the proposal's outcomes so far.
-func (r *Recorder) Outcomes(proposalID string) []schema.Outcome {
+// Outcomes returns the proposal's outcomes so far (id as for Ref).
+func (r *Recorder) Outcomes(id string) []schema.Outcome {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]schema.Outcome(nil), r.outcomes[proposalID]...)
+	return append([]schema.Outcome(nil), r.outcomes[Ref(id)]...)
+}
+
+// Count returns how many outcomes arrived for any proposal.
+func (r *Recorder) Count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, outs := range r.outcomes {
+		n += len(outs)
+	}
+	return n
 }
 
 // Events returns every incident event so far.
@@ -181,4 +206,17 @@ func (r *Recorder) Raw() [][]byte {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([][]byte(nil), r.raw...)
+}
+
+// IDs names proposals as Ref reads them: a bare id for HostName's, else
+// "<h>/<proposal_id>".
+func IDs(refs []schema.ProposalRef) []string {
+	out := make([]string, len(refs))
+	for i, r := range refs {
+		out[i] = r.ProposalID
+		if r.Host != HostName {
+			out[i] = r.String()
+		}
+	}
+	return out
 }

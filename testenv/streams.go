@@ -60,7 +60,7 @@ func (e *Env) readEnvelopes(t testing.TB, ctx context.Context, stream jetstream.
 		if err := schema.Decode(m.Data, &env); err != nil {
 			t.Fatalf("%s hand-off %d does not decode strictly: %v", stage, seq, err)
 		}
-		if want := e.Subjects.Stage(stage, subjects.KindProposal, env.Proposal.ProposalID); m.Subject != want {
+		if want := e.Subjects.Stage(stage, subjects.KindProposal, subjects.ProposalToken(env.Host, env.Proposal.ProposalID)); m.Subject != want {
 			t.Errorf("hand-off for %s on %s", env.Proposal.ProposalID, m.Subject)
 		}
 		out = append(out, env)

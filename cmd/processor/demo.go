@@ -28,6 +28,9 @@ import (
 	"github.com/portcullis/portcullis/subjects"
 )
 
+// demoHost is the demo's one host: its name is the <h> of its subjects.
+const demoHost = "demo-host"
+
 // Demo timing: short enough that the whole story takes seconds.
 const (
 	demoReconcileInterval = 300 * time.Millisecond
@@ -97,18 +100,21 @@ type demo struct {
 	connectorClasses                 atomic.Value // string
 }
 
-func startDemo(stdout, stderr io.Writer, verbose bool) (d *demo, err error) {
-	d = &demo{out: stdout, start: time.Now()}
-	defer func() {
-		if err != nil {
-			_ = d.close()
-		}
-	}()
-	if d.dir, err = os.MkdirTemp("", "portcullis-demo-"); err != nil {
+func startDemo(stdout, stderr io.Writer, verbose bool) (*demo, error) {
+	d := &demo{out: stdout, start: time.Now()}
+	if err := d.setUp(stderr, verbose); err != nil {
+		_ = d.close()
 		return nil, err
 	}
+	return d, nil
+}
+
+func (d *demo) setUp(stderr io.Writer, verbose bool) (err error) {
+	if d.dir, err = os.MkdirTemp("", "portcullis-demo-"); err != nil {
+		return err
+	}
 	if d.host, err = nkeys.CreateUser(); err != nil {
-		return nil, err
+		return err
 	}
 	pub, _ := d.host.PublicKey()
 	cfg := config.Defaults()
@@ -116,7 +122,8 @@ func startDemo(stdout, stderr io.Writer, verbose bool) (d *demo, err error) {
 	cfg.NATS.StoreDir = filepath.Join(d.dir, "nats")
 	cfg.Store.Dir = filepath.Join(d.dir, "store")
 	cfg.Metrics.Listen = ""
-	cfg.Hosts = []config.Host{{Name: "demo-host", PublicKey: pub, Tenants: []string{"tenant:demo", "tenant:acme", "tenant:traveler"}}}
+	cfg.NATS.Auth = false // TODO(auth): the demo's roles log in with their own keys
+	cfg.Hosts = []config.Host{{Name: demoHost, PublicKey: pub, Tenants: []string{"tenant:demo", "tenant:acme", "tenant:traveler"}}}
 	cfg.Tenants = []config.Tenant{
 		{Ref: "tenant:demo", SecurityDomains: []string{"security-domain:demo"}},
 		{Ref: "tenant:acme", SecurityDomains: []string{"security-domain:acme-infra"}},
@@ -157,25 +164,25 @@ func startDemo(stdout, stderr io.Writer, verbose bool) (d *demo, err error) {
 		Adapters: map[string]adapters.Adapter{"inventory": d.inventory, "infra": d.infra, "ledger": d.ledger},
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	d.subj = d.proc.Subjects()
 	if d.nc, err = nats.Connect(d.proc.NATSURL(), nats.Name("portcullis-demo")); err != nil {
-		return nil, err
+		return err
 	}
 	if d.js, err = jetstream.New(d.nc); err != nil {
-		return nil, err
+		return err
 	}
 	if d.outs, err = recordOutcomes(d.nc, d.subj); err != nil {
-		return nil, err
+		return err
 	}
 	if err := d.serveResolver(); err != nil {
-		return nil, err
+		return err
 	}
 	if err := d.serveDuffel(); err != nil {
-		return nil, err
+		return err
 	}
-	return d, nil
+	return nil
 }
 
 func (d *demo) close() error {
@@ -305,7 +312,7 @@ func (d *demo) publish(subject string, v any) error {
 }
 
 func (d *demo) propose(p map[string]any) error {
-	return d.publish(d.subj.Proposal("demo"), p)
+	return d.publish(d.subj.Proposal(demoHost), p)
 }
 
 // fingerprintOf is the fingerprint a proposal grounds to with referent.
@@ -587,7 +594,7 @@ func (d *demo) flight() error {
 	d.printf("           approval prompt: %q  (%s %d.%02d; the request expires in %s)\n", ap.Summary, ap.ExternalSpend.Currency,
 		ap.ExternalSpend.AmountMinor/100, ap.ExternalSpend.AmountMinor%100, time.Until(time.UnixMilli(ap.ExpiresAtMs)).Round(time.Second))
 	grant := grantFor(ap.Fingerprint, pid, schema.AssuranceBiometric, map[string]any{"currency": "USD", "amount_minor": 24567})
-	if err := d.publish(d.subj.Grant("demo"), grant); err != nil {
+	if err := d.publish(d.subj.Grant(demoHost), grant); err != nil {
 		return err
 	}
 	d.event("the traveler approves with Face ID: a signed grant (manual, biometric, ≤ USD 245.67) for %s", short(ap.Fingerprint))

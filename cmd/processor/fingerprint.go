@@ -105,7 +105,7 @@ func cmdFingerprint(args []string, stdin io.Reader, stdout, stderr io.Writer) in
 			// the incident event.
 			writeJSON(stdout, v.Incident.Event(now))
 		} else {
-			writeJSON(stdout, schema.FailureOutcome(v.ProposalID, *v.Incident, now))
+			writeJSON(stdout, schema.FailureOutcome(schema.ProposalRef{ProposalID: v.ProposalID}, *v.Incident, now))
 		}
 		return 1
 	}
@@ -125,7 +125,7 @@ func cmdFingerprint(args []string, stdin io.Reader, stdout, stderr io.Writer) in
 		verdict = grounding.Decide(p, p.Grounding.Candidates, cfg.Grounding.MaxCandidates)
 	}
 	if !verdict.Grounded() {
-		writeJSON(stdout, schema.FailureOutcome(p.ProposalID, *verdict.Incident, now))
+		writeJSON(stdout, schema.FailureOutcome(schema.ProposalRef{ProposalID: p.ProposalID}, *verdict.Incident, now))
 		return 1
 	}
 	r, err := fingerprint.Of(p, verdict.Referent)

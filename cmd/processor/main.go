@@ -105,12 +105,20 @@ func cmdValidate(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 
 func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs := newFlags("run", stderr)
-	dev := fs.Bool("dev", false, "development mode: embedded NATS on 127.0.0.1:4222, data under --data, unsigned input allowed, fake provider \"demo\", metrics on 127.0.0.1:9464")
+	dev := fs.Bool("dev", false, "development mode: embedded NATS without authentication, data under --data, unsigned input allowed, fake provider \"demo\"")
 	data := fs.String("data", "data", "data directory for --dev")
+	listen := fs.String("listen", config.DefaultListen, "with --dev: the embedded NATS server's address")
+	metricsListen := fs.String("metrics-listen", config.DefaultMetricsListen, "with --dev: the /metrics address (\"\" disables it)")
 	path := fs.String("config", "", "configuration file (HCL)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "processor run: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var cfg *config.Config
 	switch {
 	case *dev && *path != "":
@@ -118,7 +126,16 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	case *dev:
 		cfg = config.Dev(*data)
+		cfg.NATS.Listen, cfg.Metrics.Listen = *listen, *metricsListen
+		if err := cfg.Validate(); err != nil {
+			fmt.Fprintln(stderr, "processor run:", err)
+			return 2
+		}
 	case *path != "":
+		if set["listen"] || set["metrics-listen"] || set["data"] {
+			fmt.Fprintln(stderr, "processor run: --listen, --metrics-listen and --data go with --dev; set nats.listen and metrics.listen in the configuration")
+			return 2
+		}
 		c, err := config.Load(*path)
 		if err != nil {
 			fmt.Fprintln(stderr, err)
@@ -140,8 +157,15 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if *dev {
-		fmt.Fprintf(stdout, "Portcullis is running (development mode).\n  NATS JetStream: %s\n  metrics:        http://%s/metrics\n  data:           %s\nPublish proposals to %s; outcomes arrive on %s. Ctrl-C stops.\n",
-			p.NATSURL(), p.MetricsAddr(), *data, p.Subjects().Proposals(), p.Subjects().Outcomes())
+		metricsURL := "off"
+		if a := p.MetricsAddr(); a != "" {
+			metricsURL = "http://" + a + "/metrics"
+		}
+		subj := p.Subjects()
+		fmt.Fprintf(stdout, "Portcullis is running (development mode: no NATS authentication, unsigned input admitted).\n"+
+			"  NATS JetStream: %s\n  metrics:        %s\n  data:           %s\n  providers:      demo (fake: confirms every dispatch)\n"+
+			"Publish proposals as any host <h> on %s (intent.provider \"demo\"); outcomes arrive on %s. Ctrl-C stops.\n",
+			p.NATSURL(), metricsURL, *data, subj.Proposal("<h>"), subj.Outcome("<h>", "<proposal_id>"))
 	}
 	select {
 	case <-ctx.Done():

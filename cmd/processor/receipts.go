@@ -58,7 +58,7 @@ func writeReceipts(w io.Writer, r *admin.Receipts) {
 		state += ", settled by the " + r.Resolution
 	}
 	fmt.Fprintf(w, "fingerprint  %s\nreferent     %s\nproposals    %s\noutcome      %s\n\n",
-		r.Fingerprint, r.Referent, strings.Join(r.ProposalIDs, ", "), state)
+		r.Fingerprint, r.Referent, schema.JoinRefs(r.Proposals, ", "), state)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "#\tRECEIPT\tSTATUS\tNEXT\tATTEMPT\tERROR_CODE\tRECORDED")
 	for i, rc := range r.Receipts {

@@ -97,7 +97,7 @@ func writeList(w io.Writer, l *admin.List) {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", a.Fingerprint,
 			age(time.Duration(l.NowMs-a.SinceMs)*time.Millisecond), a.Provider, a.Operation, a.Environment, a.Referent,
-			a.Attempts, a.MaxAttempts, state, orDash(a.ErrorCode), strings.Join(a.ProposalIDs, ","))
+			a.Attempts, a.MaxAttempts, state, orDash(a.ErrorCode), schema.JoinRefs(a.Proposals, ","))
 	}
 	tw.Flush()
 }
@@ -157,5 +157,5 @@ func writeResolved(w io.Writer, r *admin.Resolved) {
 	}
 	fmt.Fprintf(w, "resolved %s: effect %s → %s\n  receipt    %s (status %s, previous %s)\n  evidence   %s\n  outcome to %s\n",
 		r.Fingerprint, effect, r.OutcomeKind, r.Receipt.ReceiptID, r.Receipt.Status, prev,
-		strings.Join(r.Receipt.EvidenceRefs, " "), strings.Join(r.ProposalIDs, ", "))
+		strings.Join(r.Receipt.EvidenceRefs, " "), schema.JoinRefs(r.Proposals, ", "))
 }

@@ -64,13 +64,13 @@ type ReceiptsRequest struct {
 // Receipts is a fingerprint's receipt history, oldest first, and the
 // outcome its latest receipt gives.
 type Receipts struct {
-	Fingerprint string           `json:"fingerprint"`
-	Referent    string           `json:"referent"`
-	ProposalIDs []string         `json:"proposal_ids"`
-	OutcomeKind string           `json:"outcome_kind"`
-	Terminal    bool             `json:"terminal"`
-	Resolution  string           `json:"resolution"`
-	Receipts    []schema.Receipt `json:"receipts"`
+	Fingerprint string               `json:"fingerprint"`
+	Referent    string               `json:"referent"`
+	Proposals   []schema.ProposalRef `json:"proposals"`
+	OutcomeKind string               `json:"outcome_kind"`
+	Terminal    bool                 `json:"terminal"`
+	Resolution  string               `json:"resolution"`
+	Receipts    []schema.Receipt     `json:"receipts"`
 }
 
 // ListRequest asks for the indeterminate queue (verb reconcile.list).
@@ -99,12 +99,12 @@ type ResolveRequest struct {
 }
 
 // Resolved is what a resolution recorded. Its outcome reaches every
-// proposal on `<prefix>.outcomes.<proposal_id>` moments later.
+// proposal on `<prefix>.outcomes.<h>.<proposal_id>` moments later.
 type Resolved struct {
-	Fingerprint string         `json:"fingerprint"`
-	OutcomeKind string         `json:"outcome_kind"`
-	Receipt     schema.Receipt `json:"receipt"`
-	ProposalIDs []string       `json:"proposal_ids"`
+	Fingerprint string               `json:"fingerprint"`
+	OutcomeKind string               `json:"outcome_kind"`
+	Receipt     schema.Receipt       `json:"receipt"`
+	Proposals   []schema.ProposalRef `json:"proposals"`
 }
 
 // NormalizeFingerprint accepts "sha256:<64 hex>" or the 64 hex digits alone

@@ -139,7 +139,7 @@ func (s *Server) receipts(data []byte) []byte {
 		return answer[Receipts](nil, s.internal("reading receipts", err))
 	}
 	return answer(&Receipts{
-		Fingerprint: rec.Fingerprint, Referent: rec.Referent, ProposalIDs: slices.Clone(rec.ProposalIDs),
+		Fingerprint: rec.Fingerprint, Referent: rec.Referent, Proposals: slices.Clone(rec.Proposals),
 		OutcomeKind: rec.OutcomeKind, Terminal: rec.OutcomeTerminal, Resolution: rec.Resolution, Receipts: rs,
 	}, nil)
 }
@@ -175,5 +175,5 @@ func (s *Server) resolve(data []byte) []byte {
 	case err != nil:
 		return answer[Resolved](nil, s.internal("recording the resolution", err))
 	}
-	return answer(&Resolved{Fingerprint: req.Fingerprint, OutcomeKind: res.OutcomeKind, Receipt: res.Receipt, ProposalIDs: res.ProposalIDs}, nil)
+	return answer(&Resolved{Fingerprint: req.Fingerprint, OutcomeKind: res.OutcomeKind, Receipt: res.Receipt, Proposals: res.Proposals}, nil)
 }

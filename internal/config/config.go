@@ -40,7 +40,7 @@ const (
 	MaxMaxInFlight          = 4096
 	DefaultStreamMaxAge     = 7 * 24 * time.Hour
 	DefaultIngressMaxBytes  = 1 << 30
-	DefaultStageMaxBytes   = 1 << 30
+	DefaultStageMaxBytes    = 1 << 30
 	DefaultHistoryMaxBytes  = 1 << 30
 	MinStreamMaxBytes       = 1 << 20
 	InternalKeyName         = "internal.key"

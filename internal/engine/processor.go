@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
@@ -23,8 +22,11 @@ import (
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/admin"
 	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/internal/policy"
+	"github.com/portcullis/portcullis/internal/seal"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
+	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/stages/admission"
 	"github.com/portcullis/portcullis/stages/authorization"
@@ -71,6 +73,7 @@ type Processor struct {
 	metrics  *metrics.Metrics
 	httpSrv  *http.Server
 	httpLn   net.Listener
+	seal     *seal.Sealer
 	adapters map[string]adapters.Adapter
 	recon    *reconciliation.Stage
 	// stopAdmin ends the operator API (admin.Server) before the store closes.
@@ -86,11 +89,14 @@ type Processor struct {
 	err       error
 }
 
-// Start brings up a processor and returns once every stage consumes.
-func Start(ctx context.Context, o Options) (p *Processor, err error) {
+// Start brings up a processor and returns once every stage consumes. A
+// failure is returned at once, as one error that says what failed (a port
+// in use, an unreachable server, a bad key file), with everything started
+// so far stopped again.
+func Start(ctx context.Context, o Options) (*Processor, error) {
 	cfg := o.Config
 	if cfg == nil {
-		return nil, errors.New("processor: no config")
+		return nil, errors.New("engine: no config")
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -99,7 +105,7 @@ func Start(ctx context.Context, o Options) (p *Processor, err error) {
 	if err != nil {
 		return nil, err
 	}
-	p = &Processor{
+	p := &Processor{
 		cfg: cfg, log: o.Log, clock: o.Clock, subj: subj,
 		drain: o.DrainTimeout, done: make(chan struct{}),
 	}
@@ -112,34 +118,56 @@ func Start(ctx context.Context, o Options) (p *Processor, err error) {
 	if p.drain <= 0 {
 		p.drain = 30 * time.Second
 	}
+	started := false
 	defer func() {
-		if err != nil {
+		if !started {
 			p.teardown()
 		}
 	}()
+	if err := p.start(ctx, o); err != nil {
+		return nil, err
+	}
+	started = true
+	return p, nil
+}
+
+func (p *Processor) start(ctx context.Context, o Options) error {
+	cfg, subj := p.cfg, p.subj
 	if cfg.Admission.AllowUnsigned {
 		p.log.Warn("!!! UNSIGNED PROPOSALS AND GRANTS ARE ADMITTED: anyone who can publish can act for any tenant. Development only; never in production. !!!")
 	}
-	if err := p.connect(); err != nil {
-		return nil, err
+	if cfg.NATS.Embedded && !cfg.NATS.Auth {
+		p.log.Warn("!!! NATS AUTHENTICATION IS OFF: any local client may publish on any subject, internal ones included. Development only. !!!")
 	}
-	bucket, err := EnsureStreams(ctx, p.js, subj, cfg.NATS.Replicas, cfg.Approval.TTL)
+	key, err := loadInternalKey(cfg.InternalKeyFile())
 	if err != nil {
-		return nil, err
+		return err
+	}
+	if p.seal, err = seal.New(key); err != nil {
+		return fmt.Errorf("engine: internal key: %w", err)
+	}
+	// The metrics listener first: a bad or busy address fails at once.
+	if err := p.listenMetrics(); err != nil {
+		return err
+	}
+	if err := p.connect(); err != nil {
+		return err
+	}
+	bucket, err := EnsureStreams(ctx, p.js, subj, cfg)
+	if err != nil {
+		return err
 	}
 	p.activity = &activity.Store{KV: bucket, Now: func() int64 { return stages.NowMs(p.clock) }}
 	p.store, err = kv.Open(cfg.Store.Dir, kv.Options{FS: o.StoreFS, Logger: p.log.With("component", "pebble")})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	var providers []string
 	for _, pr := range cfg.Providers {
 		providers = append(providers, pr.Name)
 	}
 	p.metrics = metrics.New(providers)
-	if err := p.serveMetrics(); err != nil {
-		return nil, err
-	}
+	p.serveMetrics()
 
 	p.adapters = map[string]adapters.Adapter{}
 	for _, pr := range cfg.Providers {
@@ -149,23 +177,23 @@ func Start(ctx context.Context, o Options) (p *Processor, err error) {
 		}
 		a, err := adapters.New(pr, p.nc, subj)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		p.adapters[pr.Name] = a
 	}
-	deps := stages.Deps{JS: p.js, Subjects: subj, Metrics: p.metrics, Outcomes: p.store, Clock: p.clock, Log: p.log}
+	deps := stages.Deps{JS: p.js, Seal: p.seal, Subjects: subj, Metrics: p.metrics, Outcomes: p.store, Clock: p.clock, Log: p.log}
 	runners, err := p.runners(deps)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	// The operator's API (processor receipts, processor reconcile).
 	adm := &admin.Server{Store: p.store, Reconciliation: p.recon, Subjects: subj, Clock: p.clock, Log: p.log.With("component", "admin")}
 	if p.stopAdmin, err = adm.Serve(p.nc); err != nil {
-		return nil, err
+		return err
 	}
 	for _, r := range runners {
 		if _, err := r.EnsureConsumer(ctx); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	fetchCtx, stopFetch := context.WithCancel(context.Background())
@@ -179,10 +207,10 @@ func Start(ctx context.Context, o Options) (p *Processor, err error) {
 		})
 	}
 	p.wg.Go(func() { p.watchStore(fetchCtx) })
-	sched := &stages.Scheduler{Store: p.store, JS: p.js, Clock: p.clock, Log: p.log, Poll: o.SchedulerPoll}
+	sched := &stages.Scheduler{Store: p.store, JS: p.js, Seal: p.seal, Clock: p.clock, Log: p.log, Poll: o.SchedulerPoll}
 	p.wg.Go(func() { _ = sched.Run(fetchCtx) })
 	p.log.Info("processor started", "nats", p.NATSURL(), "metrics", p.MetricsAddr(), "store", cfg.Store.Dir, "prefix", subj.Prefix())
-	return p, nil
+	return nil
 }
 
 // runners builds one runner per stage that exists.
@@ -196,10 +224,13 @@ func (p *Processor) runners(deps stages.Deps) ([]*stages.Runner, error) {
 			AllowUnsigned:   p.cfg.Admission.AllowUnsigned,
 			MaxPayloadBytes: p.cfg.Admission.MaxPayloadBytes,
 			Hosts:           p.cfg.Hosts,
+			Tenants:         p.cfg.Tenants,
 			Providers:       providers,
 		},
 		Store: p.store, Subjects: p.subj, Clock: p.clock,
+		Log: p.log.With("stage", subjects.StageAdmission),
 	}
+	rules := policy.Rules{Managed: p.cfg.Policies, ClockSkew: p.cfg.Approval.ClockSkew, MaxGrantLifetime: p.cfg.Approval.MaxGrantLifetime}
 	gr := &grounding.Stage{
 		Subjects: p.subj, Clock: p.clock, Store: p.store,
 		Source:        &grounding.Source{Conn: p.nc, Subjects: p.subj, Timeout: p.cfg.Grounding.SourceTimeout},
@@ -207,11 +238,12 @@ func (p *Processor) runners(deps stages.Deps) ([]*stages.Runner, error) {
 	}
 	authz := &authorization.Stage{
 		Policy: authorization.Policy{
-			Managed:       p.cfg.Policies,
+			Rules:         rules,
 			ApprovalTTL:   p.cfg.Approval.TTL,
 			AllowUnsigned: p.cfg.Admission.AllowUnsigned,
 			MaxGrantBytes: p.cfg.Admission.MaxPayloadBytes,
 			Hosts:         p.cfg.Hosts,
+			Tenants:       p.cfg.Tenants,
 		},
 		Store: p.store, Activity: p.activity, Metrics: p.metrics, Subjects: p.subj, Clock: p.clock, JS: p.js,
 		Log: p.log.With("stage", subjects.StageAuthorization),
@@ -220,7 +252,7 @@ func (p *Processor) runners(deps stages.Deps) ([]*stages.Runner, error) {
 		return nil, err
 	}
 	disp := &dispatch.Stage{
-		Store: p.store, Adapters: p.adapters, Providers: p.cfg.Providers, Policies: p.cfg.Policies,
+		Store: p.store, Adapters: p.adapters, Providers: p.cfg.Providers, Rules: rules,
 		NC: p.nc, Subjects: p.subj, Clock: p.clock, Metrics: p.metrics, Activity: p.activity,
 		Log:               p.log.With("stage", subjects.StageDispatch),
 		ReconcileInterval: p.cfg.Reconciliation.Interval,
@@ -239,6 +271,7 @@ func (p *Processor) runners(deps stages.Deps) ([]*stages.Runner, error) {
 		stages.NewRunner(stages.RunnerConfig{
 			Stage: subjects.StageDispatch, Stream: p.subj.StageStream(subjects.StageDispatch),
 			FilterSubject: p.subj.StageAll(subjects.StageDispatch), Workers: 16,
+			Internal: true, Phase: schema.PhaseDispatch,
 		}, deps, disp),
 		stages.NewRunner(stages.RunnerConfig{
 			Stage: subjects.StageAdmission, Stream: p.subj.ProposalsStream(), FilterSubject: p.subj.Proposals(), Workers: 8,
@@ -246,11 +279,13 @@ func (p *Processor) runners(deps stages.Deps) ([]*stages.Runner, error) {
 		// Workers may wait up to source_timeout on a candidate source.
 		stages.NewRunner(stages.RunnerConfig{
 			Stage: subjects.StageGrounding, Stream: p.subj.StageStream(subjects.StageGrounding),
-			FilterSubject: p.subj.Stage(subjects.StageGrounding, subjects.KindProposal, "*"), Workers: 8,
+			FilterSubject: p.subj.Stage(subjects.StageGrounding, subjects.KindProposal, "*.*"), Workers: 8,
+			Internal: true, Phase: schema.PhaseGrounding,
 		}, deps, gr),
 		stages.NewRunner(stages.RunnerConfig{
 			Stage: subjects.StageAuthorization, Stream: p.subj.StageStream(subjects.StageAuthorization),
 			FilterSubject: p.subj.StageAll(subjects.StageAuthorization),
+			Internal:      true, Phase: schema.PhaseAuthorization,
 		}, deps, authz),
 		stages.NewRunner(stages.RunnerConfig{
 			Stage: subjects.StageGrants, Stream: p.subj.GrantsStream(), FilterSubject: p.subj.Grants(),
@@ -259,81 +294,9 @@ func (p *Processor) runners(deps stages.Deps) ([]*stages.Runner, error) {
 		stages.NewRunner(stages.RunnerConfig{
 			Stage: subjects.StageReconciliation, Stream: p.subj.StageStream(subjects.StageReconciliation),
 			FilterSubject: p.subj.StageAll(subjects.StageReconciliation), Workers: 8,
+			Internal: true, Phase: schema.PhaseReconciliation,
 		}, deps, p.recon),
 	}, nil
-}
-
-func (p *Processor) connect() error {
-	n := p.cfg.NATS
-	url := n.URL
-	if n.Embedded {
-		host, portStr, err := net.SplitHostPort(n.Listen)
-		if err != nil {
-			return fmt.Errorf("processor: nats.listen %q: %w", n.Listen, err)
-		}
-		port, err := strconv.Atoi(portStr)
-		if err != nil {
-			return fmt.Errorf("processor: nats.listen %q: %w", n.Listen, err)
-		}
-		if port == 0 {
-			port = server.RANDOM_PORT
-		}
-		srv, err := server.NewServer(&server.Options{
-			ServerName: "portcullis",
-			Host:       host,
-			Port:       port,
-			JetStream:  true,
-			StoreDir:   n.StoreDir,
-			SyncAlways: n.SyncAlways,
-			NoSigs:     true,
-			NoLog:      true,
-		})
-		if err != nil {
-			return fmt.Errorf("processor: embedded nats: %w", err)
-		}
-		go srv.Start()
-		if !srv.ReadyForConnections(30 * time.Second) {
-			srv.Shutdown()
-			return fmt.Errorf("processor: embedded nats on %s did not start", n.Listen)
-		}
-		p.srv = srv
-		url = srv.ClientURL()
-	}
-	opts := []nats.Option{
-		nats.Name("portcullis-processor"),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250 * time.Millisecond),
-	}
-	if n.Credentials != "" {
-		opts = append(opts, nats.UserCredentials(n.Credentials))
-	}
-	nc, err := nats.Connect(url, opts...)
-	if err != nil {
-		return fmt.Errorf("processor: connect %s: %w", url, err)
-	}
-	p.nc = nc
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
-	if err != nil {
-		return fmt.Errorf("processor: jetstream: %w", err)
-	}
-	p.js = js
-	return nil
-}
-
-func (p *Processor) serveMetrics() error {
-	if p.cfg.Metrics.Listen == "" {
-		return nil
-	}
-	ln, err := net.Listen("tcp", p.cfg.Metrics.Listen)
-	if err != nil {
-		return fmt.Errorf("processor: metrics.listen: %w", err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", p.metrics.Handler())
-	p.httpLn = ln
-	p.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = p.httpSrv.Serve(ln) }()
-	return nil
 }
 
 // watchStore stops the processor once Pebble reported a fatal error (a
@@ -416,6 +379,8 @@ func (p *Processor) teardown() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_ = p.httpSrv.Shutdown(ctx)
 		cancel()
+	} else if p.httpLn != nil {
+		_ = p.httpLn.Close() // opened, never served: a start that failed
 	}
 	if p.nc != nil {
 		p.nc.Close()

@@ -9,6 +9,7 @@ package policy
 
 import (
 	"slices"
+	"time"
 
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/schema"
@@ -66,14 +67,26 @@ func evaluation(layer, code string) schema.PolicyEvaluation {
 	return schema.PolicyEvaluation{Layer: layer, Outcome: schema.EvalDeny, ReasonCode: code}
 }
 
+// Rules are what a grant is judged with: the managed policies and the
+// time rules of SPEC §2.2.
+type Rules struct {
+	// Managed are the configured managed_policy blocks, in config order.
+	Managed []config.ManagedPolicy
+	// ClockSkew is how far in the future issued_at_ms may lie (host
+	// clocks drift); expiry is strict.
+	ClockSkew time.Duration
+	// MaxGrantLifetime bounds expires_at_ms − issued_at_ms; 0: unbounded.
+	MaxGrantLifetime time.Duration
+}
+
 // Authorize checks grant g against target t at nowMs, then every managed
 // policy that applies. Without a grant nothing is authorized
 // (APPROVAL_REQUIRED): a managed policy never grants.
-func Authorize(g *schema.Grant, t Target, policies []config.ManagedPolicy, nowMs int64) Decision {
+func (r Rules) Authorize(g *schema.Grant, t Target, nowMs int64) Decision {
 	if g == nil {
 		return Decision{Code: schema.CodeApprovalRequired}
 	}
-	code := CheckGrant(g, t, nowMs)
+	code := r.CheckGrant(g, t, nowMs)
 	d := Decision{Code: code, Evaluations: []schema.PolicyEvaluation{evaluation(LayerGrant, code)}}
 	if code != "" {
 		// Managed policies restrict a grant; a grant that failed has
@@ -81,7 +94,7 @@ func Authorize(g *schema.Grant, t Target, policies []config.ManagedPolicy, nowMs
 		// even be well formed.
 		return d
 	}
-	m := Managed(policies, g, t)
+	m := Managed(r.Managed, g, t)
 	d.Code = m.Code
 	d.Evaluations = append(d.Evaluations, m.Evaluations...)
 	return d
@@ -91,25 +104,26 @@ func Authorize(g *schema.Grant, t Target, policies []config.ManagedPolicy, nowMs
 // (disabled, live forbidden, allow-lists, spend ceilings) to a proposal that
 // has none yet, so that nobody is asked to approve what policy refuses
 // anyway. Authorize applies them all again once a grant arrives.
-func Screen(policies []config.ManagedPolicy, t Target) Decision {
-	return Managed(policies, nil, t)
+func (r Rules) Screen(t Target) Decision {
+	return Managed(r.Managed, nil, t)
 }
 
 // CheckGrant returns the first grant check that fails, in this order, or "":
 // well formed (GRANT_MALFORMED); bound to this proposal and fingerprint
-// (GRANT_BINDING_MISMATCH); inside its window (GRANT_NOT_YET_VALID,
-// GRANT_EXPIRED); a test_fixture grant never authorizes live
-// (TEST_GRANT_FOR_LIVE_ACTION); a spend needs a same-currency ceiling at
-// least the amount (EXTERNAL_SPEND_EXCEEDS_GRANT). Authentication is the
-// caller's: it depends on how the grant arrived.
-func CheckGrant(g *schema.Grant, t Target, nowMs int64) string {
+// (GRANT_BINDING_MISMATCH); a window no longer than MaxGrantLifetime
+// (GRANT_LIFETIME_EXCEEDED); inside it (GRANT_NOT_YET_VALID, GRANT_EXPIRED);
+// a test_fixture grant never authorizes live (TEST_GRANT_FOR_LIVE_ACTION);
+// a spend needs a same-currency ceiling at least the amount
+// (EXTERNAL_SPEND_EXCEEDS_GRANT). Authentication is the caller's: it
+// depends on how the grant arrived.
+func (r Rules) CheckGrant(g *schema.Grant, t Target, nowMs int64) string {
 	if !g.Valid() {
 		return schema.CodeGrantMalformed
 	}
 	if (g.ProposalID != "" && g.ProposalID != t.ProposalID) || g.IntentFingerprint != t.Fingerprint {
 		return schema.CodeGrantBindingMismatch
 	}
-	if code := CheckWindow(g, nowMs); code != "" {
+	if code := r.CheckWindow(g, nowMs); code != "" {
 		return code
 	}
 	if g.AuthorizationMethod == schema.MethodTestFixture && t.Environment == schema.EnvLive {
@@ -124,10 +138,13 @@ func CheckGrant(g *schema.Grant, t Target, nowMs int64) string {
 	return ""
 }
 
-// CheckWindow checks issued_at_ms ≤ now < expires_at_ms.
-func CheckWindow(g *schema.Grant, nowMs int64) string {
+// CheckWindow checks the grant's lifetime, then
+// issued_at_ms − ClockSkew ≤ now < expires_at_ms.
+func (r Rules) CheckWindow(g *schema.Grant, nowMs int64) string {
 	switch {
-	case nowMs < g.IssuedAtMs:
+	case r.MaxGrantLifetime > 0 && g.ExpiresAtMs-g.IssuedAtMs > r.MaxGrantLifetime.Milliseconds():
+		return schema.CodeGrantLifetimeExceeded
+	case nowMs < g.IssuedAtMs-r.ClockSkew.Milliseconds():
 		return schema.CodeGrantNotYetValid
 	case nowMs >= g.ExpiresAtMs:
 		return schema.CodeGrantExpired

@@ -98,10 +98,10 @@ func TestCheckGrant(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g, tg, at := grant(), flight(), now
 			tc.edit(g, &tg, &at)
-			if got := CheckGrant(g, tg, at); got != tc.want {
+			if got := (Rules{}).CheckGrant(g, tg, at); got != tc.want {
 				t.Fatalf("CheckGrant = %q, want %q", got, tc.want)
 			}
-			d := Authorize(g, tg, nil, at)
+			d := Rules{}.Authorize(g, tg, at)
 			if d.Code != tc.want || d.Permitted() != (tc.want == "") {
 				t.Fatalf("Authorize = %+v, want %q", d, tc.want)
 			}
@@ -118,7 +118,7 @@ func TestCheckGrant(t *testing.T) {
 }
 
 func TestAuthorizeWithoutGrant(t *testing.T) {
-	d := Authorize(nil, flight(), []config.ManagedPolicy{{Name: "open"}}, now)
+	d := Rules{Managed: []config.ManagedPolicy{{Name: "open"}}}.Authorize(nil, flight(), now)
 	if d.Code != schema.CodeApprovalRequired || d.Permitted() || len(d.Evaluations) != 0 {
 		t.Fatalf("Authorize(nil) = %+v", d)
 	}
@@ -229,7 +229,7 @@ func TestManagedPolicy(t *testing.T) {
 			if got := CheckManaged(&p, g, tg); Applies(&p, tg.SecurityDomain) && got != tc.want {
 				t.Fatalf("CheckManaged = %q, want %q", got, tc.want)
 			}
-			d := Authorize(g, tg, []config.ManagedPolicy{p}, now)
+			d := Rules{Managed: []config.ManagedPolicy{p}}.Authorize(g, tg, now)
 			if d.Code != tc.want {
 				t.Fatalf("Authorize = %+v, want %q", d, tc.want)
 			}
@@ -253,7 +253,7 @@ func TestGrantChecksComeFirst(t *testing.T) {
 	p.Disabled = true
 	g := grant()
 	g.IntentFingerprint = other
-	d := Authorize(g, flight(), []config.ManagedPolicy{p}, now)
+	d := Rules{Managed: []config.ManagedPolicy{p}}.Authorize(g, flight(), now)
 	want := []schema.PolicyEvaluation{{Layer: LayerGrant, Outcome: schema.EvalDeny, ReasonCode: schema.CodeGrantBindingMismatch}}
 	if d.Code != schema.CodeGrantBindingMismatch || !slices.Equal(d.Evaluations, want) {
 		t.Fatalf("Authorize = %+v", d)
@@ -277,7 +277,7 @@ func TestManyPolicies(t *testing.T) {
 	// The earliest rule wins whatever the block order; every applicable
 	// policy is evaluated; a policy of another domain is not listed.
 	for _, order := range [][]config.ManagedPolicy{{open, spend, elsewhere, providers}, {providers, elsewhere, spend, open}} {
-		d := Authorize(grant(), flight(), order, now)
+		d := Rules{Managed: order}.Authorize(grant(), flight(), now)
 		if d.Code != schema.CodeProviderNotAllowed {
 			t.Errorf("order %v: code = %q", names(order), d.Code)
 		}
@@ -299,26 +299,26 @@ func TestManyPolicies(t *testing.T) {
 	}
 	// Stricter policies intersect: each one's ceiling applies.
 	loose := config.ManagedPolicy{Name: "loose", MaxExternalSpend: map[string]int64{"USD": 1 << 40}}
-	if d := Authorize(grant(), flight(), []config.ManagedPolicy{loose, spend}, now); d.Code != schema.CodeExternalSpendExceedsPolicy {
+	if d := (Rules{Managed: []config.ManagedPolicy{loose, spend}}).Authorize(grant(), flight(), now); d.Code != schema.CodeExternalSpendExceedsPolicy {
 		t.Errorf("intersection: %+v", d)
 	}
 	// A managed policy never grants: the most permissive one adds nothing
 	// to a grant that fails.
 	g := grant()
 	g.ExpiresAtMs = now
-	if d := Authorize(g, flight(), []config.ManagedPolicy{open}, now); d.Code != schema.CodeGrantMalformed {
+	if d := (Rules{Managed: []config.ManagedPolicy{open}}).Authorize(g, flight(), now); d.Code != schema.CodeGrantMalformed {
 		t.Errorf("a policy rescued a malformed grant: %+v", d)
 	}
 
 	// Screen skips the grant's own rules (method, assurance) and applies the rest.
-	s := Screen([]config.ManagedPolicy{weak, {Name: "auto", AutomaticApprovalForbidden: true}, open}, flight())
+	s := Rules{Managed: []config.ManagedPolicy{weak, {Name: "auto", AutomaticApprovalForbidden: true}, open}}.Screen(flight())
 	if !s.Permitted() || !slices.Equal(s.Evaluations, []schema.PolicyEvaluation{pass("weak"), pass("auto"), pass("open")}) {
 		t.Errorf("Screen = %+v", s)
 	}
-	if s := Screen([]config.ManagedPolicy{open, spend}, flight()); s.Code != schema.CodeExternalSpendExceedsPolicy {
+	if s := (Rules{Managed: []config.ManagedPolicy{open, spend}}).Screen(flight()); s.Code != schema.CodeExternalSpendExceedsPolicy {
 		t.Errorf("Screen = %+v", s)
 	}
-	if s := Screen(nil, flight()); !s.Permitted() || len(s.Evaluations) != 0 {
+	if s := (Rules{}).Screen(flight()); !s.Permitted() || len(s.Evaluations) != 0 {
 		t.Errorf("Screen(nil) = %+v", s)
 	}
 }

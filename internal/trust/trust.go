@@ -1,6 +1,7 @@
-// Package trust authenticates proposals and grants: each configured host
-// signs the exact body with its ed25519 key (NATS nkey form) and may speak
-// only for its tenants (SPEC §2.7).
+// Package trust authenticates proposals, grants and declines: each
+// configured host signs the exact body with its ed25519 key (NATS nkey
+// form), publishes on its own subjects, and may speak only for its tenants
+// and their security domains (SPEC §2.7).
 package trust
 
 import (
@@ -21,37 +22,87 @@ const (
 	HeaderSignature = "Actions-Signature"
 )
 
-// Authentication errors.
+// Authentication failures. Their messages name the check that failed and
+// nothing of the message, so they may be logged.
 var (
-	ErrUnknownHost  = errors.New("admission: unknown host key")
-	ErrBadSignature = errors.New("admission: bad signature")
+	ErrUnauthenticated = errors.New("trust: not authenticated")
+	ErrUnsigned        = errors.New("trust: no signature")
+	ErrUnknownKey      = errors.New("trust: unknown key")
+	ErrOtherHostsKey   = errors.New("trust: key of another host")
+	ErrBadSignature    = errors.New("trust: bad signature")
+	ErrUnknownHost     = errors.New("trust: subject names no configured host")
 )
 
-// Authenticate checks a body's host signature. Without signature headers it
-// returns signed == false and no error; with them, the key must belong to a
-// configured host and the signature (base64url, padded or not) must verify
-// over the exact body.
-func Authenticate(hosts []config.Host, body []byte, hdr nats.Header) (host config.Host, signed bool, err error) {
+// Verifier authenticates messages for the configured hosts.
+type Verifier struct {
+	Hosts []config.Host
+	// AllowUnsigned attributes unsigned messages to the subject's host
+	// (admission.allow_unsigned; development only). Signed messages are
+	// checked in full even then.
+	AllowUnsigned bool
+}
+
+// Authenticate checks a message that arrived on host h's subject: its
+// signature headers must carry h's key and a valid signature (base64url,
+// padded or not) of the exact body. Without signature headers it succeeds
+// only under AllowUnsigned, with signed false and a Host that has only
+// h's name. Every failure wraps ErrUnauthenticated and one of the specific
+// errors above.
+func (v Verifier) Authenticate(h string, body []byte, hdr nats.Header) (host config.Host, signed bool, err error) {
+	if h == "" {
+		return config.Host{}, false, fail(ErrUnknownHost)
+	}
 	key, sig := hdr.Get(HeaderHostKey), hdr.Get(HeaderSignature)
 	if key == "" && sig == "" {
-		return config.Host{}, false, nil
+		if v.AllowUnsigned {
+			return config.Host{Name: h}, false, nil
+		}
+		return config.Host{}, false, fail(ErrUnsigned)
 	}
-	i := slices.IndexFunc(hosts, func(h config.Host) bool { return h.PublicKey == key })
-	if i < 0 {
-		return config.Host{}, true, ErrUnknownHost
+	i := slices.IndexFunc(v.Hosts, func(c config.Host) bool { return c.PublicKey == key })
+	switch {
+	case i < 0:
+		return config.Host{}, true, fail(ErrUnknownKey)
+	case v.Hosts[i].Name != h:
+		return config.Host{}, true, fail(ErrOtherHostsKey)
 	}
 	raw, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(sig, "="))
 	if err != nil {
-		return config.Host{}, true, ErrBadSignature
+		return config.Host{}, true, fail(ErrBadSignature)
 	}
 	pub, err := nkeys.FromPublicKey(key)
 	if err != nil {
-		return config.Host{}, true, ErrUnknownHost
+		return config.Host{}, true, fail(ErrUnknownKey)
 	}
 	if err := pub.Verify(body, raw); err != nil {
-		return config.Host{}, true, ErrBadSignature
+		return config.Host{}, true, fail(ErrBadSignature)
 	}
-	return hosts[i], true, nil
+	return v.Hosts[i], true, nil
+}
+
+func fail(why error) error { return errors.Join(ErrUnauthenticated, why) }
+
+// Reason is a failure's value-free category for logs: "no signature",
+// "unknown key", "key of another host" or "bad signature".
+func Reason(err error) string {
+	for _, e := range []error{ErrUnsigned, ErrUnknownKey, ErrOtherHostsKey, ErrBadSignature, ErrUnknownHost} {
+		if errors.Is(err, e) {
+			return strings.TrimPrefix(e.Error(), "trust: ")
+		}
+	}
+	return "not authenticated"
+}
+
+// Permits reports whether a host may speak for a tenant in a security
+// domain: the tenant is one of the host's, and the domain one of the
+// tenant's (SPEC §2.7). Managed policies match on the domain only after
+// this check, so naming another domain cannot escape one.
+func Permits(tenants []config.Tenant, host config.Host, tenantRef, securityDomain string) bool {
+	if !slices.Contains(host.Tenants, tenantRef) {
+		return false
+	}
+	i := slices.IndexFunc(tenants, func(t config.Tenant) bool { return t.Ref == tenantRef })
+	return i >= 0 && slices.Contains(tenants[i].SecurityDomains, securityDomain)
 }
 
 // Sign signs body as a host would: it returns the two headers to send with

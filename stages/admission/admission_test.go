@@ -1,6 +1,7 @@
 package admission_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"slices"
 	"strings"
@@ -51,8 +52,8 @@ func TestRefusalsEndToEnd(t *testing.T) {
 		{"prop-dup", []byte(dup), "host", schema.KindIntegrationFailure, schema.CodeAdmissionMalformed},
 		{"prop-dupattr", []byte(dupAttr), "host", schema.KindIntegrationFailure, schema.CodeAdmissionMalformed},
 		{"prop-unknown", testenv.Body(t, testenv.Set(testenv.Lumber("prop-unknown"), "intent.colour", "red")), "host", schema.KindIntegrationFailure, schema.CodeAdmissionMalformed},
-		{"prop-unsigned", testenv.Body(t, testenv.Lumber("prop-unsigned")), "", schema.KindDenied, schema.CodeAdmissionUnauthenticated},
-		{"prop-other", testenv.Body(t, testenv.Lumber("prop-other")), "other", schema.KindDenied, schema.CodeAdmissionTenantNotPermitted},
+		{"elsewhere/prop-other", testenv.Body(t, testenv.Lumber("prop-other")), "other", schema.KindDenied, schema.CodeAdmissionTenantNotPermitted},
+		{"elsewhere/prop-other-domain", testenv.Body(t, testenv.Set(testenv.AsOtherTenant(testenv.Lumber("prop-other-domain")), "context.tenant.security_domain_ref", testenv.SecurityDomain)), "other", schema.KindDenied, schema.CodeAdmissionTenantNotPermitted},
 		{"prop-incomplete", testenv.Body(t, testenv.Set(testenv.Lumber("prop-incomplete"), "context.actor.actor_ref", "")), "host", schema.KindDenied, schema.CodeAdmissionContextIncomplete},
 		{"prop-provider", testenv.Body(t, testenv.Set(testenv.Lumber("prop-provider"), "intent.provider", "acme")), "host", schema.KindDenied, schema.CodeAdmissionProviderUnknown},
 	}
@@ -93,11 +94,27 @@ func TestRefusalsEndToEnd(t *testing.T) {
 	}
 }
 
+// An unsigned proposal outside development mode gets only the incident
+// event: nothing proves which host sent it (SPEC §2.7).
+func TestUnauthenticatedGetsOnlyAnEvent(t *testing.T) {
+	env := testenv.New(t)
+	env.Publish(t, testenv.Lumber("prop-unsigned"))
+	env.PublishSigned(t, testenv.Set(testenv.Lumber("prop-sync"), "intent.provider", "acme"), env.Host)
+	env.Recorder.Wait(t, "prop-sync", testenv.Terminal)
+	env.Recorder.WaitEvent(t, schema.PhaseAdmission, schema.CodeAdmissionUnauthenticated)
+	if outs := env.Recorder.Outcomes("prop-unsigned"); len(outs) != 0 {
+		t.Errorf("unauthenticated proposal got outcomes: %+v", outs)
+	}
+	if !bytes.Contains(env.Logs.Bytes(), []byte(`"check":"no signature"`)) {
+		t.Errorf("the log does not say which check failed:\n%s", env.Logs.Bytes())
+	}
+}
+
 func TestUnreadableIDGetsOnlyAnEvent(t *testing.T) {
 	env := testenv.New(t)
 	env.PublishSigned(t, []byte(`{"proposal_id":"p-1","proposal_id":"p-2"}`), env.Host)
 	env.PublishSigned(t, []byte(`not json`), env.Host)
-	env.Publish(t, testenv.Body(t, testenv.Lumber("prop-ok"))) // unsigned: an outcome
+	env.PublishSigned(t, testenv.Set(testenv.Lumber("prop-ok"), "intent.provider", "acme"), env.Host) // an outcome at once
 	env.Recorder.Wait(t, "prop-ok", testenv.Terminal)
 	// Workers run concurrently: prop-ok may finish before the two above,
 	// so wait for their events rather than assume an order.
@@ -172,8 +189,8 @@ func TestDeliveryIsProcessedOnce(t *testing.T) {
 	if n != 1 {
 		t.Errorf("provider-unknown events = %d, want 1 (a repeat does nothing else)", n)
 	}
-	// The same delivery id from another tenant is another delivery.
-	other := testenv.Set(testenv.Lumber("prop-t2"), "context.tenant.tenant_ref", testenv.OtherTenant)
+	// The same delivery id from another host is another delivery.
+	other := testenv.AsOtherTenant(testenv.Lumber("prop-t2"))
 	testenv.Set(other, "context.delivery.delivery_id", "delivery:prop-d")
 	env.PublishSigned(t, other, env.OtherHost)
 	if ids := groundingInbox(t, env, 2); !slices.Equal(ids, []string{"prop-d", "prop-t2"}) {
@@ -210,12 +227,13 @@ func TestNothingLeaks(t *testing.T) {
 		cand["evidence_refs"] = []any{secrets[4]}
 		return p
 	}
-	env.Publish(t, plant("prop-ok"))                                                            // admitted (unsigned is refused: not --dev)
+	env.Publish(t, plant("prop-unsigned"))                                                      // refused unread (not --dev)
 	env.PublishSigned(t, plant("prop-tenant"), env.Host)                                        // tenant not permitted
 	env.PublishSigned(t, testenv.Set(plant("prop-unknown"), "intent."+secrets[6], 1), env.Host) // unknown member named like a secret
 	env.PublishSigned(t, testenv.Set(plant("prop-incomplete"), "context.host_invocation.invocation_id", ""), env.Host)
-	for _, id := range []string{"prop-ok", "prop-tenant", "prop-unknown", "prop-incomplete"} {
+	for _, id := range []string{"prop-tenant", "prop-unknown", "prop-incomplete"} {
 		env.Recorder.Wait(t, id, testenv.Terminal)
 	}
+	env.Recorder.WaitEvent(t, schema.PhaseAdmission, schema.CodeAdmissionUnauthenticated)
 	env.AssertNowhere(t, secrets...)
 }

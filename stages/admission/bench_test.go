@@ -15,13 +15,14 @@ func BenchmarkDecide(b *testing.B) {
 	host, _ := nkeys.CreateUser()
 	key, _ := host.PublicKey()
 	pol := Policy{MaxPayloadBytes: 65536, Providers: []string{"demo"},
-		Hosts: []config.Host{{Name: "h", PublicKey: key, Tenants: []string{"tenant:demo"}}}}
+		Hosts:   []config.Host{{Name: "h", PublicKey: key, Tenants: []string{"tenant:demo"}}},
+		Tenants: []config.Tenant{{Ref: "tenant:demo", SecurityDomains: []string{"security-domain:demo"}}}}
 	body := []byte(lumber)
 	hdr, _ := trust.Sign(host, body)
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if v := Decide(pol, body, hdr); v.Incident != nil {
+		if v := Decide(pol, "h", body, hdr); v.Incident != nil {
 			b.Fatal(v.Incident.Code)
 		}
 	}

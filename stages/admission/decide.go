@@ -1,11 +1,15 @@
-// Package admission is the first stage: strict decoding, host
-// authentication, trusted-context completeness, tenant permission, known
-// provider and delivery dedupe (SPEC §3 Admission).
+// Package admission is the first stage (SPEC §3 Admission, §2.7): host
+// authentication, strict decoding, trusted-context completeness, tenant and
+// security-domain permission, known provider, and dedupe on the host's
+// delivery and proposal ids.
 package admission
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"slices"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/nats-io/nats.go"
 
 	"github.com/portcullis/portcullis/fingerprint"
@@ -19,27 +23,37 @@ type Policy struct {
 	AllowUnsigned   bool
 	MaxPayloadBytes int
 	Hosts           []config.Host
+	Tenants         []config.Tenant
 	Providers       []string
 }
 
-// Verdict is admission's decision about one body.
+// Verdict is admission's decision about one message.
 type Verdict struct {
+	// Host is the host the message is attributed to: the subject's <h>
+	// token once authenticated; "" when authentication failed.
+	Host string
+	// AuthError says which authentication check failed (value-free).
+	AuthError error
 	// ProposalID is the proposal's id when it can be read unambiguously
 	// (even from a malformed body); "" when it cannot.
 	ProposalID string
 	// Proposal is the decoded, normalized proposal once it decoded.
 	Proposal *schema.Proposal
-	// Host is the authenticating host's name; "" for an unsigned proposal
-	// admitted under allow_unsigned.
-	Host string
-	// Dedupe is set once the proposal is authenticated for its tenant: its
-	// delivery id may be checked against earlier deliveries. Refusals before
-	// this point are not deduplicated, so that nobody can claim another
-	// tenant's delivery ids.
+	// Dedupe is set once the proposal is well formed, complete and
+	// permitted for its tenant: it takes its proposal id and delivery id,
+	// and a repeat of either is answered from the record.
 	Dedupe bool
 	// Incident is the refusal, if any.
 	Incident *schema.Incident
 }
+
+// Ref is the proposal the verdict names ("" parts when unknown).
+func (v *Verdict) Ref() schema.ProposalRef {
+	return schema.ProposalRef{Host: v.Host, ProposalID: v.ProposalID}
+}
+
+// Authenticated reports whether the message is attributed to a host.
+func (v *Verdict) Authenticated() bool { return v.Host != "" }
 
 func refuse(v Verdict, code string) Verdict {
 	inc := schema.NewIncident(schema.PhaseAdmission, code)
@@ -48,16 +62,15 @@ func refuse(v Verdict, code string) Verdict {
 }
 
 // wellFormed decodes and validates a body: every ADMISSION_MALFORMED check.
-func wellFormed(body []byte, maxBytes int) (Verdict, bool) {
+func wellFormed(v Verdict, body []byte, maxBytes int) (Verdict, bool) {
 	prop, err := schema.DecodeProposal(body, maxBytes)
 	if err != nil {
-		v := Verdict{}
 		if len(body) <= config.MaxMaxPayloadBytes {
 			v.ProposalID, _ = schema.PeekProposalID(body)
 		}
 		return refuse(v, schema.CodeAdmissionMalformed), false
 	}
-	v := Verdict{Proposal: prop}
+	v.Proposal = prop
 	if schema.ValidProposalID(prop.ProposalID) {
 		v.ProposalID = prop.ProposalID
 	}
@@ -69,38 +82,54 @@ func wellFormed(body []byte, maxBytes int) (Verdict, bool) {
 	return v, true
 }
 
-// Offline judges a body without trust: what admission checks before and
-// after authentication that needs no host keys or provider list (well
-// formed, complete context). `processor fingerprint` uses it.
+// Offline judges a body without trust: what admission checks that needs no
+// host keys or provider list (well formed, complete context). `processor
+// fingerprint` uses it.
 func Offline(body []byte, maxBytes int) Verdict {
-	v, ok := wellFormed(body, maxBytes)
+	v, ok := wellFormed(Verdict{}, body, maxBytes)
 	if ok && !v.Proposal.Context.ContextComplete() {
 		return refuse(v, schema.CodeAdmissionContextIncomplete)
 	}
 	return v
 }
 
-// Decide judges a proposal body and its headers. It has no side effects.
-func Decide(p Policy, body []byte, hdr nats.Header) Verdict {
-	v, ok := wellFormed(body, p.MaxPayloadBytes)
+// Decide judges a message that arrived on host h's proposals subject, in
+// the order of SPEC §2.7 and §3: authentication first (a message nothing
+// proves came from h gets only an incident event), then strict decoding,
+// complete context, tenant and domain, provider. It has no side effects.
+func Decide(p Policy, h string, body []byte, hdr nats.Header) Verdict {
+	host, signed, err := trust.Verifier{Hosts: p.Hosts, AllowUnsigned: p.AllowUnsigned}.Authenticate(h, body, hdr)
+	if err != nil {
+		return refuse(Verdict{AuthError: err}, schema.CodeAdmissionUnauthenticated)
+	}
+	v, ok := wellFormed(Verdict{Host: host.Name}, body, p.MaxPayloadBytes)
 	if !ok {
 		return v
 	}
-	prop := v.Proposal
-	host, signed, err := trust.Authenticate(p.Hosts, body, hdr)
-	if err != nil || (!signed && !p.AllowUnsigned) {
-		return refuse(v, schema.CodeAdmissionUnauthenticated)
-	}
-	v.Host = host.Name
-	if !prop.Context.ContextComplete() {
+	ctx := &v.Proposal.Context
+	if !ctx.ContextComplete() {
 		return refuse(v, schema.CodeAdmissionContextIncomplete)
 	}
-	if signed && !host.Speaks(prop.Context.Tenant.TenantRef) {
+	if signed && !trust.Permits(p.Tenants, host, ctx.Tenant.TenantRef, ctx.Tenant.SecurityDomainRef) {
 		return refuse(v, schema.CodeAdmissionTenantNotPermitted)
 	}
 	v.Dedupe = true
-	if !slices.Contains(p.Providers, prop.Intent.Provider) {
+	if !slices.Contains(p.Providers, v.Proposal.Intent.Provider) {
 		return refuse(v, schema.CodeAdmissionProviderUnknown)
 	}
 	return v
+}
+
+// Digest identifies a proposal's content apart from its delivery id: the
+// same proposal sent again under a new delivery id has the same digest
+// (SPEC §2.1, a repeat); any other change gives another.
+func Digest(p *schema.Proposal) string {
+	q := *p
+	q.Context.Delivery.DeliveryID = ""
+	b := jsontext.Value(schema.MustMarshal(&q))
+	// Canonical (RFC 8785): member order, white space and number spelling
+	// inside the payload and attributes do not make another proposal.
+	_ = b.Canonicalize() // cannot fail on our own encoding; on error the digest is of b as is
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }

@@ -55,6 +55,10 @@ func TestDecide(t *testing.T) {
 			{Name: "frontdesk", PublicKey: hostKey, Tenants: []string{"tenant:demo"}},
 			{Name: "elsewhere", PublicKey: otherKey, Tenants: []string{"tenant:other"}},
 		},
+		Tenants: []config.Tenant{
+			{Ref: "tenant:demo", SecurityDomains: []string{"security-domain:demo"}},
+			{Ref: "tenant:other", SecurityDomains: []string{"security-domain:other"}},
+		},
 		Providers: []string{"demo"},
 	}
 	dev := pol
@@ -69,6 +73,9 @@ func TestDecide(t *testing.T) {
 	signed := func(body []byte) nats.Header { return sign(host, body) }
 	const malformed, noID = schema.CodeAdmissionMalformed, ""
 
+	// The body, its intent and its payload are three levels: 61 arrays
+	// inside the payload make 64, 62 make one too many.
+	nest := func(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
 	cases := []struct {
 		name   string
 		policy Policy
@@ -77,58 +84,81 @@ func TestDecide(t *testing.T) {
 		code   string // "" admitted
 		id     string // proposal id the verdict can name
 		dedupe bool
+		host   string // the subject's <h>; "" means frontdesk
 	}{
-		{"signed", pol, []byte(lumber), signed, "", "prop-1", true},
-		{"unsigned in dev", dev, []byte(lumber), nil, "", "prop-1", true},
-		{"not json", pol, []byte(`{"proposal_id":"prop-1",`), signed, malformed, noID, false},
-		{"not an object", pol, []byte(`["prop-1"]`), signed, malformed, noID, false},
-		{"empty", pol, nil, signed, malformed, noID, false},
-		{"trailing data", pol, []byte(lumber + ` {}`), signed, malformed, noID, false},
-		{"duplicate top-level key", pol, []byte(strings.Replace(lumber, `"grant":null`, `"grant":null,"grant":null`, 1)), signed, malformed, "prop-1", false},
-		{"duplicate proposal_id", pol, []byte(strings.Replace(lumber, `"grant":null`, `"grant":null,"proposal_id":"prop-2"`, 1)), signed, malformed, noID, false},
-		{"duplicate key in attributes", pol, []byte(strings.Replace(lumber, `{"resource":"Lumber: Cedar-8ft-GradeA"}`, `{"resource":"a","resource":"b"}`, 1)), signed, malformed, "prop-1", false},
-		{"duplicate key in payload", pol, []byte(strings.Replace(lumber, `{"quantity":20}`, `{"quantity":20,"quantity":2}`, 1)), signed, malformed, "prop-1", false},
-		{"unknown top-level field", pol, edit(func(m map[string]any) { m["priority"] = "high" }), signed, malformed, "prop-1", false},
-		{"unknown nested field", pol, edit(func(m map[string]any) { obj(m, "context", "tenant")["region"] = "eu" }), signed, malformed, "prop-1", false},
-		{"case-folded field name", pol, []byte(strings.Replace(lumber, `"schema"`, `"SCHEMA"`, 1)), signed, malformed, "prop-1", false},
-		{"wrong type", pol, edit(func(m map[string]any) { obj(m, "intent")["environment"] = 3 }), signed, malformed, "prop-1", false},
+		{"signed", pol, []byte(lumber), signed, "", "prop-1", true, ""},
+		{"unsigned in dev", dev, []byte(lumber), nil, "", "prop-1", true, ""},
+		{"not json", pol, []byte(`{"proposal_id":"prop-1",`), signed, malformed, noID, false, ""},
+		{"not an object", pol, []byte(`["prop-1"]`), signed, malformed, noID, false, ""},
+		{"empty", pol, nil, signed, malformed, noID, false, ""},
+		{"trailing data", pol, []byte(lumber + ` {}`), signed, malformed, noID, false, ""},
+		{"duplicate top-level key", pol, []byte(strings.Replace(lumber, `"grant":null`, `"grant":null,"grant":null`, 1)), signed, malformed, "prop-1", false, ""},
+		{"duplicate proposal_id", pol, []byte(strings.Replace(lumber, `"grant":null`, `"grant":null,"proposal_id":"prop-2"`, 1)), signed, malformed, noID, false, ""},
+		{"duplicate key in attributes", pol, []byte(strings.Replace(lumber, `{"resource":"Lumber: Cedar-8ft-GradeA"}`, `{"resource":"a","resource":"b"}`, 1)), signed, malformed, "prop-1", false, ""},
+		{"duplicate key in payload", pol, []byte(strings.Replace(lumber, `{"quantity":20}`, `{"quantity":20,"quantity":2}`, 1)), signed, malformed, "prop-1", false, ""},
+		{"unknown top-level field", pol, edit(func(m map[string]any) { m["priority"] = "high" }), signed, malformed, "prop-1", false, ""},
+		{"unknown nested field", pol, edit(func(m map[string]any) { obj(m, "context", "tenant")["region"] = "eu" }), signed, malformed, "prop-1", false, ""},
+		{"case-folded field name", pol, []byte(strings.Replace(lumber, `"schema"`, `"SCHEMA"`, 1)), signed, malformed, "prop-1", false, ""},
+		{"wrong type", pol, edit(func(m map[string]any) { obj(m, "intent")["environment"] = 3 }), signed, malformed, "prop-1", false, ""},
 		{"fractional amount", pol, edit(func(m map[string]any) {
 			obj(m, "intent")["external_spend"] = map[string]any{"currency": "USD", "amount_minor": 1.5}
-		}), signed, malformed, "prop-1", false},
+		}), signed, malformed, "prop-1", false, ""},
 		{"amount over 2^53", pol, edit(func(m map[string]any) {
 			obj(m, "intent")["external_spend"] = map[string]any{"currency": "USD", "amount_minor": json.Number("9007199254740992")}
-		}), signed, malformed, "prop-1", false},
-		{"payload integer beyond 2^53", pol, []byte(strings.Replace(lumber, `{"quantity":20}`, `{"quantity":9007199254740993}`, 1)), signed, malformed, "prop-1", false},
-		{"payload fraction beyond a double", pol, []byte(strings.Replace(lumber, `{"quantity":20}`, `{"quantity":20.000000000000001}`, 1)), signed, malformed, "prop-1", false},
-		{"payload overflow", pol, []byte(strings.Replace(lumber, `{"quantity":20}`, `{"q":[1,{"r":1e400}]}`, 1)), signed, malformed, "prop-1", false},
-		{"payload exact forms", pol, []byte(strings.Replace(lumber, `{"quantity":20}`, `{"quantity":20.0,"big":9007199254740992,"e":1e21,"f":0.1,"z":-0}`, 1)), signed, "", "prop-1", true},
+		}), signed, malformed, "prop-1", false, ""},
+		{"payload integer beyond 2^53", pol, []byte(strings.Replace(lumber, `{"quantity":20}`, `{"quantity":9007199254740993}`, 1)), signed, malformed, "prop-1", false, ""},
+		{"payload fraction beyond a double", pol, []byte(strings.Replace(lumber, `{"quantity":20}`, `{"quantity":20.000000000000001}`, 1)), signed, malformed, "prop-1", false, ""},
+		{"payload overflow", pol, []byte(strings.Replace(lumber, `{"quantity":20}`, `{"q":[1,{"r":1e400}]}`, 1)), signed, malformed, "prop-1", false, ""},
+		{"payload exact forms", pol, []byte(strings.Replace(lumber, `{"quantity":20}`, `{"quantity":20.0,"big":9007199254740992,"e":1e21,"f":0.1,"z":-0}`, 1)), signed, "", "prop-1", true, ""},
 		{"bad currency", pol, edit(func(m map[string]any) {
 			obj(m, "intent")["external_spend"] = map[string]any{"currency": "usd", "amount_minor": 1}
-		}), signed, malformed, "prop-1", false},
-		{"too large", pol, edit(func(m map[string]any) { obj(m, "intent", "display")["summary"] = strings.Repeat("x", 5000) }), signed, malformed, "prop-1", false},
-		{"bad proposal id", pol, edit(func(m map[string]any) { m["proposal_id"] = "a b" }), signed, malformed, noID, false},
-		{"long proposal id", pol, edit(func(m map[string]any) { m["proposal_id"] = strings.Repeat("a", 129) }), signed, malformed, noID, false},
-		{"wrong schema", pol, edit(func(m map[string]any) { m["schema"] = "actions.proposal.v2" }), signed, malformed, "prop-1", false},
-		{"bad environment", pol, edit(func(m map[string]any) { obj(m, "intent")["environment"] = "prod" }), signed, malformed, "prop-1", false},
-		{"empty capability", pol, edit(func(m map[string]any) { obj(m, "intent")["capability"] = " " }), signed, malformed, "prop-1", false},
-		{"candidates and source", pol, edit(func(m map[string]any) { obj(m, "grounding")["candidate_source"] = "catalog" }), signed, malformed, "prop-1", false},
+		}), signed, malformed, "prop-1", false, ""},
+		{"too large", pol, edit(func(m map[string]any) { obj(m, "intent", "display")["summary"] = strings.Repeat("x", 5000) }), signed, malformed, "prop-1", false, ""},
+		{"bad proposal id", pol, edit(func(m map[string]any) { m["proposal_id"] = "a b" }), signed, malformed, noID, false, ""},
+		{"long proposal id", pol, edit(func(m map[string]any) { m["proposal_id"] = strings.Repeat("a", 129) }), signed, malformed, noID, false, ""},
+		{"wrong schema", pol, edit(func(m map[string]any) { m["schema"] = "actions.proposal.v2" }), signed, malformed, "prop-1", false, ""},
+		{"bad environment", pol, edit(func(m map[string]any) { obj(m, "intent")["environment"] = "prod" }), signed, malformed, "prop-1", false, ""},
+		{"empty capability", pol, edit(func(m map[string]any) { obj(m, "intent")["capability"] = " " }), signed, malformed, "prop-1", false, ""},
+		{"candidates and source", pol, edit(func(m map[string]any) { obj(m, "grounding")["candidate_source"] = "catalog" }), signed, malformed, "prop-1", false, ""},
 		{"bad disclosure plan", pol, edit(func(m map[string]any) {
 			obj(m, "intent")["protected_disclosure"] = map[string]any{"field_classes": []string{"shoe_size"}, "recipient": "r", "purpose": "p", "source": "user_profile", "require_reauthentication": false}
-		}), signed, malformed, "prop-1", false},
-		{"unsigned", pol, []byte(lumber), nil, schema.CodeAdmissionUnauthenticated, "prop-1", false},
-		{"signature of another body", pol, []byte(lumber), func([]byte) nats.Header { return signed([]byte("{}")) }, schema.CodeAdmissionUnauthenticated, "prop-1", false},
-		{"unknown host key", pol, []byte(lumber), func(b []byte) nats.Header { return sign(stranger, b) }, schema.CodeAdmissionUnauthenticated, "prop-1", false},
-		{"bad signature in dev", dev, []byte(lumber), func([]byte) nats.Header { return signed([]byte("x")) }, schema.CodeAdmissionUnauthenticated, "prop-1", false},
+		}), signed, malformed, "prop-1", false, ""},
+		// Authentication comes first: nothing of an unauthenticated body is
+		// read, not even its proposal id (it gets no outcome, SPEC §2.7).
+		{"unsigned", pol, []byte(lumber), nil, schema.CodeAdmissionUnauthenticated, noID, false, ""},
+		{"unsigned junk", pol, []byte(`{"proposal_id":"prop-1","schema":5}`), nil, schema.CodeAdmissionUnauthenticated, noID, false, ""},
+		{"signature of another body", pol, []byte(lumber), func([]byte) nats.Header { return signed([]byte("{}")) }, schema.CodeAdmissionUnauthenticated, noID, false, ""},
+		{"unknown host key", pol, []byte(lumber), func(b []byte) nats.Header { return sign(stranger, b) }, schema.CodeAdmissionUnauthenticated, noID, false, ""},
+		{"key of another host", pol, []byte(lumber), func(b []byte) nats.Header { return sign(other, b) }, schema.CodeAdmissionUnauthenticated, noID, false, ""},
+		{"own key on another host's subject", pol, []byte(lumber), signed, schema.CodeAdmissionUnauthenticated, noID, false, "elsewhere"},
+		{"bad signature in dev", dev, []byte(lumber), func([]byte) nats.Header { return signed([]byte("x")) }, schema.CodeAdmissionUnauthenticated, noID, false, ""},
 		{"garbled signature", pol, []byte(lumber), func(b []byte) nats.Header {
 			h := signed(b)
 			h.Set(trust.HeaderSignature, "!!")
 			return h
-		}, schema.CodeAdmissionUnauthenticated, "prop-1", false},
-		{"incomplete context", pol, edit(func(m map[string]any) { obj(m, "context", "actor")["actor_ref"] = "" }), signed, schema.CodeAdmissionContextIncomplete, "prop-1", false},
-		{"missing context block", pol, edit(func(m map[string]any) { delete(obj(m, "context"), "delivery") }), signed, schema.CodeAdmissionContextIncomplete, "prop-1", false},
-		{"null context", pol, edit(func(m map[string]any) { m["context"] = nil }), signed, schema.CodeAdmissionContextIncomplete, "prop-1", false},
-		{"tenant of another host", pol, []byte(lumber), func(b []byte) nats.Header { return sign(other, b) }, schema.CodeAdmissionTenantNotPermitted, "prop-1", false},
-		{"unknown provider", pol, edit(func(m map[string]any) { obj(m, "intent")["provider"] = "acme" }), signed, schema.CodeAdmissionProviderUnknown, "prop-1", true},
+		}, schema.CodeAdmissionUnauthenticated, noID, false, ""},
+		{"key without signature", pol, []byte(lumber), func(b []byte) nats.Header {
+			h := signed(b)
+			h.Del(trust.HeaderSignature)
+			return h
+		}, schema.CodeAdmissionUnauthenticated, noID, false, ""},
+		{"nested too deep", pol, []byte(strings.Replace(lumber, `{"quantity":20}`, `{"q":`+nest(62)+`}`, 1)), signed, malformed, "prop-1", false, ""},
+		{"nested 64 deep in all", pol, []byte(strings.Replace(lumber, `{"quantity":20}`, `{"q":`+nest(61)+`}`, 1)), signed, "", "prop-1", true, ""},
+		{"security domain of no tenant of the host", pol, edit(func(m map[string]any) {
+			obj(m, "context", "tenant")["security_domain_ref"] = "security-domain:not-demo"
+			obj(m, "grounding")["scope"] = "security-domain:not-demo"
+		}), signed, schema.CodeAdmissionTenantNotPermitted, "prop-1", false, ""},
+		{"another tenant's security domain", pol, edit(func(m map[string]any) {
+			obj(m, "context", "tenant")["security_domain_ref"] = "security-domain:other"
+		}), signed, schema.CodeAdmissionTenantNotPermitted, "prop-1", false, ""},
+		{"unsigned in dev names any tenant", dev, edit(func(m map[string]any) {
+			obj(m, "context", "tenant")["tenant_ref"] = "tenant:nobody"
+		}), nil, "", "prop-1", true, ""},
+		{"incomplete context", pol, edit(func(m map[string]any) { obj(m, "context", "actor")["actor_ref"] = "" }), signed, schema.CodeAdmissionContextIncomplete, "prop-1", false, ""},
+		{"missing context block", pol, edit(func(m map[string]any) { delete(obj(m, "context"), "delivery") }), signed, schema.CodeAdmissionContextIncomplete, "prop-1", false, ""},
+		{"null context", pol, edit(func(m map[string]any) { m["context"] = nil }), signed, schema.CodeAdmissionContextIncomplete, "prop-1", false, ""},
+		{"tenant of another host", pol, []byte(lumber), func(b []byte) nats.Header { return sign(other, b) }, schema.CodeAdmissionTenantNotPermitted, "prop-1", false, "elsewhere"},
+		{"unknown provider", pol, edit(func(m map[string]any) { obj(m, "intent")["provider"] = "acme" }), signed, schema.CodeAdmissionProviderUnknown, "prop-1", true, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -136,7 +166,11 @@ func TestDecide(t *testing.T) {
 			if tc.hdr != nil {
 				hdr = tc.hdr(tc.body)
 			}
-			v := Decide(tc.policy, tc.body, hdr)
+			h := tc.host
+			if h == "" {
+				h = "frontdesk"
+			}
+			v := Decide(tc.policy, h, tc.body, hdr)
 			got := ""
 			if v.Incident != nil {
 				got = v.Incident.Code
@@ -191,7 +225,7 @@ func FuzzDecide(f *testing.F) {
 	f.Add([]byte(`{"proposal_id":"p","proposal_id":"q"}`))
 	pol := Policy{AllowUnsigned: true, MaxPayloadBytes: 65536, Providers: []string{"demo"}}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		v := Decide(pol, body, nil)
+		v := Decide(pol, "h", body, nil)
 		if v.Incident == nil {
 			if v.Proposal == nil || !v.Proposal.Validate() || !v.Proposal.Context.ContextComplete() {
 				t.Fatal("admitted an invalid proposal")

@@ -3,8 +3,10 @@ package admission
 import (
 	"context"
 	"fmt"
+	"log/slog"
 
 	"github.com/portcullis/portcullis/internal/fault"
+	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
@@ -17,64 +19,99 @@ type Stage struct {
 	Store    *kv.Store
 	Subjects subjects.Subjects
 	Clock    stages.Clock
+	Log      *slog.Logger
 }
 
 var _ stages.Handler = (*Stage)(nil)
 
+func (s *Stage) log() *slog.Logger {
+	if s.Log == nil {
+		return slog.Default()
+	}
+	return s.Log
+}
+
 // Handle admits or refuses one proposal.
 func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, error) {
 	now := stages.NowMs(s.Clock)
-	v := Decide(s.Policy, in.Data, in.Header)
+	h, _ := s.Subjects.IngressHost(in.Subject)
+	v := Decide(s.Policy, h, in.Data, in.Header)
+	if !v.Authenticated() {
+		// Nothing proves who sent it: an event and a log line saying which
+		// check failed, and no durable trace (SPEC §2.7). The subject token
+		// is not logged: before authentication it is anyone's choice.
+		s.log().Info("admission: unauthenticated message refused", "seq", in.StreamSeq, "check", trust.Reason(v.AuthError))
+		return stages.Result{Events: []schema.Incident{*v.Incident}}, nil
+	}
 	if !v.Dedupe {
-		return refusal(v, now), nil
+		return s.refuse(v, now)
 	}
 	p := v.Proposal
-	tenant, delivery := p.Context.Tenant.TenantRef, p.Context.Delivery.DeliveryID
-	unlock := s.Store.Lock("delivery/" + tenant + "\x00" + delivery)
+	ref := v.Ref()
+	digest := Digest(p)
+	unlock := s.Store.Lock("proposal/" + ref.Host + "\x00" + ref.ProposalID)
 	defer unlock()
-	rec, found, err := s.Store.Delivery(tenant, delivery)
+	delivery := p.Context.Delivery.DeliveryID
+	unlockDelivery := s.Store.Lock("delivery/" + ref.Host + "\x00" + delivery)
+	defer unlockDelivery()
+
+	d, found, err := s.Store.Delivery(ref.Host, delivery)
 	if err != nil {
 		return stages.Result{}, fmt.Errorf("admission: read delivery: %w", err)
 	}
-	switch {
-	case found && rec.Seq != in.StreamSeq:
+	if found && d.Seq != in.StreamSeq {
 		// A repeated delivery: republish what was recorded, do nothing else.
-		o, ok, err := s.Store.LastOutcome(rec.ProposalID)
-		if err != nil {
-			return stages.Result{}, fmt.Errorf("admission: read outcome: %w", err)
+		return s.replay(schema.ProposalRef{Host: ref.Host, ProposalID: d.ProposalID})
+	}
+	a, found, err := s.Store.Admitted(ref)
+	if err != nil {
+		return stages.Result{}, fmt.Errorf("admission: read proposal: %w", err)
+	}
+	switch {
+	case found && a.Seq != in.StreamSeq && a.Digest == digest:
+		// The same proposal under a new delivery id: a repeat.
+		b := s.Store.NewBatch()
+		b.PutDelivery(ref.Host, delivery, kv.Delivery{ProposalID: ref.ProposalID, Seq: in.StreamSeq, AtMs: now})
+		// NoSync: a lost record only makes the next repeat compare digests again.
+		if err := b.Commit(kv.NoSync); err != nil {
+			return stages.Result{}, fmt.Errorf("admission: record delivery: %w", err)
 		}
-		if !ok {
-			return stages.Result{}, nil // still in flight: its outcome will come
-		}
-		return stages.Result{Replayed: []schema.Outcome{o}}, nil
-	case found && rec.Forwarded:
+		return s.replay(ref)
+	case found && a.Seq != in.StreamSeq:
+		// Another body under a taken id: its outcome subject belongs to the
+		// first proposal.
+		s.log().Info("admission: proposal id reused with another body; refused", "seq", in.StreamSeq, "host", ref.Host)
+		return reused(), nil
+	case found && a.Forwarded:
 		return stages.Result{}, nil // this very message was handed off already
 	case !found:
-		rec = kv.Delivery{ProposalID: p.ProposalID, Seq: in.StreamSeq, AtMs: now}
+		a = kv.Admitted{Digest: digest, Seq: in.StreamSeq, AtMs: now}
 		b := s.Store.NewBatch()
-		b.PutDelivery(tenant, delivery, rec)
+		b.PutAdmitted(ref, a)
+		b.PutDelivery(ref.Host, delivery, kv.Delivery{ProposalID: ref.ProposalID, Seq: in.StreamSeq, AtMs: now})
 		if err := b.Commit(kv.Sync); err != nil {
-			return stages.Result{}, fmt.Errorf("admission: record delivery: %w", err)
+			return stages.Result{}, fmt.Errorf("admission: record proposal: %w", err)
 		}
 	}
 	fault.Hit(fault.AdmissionAfterRecord)
 	if v.Incident != nil {
-		return refusal(v, now), nil
+		s.logRefusal(v, in)
+		return stages.Result{Outcomes: []schema.Outcome{schema.FailureOutcome(ref, *v.Incident, now)}}, nil
 	}
-	env := schema.Envelope{Schema: schema.SchemaEnvelope, Proposal: *p, Host: v.Host, AdmittedAtMs: now}
+	env := schema.Envelope{Schema: schema.SchemaEnvelope, Proposal: *p, Host: ref.Host, AdmittedAtMs: now}
 	data, err := schema.Marshal(env)
 	if err != nil {
 		return stages.Result{}, fmt.Errorf("admission: encode envelope: %w", err)
 	}
 	return stages.Result{
 		Next: []stages.Message{{
-			Subject: s.Subjects.Stage(subjects.StageGrounding, subjects.KindProposal, p.ProposalID),
+			Subject: s.Subjects.Stage(subjects.StageGrounding, subjects.KindProposal, subjects.ProposalToken(ref.Host, ref.ProposalID)),
 			Data:    data,
 		}},
 		Done: func(context.Context) error {
-			rec.Forwarded = true
+			a.Forwarded = true
 			b := s.Store.NewBatch()
-			b.PutDelivery(tenant, delivery, rec)
+			b.PutAdmitted(ref, a)
 			// NoSync: if lost, a redelivery hands off again under the same
 			// message id, inside the stream's duplicate window.
 			return b.Commit(kv.NoSync)
@@ -82,16 +119,74 @@ func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 	}, nil
 }
 
-func refusal(v Verdict, now int64) stages.Result {
-	if v.ProposalID == "" {
-		return stages.Result{Events: []schema.Incident{*v.Incident}}
+// replay republishes a proposal's recorded outcome; a proposal still in
+// flight has none yet, and its outcome comes on its own.
+func (s *Stage) replay(ref schema.ProposalRef) (stages.Result, error) {
+	o, ok, err := s.Store.LastOutcome(ref)
+	if err != nil {
+		return stages.Result{}, fmt.Errorf("admission: read outcome: %w", err)
 	}
-	return stages.Result{Outcomes: []schema.Outcome{schema.FailureOutcome(v.ProposalID, *v.Incident, now)}}
+	if !ok {
+		return stages.Result{}, nil
+	}
+	return stages.Result{Replayed: []schema.Outcome{o}}, nil
 }
 
-// GiveUp ends a proposal admission could not process.
+func reused() stages.Result {
+	return stages.Result{Events: []schema.Incident{schema.NewIncident(schema.PhaseAdmission, schema.CodeAdmissionProposalIDReused)}}
+}
+
+// refuse answers an authenticated proposal refused before it could take its
+// ids (malformed, incomplete context, tenant or domain not permitted). It
+// gets an outcome when its id is readable and not taken, and leaves no
+// record: there is nothing to deduplicate it by, and junk must not grow
+// the store.
+func (s *Stage) refuse(v Verdict, now int64) (stages.Result, error) {
+	s.logRefusal(v, nil)
+	if v.ProposalID == "" {
+		return stages.Result{Events: []schema.Incident{*v.Incident}}, nil
+	}
+	if _, taken, err := s.Store.Admitted(v.Ref()); err != nil {
+		return stages.Result{}, fmt.Errorf("admission: read proposal: %w", err)
+	} else if taken {
+		return reused(), nil
+	}
+	return stages.Result{
+		Outcomes:   []schema.Outcome{schema.FailureOutcome(v.Ref(), *v.Incident, now)},
+		Unrecorded: true,
+	}, nil
+}
+
+// logRefusal logs a refusal of an authenticated proposal: its code, host
+// and id only.
+func (s *Stage) logRefusal(v Verdict, in *stages.Input) {
+	args := []any{"code", v.Incident.Code, "host", v.Host}
+	if v.ProposalID != "" {
+		args = append(args, "proposal_id", v.ProposalID)
+	}
+	if in != nil {
+		args = append(args, "seq", in.StreamSeq)
+	}
+	s.log().Info("admission: proposal refused", args...)
+}
+
+// GiveUp ends a proposal admission could not process: with an outcome
+// only when the message is authenticated and its id readable.
 func (s *Stage) GiveUp(_ context.Context, in *stages.Input, _ error) (stages.Result, error) {
 	inc := schema.NewIncident(schema.PhaseAdmission, schema.CodeProcessingFailed)
-	id, _ := schema.PeekProposalID(in.Data)
-	return refusal(Verdict{ProposalID: id, Incident: &inc}, stages.NowMs(s.Clock)), nil
+	h, _ := s.Subjects.IngressHost(in.Subject)
+	if _, _, err := (trust.Verifier{Hosts: s.Policy.Hosts, AllowUnsigned: s.Policy.AllowUnsigned}).Authenticate(h, in.Data, in.Header); err != nil {
+		return stages.Result{Events: []schema.Incident{inc}}, nil
+	}
+	id, ok := schema.PeekProposalID(in.Data)
+	if !ok {
+		return stages.Result{Events: []schema.Incident{inc}}, nil
+	}
+	ref := schema.ProposalRef{Host: h, ProposalID: id}
+	a, taken, err := s.Store.Admitted(ref)
+	if err == nil && taken && a.Seq != in.StreamSeq {
+		return reused(), nil // the subject belongs to another message's proposal
+	}
+	// Recorded when this message took the id, so that a repeat hears it.
+	return stages.Result{Outcomes: []schema.Outcome{schema.FailureOutcome(ref, inc, stages.NowMs(s.Clock))}, Unrecorded: !taken}, nil
 }

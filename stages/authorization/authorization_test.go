@@ -2,8 +2,6 @@ package authorization_test
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"slices"
 	"strings"
@@ -12,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/portcullis/portcullis/fingerprint"
 	"github.com/portcullis/portcullis/internal/activity"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/schema"
@@ -57,14 +56,15 @@ func start(t *testing.T, opts ...testenv.Option) (*testenv.Env, *stages.ManualCl
 	opts = append([]testenv.Option{testenv.WithClock(clock), testenv.WithConfig(func(c *config.Config) {
 		c.Policies = policies()
 		c.Approval.TTL = ttl
+		// Admission lets the host name these domains of its tenant.
+		c.Tenants[0].SecurityDomains = append(c.Tenants[0].SecurityDomains, domainOff, "security-domain:lab")
 	})}, opts...)
 	return testenv.New(t, opts...), clock
 }
 
 // grounded builds the envelope the grounding stage would hand on for the
-// lumber fixture (after edit), with a plausible fingerprint: a hash of what
-// the real one covers, so that changing the payload, the spend or the
-// environment changes it, and the proposal id does not.
+// lumber fixture (after edit), with its real fingerprint (dispatch
+// recomputes it and rejects any other).
 func grounded(t *testing.T, pid string, edit func(m map[string]any)) schema.Envelope {
 	t.Helper()
 	m := testenv.Lumber(pid)
@@ -75,20 +75,20 @@ func grounded(t *testing.T, pid string, edit func(m map[string]any)) schema.Enve
 	if err != nil {
 		t.Fatalf("fixture does not decode: %v", err)
 	}
-	in := p.Intent
-	in.Display = schema.Display{}
-	sum := sha256.Sum256(schema.MustMarshal([]any{p.Context.Tenant.SecurityDomainRef, p.Context.Actor.ActorRef, in, "sku-1001"}))
-	h := hex.EncodeToString(sum[:])
+	fp, err := fingerprint.Of(p, "sku-1001")
+	if err != nil {
+		t.Fatal(err)
+	}
 	return schema.Envelope{
-		Schema: schema.SchemaEnvelope, Proposal: *p, Host: "frontdesk", AdmittedAtMs: t0.UnixMilli(),
-		Grounded: &schema.Grounded{Referent: "sku-1001", Fingerprint: "sha256:" + h, IdempotencyKey: h, ObservationRef: "catalog:12"},
+		Schema: schema.SchemaEnvelope, Proposal: *p, Host: testenv.HostName, AdmittedAtMs: t0.UnixMilli(),
+		Grounded: &schema.Grounded{Referent: "sku-1001", Fingerprint: fp.Fingerprint, IdempotencyKey: fp.IdempotencyKey, ObservationRef: "catalog:12"},
 	}
 }
 
 // handOff publishes an envelope where grounding would: to the authorization stage.
 func handOff(t *testing.T, env *testenv.Env, e schema.Envelope) {
 	t.Helper()
-	env.PublishWith(t, env.Subjects.Stage(subjects.StageAuthorization, subjects.KindProposal, e.Proposal.ProposalID), schema.MustMarshal(e), nil)
+	env.PublishInternal(t, env.Subjects.Stage(subjects.StageAuthorization, subjects.KindProposal, subjects.ProposalToken(e.Host, e.Proposal.ProposalID)), schema.MustMarshal(e))
 }
 
 // grantFor is a manual, biometric grant for e, issued now by the clock and
@@ -303,9 +303,15 @@ func TestInlineGrants(t *testing.T) {
 		}, schema.CodeGrantBindingMismatch},
 		// Not in Harn: a grant for another proposal of the same intent, replayed.
 		{"replayed-for-another", nil, func(_ *schema.Envelope, g map[string]any) { g["proposal_id"] = "ok" }, schema.CodeGrantBindingMismatch},
+		// Issued further ahead than approval.clock_skew (30s).
 		{"not-yet-valid", nil, func(_ *schema.Envelope, g map[string]any) {
-			g["issued_at_ms"], g["expires_at_ms"] = now+1, now+300_000
+			g["issued_at_ms"], g["expires_at_ms"] = now+30_001, now+300_000
 		}, schema.CodeGrantNotYetValid},
+		// Ordinary clock skew: issued 200ms ahead of the processor's clock.
+		{"issued-ahead", nil, func(_ *schema.Envelope, g map[string]any) { g["issued_at_ms"] = now + 200 }, ""},
+		{"lifetime", nil, func(_ *schema.Envelope, g map[string]any) {
+			g["expires_at_ms"] = now + 24*3600_000 + 1
+		}, schema.CodeGrantLifetimeExceeded},
 		{"issued-now", nil, func(_ *schema.Envelope, g map[string]any) { g["issued_at_ms"] = now }, ""},
 		// Harn: an expired grant; expires_at == now is already expired.
 		{"expired", nil, func(_ *schema.Envelope, g map[string]any) {
@@ -409,8 +415,8 @@ func TestInlineGrants(t *testing.T) {
 	}
 	// The replayed grant's proposal shares the intent: it is listed, and
 	// the authorized picture stands.
-	ok = activityOf(t, env, envs["ok"].Grounded.Fingerprint, func(a *schema.Activity) bool { return len(a.ProposalIDs) == 2 })
-	if ok.Decision == nil || ok.Decision.Outcome != "permit" || !sameSet(ok.ProposalIDs, []string{"ok", "replayed-for-another"}) {
+	ok = activityOf(t, env, envs["ok"].Grounded.Fingerprint, func(a *schema.Activity) bool { return len(a.Proposals) == 2 })
+	if ok.Decision == nil || ok.Decision.Outcome != "permit" || !sameSet(testenv.IDs(ok.Proposals), []string{"ok", "replayed-for-another"}) {
 		t.Errorf("shared activity = %+v", ok)
 	}
 	pending(t, env, 0)
@@ -457,7 +463,7 @@ func TestApprovalRoundTripAcrossRestart(t *testing.T) {
 		t.Errorf("parked activity = %+v %+v", a.Decision, a.Authorization)
 	}
 	// The parked record is value-free: the payload stays in the stream.
-	rec, found, err := env.Processor().Store().Approval("prop-book")
+	rec, found, err := env.Processor().Store().Approval(testenv.Ref("prop-book"))
 	if err != nil || !found || rec.State != "parked" || rec.ExpiresAtMs != expires {
 		t.Fatalf("approval record = %+v %v %v", rec, found, err)
 	}
@@ -500,7 +506,7 @@ func TestApprovalRoundTripAcrossRestart(t *testing.T) {
 	if outs := authOutcomes(env, "prop-book"); len(outs) != 1 {
 		t.Errorf("outcomes after the second grant = %+v", outs)
 	}
-	if _, found, _ := env.Processor().Store().Timer("approval/prop-book"); found {
+	if _, found, _ := env.Processor().Store().Timer("approval/frontdesk.prop-book"); found {
 		t.Error("the expiry timer outlived the approval")
 	}
 	checkPrivacy(t, env)
@@ -569,17 +575,9 @@ func TestStandaloneGrantRefusals(t *testing.T) {
 		send func(e schema.Envelope)
 		code string
 	}
+	// An authenticated grant for the parked proposal ends it, with the
+	// grant's code (SPEC §2.2).
 	cases := []tc{
-		// Harn: a signature from another host.
-		{"other-host", func(e schema.Envelope) { env.PublishGrant(t, grantFor(e, clock), env.OtherHost) }, schema.CodeGrantIntegrityMismatch},
-		// Harn: authorized_by edited after signing.
-		{"edited", func(e schema.Envelope) {
-			g := grantFor(e, clock)
-			signed := testenv.Body(t, g)
-			g["authorized_by"] = "actor:mallory"
-			env.PublishWith(t, env.Subjects.Grant("test"), testenv.Body(t, g), testenv.Sign(t, env.Host, signed))
-		}, schema.CodeGrantIntegrityMismatch},
-		{"unsigned", func(e schema.Envelope) { env.PublishGrant(t, grantFor(e, clock), nil) }, schema.CodeGrantIntegrityMismatch},
 		{"malformed", func(e schema.Envelope) {
 			g := grantFor(e, clock)
 			g["scope"] = "everything"
@@ -596,11 +594,15 @@ func TestStandaloneGrantRefusals(t *testing.T) {
 			g["proposal_id"] = e.Proposal.ProposalID
 			env.PublishGrant(t, g, env.Host)
 		}, schema.CodeGrantBindingMismatch},
-		{"not-yet-valid", func(e schema.Envelope) {
+		{"lifetime", func(e schema.Envelope) {
 			g := grantFor(e, clock)
-			g["issued_at_ms"] = t0.Add(time.Second).UnixMilli()
+			g["expires_at_ms"] = t0.Add(25 * time.Hour).UnixMilli()
 			env.PublishGrant(t, g, env.Host)
-		}, schema.CodeGrantNotYetValid},
+		}, schema.CodeGrantLifetimeExceeded},
+		{"declined", func(e schema.Envelope) {
+			env.PublishGrant(t, map[string]any{"schema": schema.SchemaDecline, "proposal_id": e.Proposal.ProposalID,
+				"intent_fingerprint": e.Grounded.Fingerprint, "declined_by": "actor:demo"}, env.Host)
+		}, schema.CodeApprovalDeclined},
 		{"expired", func(e schema.Envelope) {
 			g := grantFor(e, clock)
 			g["issued_at_ms"], g["expires_at_ms"] = t0.Add(-time.Hour).UnixMilli(), t0.UnixMilli()
@@ -663,6 +665,84 @@ func TestStandaloneGrantRefusals(t *testing.T) {
 	checkPrivacy(t, env)
 }
 
+// TestStandaloneMessagesThatChangeNothing: a grant or decline that is not
+// authenticated for the proposal's host, that names another host's
+// proposal, that declines another intent, or that is not yet valid gets
+// only an incident event; the proposal stays parked and a valid grant
+// still resumes it (SPEC §2.2).
+func TestStandaloneMessagesThatChangeNothing(t *testing.T) {
+	env, clock := start(t)
+	e := grounded(t, "prop-kept", nil)
+	handOff(t, env, e)
+	parked(t, env, e, t0.Add(ttl).UnixMilli())
+	g := grantFor(e, clock)
+	body := testenv.Body(t, g)
+	edited := grantFor(e, clock)
+	edited["authorized_by"] = "actor:mallory"
+	future := grantFor(e, clock)
+	future["issued_at_ms"] = t0.Add(31 * time.Second).UnixMilli()
+	sends := []struct {
+		name  string
+		send  func()
+		phase string
+		code  string
+	}{
+		{"another host's grant, on its own subject", func() { env.PublishGrant(t, g, env.OtherHost) }, schema.PhaseAuthorization, schema.CodeGrantUnmatched},
+		{"another host's key on this host's subject", func() {
+			env.PublishWith(t, env.Subjects.Grant(testenv.HostName), body, testenv.Sign(t, env.OtherHost, body))
+		}, schema.PhaseAdmission, schema.CodeAdmissionUnauthenticated},
+		{"edited after signing", func() {
+			env.PublishWith(t, env.Subjects.Grant(testenv.HostName), testenv.Body(t, edited), testenv.Sign(t, env.Host, body))
+		}, schema.PhaseAdmission, schema.CodeAdmissionUnauthenticated},
+		{"unsigned", func() { env.PublishGrant(t, g, nil) }, schema.PhaseAdmission, schema.CodeAdmissionUnauthenticated},
+		{"bare proposal id", func() {
+			env.PublishWith(t, env.Subjects.Grant(testenv.HostName), []byte(`{"proposal_id":"prop-kept"}`), nil)
+		}, schema.PhaseAdmission, schema.CodeAdmissionUnauthenticated},
+		{"decline of another intent", func() {
+			env.PublishGrant(t, map[string]any{"schema": schema.SchemaDecline, "proposal_id": "prop-kept",
+				"intent_fingerprint": "sha256:" + strings.Repeat("0", 64), "declined_by": "actor:demo"}, env.Host)
+		}, schema.PhaseAuthorization, schema.CodeGrantUnmatched},
+		{"not yet valid (31s ahead, skew 30s)", func() { env.PublishGrant(t, future, env.Host) }, schema.PhaseAuthorization, schema.CodeGrantNotYetValid},
+	}
+	seen := map[[2]string]int{}
+	for _, sd := range sends {
+		sd.send()
+		key := [2]string{sd.phase, sd.code}
+		seen[key]++
+		waitEventsIn(t, env, sd.phase, sd.code, seen[key])
+	}
+	drained(t, env)
+	if outs := env.Recorder.Outcomes("prop-kept"); len(outs) != 1 || outs[0].Kind != schema.KindNeedsApproval {
+		t.Fatalf("outcomes = %+v, want only NEEDS_APPROVAL", outs)
+	}
+	pending(t, env, 1)
+	env.PublishGrant(t, g, env.Host)
+	if got := inbox(t, env, 1); !slices.Equal(ids(got), []string{"prop-kept"}) {
+		t.Errorf("dispatch inbox = %v", ids(got))
+	}
+	pending(t, env, 0)
+}
+
+func waitEventsIn(t *testing.T, env *testenv.Env, phase, code string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(testenv.WaitTimeout)
+	for {
+		got := 0
+		for _, e := range env.Recorder.Events() {
+			if e.Phase == phase && e.Code == code {
+				got++
+			}
+		}
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d %s/%s events, want %d", got, phase, code, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // TestUnmatchedGrants: grants for nothing parked are refused with a
 // bounded event and change nothing, whatever their body.
 func TestUnmatchedGrants(t *testing.T) {
@@ -671,8 +751,8 @@ func TestUnmatchedGrants(t *testing.T) {
 	env.PublishGrant(t, grantFor(early, clock), env.Host)                      // before its proposal parked
 	env.PublishGrant(t, grantFor(grounded(t, "nobody", nil), clock), env.Host) // unknown proposal
 	env.PublishGrant(t, []byte(`not json`), env.Host)
-	env.PublishGrant(t, []byte(`{"proposal_id":"a","proposal_id":"b"}`), nil)
-	env.PublishGrant(t, []byte(`{"proposal_id":"bad id"}`), nil)
+	env.PublishGrant(t, []byte(`{"proposal_id":"a","proposal_id":"b"}`), env.Host)
+	env.PublishGrant(t, []byte(`{"proposal_id":"bad id"}`), env.Host)
 	waitEvents(t, env, schema.CodeGrantUnmatched, 5)
 
 	// An inline-granted proposal is never parked: a later grant is unmatched.
@@ -742,10 +822,20 @@ func TestUnsignedGrantsInDev(t *testing.T) {
 	parked(t, env, e, t0.Add(ttl).UnixMilli())
 	parked(t, env, f, t0.Add(ttl).UnixMilli())
 	env.PublishGrant(t, grantFor(e, clock), nil)
+	// Signed messages are checked in full even in development mode: another
+	// host's grant reaches only its own proposals (none), a bad signature
+	// nothing at all.
 	env.PublishGrant(t, grantFor(f, clock), env.OtherHost)
-	denied(t, env, f, schema.CodeGrantIntegrityMismatch)
+	fb := testenv.Body(t, grantFor(f, clock))
+	env.PublishWith(t, env.Subjects.Grant(testenv.HostName), fb, testenv.Sign(t, env.Host, []byte("other")))
+	waitEvents(t, env, schema.CodeGrantUnmatched, 1)
+	waitEventsIn(t, env, schema.PhaseAdmission, schema.CodeAdmissionUnauthenticated, 1)
 	if got := inbox(t, env, 1); !slices.Equal(ids(got), []string{"prop-dev"}) {
 		t.Errorf("dispatch inbox = %v", ids(got))
+	}
+	drained(t, env)
+	if outs := env.Recorder.Outcomes("prop-dev-bad"); len(outs) != 1 || outs[0].Kind != schema.KindNeedsApproval {
+		t.Errorf("prop-dev-bad outcomes = %+v, want it still parked", outs)
 	}
 }
 
@@ -753,7 +843,7 @@ func TestUnsignedGrantsInDev(t *testing.T) {
 // proposal with PROCESSING_FAILED at once, not a redelivery loop.
 func TestUndecodableHandOff(t *testing.T) {
 	env, _ := start(t)
-	env.PublishWith(t, env.Subjects.Stage(subjects.StageAuthorization, subjects.KindProposal, "prop-garbled"), []byte(`{"schema":`), nil)
+	env.PublishInternal(t, env.Subjects.Stage(subjects.StageAuthorization, subjects.KindProposal, "frontdesk.prop-garbled"), []byte(`{"schema":`))
 	o := env.Recorder.Wait(t, "prop-garbled", testenv.Terminal)
 	if o.Kind != schema.KindIntegrationFailure || len(o.Incidents) != 1 || o.Incidents[0] != incident(schema.CodeProcessingFailed) {
 		t.Fatalf("outcome = %+v", o)

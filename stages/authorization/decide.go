@@ -14,6 +14,7 @@ package authorization
 import (
 	"time"
 
+	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go"
 
 	"github.com/portcullis/portcullis/internal/config"
@@ -24,17 +25,20 @@ import (
 
 // Policy is what the stage decides with.
 type Policy struct {
-	// Managed are the configured managed_policy blocks, in config order.
-	Managed []config.ManagedPolicy
+	// Rules judge grants: managed policies, clock skew, grant lifetime.
+	Rules policy.Rules
 	// ApprovalTTL is how long a proposal without a grant waits for one.
 	ApprovalTTL time.Duration
-	// AllowUnsigned accepts standalone grants without a host signature
-	// (admission.allow_unsigned; development only).
+	// AllowUnsigned accepts standalone grants without a host signature,
+	// attributed to their subject's host (admission.allow_unsigned;
+	// development only).
 	AllowUnsigned bool
 	// MaxGrantBytes bounds a standalone grant's body (admission.max_payload_bytes).
 	MaxGrantBytes int
-	// Hosts may sign standalone grants for their tenants.
+	// Hosts sign standalone grants and declines for their own proposals.
 	Hosts []config.Host
+	// Tenants list each tenant's security domains.
+	Tenants []config.Tenant
 }
 
 // Decisions.
@@ -42,6 +46,9 @@ const (
 	Park   = "park"   // no grant yet: NEEDS_APPROVAL, wait for one
 	Permit = "permit" // hand the proposal to dispatch
 	Deny   = "deny"   // DENIED with Code
+	// Keep leaves a parked proposal parked: a standalone message that
+	// changes nothing gets only the incident event Event.
+	Keep = "keep"
 )
 
 // Verdict is the stage's decision about one proposal.
@@ -54,6 +61,13 @@ type Verdict struct {
 	Evaluations []schema.PolicyEvaluation
 	// Grant is the grant judged, once it decoded; nil otherwise.
 	Grant *schema.Grant
+	// Event is the incident event of a Keep.
+	Event *schema.Incident
+}
+
+func keep(phase, code string) Verdict {
+	inc := schema.NewIncident(phase, code)
+	return Verdict{Decision: Keep, Code: code, Event: &inc}
 }
 
 func fromDecision(d policy.Decision, g *schema.Grant) Verdict {
@@ -84,46 +98,113 @@ func TimedOut() Verdict { return denyGrant(schema.CodeApprovalTimedOut, nil) }
 func DecideProposal(p Policy, env *schema.Envelope, nowMs int64) Verdict {
 	t := policy.TargetOf(env)
 	if g := env.Proposal.Grant; g != nil {
-		return fromDecision(policy.Authorize(g, t, p.Managed, nowMs), g)
+		return fromDecision(p.Rules.Authorize(g, t, nowMs), g)
 	}
-	s := policy.Screen(p.Managed, t)
+	s := p.Rules.Screen(t)
 	if !s.Permitted() {
 		return Verdict{Decision: Deny, Code: s.Code, Evaluations: s.Evaluations}
 	}
 	return Verdict{Decision: Park, Code: schema.CodeApprovalRequired, Evaluations: s.Evaluations}
 }
 
-// DecideGrant judges a standalone grant (body and headers as received) for
-// the proposal parked with envelope env until expiresAtMs. In order: the
-// approval must still be open (APPROVAL_TIMED_OUT); the grant must be
-// signed by a configured host that may speak for the proposal's tenant, or
-// be unsigned where that is allowed (GRANT_INTEGRITY_MISMATCH); it must
-// decode strictly and name its proposal (GRANT_MALFORMED); then the grant
-// checks and managed policies of policy.Authorize.
-func DecideGrant(p Policy, env *schema.Envelope, expiresAtMs int64, body []byte, hdr nats.Header, nowMs int64) Verdict {
-	if nowMs >= expiresAtMs {
-		return TimedOut()
+// Standalone is a message read from host h's grants subject: a grant or a
+// decline, authenticated for h.
+type Standalone struct {
+	Host   config.Host
+	Signed bool
+	// ProposalID names the parked proposal; "" when it cannot be read.
+	ProposalID string
+	// Decline is set for a decline (schema actions.decline.v1), valid or not.
+	Decline *schema.Decline
+	// Grant is the strictly decoded grant; nil for a decline or a grant that
+	// does not decode (then Malformed).
+	Grant     *schema.Grant
+	Malformed bool
+}
+
+// ReadStandalone authenticates and decodes a message that arrived on host
+// h's grants subject. A message nothing proves came from h gets the event
+// ADMISSION_UNAUTHENTICATED and changes nothing (SPEC §2.2); its error says
+// which check failed, for the log.
+func ReadStandalone(p Policy, h string, body []byte, hdr nats.Header) (Standalone, *schema.Incident, error) {
+	host, signed, err := trust.Verifier{Hosts: p.Hosts, AllowUnsigned: p.AllowUnsigned}.Authenticate(h, body, hdr)
+	if err != nil {
+		inc := schema.NewIncident(schema.PhaseAdmission, schema.CodeAdmissionUnauthenticated)
+		return Standalone{}, &inc, err
 	}
-	host, signed, err := trust.Authenticate(p.Hosts, body, hdr)
-	if err != nil || (!signed && !p.AllowUnsigned) || (signed && !host.Speaks(env.Proposal.Context.Tenant.TenantRef)) {
-		return denyGrant(schema.CodeGrantIntegrityMismatch, nil)
+	m := Standalone{Host: host, Signed: signed}
+	if len(body) <= config.MaxMaxPayloadBytes {
+		m.ProposalID, _ = schema.PeekProposalID(body)
+	}
+	if peekSchema(body) == schema.SchemaDecline {
+		var d schema.Decline
+		if schema.Decode(body, &d) != nil || !d.Valid() {
+			d = schema.Decline{Schema: schema.SchemaDecline} // changes nothing: see DecideStandalone
+		}
+		m.Decline = &d
+		return m, nil, nil
 	}
 	g, err := schema.DecodeGrant(body, p.MaxGrantBytes)
 	if err != nil {
-		return denyGrant(schema.CodeGrantMalformed, nil)
+		m.Malformed = true
+		return m, nil, nil
 	}
-	if g.ProposalID == "" {
-		// Only an inline grant may leave its proposal implicit.
-		return denyGrant(schema.CodeGrantMalformed, g)
+	m.Grant = g
+	if g.ProposalID != "" {
+		m.ProposalID = g.ProposalID
 	}
-	return fromDecision(policy.Authorize(g, policy.TargetOf(env), p.Managed, nowMs), g)
+	return m, nil, nil
 }
 
-// Outcome is the outcome of a verdict that parks or denies proposal
-// proposalID, bound to fingerprint and referent. A parked proposal's
+// peekSchema reads a body's top-level "schema" string, leniently.
+func peekSchema(body []byte) string {
+	var v struct {
+		Schema string `json:"schema"`
+	}
+	if len(body) > config.MaxMaxPayloadBytes || !schema.WithinDepth(body, schema.MaxDepth) || json.Unmarshal(body, &v) != nil {
+		return ""
+	}
+	return v.Schema
+}
+
+// DecideStandalone judges an authenticated grant or decline for the
+// proposal parked with envelope env and fingerprint fp until expiresAtMs
+// (env may be nil when the envelope could not be read; the caller handles
+// that). A host that may not speak for the parked proposal's tenant and
+// domain changes nothing (ADMISSION_UNAUTHENTICATED); neither does a
+// decline that is malformed or names another fingerprint (GRANT_UNMATCHED),
+// nor a grant that is not yet valid (GRANT_NOT_YET_VALID: a valid grant can
+// still come). A matching decline ends the proposal APPROVAL_DECLINED; a
+// grant ends it like an inline one (SPEC §2.2).
+func DecideStandalone(p Policy, m Standalone, env *schema.Envelope, fp string, expiresAtMs, nowMs int64) Verdict {
+	tenant := &env.Proposal.Context.Tenant
+	if m.Signed && !trust.Permits(p.Tenants, m.Host, tenant.TenantRef, tenant.SecurityDomainRef) {
+		return keep(schema.PhaseAdmission, schema.CodeAdmissionUnauthenticated)
+	}
+	if d := m.Decline; d != nil {
+		if d.IntentFingerprint == "" || d.IntentFingerprint != fp {
+			return keep(schema.PhaseAuthorization, schema.CodeGrantUnmatched)
+		}
+		return denyGrant(schema.CodeApprovalDeclined, nil)
+	}
+	if nowMs >= expiresAtMs {
+		return TimedOut()
+	}
+	if m.Malformed {
+		return denyGrant(schema.CodeGrantMalformed, nil)
+	}
+	v := fromDecision(p.Rules.Authorize(m.Grant, policy.TargetOf(env), nowMs), m.Grant)
+	if v.Code == schema.CodeGrantNotYetValid {
+		return keep(schema.PhaseAuthorization, schema.CodeGrantNotYetValid)
+	}
+	return v
+}
+
+// Outcome is the outcome of a verdict that parks or denies proposal to,
+// bound to fingerprint and referent. A parked proposal's
 // outcome tells the frontend what to ask (summary, spend) and until when.
-func Outcome(proposalID, fingerprint, referent string, v Verdict, atMs int64, approval *schema.Approval) schema.Outcome {
-	o := schema.FailureOutcome(proposalID, schema.NewIncident(schema.PhaseAuthorization, v.Code), atMs)
+func Outcome(to schema.ProposalRef, fingerprint, referent string, v Verdict, atMs int64, approval *schema.Approval) schema.Outcome {
+	o := schema.FailureOutcome(to, schema.NewIncident(schema.PhaseAuthorization, v.Code), atMs)
 	if fingerprint != "" {
 		o.Fingerprint = schema.StringPtr(fingerprint)
 	}
@@ -185,9 +266,9 @@ var (
 // Once one of them was authorized, or a receipt exists, the snapshot
 // describes that one: a later proposal of the same intent is only listed,
 // whatever its own decision (its outcome tells its proposer).
-func ActivityEdit(proposalID string, env *schema.Envelope, v Verdict, atMs, approvalExpiresAtMs int64) func(a *schema.Activity) {
+func ActivityEdit(ref schema.ProposalRef, env *schema.Envelope, v Verdict, atMs, approvalExpiresAtMs int64) func(a *schema.Activity) {
 	return func(a *schema.Activity) {
-		a.AddProposal(proposalID)
+		a.AddProposal(ref)
 		if a.Receipt != nil || (a.Status == schema.ActivityAuthorized && v.Decision != Permit) || stale(a.Decision, v, atMs) {
 			return
 		}

@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/internal/activity"
-	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
@@ -63,45 +63,56 @@ func (s *Stage) RestorePending() error {
 	return nil
 }
 
-func lockKey(proposalID string) string { return "approval/" + proposalID }
-func timerID(proposalID string) string { return "approval/" + proposalID }
-func inputID(in *stages.Input) string  { return in.Stream + "/" + strconv.FormatUint(in.StreamSeq, 10) }
+func lockKey(ref schema.ProposalRef) string { return "approval/" + ref.Host + "\x00" + ref.ProposalID }
+func timerID(ref schema.ProposalRef) string { return "approval/" + token(ref) }
+func inputID(in *stages.Input) string       { return in.Stream + "/" + strconv.FormatUint(in.StreamSeq, 10) }
+func token(ref schema.ProposalRef) string   { return subjects.ProposalToken(ref.Host, ref.ProposalID) }
 
 // Handle decides a grounded proposal or an approval expiry.
 func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, error) {
-	stage, kind, id, ok := s.Subjects.ParseStage(in.Subject)
-	if !ok || stage != subjects.StageAuthorization || !schema.ValidProposalID(id) {
+	ref, kind, ok := s.parseSubject(in.Subject)
+	if !ok {
 		return stages.Result{}, fmt.Errorf("%w: unexpected subject", stages.ErrPermanent)
 	}
 	switch kind {
 	case subjects.KindProposal:
-		return s.handleProposal(ctx, in, id)
+		return s.handleProposal(ctx, in, ref)
 	case subjects.KindTimer:
-		return s.handleTimer(ctx, in, id)
+		return s.handleTimer(ctx, in, ref)
 	}
 	return stages.Result{}, fmt.Errorf("%w: unexpected message kind", stages.ErrPermanent)
 }
 
-// decodeEnvelope strictly decodes a grounded envelope for proposalID.
-func decodeEnvelope(data []byte, proposalID string) (*schema.Envelope, error) {
+// parseSubject reads `<prefix>.stage.authorization.<kind>.<h>.<proposal_id>`.
+func (s *Stage) parseSubject(subject string) (schema.ProposalRef, string, bool) {
+	stage, kind, tok, ok := s.Subjects.ParseStage(subject)
+	h, id, okTok := subjects.ParseProposalToken(tok)
+	if !ok || !okTok || stage != subjects.StageAuthorization || !schema.ValidProposalID(id) {
+		return schema.ProposalRef{}, "", false
+	}
+	return schema.ProposalRef{Host: h, ProposalID: id}, kind, true
+}
+
+// decodeEnvelope strictly decodes a grounded envelope for ref.
+func decodeEnvelope(data []byte, ref schema.ProposalRef) (*schema.Envelope, error) {
 	var env schema.Envelope
 	if err := schema.Decode(data, &env); err != nil {
 		return nil, err
 	}
-	if env.Grounded == nil || !schema.ValidFingerprint(env.Grounded.Fingerprint) || env.Proposal.ProposalID != proposalID {
+	if env.Grounded == nil || !schema.ValidFingerprint(env.Grounded.Fingerprint) || env.Ref() != ref {
 		return nil, fmt.Errorf("%w: envelope not grounded or not for its subject", schema.ErrMalformed)
 	}
 	return &env, nil
 }
 
-func (s *Stage) handleProposal(ctx context.Context, in *stages.Input, pid string) (stages.Result, error) {
-	env, err := decodeEnvelope(in.Data, pid)
+func (s *Stage) handleProposal(ctx context.Context, in *stages.Input, ref schema.ProposalRef) (stages.Result, error) {
+	env, err := decodeEnvelope(in.Data, ref)
 	if err != nil {
 		return stages.Result{}, fmt.Errorf("%w: %w", stages.ErrPermanent, err)
 	}
-	unlock := s.Store.Lock(lockKey(pid))
+	unlock := s.Store.Lock(lockKey(ref))
 	defer unlock()
-	a, found, err := s.Store.Approval(pid)
+	a, found, err := s.Store.Approval(ref)
 	if err != nil {
 		return stages.Result{}, fmt.Errorf("authorization: read approval: %w", err)
 	}
@@ -109,7 +120,7 @@ func (s *Stage) handleProposal(ctx context.Context, in *stages.Input, pid string
 		switch {
 		case a.Seq != in.StreamSeq:
 			// The same proposal handed on twice: the first one decides.
-			s.log().Debug("duplicate hand-off ignored", "proposal", pid)
+			s.log().Debug("duplicate hand-off ignored", "host", ref.Host, "proposal_id", ref.ProposalID)
 			return stages.Result{}, nil
 		case a.State == kv.ApprovalParked:
 			return s.result(a, recorded(a, nil), env), nil
@@ -124,13 +135,13 @@ func (s *Stage) handleProposal(ctx context.Context, in *stages.Input, pid string
 	now := stages.NowMs(s.Clock)
 	v := DecideProposal(s.Policy, env, now)
 	a = kv.Approval{
-		ProposalID: pid, Fingerprint: env.Grounded.Fingerprint, Referent: env.Grounded.Referent,
+		Host: ref.Host, ProposalID: ref.ProposalID, Fingerprint: env.Grounded.Fingerprint, Referent: env.Grounded.Referent,
 		Seq: in.StreamSeq, ArrivedAtMs: now, Evaluations: v.Evaluations,
 	}
 	b := s.Store.NewBatch()
 	if v.Decision == Park {
 		a.State, a.ExpiresAtMs = kv.ApprovalParked, now+s.Policy.ApprovalTTL.Milliseconds()
-		b.AddTimer(s.expiryTimer(pid, a.ExpiresAtMs, timerID(pid)))
+		b.AddTimer(s.expiryTimer(ref, a.ExpiresAtMs, timerID(ref)))
 	} else {
 		decide(&a, v, inputID(in), now)
 	}
@@ -146,12 +157,12 @@ func (s *Stage) handleProposal(ctx context.Context, in *stages.Input, pid string
 
 // expiryTimer fires a parked proposal's expiry on the authorization
 // stream. msgID dedupes the scheduler's republishing after a crash.
-func (s *Stage) expiryTimer(pid string, dueMs int64, msgID string) kv.Timer {
+func (s *Stage) expiryTimer(ref schema.ProposalRef, dueMs int64, msgID string) kv.Timer {
 	return kv.Timer{
-		ID:      timerID(pid),
+		ID:      timerID(ref),
 		DueMs:   dueMs,
-		Subject: s.Subjects.Stage(subjects.StageAuthorization, subjects.KindTimer, pid),
-		Data:    []byte(pid),
+		Subject: s.Subjects.Stage(subjects.StageAuthorization, subjects.KindTimer, token(ref)),
+		Data:    []byte(token(ref)),
 		MsgID:   msgID,
 	}
 }
@@ -194,33 +205,33 @@ func (s *Stage) result(a kv.Approval, v Verdict, env *schema.Envelope) stages.Re
 	case v.Decision == Permit && env != nil && v.Grant != nil:
 		out := HandOff(env, v, at)
 		res.Next = []stages.Message{{
-			Subject: s.Subjects.Stage(subjects.StageDispatch, subjects.KindProposal, a.ProposalID),
+			Subject: s.Subjects.Stage(subjects.StageDispatch, subjects.KindProposal, token(a.Ref())),
 			Data:    schema.MustMarshal(out),
 		}}
 	case v.Decision == Permit:
 		// Only a replay whose parked envelope vanished from the stream
 		// since gets here: the hand-off went out before, and nothing may
 		// contradict it.
-		s.log().Error("cannot republish a permitted hand-off", "proposal", a.ProposalID)
+		s.log().Error("cannot republish a permitted hand-off", "host", a.Host, "proposal_id", a.ProposalID)
 		return res
 	default:
 		var approval *schema.Approval
 		if v.Decision == Park {
 			approval = ApprovalRequest(env, a.ExpiresAtMs)
 		}
-		res.Outcomes = []schema.Outcome{Outcome(a.ProposalID, a.Fingerprint, a.Referent, v, at, approval)}
+		res.Outcomes = []schema.Outcome{Outcome(a.Ref(), a.Fingerprint, a.Referent, v, at, approval)}
 	}
 	if s.Activity != nil {
-		edit := ActivityEdit(a.ProposalID, env, v, at, a.ExpiresAtMs)
+		edit := ActivityEdit(a.Ref(), env, v, at, a.ExpiresAtMs)
 		res.Done = func(ctx context.Context) error { return s.Activity.Update(ctx, a.Fingerprint, edit) }
 	}
 	return res
 }
 
-func (s *Stage) handleTimer(ctx context.Context, in *stages.Input, pid string) (stages.Result, error) {
-	unlock := s.Store.Lock(lockKey(pid))
+func (s *Stage) handleTimer(ctx context.Context, in *stages.Input, ref schema.ProposalRef) (stages.Result, error) {
+	unlock := s.Store.Lock(lockKey(ref))
 	defer unlock()
-	a, found, err := s.Store.Approval(pid)
+	a, found, err := s.Store.Approval(ref)
 	if err != nil {
 		return stages.Result{}, fmt.Errorf("authorization: read approval: %w", err)
 	}
@@ -238,7 +249,7 @@ func (s *Stage) handleTimer(ctx context.Context, in *stages.Input, pid string) (
 	if now < a.ExpiresAtMs {
 		// Fired early by another processor's clock: wait for our own,
 		// under a message id the stream has not seen.
-		b.AddTimer(s.expiryTimer(pid, a.ExpiresAtMs, timerID(pid)+"/rearmed/"+inputID(in)))
+		b.AddTimer(s.expiryTimer(ref, a.ExpiresAtMs, timerID(ref)+"/rearmed/"+inputID(in)))
 		return stages.Result{}, b.Commit(kv.Sync)
 	}
 	v := TimedOut()
@@ -265,7 +276,7 @@ func (s *Stage) parkedEnvelope(ctx context.Context, a kv.Approval) (*schema.Enve
 	if err != nil {
 		return nil, fmt.Errorf("authorization: read parked envelope: %w", err)
 	}
-	env, err := decodeEnvelope(m.Data, a.ProposalID)
+	env, err := decodeEnvelope(m.Data, a.Ref())
 	if err != nil || env.Grounded.Fingerprint != a.Fingerprint {
 		return nil, errEnvelopeGone
 	}
@@ -277,37 +288,40 @@ func (s *Stage) Grants() stages.Handler { return grants{s} }
 
 type grants struct{ s *Stage }
 
-// grantProposalID reads a standalone grant's proposal_id leniently: the
-// grant is judged strictly only once it matched a parked proposal.
-func grantProposalID(body []byte) (string, bool) {
-	if len(body) > config.MaxMaxPayloadBytes {
-		return "", false
-	}
-	return schema.PeekProposalID(body)
+func event(inc schema.Incident) stages.Result {
+	return stages.Result{Events: []schema.Incident{inc}}
 }
 
 func unmatched() stages.Result {
-	return stages.Result{Events: []schema.Incident{schema.NewIncident(schema.PhaseAuthorization, schema.CodeGrantUnmatched)}}
+	return event(schema.NewIncident(schema.PhaseAuthorization, schema.CodeGrantUnmatched))
 }
 
-// Handle resumes the parked proposal a standalone grant names. A grant
-// that names none (unknown, not parked yet, or already decided) is refused
-// with the GRANT_UNMATCHED event and changes nothing.
+// Handle resumes or declines the parked proposal a standalone grant or
+// decline on `<prefix>.grants.<h>` names. Only host h's own parked
+// proposals can be reached; a message that is not authenticated for h, or
+// that names none of them (unknown, not parked yet, or decided already),
+// changes nothing and gets only an incident event.
 func (g grants) Handle(ctx context.Context, in *stages.Input) (stages.Result, error) {
 	s := g.s
-	pid, ok := grantProposalID(in.Data)
-	if !ok {
+	h, _ := s.Subjects.IngressHost(in.Subject)
+	m, inc, authErr := ReadStandalone(s.Policy, h, in.Data, in.Header)
+	if inc != nil {
+		s.log().Info("authorization: unauthenticated grant refused", "seq", in.StreamSeq, "check", trust.Reason(authErr))
+		return event(*inc), nil
+	}
+	if m.ProposalID == "" {
 		return unmatched(), nil
 	}
-	unlock := s.Store.Lock(lockKey(pid))
+	ref := schema.ProposalRef{Host: m.Host.Name, ProposalID: m.ProposalID}
+	unlock := s.Store.Lock(lockKey(ref))
 	defer unlock()
-	a, found, err := s.Store.Approval(pid)
+	a, found, err := s.Store.Approval(ref)
 	if err != nil {
 		return stages.Result{}, fmt.Errorf("authorization: read approval: %w", err)
 	}
 	replay := found && a.DecidedBy == inputID(in)
 	if !replay && (!found || a.State != kv.ApprovalParked) {
-		s.log().Debug("grant matches no parked proposal", "proposal", pid)
+		s.log().Debug("grant matches no parked proposal", "host", ref.Host, "proposal_id", ref.ProposalID)
 		return unmatched(), nil
 	}
 	env, err := s.parkedEnvelope(ctx, a)
@@ -315,23 +329,22 @@ func (g grants) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 		return stages.Result{}, err
 	}
 	if replay {
-		var gr *schema.Grant
-		if env != nil {
-			gr = DecideGrant(s.Policy, env, a.ExpiresAtMs, in.Data, in.Header, a.DecidedAtMs).Grant
-		}
-		return s.result(a, recorded(a, gr), env), nil
+		return s.result(a, recorded(a, m.Grant), env), nil
 	}
 	now := stages.NowMs(s.Clock)
 	var v Verdict
 	if env == nil {
-		s.log().Error("parked envelope unavailable; proposal ended", "proposal", pid)
+		s.log().Error("parked envelope unavailable; proposal ended", "host", ref.Host, "proposal_id", ref.ProposalID)
 		v = Verdict{Decision: Deny, Code: schema.CodeProcessingFailed}
 	} else {
-		v = DecideGrant(s.Policy, env, a.ExpiresAtMs, in.Data, in.Header, now)
+		v = DecideStandalone(s.Policy, m, env, a.Fingerprint, a.ExpiresAtMs, now)
+	}
+	if v.Decision == Keep {
+		return event(*v.Event), nil
 	}
 	decide(&a, v, inputID(in), now)
 	b := s.Store.NewBatch()
-	b.CancelTimer(timerID(pid))
+	b.CancelTimer(timerID(ref))
 	b.PutApproval(a)
 	if err := b.Commit(kv.Sync); err != nil {
 		return stages.Result{}, fmt.Errorf("authorization: record grant decision: %w", err)
@@ -345,19 +358,17 @@ func (g grants) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 // grant had decided already, that decision is republished instead.
 func (g grants) GiveUp(ctx context.Context, in *stages.Input, cause error) (stages.Result, error) {
 	s := g.s
-	if pid, ok := grantProposalID(in.Data); ok {
-		if a, found, err := s.Store.Approval(pid); err == nil && found && a.DecidedBy == inputID(in) {
+	h, _ := s.Subjects.IngressHost(in.Subject)
+	if m, inc, _ := ReadStandalone(s.Policy, h, in.Data, in.Header); inc == nil && m.ProposalID != "" {
+		ref := schema.ProposalRef{Host: m.Host.Name, ProposalID: m.ProposalID}
+		if a, found, err := s.Store.Approval(ref); err == nil && found && a.DecidedBy == inputID(in) {
 			env, err := s.parkedEnvelope(ctx, a)
 			if err == nil || errors.Is(err, errEnvelopeGone) {
-				var gr *schema.Grant
-				if env != nil {
-					gr = DecideGrant(s.Policy, env, a.ExpiresAtMs, in.Data, in.Header, a.DecidedAtMs).Grant
-				}
-				return s.result(a, recorded(a, gr), env), nil
+				return s.result(a, recorded(a, m.Grant), env), nil
 			}
 		}
 	}
-	return stages.Result{Events: []schema.Incident{schema.NewIncident(schema.PhaseAuthorization, schema.CodeProcessingFailed)}}, nil
+	return event(schema.NewIncident(schema.PhaseAuthorization, schema.CodeProcessingFailed)), nil
 }
 
 // GiveUp ends a proposal or an expiry that could not be processed with
@@ -365,25 +376,25 @@ func (g grants) GiveUp(ctx context.Context, in *stages.Input, cause error) (stag
 // (then that decision stands and is republished if this input made it).
 func (s *Stage) GiveUp(ctx context.Context, in *stages.Input, cause error) (stages.Result, error) {
 	failed := schema.NewIncident(schema.PhaseAuthorization, schema.CodeProcessingFailed)
-	stage, kind, pid, ok := s.Subjects.ParseStage(in.Subject)
-	if !ok || stage != subjects.StageAuthorization || !schema.ValidProposalID(pid) {
+	ref, kind, ok := s.parseSubject(in.Subject)
+	if !ok {
 		return stages.Result{Events: []schema.Incident{failed}}, nil
 	}
 	now := stages.NowMs(s.Clock)
-	unlock := s.Store.Lock(lockKey(pid))
+	unlock := s.Store.Lock(lockKey(ref))
 	defer unlock()
-	a, found, err := s.Store.Approval(pid)
+	a, found, err := s.Store.Approval(ref)
 	if err != nil {
 		// The store is failing, which is likely why we give up: end the
 		// proposal without a record rather than leave it silent.
-		s.log().Error("giving up without the approval record", "proposal", pid, "err", err)
-		return stages.Result{Outcomes: []schema.Outcome{schema.FailureOutcome(pid, failed, now)}}, nil
+		s.log().Error("giving up without the approval record", "host", ref.Host, "proposal_id", ref.ProposalID, "err", err)
+		return stages.Result{Outcomes: []schema.Outcome{schema.FailureOutcome(ref, failed, now)}}, nil
 	}
 	switch {
 	case found && a.DecidedBy == inputID(in):
 		var env *schema.Envelope
 		if kind == subjects.KindProposal {
-			env, _ = decodeEnvelope(in.Data, pid)
+			env, _ = decodeEnvelope(in.Data, ref)
 		}
 		var gr *schema.Grant
 		if env != nil {
@@ -394,7 +405,7 @@ func (s *Stage) GiveUp(ctx context.Context, in *stages.Input, cause error) (stag
 		v := Verdict{Decision: Deny, Code: schema.CodeProcessingFailed}
 		decide(&a, v, inputID(in), now)
 		b := s.Store.NewBatch()
-		b.CancelTimer(timerID(pid))
+		b.CancelTimer(timerID(ref))
 		b.PutApproval(a)
 		if err := b.Commit(kv.Sync); err != nil {
 			return stages.Result{}, fmt.Errorf("authorization: record give-up: %w", err)
@@ -404,8 +415,8 @@ func (s *Stage) GiveUp(ctx context.Context, in *stages.Input, cause error) (stag
 	case found || kind == subjects.KindTimer:
 		return stages.Result{}, nil // decided by another input, or a stray timer
 	}
-	o := schema.FailureOutcome(pid, failed, now)
-	if env, err := decodeEnvelope(in.Data, pid); err == nil {
+	o := schema.FailureOutcome(ref, failed, now)
+	if env, err := decodeEnvelope(in.Data, ref); err == nil {
 		o.Fingerprint = schema.StringPtr(env.Grounded.Fingerprint)
 		o.Referent = schema.StringPtr(env.Grounded.Referent)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/portcullis/portcullis/internal/activity"
 	"github.com/portcullis/portcullis/internal/engine"
+	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
@@ -37,7 +38,9 @@ func newHarness(t *testing.T) *harness {
 	env := testenv.New(t, testenv.NotStarted(), testenv.WithClock(clock))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	bucket, err := engine.EnsureStreams(ctx, env.JS, env.Subjects, 1, ttl)
+	cfg := *env.Config
+	cfg.Approval.TTL = ttl
+	bucket, err := engine.EnsureStreams(ctx, env.JS, env.Subjects, &cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +53,8 @@ func newHarness(t *testing.T) *harness {
 	h := &harness{env: env, clock: clock, store: store, metrics: m}
 	h.stage = &authorization.Stage{
 		Policy: authorization.Policy{
-			Managed: policies(), ApprovalTTL: ttl, MaxGrantBytes: 65536, Hosts: env.Config.Hosts,
+			Rules: policy.Rules{Managed: policies()}, ApprovalTTL: ttl, MaxGrantBytes: 65536,
+			Hosts: env.Config.Hosts, Tenants: env.Config.Tenants,
 		},
 		Store:    store,
 		Activity: &activity.Store{KV: bucket, Now: func() int64 { return stages.NowMs(clock) }},
@@ -76,18 +80,19 @@ func (h *harness) input(t *testing.T, subject string, body []byte, hdr nats.Head
 
 func (h *harness) proposal(t *testing.T, e schema.Envelope) *stages.Input {
 	t.Helper()
-	return h.input(t, h.env.Subjects.Stage(subjects.StageAuthorization, subjects.KindProposal, e.Proposal.ProposalID), schema.MustMarshal(e), nil)
+	return h.input(t, h.env.Subjects.Stage(subjects.StageAuthorization, subjects.KindProposal, subjects.ProposalToken(e.Host, e.Proposal.ProposalID)), schema.MustMarshal(e), nil)
 }
 
 func (h *harness) timer(t *testing.T, pid string) *stages.Input {
 	t.Helper()
-	return h.input(t, h.env.Subjects.Stage(subjects.StageAuthorization, subjects.KindTimer, pid), []byte(pid), nil)
+	tok := subjects.ProposalToken(testenv.HostName, pid)
+	return h.input(t, h.env.Subjects.Stage(subjects.StageAuthorization, subjects.KindTimer, tok), []byte(tok), nil)
 }
 
 func (h *harness) grant(t *testing.T, g map[string]any) *stages.Input {
 	t.Helper()
 	body := testenv.Body(t, g)
-	return h.input(t, h.env.Subjects.Grant("test"), body, testenv.Sign(t, h.env.Host, body))
+	return h.input(t, h.env.Subjects.Grant(testenv.HostName), body, testenv.Sign(t, h.env.Host, body))
 }
 
 func (h *harness) handle(t *testing.T, hd stages.Handler, in *stages.Input) stages.Result {
@@ -135,7 +140,7 @@ func TestRedeliveriesRepublishTheDecision(t *testing.T) {
 	if early := h.handle(t, h.stage, h.timer(t, "prop-r")); !isEmpty(early) {
 		t.Errorf("early expiry: %s", published(early))
 	}
-	if tm, found, _ := h.store.Timer("approval/prop-r"); !found || tm.DueMs != t0.Add(ttl).UnixMilli() {
+	if tm, found, _ := h.store.Timer("approval/frontdesk.prop-r"); !found || tm.DueMs != t0.Add(ttl).UnixMilli() {
 		t.Errorf("expiry timer = %+v, %v", tm, found)
 	}
 
@@ -163,7 +168,7 @@ func TestRedeliveriesRepublishTheDecision(t *testing.T) {
 	if r := h.handle(t, grants, h.grant(t, grantFor(e, h.clock))); len(r.Events) != 1 || r.Events[0].Code != schema.CodeGrantUnmatched || len(r.Next)+len(r.Outcomes) != 0 {
 		t.Errorf("second grant: %s", published(r))
 	}
-	if _, found, _ := h.store.Timer("approval/prop-r"); found {
+	if _, found, _ := h.store.Timer("approval/frontdesk.prop-r"); found {
 		t.Error("expiry timer outlived the approval")
 	}
 }
@@ -223,7 +228,7 @@ func TestGiveUp(t *testing.T) {
 	if o := r.Outcomes[0]; *o.Fingerprint != e.Grounded.Fingerprint || h.pending() != 0 {
 		t.Errorf("outcome %+v, pending %v", o, h.pending())
 	}
-	if _, found, _ := h.store.Timer("approval/prop-g"); found {
+	if _, found, _ := h.store.Timer("approval/frontdesk.prop-g"); found {
 		t.Error("expiry timer outlived the give-up")
 	}
 	if again, _ := h.stage.GiveUp(ctx, in, stages.ErrRetriesExhausted); published(again) != published(r) {
@@ -234,7 +239,7 @@ func TestGiveUp(t *testing.T) {
 	}
 
 	// An envelope that does not decode is permanent: given up at once.
-	bad := h.input(t, h.env.Subjects.Stage(subjects.StageAuthorization, subjects.KindProposal, "prop-bad"), []byte(`{"schema":1}`), nil)
+	bad := h.input(t, h.env.Subjects.Stage(subjects.StageAuthorization, subjects.KindProposal, "frontdesk.prop-bad"), []byte(`{"schema":1}`), nil)
 	if _, err := h.stage.Handle(ctx, bad); !errors.Is(err, stages.ErrPermanent) {
 		t.Fatalf("undecodable envelope: %v", err)
 	}

@@ -90,14 +90,6 @@ func Interrupted() Verdict {
 		Incident: incident(schema.PhaseDispatch, schema.CodeDispatchInterrupted), ErrorCode: schema.CodeDispatchInterrupted}
 }
 
-// Denied is the verdict for a terminal denial at dispatch time (a grant
-// window that closed, a policy that tightened, a disclosure that failed):
-// recorded as the fingerprint's receipt, nothing dispatched.
-func Denied(phase, code string) Verdict {
-	return Verdict{Status: schema.StatusDenied, NextAction: schema.NextNone,
-		Incident: incident(phase, code), ErrorCode: code}
-}
-
 // PhaseOf is the phase a denial code belongs to.
 func PhaseOf(code string) string {
 	for _, c := range schema.Codes {
@@ -158,8 +150,8 @@ func Record(in *kv.Intent, r schema.Receipt, v Verdict, nowMs int64) {
 }
 
 // Outcome is the outcome an intent's latest receipt gives a proposal.
-func Outcome(in *kv.Intent, proposalID string, nowMs int64) schema.Outcome {
-	o := schema.NewOutcome(proposalID, in.OutcomeKind, nowMs, append([]schema.Incident(nil), in.OutcomeIncidents...)...)
+func Outcome(in *kv.Intent, to schema.ProposalRef, nowMs int64) schema.Outcome {
+	o := schema.NewOutcome(to, in.OutcomeKind, nowMs, append([]schema.Incident(nil), in.OutcomeIncidents...)...)
 	o.Terminal = in.OutcomeTerminal
 	o.Fingerprint = schema.StringPtr(in.Fingerprint)
 	o.Referent = schema.StringPtr(in.Referent)

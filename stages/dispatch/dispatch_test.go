@@ -282,7 +282,11 @@ func TestConnectorNotYetThere(t *testing.T) {
 }
 
 // The grant window and managed policy are checked again at dispatch: a
-// denial there is the fingerprint's receipt and nothing is sent.
+// denial there ends that proposal and sends nothing, but does not bind the
+// fingerprint (SPEC §3 step 3): a later proposal of the same intent with
+// a fresh grant is judged afresh and dispatched. (Before, a grant that
+// expired while dispatch was backlogged, or one a hostile tenant made
+// expire on purpose, became the intent's answer forever.)
 func TestDispatchTimeDenial(t *testing.T) {
 	env := testenv.New(t)
 	p := proposal(t, "prop-late-grant", "expired")
@@ -304,19 +308,37 @@ func TestDispatchTimeDenial(t *testing.T) {
 		Grounded:      &schema.Grounded{Referent: "sku-1001", Fingerprint: fp, IdempotencyKey: strings.TrimPrefix(fp, "sha256:"), ObservationRef: "catalog:12"},
 		Authorization: &schema.AuthorizationRecord{Grant: grant, DecidedAtMs: past.UnixMilli()},
 	}
-	env.PublishWith(t, env.Subjects.Stage(subjects.StageDispatch, subjects.KindProposal, "prop-late-grant"), schema.MustMarshal(e), nil)
+	subject := env.Subjects.Stage(subjects.StageDispatch, subjects.KindProposal, "frontdesk.prop-late-grant")
+	env.PublishInternal(t, subject, schema.MustMarshal(e))
 	o := env.Recorder.Wait(t, "prop-late-grant", testenv.Terminal)
 	want := schema.Incident{Phase: schema.PhaseAuthorization, Code: schema.CodeGrantExpired, DispatchBoundary: schema.BoundaryNotInvoked}
-	if o.Kind != schema.KindDenied || len(o.Incidents) != 1 || o.Incidents[0] != want || o.Receipt == nil || o.Receipt.Status != schema.StatusDenied || o.Receipt.DispatchAttempted {
+	if o.Kind != schema.KindDenied || len(o.Incidents) != 1 || o.Incidents[0] != want || o.Receipt != nil || o.Fingerprint == nil || *o.Fingerprint != fp {
 		t.Errorf("outcome %+v", o)
 	}
 	if env.Fakes["demo"].Dispatches() != 0 {
 		t.Error("a denied intent reached the provider")
 	}
-	// The denial is the fingerprint's receipt: the same intent later gets it.
-	env.PublishSigned(t, proposal(t, "prop-again", "expired"), env.Host)
-	if o2 := env.Recorder.Wait(t, "prop-again", testenv.Terminal); o2.Receipt == nil || o2.Receipt.ReceiptID != o.Receipt.ReceiptID {
+	if _, found, _ := env.Processor().Store().Intent(fp); found {
+		t.Error("the denial wrote the fingerprint's journal")
+	}
+	// The same proposal handed on again (a redelivery after the stream's
+	// duplicate window) gets the same answer, even with its grant now
+	// judged at another time.
+	m := e
+	m.AdmittedAtMs++ // another message id
+	env.PublishInternal(t, subject, schema.MustMarshal(m))
+	outs := env.Recorder.WaitAll(t, "prop-late-grant", testenv.Count(2))
+	if outs[1].Kind != schema.KindDenied || outs[1].Incidents[0] != want {
+		t.Errorf("repeat of the denied proposal: %+v", outs[1])
+	}
+	// A later proposal of the same intent with a fresh grant is dispatched.
+	env.PublishSigned(t, proposal(t, "prop-again", "expired"), env.Host) // the same intent, a fresh grant
+	o2 := env.Recorder.Wait(t, "prop-again", testenv.Terminal)
+	if o2.Kind != schema.KindConfirmed || o2.Fingerprint == nil || *o2.Fingerprint != fp {
 		t.Errorf("second proposal %+v", o2)
+	}
+	if n := env.Fakes["demo"].Dispatches(); n != 1 {
+		t.Errorf("dispatches = %d, want 1", n)
 	}
 }
 
@@ -464,7 +486,7 @@ func TestDisclosureFailuresDispatchNothing(t *testing.T) {
 			env.PublishSigned(t, withDisclosure(t, "prop-d"), env.Host)
 			o := env.Recorder.Wait(t, "prop-d", testenv.Terminal)
 			want := schema.Incident{Phase: schema.PhaseDisclosure, Code: tc.code, DispatchBoundary: schema.BoundaryNotInvoked}
-			if o.Kind != schema.KindDenied || len(o.Incidents) != 1 || o.Incidents[0] != want || o.Receipt == nil || o.Receipt.Status != schema.StatusDenied {
+			if o.Kind != schema.KindDenied || len(o.Incidents) != 1 || o.Incidents[0] != want || o.Receipt != nil {
 				t.Errorf("outcome %+v", o)
 			}
 			if n := env.Fakes["demo"].Dispatches(); n != 0 {
@@ -497,7 +519,7 @@ func TestHTTPProvider(t *testing.T) {
 	defer srv.Close()
 	env := testenv.New(t, testenv.WithConfig(func(c *config.Config) {
 		c.Providers = append(c.Providers, config.Provider{Name: "stock", Adapter: config.AdapterHTTP, BaseURL: srv.URL,
-			Timeout: 2 * time.Second, UnavailableRetry: time.Second})
+			Timeout: 2 * time.Second, UnavailableRetry: time.Second, MaxInFlight: 16})
 	}))
 	p := testenv.Lumber("prop-http")
 	testenv.Set(p, "intent.provider", "stock")

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/portcullis/portcullis/fingerprint"
 	"github.com/portcullis/portcullis/internal/activity"
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/config"
@@ -27,7 +28,8 @@ type Stage struct {
 	Store     *kv.Store
 	Adapters  map[string]adapters.Adapter // by provider name
 	Providers []config.Provider
-	Policies  []config.ManagedPolicy
+	// Rules re-check the grant and managed policy (SPEC §3 step 3).
+	Rules policy.Rules
 	// NC carries disclosure requests (core NATS request-reply).
 	NC       *nats.Conn
 	Subjects subjects.Subjects
@@ -62,30 +64,56 @@ func (s *Stage) provider(name string) (config.Provider, bool) {
 	return config.Provider{}, false
 }
 
-// decodeEnvelope reads an authorized, grounded envelope.
-func decodeEnvelope(in *stages.Input) (*schema.Envelope, error) {
+// decodeEnvelope reads an authorized, grounded envelope for its subject.
+func (s *Stage) decodeEnvelope(in *stages.Input) (*schema.Envelope, error) {
 	var env schema.Envelope
 	if err := schema.Decode(in.Data, &env); err != nil {
 		return nil, fmt.Errorf("dispatch: envelope: %w: %w", stages.ErrPermanent, err)
 	}
-	if env.Grounded == nil || env.Authorization == nil || !schema.ValidFingerprint(env.Grounded.Fingerprint) {
-		return nil, fmt.Errorf("dispatch: envelope not grounded and authorized: %w", stages.ErrPermanent)
+	_, _, tok, ok := s.Subjects.ParseStage(in.Subject)
+	if !ok || env.Grounded == nil || env.Authorization == nil || !schema.ValidFingerprint(env.Grounded.Fingerprint) ||
+		tok != subjects.ProposalToken(env.Host, env.Proposal.ProposalID) {
+		return nil, fmt.Errorf("dispatch: envelope not grounded and authorized, or not for its subject: %w", stages.ErrPermanent)
 	}
 	return &env, nil
+}
+
+// bound reports whether the envelope's fingerprint and idempotency key are
+// those of its proposal and referent: dispatch never trusts a fingerprint
+// it is handed (SPEC §2.8), so a message that binds one intent's grant to
+// another intent's payload never reaches a provider.
+func bound(env *schema.Envelope) bool {
+	fp, err := fingerprint.Of(&env.Proposal, env.Grounded.Referent)
+	return err == nil && fp.Fingerprint == env.Grounded.Fingerprint && fp.IdempotencyKey == env.Grounded.IdempotencyKey
+}
+
+func rejected() stages.Result {
+	return stages.Result{Events: []schema.Incident{schema.NewIncident(schema.PhaseDispatch, schema.CodeInternalMessageRejected)}}
 }
 
 // Handle runs SPEC §3 Dispatch steps 1–5 for one authorized proposal. Steps
 // 1–5 for one fingerprint never run concurrently: the fingerprint's lock is
 // held throughout.
 func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, error) {
-	env, err := decodeEnvelope(in)
+	env, err := s.decodeEnvelope(in)
 	if err != nil {
 		return stages.Result{}, err
 	}
+	if !bound(env) {
+		s.Log.Error("dispatch: fingerprint does not match the proposal it came with; message rejected", "seq", in.StreamSeq)
+		return rejected(), nil
+	}
 	fp := env.Grounded.Fingerprint
-	pid := env.Proposal.ProposalID
+	ref := env.Ref()
 	unlock := s.Store.Lock("fp/" + fp)
 	defer unlock()
+
+	// A proposal this stage ended at its re-check keeps that answer.
+	if e, found, err := s.Store.Ended(ref); err != nil {
+		return stages.Result{}, fmt.Errorf("dispatch: read proposal end: %w", err)
+	} else if found {
+		return s.ended(env, e), nil
+	}
 
 	rec, found, err := s.Store.Intent(fp)
 	if err != nil {
@@ -95,7 +123,7 @@ func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 	if !found {
 		rec = s.newIntent(env, now)
 	}
-	rec.AddProposal(pid)
+	rec.AddProposal(ref)
 
 	// Step 1: a receipt exists: it is the answer.
 	if rec.Receipt != nil {
@@ -147,13 +175,49 @@ func (s *Stage) republish(env *schema.Envelope, rec kv.Intent, now int64) (stage
 	if err := b.Commit(kv.Sync); err != nil {
 		return stages.Result{}, fmt.Errorf("dispatch: record proposal: %w", err)
 	}
-	pid := env.Proposal.ProposalID
 	return stages.Result{
-		Outcomes: []schema.Outcome{Outcome(&rec, pid, now)},
+		Outcomes: []schema.Outcome{Outcome(&rec, env.Ref(), now)},
 		Done: func(ctx context.Context) error {
 			return s.updateActivity(ctx, env, &rec, nil)
 		},
 	}, nil
+}
+
+// end ends one proposal with a denial at the step 3 re-check: recorded
+// for the proposal (with Sync, before its outcome is published), never for
+// the fingerprint, so that a later proposal of the same intent with a
+// fresh grant is judged afresh (SPEC §3 Dispatch step 3).
+func (s *Stage) end(env *schema.Envelope, phase, code string) (stages.Result, error) {
+	e := kv.Ended{Phase: phase, Code: code, AtMs: stages.NowMs(s.Clock)}
+	b := s.Store.NewBatch()
+	b.PutEnded(env.Ref(), e)
+	if err := b.Commit(kv.Sync); err != nil {
+		return stages.Result{}, fmt.Errorf("dispatch: record denial: %w", err)
+	}
+	s.Log.Info("dispatch: proposal denied at the re-check", "host", env.Host, "proposal_id", env.Proposal.ProposalID,
+		"fingerprint", env.Grounded.Fingerprint, "code", code)
+	return s.ended(env, e), nil
+}
+
+// ended is the outcome of a proposal ended at the re-check, and its
+// activity record (the intent's own state is untouched).
+func (s *Stage) ended(env *schema.Envelope, e kv.Ended) stages.Result {
+	o := schema.FailureOutcome(env.Ref(), schema.NewIncident(e.Phase, e.Code), e.AtMs)
+	o.Fingerprint, o.Referent = schema.StringPtr(env.Grounded.Fingerprint), schema.StringPtr(env.Grounded.Referent)
+	res := stages.Result{Outcomes: []schema.Outcome{o}}
+	if s.Activity != nil {
+		res.Done = func(ctx context.Context) error {
+			return s.Activity.Update(ctx, env.Grounded.Fingerprint, func(a *schema.Activity) {
+				a.AddProposal(env.Ref())
+				if a.Receipt != nil {
+					return // the intent was dispatched by another proposal; this one only ended
+				}
+				a.Status = schema.ActivityDenied
+				a.Decision = &schema.ActivityDecision{Outcome: "deny", ReasonCode: e.Code, DecidedAtMs: e.AtMs}
+			})
+		}
+	}
+	return res
 }
 
 // attempt is one pass of steps 3–5. retry reports a dispatch that provably
@@ -161,9 +225,9 @@ func (s *Stage) republish(env *schema.Envelope, rec kv.Intent, now int64) (stage
 func (s *Stage) attempt(ctx context.Context, env *schema.Envelope, rec *kv.Intent) (res stages.Result, retry bool, err error) {
 	now := stages.NowMs(s.Clock)
 	// Step 3: the grant window and managed policy again, then disclosure.
-	d := policy.Authorize(&env.Authorization.Grant, policy.TargetOf(env), s.Policies, now)
+	d := s.Rules.Authorize(&env.Authorization.Grant, policy.TargetOf(env), now)
 	if !d.Permitted() {
-		res, err := s.finish(ctx, env, *rec, Denied(PhaseOf(d.Code), d.Code), "denied", nil)
+		res, err := s.end(env, PhaseOf(d.Code), d.Code)
 		return res, false, err
 	}
 	prov, ok := s.provider(rec.Provider)
@@ -182,7 +246,7 @@ func (s *Stage) attempt(ctx context.Context, env *schema.Envelope, rec *kv.Inten
 		}
 		got, err := disclosure.Resolve(ctx, s.NC, s.Subjects.DisclosureResolve(), req, prov.Timeout)
 		if code, ok := disclosure.Code(err); ok {
-			res, err := s.finish(ctx, env, *rec, Denied(schema.PhaseDisclosure, code), "denied", nil)
+			res, err := s.end(env, schema.PhaseDisclosure, code)
 			return res, false, err
 		}
 		if err != nil {
@@ -204,7 +268,7 @@ func (s *Stage) attempt(ctx context.Context, env *schema.Envelope, rec *kv.Inten
 	if err := b.Commit(kv.Sync); err != nil {
 		s.Log.Error("in-flight record not written; the provider is not called", "fingerprint", rec.Fingerprint, "err", err)
 		inc := schema.NewIncident(schema.PhaseDispatch, schema.CodeCheckpointFailed)
-		o := schema.FailureOutcome(env.Proposal.ProposalID, inc, now)
+		o := schema.FailureOutcome(env.Ref(), inc, now)
 		o.Fingerprint, o.Referent = schema.StringPtr(rec.Fingerprint), schema.StringPtr(rec.Referent)
 		return stages.Result{Outcomes: []schema.Outcome{o}}, false, nil
 	}
@@ -295,10 +359,9 @@ func (s *Stage) finish(ctx context.Context, env *schema.Envelope, rec kv.Intent,
 	if Indeterminate(&r) {
 		s.Metrics.Indeterminate.Inc()
 	}
-	pid := env.Proposal.ProposalID
-	s.Log.Info("dispatch recorded", "proposal_id", pid, "fingerprint", rec.Fingerprint, "status", r.Status, "receipt_id", r.ReceiptID)
+	s.Log.Info("dispatch recorded", "host", env.Host, "proposal_id", env.Proposal.ProposalID, "fingerprint", rec.Fingerprint, "status", r.Status, "receipt_id", r.ReceiptID)
 	return stages.Result{
-		Outcomes: []schema.Outcome{Outcome(&rec, pid, now)},
+		Outcomes: []schema.Outcome{Outcome(&rec, env.Ref(), now)},
 		Done: func(ctx context.Context) error {
 			fault.Hit(fault.DispatchAfterOutcome)
 			return s.updateActivity(ctx, env, &rec, disc)
@@ -322,11 +385,11 @@ func (s *Stage) updateActivity(ctx context.Context, env *schema.Envelope, rec *k
 
 // ApplyIntent copies an intent's value-free state into its activity snapshot.
 func ApplyIntent(a *schema.Activity, env *schema.Envelope, rec *kv.Intent) {
-	for _, p := range rec.ProposalIDs {
+	for _, p := range rec.Proposals {
 		a.AddProposal(p)
 	}
 	if env != nil {
-		a.AddProposal(env.Proposal.ProposalID)
+		a.AddProposal(env.Ref())
 	}
 	a.Provider, a.Capability, a.Operation, a.Environment = rec.Provider, rec.Capability, rec.Operation, rec.Environment
 	a.Referent = rec.Referent
@@ -375,18 +438,25 @@ func ApplyIntent(a *schema.Activity, env *schema.Envelope, rec *kv.Intent) {
 // DISPATCH_INTERRUPTED and never sent again.
 func (s *Stage) GiveUp(ctx context.Context, in *stages.Input, cause error) (stages.Result, error) {
 	now := stages.NowMs(s.Clock)
-	env, err := decodeEnvelope(in)
+	env, err := s.decodeEnvelope(in)
 	if err != nil {
-		_, _, id, _ := s.Subjects.ParseStage(in.Subject)
+		_, _, tok, _ := s.Subjects.ParseStage(in.Subject)
+		h, id, ok := subjects.ParseProposalToken(tok)
 		inc := schema.NewIncident(schema.PhaseDispatch, schema.CodeProcessingFailed)
-		if !schema.ValidProposalID(id) {
+		if !ok || !schema.ValidProposalID(id) {
 			return stages.Result{Events: []schema.Incident{inc}}, nil
 		}
-		return stages.Result{Outcomes: []schema.Outcome{schema.FailureOutcome(id, inc, now)}}, nil
+		return stages.Result{Outcomes: []schema.Outcome{schema.FailureOutcome(schema.ProposalRef{Host: h, ProposalID: id}, inc, now)}}, nil
+	}
+	if !bound(env) {
+		return rejected(), nil
 	}
 	fp := env.Grounded.Fingerprint
 	unlock := s.Store.Lock("fp/" + fp)
 	defer unlock()
+	if e, found, err := s.Store.Ended(env.Ref()); err == nil && found {
+		return s.ended(env, e), nil
+	}
 	rec, found, err := s.Store.Intent(fp)
 	if err != nil {
 		return stages.Result{}, err
@@ -394,7 +464,7 @@ func (s *Stage) GiveUp(ctx context.Context, in *stages.Input, cause error) (stag
 	if !found {
 		rec = s.newIntent(env, now)
 	}
-	rec.AddProposal(env.Proposal.ProposalID)
+	rec.AddProposal(env.Ref())
 	switch {
 	case rec.Receipt != nil:
 		return s.republish(env, rec, now)
@@ -403,9 +473,9 @@ func (s *Stage) GiveUp(ctx context.Context, in *stages.Input, cause error) (stag
 	case rec.State == kv.IntentNotInvoked:
 		return s.finish(ctx, env, rec, MapDispatch(schema.AdapterReply{}, adapters.ErrNotInvoked), "dispatch", nil)
 	}
-	s.Log.Error("dispatch gave up before anything was written", "proposal_id", env.Proposal.ProposalID, "fingerprint", fp, "cause", cause)
+	s.Log.Error("dispatch gave up before anything was written", "host", env.Host, "proposal_id", env.Proposal.ProposalID, "fingerprint", fp, "cause", cause)
 	inc := schema.NewIncident(schema.PhaseDispatch, schema.CodeProcessingFailed)
-	o := schema.FailureOutcome(env.Proposal.ProposalID, inc, now)
+	o := schema.FailureOutcome(env.Ref(), inc, now)
 	o.Fingerprint, o.Referent = schema.StringPtr(fp), schema.StringPtr(env.Grounded.Referent)
 	return stages.Result{Outcomes: []schema.Outcome{o}}, nil
 }

@@ -169,7 +169,7 @@ func TestFailureKinds(t *testing.T) {
 		schema.CodeGroundingSourceUnavailable: schema.KindIntegrationFailure,
 	}
 	for code, kind := range want {
-		o := schema.FailureOutcome("p", schema.NewIncident(schema.PhaseGrounding, code), 1)
+		o := schema.FailureOutcome(schema.ProposalRef{Host: "h", ProposalID: "p"}, schema.NewIncident(schema.PhaseGrounding, code), 1)
 		if o.Kind != kind || o.EffectTruth != schema.TruthNotDispatched || !o.Terminal || o.Incidents[0].DispatchBoundary != schema.BoundaryNotInvoked {
 			t.Errorf("%s: %+v", code, o)
 		}

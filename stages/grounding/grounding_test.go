@@ -287,7 +287,7 @@ func paymentsVector(t *testing.T, name string) (proposal map[string]any, referen
 
 func withInfra(c *config.Config) {
 	c.Admission.AllowUnsigned = true
-	c.Providers = append(c.Providers, config.Provider{Name: "infra", Adapter: config.AdapterNATS, Timeout: 2 * time.Second, UnavailableRetry: 2 * time.Second})
+	c.Providers = append(c.Providers, config.Provider{Name: "infra", Adapter: config.AdapterNATS, Timeout: 2 * time.Second, UnavailableRetry: 2 * time.Second, MaxInFlight: 16})
 }
 
 // TestPaymentsAPIExample is seed 000's example end to end: the service
@@ -492,16 +492,16 @@ func TestSourceNotAskedBeforeRules12(t *testing.T) {
 // its subject's id, or as an event alone when the id is unreadable.
 func TestGiveUp(t *testing.T) {
 	env := testenv.New(t)
-	env.PublishWith(t, env.Subjects.Stage(subjects.StageGrounding, subjects.KindProposal, "prop-garbage"), []byte(`{"schema":`), nil)
-	env.PublishWith(t, env.Subjects.Stage(subjects.StageGrounding, subjects.KindProposal, "bad~id"), []byte(`{}`), nil)
+	env.PublishInternal(t, env.Subjects.Stage(subjects.StageGrounding, subjects.KindProposal, "frontdesk.prop-garbage"), []byte(`{"schema":`))
+	env.PublishInternal(t, env.Subjects.Stage(subjects.StageGrounding, subjects.KindProposal, "frontdesk.bad~id"), []byte(`{}`))
 	// An envelope whose proposal id differs from its subject's.
 	other := testenv.Lumber("prop-inner")
 	var p schema.Proposal
 	if err := schema.Decode(testenv.Body(t, other), &p); err != nil {
 		t.Fatal(err)
 	}
-	data := schema.MustMarshal(schema.Envelope{Schema: schema.SchemaEnvelope, Proposal: p})
-	env.PublishWith(t, env.Subjects.Stage(subjects.StageGrounding, subjects.KindProposal, "prop-outer"), data, nil)
+	data := schema.MustMarshal(schema.Envelope{Schema: schema.SchemaEnvelope, Proposal: p, Host: testenv.HostName})
+	env.PublishInternal(t, env.Subjects.Stage(subjects.StageGrounding, subjects.KindProposal, "frontdesk.prop-outer"), data)
 
 	for _, id := range []string{"prop-garbage", "prop-outer"} {
 		o := env.Recorder.Wait(t, id, testenv.Terminal)

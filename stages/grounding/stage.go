@@ -12,8 +12,8 @@ import (
 )
 
 // Stage is the grounding stage's handler. It consumes envelopes on
-// `<prefix>.stage.grounding.proposal.<proposal_id>` and either hands the
-// proposal to `<prefix>.stage.authorization.proposal.<proposal_id>` with
+// `<prefix>.stage.grounding.proposal.<h>.<proposal_id>` and either hands the
+// proposal to `<prefix>.stage.authorization.proposal.<h>.<proposal_id>` with
 // its Grounded record, or ends it with a grounding outcome.
 type Stage struct {
 	Subjects subjects.Subjects
@@ -30,7 +30,7 @@ var _ stages.Handler = (*Stage)(nil)
 
 // Handle grounds one proposal.
 func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, error) {
-	_, kind, id, ok := s.Subjects.ParseStage(in.Subject)
+	_, kind, token, ok := s.Subjects.ParseStage(in.Subject)
 	if !ok || kind != subjects.KindProposal {
 		return stages.Result{}, fmt.Errorf("grounding: unexpected subject: %w", stages.ErrPermanent)
 	}
@@ -39,7 +39,7 @@ func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 		return stages.Result{}, fmt.Errorf("grounding: envelope: %w: %w", err, stages.ErrPermanent)
 	}
 	p := &env.Proposal
-	if env.Schema != schema.SchemaEnvelope || p.ProposalID != id || !p.Validate() {
+	if env.Schema != schema.SchemaEnvelope || token != subjects.ProposalToken(env.Host, p.ProposalID) || !p.Validate() {
 		return stages.Result{}, fmt.Errorf("grounding: envelope does not match its subject: %w", stages.ErrPermanent)
 	}
 	now := stages.NowMs(s.Clock)
@@ -58,7 +58,7 @@ func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 		v = Decide(p, p.Grounding.Candidates, s.MaxCandidates)
 	}
 	if !v.Grounded() {
-		return stages.Result{Outcomes: []schema.Outcome{schema.FailureOutcome(p.ProposalID, *v.Incident, now)}}, nil
+		return stages.Result{Outcomes: []schema.Outcome{schema.FailureOutcome(env.Ref(), *v.Incident, now)}}, nil
 	}
 
 	fp, err := fingerprint.Of(p, v.Referent)
@@ -82,7 +82,7 @@ func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 		return stages.Result{}, fmt.Errorf("grounding: encode envelope: %w", err)
 	}
 	return stages.Result{Next: []stages.Message{{
-		Subject: s.Subjects.Stage(subjects.StageAuthorization, subjects.KindProposal, p.ProposalID),
+		Subject: s.Subjects.Stage(subjects.StageAuthorization, subjects.KindProposal, token),
 		Data:    data,
 	}}}, nil
 }
@@ -138,9 +138,10 @@ func (s *Stage) fromSource(ctx context.Context, in *stages.Input, p *schema.Prop
 // incident event.
 func (s *Stage) GiveUp(_ context.Context, in *stages.Input, _ error) (stages.Result, error) {
 	inc := schema.NewIncident(schema.PhaseGrounding, schema.CodeProcessingFailed)
-	_, _, id, ok := s.Subjects.ParseStage(in.Subject)
-	if !ok || !schema.ValidProposalID(id) {
+	_, _, token, ok := s.Subjects.ParseStage(in.Subject)
+	h, id, okToken := subjects.ParseProposalToken(token)
+	if !ok || !okToken || !schema.ValidProposalID(id) {
 		return stages.Result{Events: []schema.Incident{inc}}, nil
 	}
-	return stages.Result{Outcomes: []schema.Outcome{schema.FailureOutcome(id, inc, stages.NowMs(s.Clock))}}, nil
+	return stages.Result{Outcomes: []schema.Outcome{schema.FailureOutcome(schema.ProposalRef{Host: h, ProposalID: id}, inc, stages.NowMs(s.Clock))}}, nil
 }

@@ -53,9 +53,9 @@ func TestSourceDecisionIsCheckpointed(t *testing.T) {
 	if err := schema.Decode(testenv.Body(t, p), &prop); err != nil {
 		t.Fatal(err)
 	}
-	data := schema.MustMarshal(schema.Envelope{Schema: schema.SchemaEnvelope, Proposal: prop})
+	data := schema.MustMarshal(schema.Envelope{Schema: schema.SchemaEnvelope, Proposal: prop, Host: "h"})
 	in := &stages.Input{
-		Subject: subj.Stage(subjects.StageGrounding, subjects.KindProposal, "prop-flaky"),
+		Subject: subj.Stage(subjects.StageGrounding, subjects.KindProposal, "h.prop-flaky"),
 		Data:    data, Stream: subj.StageStream(subjects.StageGrounding), StreamSeq: 7, Delivered: 1,
 	}
 	ctx := context.Background()
@@ -115,10 +115,10 @@ func FuzzHandle(f *testing.F) {
 	if err := schema.Decode(testenv.Body(f, testenv.Lumber("prop-fuzz")), &prop); err != nil {
 		f.Fatal(err)
 	}
-	valid := schema.MustMarshal(schema.Envelope{Schema: schema.SchemaEnvelope, Proposal: prop})
+	valid := schema.MustMarshal(schema.Envelope{Schema: schema.SchemaEnvelope, Proposal: prop, Host: "h"})
 	prop.Grounding.Candidates = nil
 	prop.Grounding.CandidateSource = "catalog"
-	viaSource := schema.MustMarshal(schema.Envelope{Schema: schema.SchemaEnvelope, Proposal: prop})
+	viaSource := schema.MustMarshal(schema.Envelope{Schema: schema.SchemaEnvelope, Proposal: prop, Host: "h"})
 	for _, s := range [][]byte{valid, viaSource, []byte(`{}`)} {
 		f.Add(s)
 		f.Add(s[:len(s)/2])
@@ -137,7 +137,7 @@ func FuzzHandle(f *testing.F) {
 	seq := uint64(0)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		seq++
-		in := &stages.Input{Subject: subj.Stage(subjects.StageGrounding, subjects.KindProposal, "prop-fuzz"), Data: data, Stream: "S", StreamSeq: seq, Delivered: 1}
+		in := &stages.Input{Subject: subj.Stage(subjects.StageGrounding, subjects.KindProposal, "h.prop-fuzz"), Data: data, Stream: "S", StreamSeq: seq, Delivered: 1}
 		res, err := st.Handle(context.Background(), in)
 		if err != nil {
 			if !errors.Is(err, stages.ErrPermanent) {

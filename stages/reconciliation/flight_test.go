@@ -86,7 +86,8 @@ func flightProposal(pid string) map[string]any {
 // the booking's tenant, and applies seed 003's managed policy to its domain.
 func withFlight(c *config.Config) {
 	c.Hosts[0].Tenants = append(c.Hosts[0].Tenants, secretTenant)
-	c.Providers = append(c.Providers, config.Provider{Name: "duffel", Adapter: config.AdapterFake, Timeout: c.Providers[0].Timeout, UnavailableRetry: c.Providers[0].UnavailableRetry})
+	c.Tenants = append(c.Tenants, config.Tenant{Ref: secretTenant, SecurityDomains: []string{secretDomain}})
+	c.Providers = append(c.Providers, config.Provider{Name: "duffel", Adapter: config.AdapterFake, Timeout: c.Providers[0].Timeout, UnavailableRetry: c.Providers[0].UnavailableRetry, MaxInFlight: 16})
 	c.Policies = []config.ManagedPolicy{{
 		Name: "travel", SecurityDomains: []string{secretDomain},
 		AutomaticApprovalForbidden: true, LiveActionsForbidden: true,
@@ -182,7 +183,7 @@ func TestFlightBookingActivityIsValueFree(t *testing.T) {
 	a := activityOf(t, env, ap.Fingerprint, func(a *schema.Activity) bool { return a.Status == schema.StatusConfirmed })
 	if a.Summary != ap.Summary || a.ExternalSpend == nil || a.ExternalSpend.AmountMinor != 24567 || a.Referent != "offer:sea-jfk-0805" ||
 		a.Provider != "duffel" || a.Capability != "flights.book" || a.Operation != "create_order" || a.Environment != "test" ||
-		a.Requester == nil || a.Requester.AgentID != "agent:travel" || !sameStrings(a.ProposalIDs, "book-1") {
+		a.Requester == nil || a.Requester.AgentID != "agent:travel" || !sameStrings(testenv.IDs(a.Proposals), "book-1") {
 		t.Errorf("activity intent = %+v", a)
 	}
 	if len(a.PolicyEvaluations) != 2 || a.PolicyEvaluations[1].Layer != "managed_policy:travel" || a.PolicyEvaluations[1].Outcome != schema.EvalPass ||

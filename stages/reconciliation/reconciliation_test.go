@@ -100,8 +100,8 @@ func TestTimeoutThenReconcileConfirms(t *testing.T) {
 	if a.Dispatch == nil || !a.Dispatch.Attempted || a.Dispatch.Status != schema.StatusReconciliationRequired || a.Dispatch.ErrorCode != schema.CodeAdapterTimeout {
 		t.Errorf("activity dispatch = %+v", a.Dispatch)
 	}
-	if a.Receipt == nil || a.Receipt.ReceiptID != rs[1].ReceiptID || len(a.ProposalIDs) != 2 {
-		t.Errorf("activity receipt/proposals = %+v %v", a.Receipt, a.ProposalIDs)
+	if a.Receipt == nil || a.Receipt.ReceiptID != rs[1].ReceiptID || len(a.Proposals) != 2 {
+		t.Errorf("activity receipt/proposals = %+v %v", a.Receipt, testenv.IDs(a.Proposals))
 	}
 
 	// A later proposal of the settled intent gets the confirmation; nothing
@@ -266,7 +266,7 @@ func TestExhaustionThenOperator(t *testing.T) {
 	}
 	p := list.Actions[0]
 	if p.Fingerprint != fp || !p.Exhausted || p.Attempts != maxAttempts || p.MaxAttempts != maxAttempts || p.SinceMs != t0.UnixMilli() ||
-		list.NowMs != clock.Now().UnixMilli() || p.ErrorCode != schema.CodeReconcileExhausted || p.Provider != "demo" || !sameStrings(p.ProposalIDs, "prop-ex") {
+		list.NowMs != clock.Now().UnixMilli() || p.ErrorCode != schema.CodeReconcileExhausted || p.Provider != "demo" || !sameStrings(testenv.IDs(p.Proposals), "prop-ex") {
 		t.Errorf("pending = %+v (now %d)", p, list.NowMs)
 	}
 	if _, err := ops.Resolve(ctx, fp, true, "no colon here"); !errors.Is(err, admin.ErrBadRequest) {
@@ -489,12 +489,12 @@ func TestStaleAndMalformedTriggers(t *testing.T) {
 	hex := fingerprint.Key(fp)
 	subject := env.Subjects.Stage(subjects.StageReconciliation, subjects.KindTimer, hex)
 	for _, n := range []int{1, 2, 7} { // the finished attempt, one never due, one far off
-		env.PublishWith(t, subject, schema.MustMarshal(dispatch.Trigger{Fingerprint: fp, Attempt: n}), nil)
+		env.PublishInternal(t, subject, schema.MustMarshal(dispatch.Trigger{Fingerprint: fp, Attempt: n}))
 	}
 	for _, body := range []string{`{"fingerprint":"` + fp + `","attempt":0}`, `{"fingerprint":"sha256:` + hex[:63] + `0","attempt":1}`, `garbage`} {
-		env.PublishWith(t, subject, []byte(body), nil)
+		env.PublishInternal(t, subject, []byte(body))
 	}
-	env.PublishWith(t, env.Subjects.Stage(subjects.StageReconciliation, subjects.KindTimer, "not-hex"), []byte(`{}`), nil)
+	env.PublishInternal(t, env.Subjects.Stage(subjects.StageReconciliation, subjects.KindTimer, "not-hex"), []byte(`{}`))
 	deadline := time.Now().Add(testenv.WaitTimeout)
 	for countEvents(env, schema.CodeProcessingFailed) < 4 {
 		if time.Now().After(deadline) {

@@ -255,8 +255,8 @@ func (s *Stage) finish(rec kv.Intent, cp kv.Attempt, v Verdict) (stages.Result, 
 func (s *Stage) outcomes(rec kv.Intent, events []schema.Incident) stages.Result {
 	now := stages.NowMs(s.Clock)
 	res := stages.Result{Events: events}
-	for _, pid := range rec.ProposalIDs {
-		res.Outcomes = append(res.Outcomes, dispatch.Outcome(&rec, pid, now))
+	for _, ref := range rec.Proposals {
+		res.Outcomes = append(res.Outcomes, dispatch.Outcome(&rec, ref, now))
 	}
 	res.Done = func(ctx context.Context) error { return s.updateActivity(ctx, rec) }
 	return res
@@ -314,7 +314,7 @@ func (s *Stage) fillDispatch(a *schema.Activity, fp string) {
 type Resolution struct {
 	Receipt     schema.Receipt
 	OutcomeKind string
-	ProposalIDs []string
+	Proposals   []schema.ProposalRef
 }
 
 // Resolve records an operator's finding about an indeterminate effect:
@@ -361,18 +361,18 @@ func (s *Stage) Resolve(fp string, present bool, evidenceRef string) (Resolution
 	}
 	s.Metrics.Indeterminate.Dec()
 	s.log().Info("operator resolved an indeterminate action", "fingerprint", fp, "status", r.Status, "receipt_id", r.ReceiptID)
-	return Resolution{Receipt: r, OutcomeKind: rec.OutcomeKind, ProposalIDs: slices.Clone(rec.ProposalIDs)}, nil
+	return Resolution{Receipt: r, OutcomeKind: rec.OutcomeKind, Proposals: slices.Clone(rec.Proposals)}, nil
 }
 
 // Pending is one action whose effect is unknown, for the operator's queue.
 type Pending struct {
-	Fingerprint string   `json:"fingerprint"`
-	Provider    string   `json:"provider"`
-	Capability  string   `json:"capability"`
-	Operation   string   `json:"operation"`
-	Environment string   `json:"environment"`
-	Referent    string   `json:"referent"`
-	ProposalIDs []string `json:"proposal_ids"`
+	Fingerprint string               `json:"fingerprint"`
+	Provider    string               `json:"provider"`
+	Capability  string               `json:"capability"`
+	Operation   string               `json:"operation"`
+	Environment string               `json:"environment"`
+	Referent    string               `json:"referent"`
+	Proposals   []schema.ProposalRef `json:"proposals"`
 	// SinceMs is when the effect became unknown.
 	SinceMs int64 `json:"since_ms"`
 	// Attempts polls so far of MaxAttempts; Exhausted once they are spent.
@@ -404,7 +404,7 @@ func (s *Stage) Indeterminate() ([]Pending, error) {
 		out = append(out, Pending{
 			Fingerprint: rec.Fingerprint, Provider: rec.Provider, Capability: rec.Capability,
 			Operation: rec.Operation, Environment: rec.Environment, Referent: rec.Referent,
-			ProposalIDs: slices.Clone(rec.ProposalIDs), SinceMs: e.SinceMs,
+			Proposals: slices.Clone(rec.Proposals), SinceMs: e.SinceMs,
 			Attempts: rec.ReconcileAttempt, MaxAttempts: s.MaxAttempts, Exhausted: rec.ReconcileExhausted,
 			NextAtMs: rec.ReconcileNextAtMs, ErrorCode: rec.Receipt.ErrorCode, ReceiptID: rec.Receipt.ReceiptID,
 		})

@@ -1,0 +1,218 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+
+	"github.com/portcullis/portcullis/internal/keyfile"
+	"github.com/portcullis/portcullis/internal/natsauth"
+	"github.com/portcullis/portcullis/subjects"
+)
+
+// loadInternalKey reads the internal HMAC key, creating it (and its
+// directory, mode 0700) at the first start.
+func loadInternalKey(path string) ([]byte, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("engine: internal.key_file directory: %w", err)
+	}
+	key, err := keyfile.LoadOrCreateInternal(path)
+	if err != nil {
+		return nil, fmt.Errorf("engine: internal.key_file: %w", err)
+	}
+	return key, nil
+}
+
+// connect starts the embedded server (or not) and connects the
+// processor's own identity.
+func (p *Processor) connect() error {
+	n := p.cfg.NATS
+	url := n.URL
+	opts := []nats.Option{
+		nats.Name("portcullis-processor"),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+	}
+	if n.Embedded {
+		// The processor's own identity is created at every start: its seed
+		// never leaves this process (SPEC §2.8).
+		kp, err := nkeys.CreateUser()
+		if err != nil {
+			return fmt.Errorf("engine: processor identity: %w", err)
+		}
+		pub, _ := kp.PublicKey()
+		if err := p.startServer(pub); err != nil {
+			return err
+		}
+		url = p.srv.ClientURL()
+		if n.Auth {
+			opts = append(opts, nats.Nkey(pub, kp.Sign), nats.CustomInboxPrefix(subjects.Inbox(pub)))
+		}
+	} else if n.Credentials != "" {
+		o, err := credentialsOption(n.Credentials)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, o...)
+	}
+	if t := n.TLS; t != nil {
+		if t.CAFile != "" {
+			opts = append(opts, nats.RootCAs(t.CAFile))
+		}
+		if !n.Embedded && t.CertFile != "" {
+			opts = append(opts, nats.ClientCert(t.CertFile, t.KeyFile))
+		}
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return fmt.Errorf("engine: connect to NATS at %s: %w", redactURL(url), err)
+	}
+	p.nc = nc
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	if err != nil {
+		return fmt.Errorf("engine: jetstream: %w", err)
+	}
+	p.js = js
+	return nil
+}
+
+// credentialsOption logs in with nats.credentials: a .creds file (user JWT
+// and seed) or an nkey seed file; either way replies come to the
+// identity's own inbox prefix.
+func credentialsOption(path string) ([]nats.Option, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("engine: nats.credentials: %w", err)
+	}
+	if strings.Contains(string(raw), "BEGIN NATS USER JWT") {
+		return []nats.Option{nats.UserCredentials(path)}, nil
+	}
+	kp, err := keyfile.LoadSeed(path)
+	if err != nil {
+		return nil, fmt.Errorf("engine: nats.credentials: %w", err)
+	}
+	pub, err := kp.PublicKey()
+	if err != nil {
+		return nil, fmt.Errorf("engine: nats.credentials: %w", err)
+	}
+	return []nats.Option{nats.Nkey(pub, kp.Sign), nats.CustomInboxPrefix(subjects.Inbox(pub))}, nil
+}
+
+// redactURL drops user information from a server URL list for messages.
+func redactURL(u string) string {
+	parts := strings.Split(u, ",")
+	for i, s := range parts {
+		if at := strings.LastIndex(s, "@"); at >= 0 {
+			if scheme := strings.Index(s, "://"); scheme >= 0 && scheme < at {
+				parts[i] = s[:scheme+3] + "…@" + s[at+1:]
+			}
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// startServer starts the embedded nats-server: nkey users of every role
+// when auth is on (SPEC §2.8), TLS when configured. A listen address in use
+// fails at once, before the server is created.
+func (p *Processor) startServer(processorKey string) error {
+	n := p.cfg.NATS
+	host, portStr, err := net.SplitHostPort(n.Listen)
+	if err != nil {
+		return fmt.Errorf("engine: nats.listen %q: %w", n.Listen, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return fmt.Errorf("engine: nats.listen %q: not a port", n.Listen)
+	}
+	if port == 0 {
+		port = server.RANDOM_PORT
+	} else if err := probeListen(n.Listen); err != nil {
+		return fmt.Errorf("engine: nats.listen %s: %w", n.Listen, err)
+	}
+	opts := &server.Options{
+		ServerName: "portcullis",
+		Host:       host,
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   n.StoreDir,
+		SyncAlways: n.SyncAlways,
+		NoSigs:     true,
+		NoLog:      true,
+		MaxPayload: int32(max(p.cfg.Admission.MaxPayloadBytes+headerAllowance, 1<<20)),
+	}
+	if n.Auth {
+		opts.Nkeys = natsauth.Users(p.cfg, p.subj, processorKey)
+	}
+	if t := n.TLS; t != nil {
+		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: t.CertFile, KeyFile: t.KeyFile})
+		if err != nil {
+			return fmt.Errorf("engine: nats.tls: %w", err)
+		}
+		opts.TLSConfig = tc
+		opts.TLSTimeout = 2
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return fmt.Errorf("engine: embedded nats: %w", err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		srv.Shutdown()
+		return fmt.Errorf("engine: embedded nats on %s did not start within 10s", n.Listen)
+	}
+	p.srv = srv
+	return nil
+}
+
+// probeListen fails if addr cannot be listened on now (in use, not a local
+// address, not permitted). The server would otherwise only log it.
+func probeListen(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		var op *net.OpError
+		if errors.As(err, &op) && op.Err != nil {
+			return op.Err
+		}
+		return err
+	}
+	return ln.Close()
+}
+
+// listenMetrics opens the metrics listener (metrics.listen; "" disables it).
+func (p *Processor) listenMetrics() error {
+	if p.cfg.Metrics.Listen == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", p.cfg.Metrics.Listen)
+	if err != nil {
+		var op *net.OpError
+		if errors.As(err, &op) && op.Err != nil {
+			err = op.Err
+		}
+		return fmt.Errorf("engine: metrics.listen %s: %w", p.cfg.Metrics.Listen, err)
+	}
+	p.httpLn = ln
+	return nil
+}
+
+// serveMetrics serves /metrics on the listener opened at start.
+func (p *Processor) serveMetrics() {
+	if p.httpLn == nil {
+		return
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", p.metrics.Handler())
+	p.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = p.httpSrv.Serve(p.httpLn) }()
+}
