@@ -5,7 +5,7 @@ const (
 	SchemaProposal    = "actions.proposal.v1"
 	SchemaGrant       = "actions.grant.v1"
 	SchemaOutcome     = "actions.outcome.v1"
-	SchemaFingerprint = "actions.fingerprint.v1"
+	SchemaFingerprint = "actions.fingerprint.v2"
 	SchemaDispatch    = "actions.dispatch.v1"
 	SchemaReconcile   = "actions.reconcile.v1"
 	SchemaEnvelope    = "actions.envelope.v1"
