@@ -1,12 +1,14 @@
-// Package fingerprint computes the intent fingerprint of SPEC §2.3: the
+// Package fingerprint computes the intent fingerprint v2 of SPEC §2.3: the
 // lowercase hex SHA-256 of the RFC 8785 (JCS) canonical JSON of
 //
-//	{"schema": "actions.fingerprint.v1", "security_domain_ref", "actor_ref",
-//	 "provider", "capability", "operation", "environment", "referent",
-//	 "payload", "protected_disclosure", "external_spend"}
+//	{"schema": "actions.fingerprint.v2", "tenant_ref", "security_domain_ref",
+//	 "actor_ref", "provider", "capability", "operation", "environment",
+//	 "referent", "payload", "protected_disclosure", "external_spend"}
 //
 // prefixed "sha256:". The 64 hex digits alone are the idempotency key sent
-// to providers.
+// to providers. v2 adds tenant_ref (context.tenant.tenant_ref): the same
+// intent of two tenants has two fingerprints, even where their security
+// domain, actor and referent strings coincide.
 //
 // Hosts in other languages can reproduce it: testdata/ holds JCS vectors and
 // full fingerprints generated with an independent JCS implementation
@@ -45,6 +47,7 @@ var ErrNotCanonical = errors.New("fingerprint: value has no canonical form")
 // Fields are the fingerprinted values of one intent, already normalized as
 // admission normalizes them (names trimmed and lowercased).
 type Fields struct {
+	TenantRef         string
 	SecurityDomainRef string
 	ActorRef          string
 	Provider          string
@@ -72,6 +75,7 @@ type Result struct {
 // object is the SPEC §2.3 object. Member order is irrelevant: JCS sorts.
 type object struct {
 	Schema              string         `json:"schema"`
+	TenantRef           string         `json:"tenant_ref"`
 	SecurityDomainRef   string         `json:"security_domain_ref"`
 	ActorRef            string         `json:"actor_ref"`
 	Provider            string         `json:"provider"`
@@ -105,6 +109,7 @@ func Canonical(f Fields) ([]byte, error) {
 	}
 	o := object{
 		Schema:            schema.SchemaFingerprint,
+		TenantRef:         f.TenantRef,
 		SecurityDomainRef: f.SecurityDomainRef,
 		ActorRef:          f.ActorRef,
 		Provider:          f.Provider,
@@ -175,6 +180,7 @@ func FieldsOf(p *schema.Proposal, referent string) Fields {
 	}
 	in.Normalize()
 	return Fields{
+		TenantRef:           p.Context.Tenant.TenantRef,
 		SecurityDomainRef:   p.Context.Tenant.SecurityDomainRef,
 		ActorRef:            p.Context.Actor.ActorRef,
 		Provider:            in.Provider,

@@ -16,7 +16,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func base() fingerprint.Fields {
 	return fingerprint.Fields{
-		SecurityDomainRef: "security-domain:demo", ActorRef: "actor:demo",
+		TenantRef: "tenant:demo", SecurityDomainRef: "security-domain:demo", ActorRef: "actor:demo",
 		Provider: "inventory", Capability: "inventory.adjust", Operation: "adjust_stock", Environment: "test",
 		Referent: "sku-1001", Payload: jsontext.Value(`{"quantity":20}`),
 	}
@@ -33,7 +33,7 @@ func mustCompute(t *testing.T, f fingerprint.Fields) fingerprint.Result {
 
 func TestCanonicalShape(t *testing.T) {
 	r := mustCompute(t, base())
-	const want = `{"actor_ref":"actor:demo","capability":"inventory.adjust","environment":"test","external_spend":null,"operation":"adjust_stock","payload":{"quantity":20},"protected_disclosure":null,"provider":"inventory","referent":"sku-1001","schema":"actions.fingerprint.v1","security_domain_ref":"security-domain:demo"}`
+	const want = `{"actor_ref":"actor:demo","capability":"inventory.adjust","environment":"test","external_spend":null,"operation":"adjust_stock","payload":{"quantity":20},"protected_disclosure":null,"provider":"inventory","referent":"sku-1001","schema":"actions.fingerprint.v2","security_domain_ref":"security-domain:demo","tenant_ref":"tenant:demo"}`
 	if string(r.Canonical) != want {
 		t.Errorf("canonical\n got %s\nwant %s", r.Canonical, want)
 	}
@@ -49,6 +49,8 @@ func TestEveryFieldBinds(t *testing.T) {
 	spend := &schema.Spend{Currency: "USD", AmountMinor: 100}
 	plan := &schema.DisclosurePlan{FieldClasses: []string{"birth_date"}, Recipient: "r", Purpose: "p", Source: "user_profile"}
 	changes := map[string]func(*fingerprint.Fields){
+		"tenant":          func(f *fingerprint.Fields) { f.TenantRef = "tenant:other" },
+		"tenant nfd":      func(f *fingerprint.Fields) { f.TenantRef = "tenant:demo\u0301" },
 		"security_domain": func(f *fingerprint.Fields) { f.SecurityDomainRef = "security-domain:other" },
 		"actor":           func(f *fingerprint.Fields) { f.ActorRef = "actor:other" },
 		"provider":        func(f *fingerprint.Fields) { f.Provider = "demo" },
@@ -196,6 +198,7 @@ func FuzzCanonicalize(f *testing.F) {
 func TestOfNormalizesACopy(t *testing.T) {
 	plan := &schema.DisclosurePlan{FieldClasses: []string{"travel_documents", "birth_date"}, Recipient: " Air ", Purpose: "Ticket", Source: "user_profile"}
 	p := &schema.Proposal{}
+	p.Context.Tenant.TenantRef = "tenant:demo"
 	p.Context.Tenant.SecurityDomainRef = "security-domain:demo"
 	p.Context.Actor.ActorRef = "actor:demo"
 	p.Intent = schema.Intent{Provider: " Demo ", Capability: "Travel.Book", Operation: "book", Environment: "TEST", Payload: jsontext.Value(`{}`), ProtectedDisclosure: plan}
@@ -206,7 +209,7 @@ func TestOfNormalizesACopy(t *testing.T) {
 	if p.Intent.Provider != " Demo " || plan.Recipient != " Air " || plan.FieldClasses[0] != "travel_documents" {
 		t.Errorf("Of changed the proposal: %+v %+v", p.Intent, plan)
 	}
-	if !strings.Contains(string(r.Canonical), `"provider":"demo"`) || !strings.Contains(string(r.Canonical), `"recipient":"Air"`) ||
+	if !strings.Contains(string(r.Canonical), `"provider":"demo"`) || !strings.Contains(string(r.Canonical), `"tenant_ref":"tenant:demo"`) || !strings.Contains(string(r.Canonical), `"recipient":"Air"`) ||
 		!strings.Contains(string(r.Canonical), `"environment":"test"`) || !strings.Contains(string(r.Canonical), `["birth_date","travel_documents"]`) {
 		t.Errorf("not normalized: %s", r.Canonical)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/go-json-experiment/json"
@@ -24,10 +25,12 @@ type JCSVector struct {
 	SHA256    *string `json:"sha256"`
 }
 
-// FingerprintVector is one entry of testdata/fingerprints.json.
+// FingerprintVector is one entry of testdata/fingerprints.json. SameAs
+// names the vector whose fingerprint it must equal; all others must differ.
 type FingerprintVector struct {
 	Name           string         `json:"name"`
 	Description    string         `json:"description"`
+	SameAs         *string        `json:"same_as"`
 	Referent       string         `json:"referent"`
 	Proposal       jsontext.Value `json:"proposal"`
 	Canonical      string         `json:"canonical"`
@@ -94,16 +97,17 @@ func TestJCSVectors(t *testing.T) {
 }
 
 // TestFingerprintVectors recomputes full fingerprints of proposals from
-// their wire form, as the processor does.
+// their wire form, as the processor does, and checks the canonical text,
+// the fingerprint and the idempotency key of every vector.
 func TestFingerprintVectors(t *testing.T) {
-	seen := map[string]string{}
-	for _, v := range load[FingerprintVector](t, "testdata/fingerprints.json") {
+	vs := load[FingerprintVector](t, "testdata/fingerprints.json")
+	for _, v := range vs {
 		t.Run(v.Name, func(t *testing.T) {
 			p, err := schema.DecodeProposal(v.Proposal, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !p.Validate() {
+			if !p.Validate() || !p.Context.ContextComplete() {
 				t.Fatal("vector proposal does not validate")
 			}
 			r, err := fingerprint.Of(p, v.Referent)
@@ -113,26 +117,92 @@ func TestFingerprintVectors(t *testing.T) {
 			if string(r.Canonical) != v.Canonical {
 				t.Errorf("canonical\n got %s\nwant %s", r.Canonical, v.Canonical)
 			}
-			if r.Fingerprint != v.Fingerprint || r.IdempotencyKey != v.IdempotencyKey || hash(v.Canonical) != v.Fingerprint {
+			if r.Fingerprint != v.Fingerprint || r.IdempotencyKey != v.IdempotencyKey {
 				t.Errorf("fingerprint %s key %s, want %s %s", r.Fingerprint, r.IdempotencyKey, v.Fingerprint, v.IdempotencyKey)
 			}
-			if other, dup := seen[v.Fingerprint]; dup {
-				t.Errorf("same fingerprint as %s", other)
+			if hash(v.Canonical) != v.Fingerprint || fingerprint.Prefix+v.IdempotencyKey != v.Fingerprint || !fingerprint.Valid(v.Fingerprint) {
+				t.Errorf("vector inconsistent: sha256(canonical) %s, fingerprint %s, key %s", hash(v.Canonical), v.Fingerprint, v.IdempotencyKey)
 			}
-			seen[v.Fingerprint] = v.Name
+			var obj map[string]any
+			if err := json.Unmarshal([]byte(v.Canonical), &obj); err != nil {
+				t.Fatal(err)
+			}
+			if len(obj) != 12 || obj["schema"] != schema.SchemaFingerprint || obj["tenant_ref"] != p.Context.Tenant.TenantRef {
+				t.Errorf("canonical is not a v2 object of this tenant: %s", v.Canonical)
+			}
 		})
 	}
 }
 
-// TestVectorsCoverTheSeed keeps the payments example among the vectors:
-// production and staging must differ.
+// TestFingerprintVectorsDiffer: two vectors share a fingerprint exactly when
+// same_as links them.
+func TestFingerprintVectorsDiffer(t *testing.T) {
+	vs := load[FingerprintVector](t, "testdata/fingerprints.json")
+	byName := map[string]FingerprintVector{}
+	for _, v := range vs {
+		if _, dup := byName[v.Name]; dup {
+			t.Fatalf("duplicate vector name %s", v.Name)
+		}
+		byName[v.Name] = v
+	}
+	root := func(v FingerprintVector) string {
+		for i := 0; v.SameAs != nil; i++ {
+			next, ok := byName[*v.SameAs]
+			if !ok || i > len(vs) {
+				t.Fatalf("%s: same_as %s names no vector", v.Name, *v.SameAs)
+			}
+			v = next
+		}
+		return v.Name
+	}
+	for _, a := range vs {
+		for _, b := range vs {
+			if a.Name >= b.Name {
+				continue
+			}
+			same := root(a) == root(b)
+			if same != (a.Fingerprint == b.Fingerprint) {
+				t.Errorf("%s and %s: same_as says same=%v, fingerprints equal=%v", a.Name, b.Name, same, !same)
+			}
+		}
+	}
+}
+
+// TestVectorsCoverTheSeed keeps the payments example and the v2 tenant
+// cases among the vectors: production and staging differ; the same intent of
+// another tenant, or of the same tenant with another security domain, actor
+// or referent, differs; a restated proposal with only unfingerprinted
+// changes does not.
 func TestVectorsCoverTheSeed(t *testing.T) {
-	fps := map[string]string{}
+	fps, wire := map[string]string{}, map[string]string{}
 	for _, v := range load[FingerprintVector](t, "testdata/fingerprints.json") {
-		fps[v.Name] = v.Fingerprint
+		fps[v.Name], wire[v.Name] = v.Fingerprint, string(v.Proposal)
 	}
 	prod, staging := fps["payments-production"], fps["payments-staging"]
 	if prod == "" || staging == "" || prod == staging {
 		t.Errorf("payments vectors: production %q staging %q", prod, staging)
+	}
+	base := fps["tenant-base"]
+	if base == "" || fps["tenant-base-restated"] != base {
+		t.Errorf("tenant-base %q, restated %q", base, fps["tenant-base-restated"])
+	}
+	for _, name := range []string{"tenant-other-tenant", "tenant-other-security-domain", "tenant-other-actor", "tenant-other-referent"} {
+		if fp := fps[name]; fp == "" || fp == base {
+			t.Errorf("%s: %q (base %q)", name, fp, base)
+		}
+	}
+	for _, pair := range [][2]string{{"unicode-refs-nfc", "unicode-refs-nfd"}} {
+		if a, b := fps[pair[0]], fps[pair[1]]; a == "" || b == "" || a == b {
+			t.Errorf("%s %q, %s %q", pair[0], a, pair[1], b)
+		}
+	}
+	if a, b := fps["payload-number-forms"], fps["payload-number-forms-canonical"]; a == "" || a != b {
+		t.Errorf("number forms %q, canonical %q", a, b)
+	}
+	// The wire text of the number forms reaches the decoder verbatim.
+	for _, lit := range []string{`"one":1.0,`, `"big":1E21,`, `"negzero":-0.0,`, `"money":4.50,`, `"exp":1E+2}`} {
+		if !strings.Contains(wire["payload-number-forms"], lit) {
+			t.Errorf("payload-number-forms lost %s", lit)
+		}
 	}
 }

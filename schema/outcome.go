@@ -8,7 +8,7 @@ const (
 	SchemaGrant       = "actions.grant.v1"
 	SchemaDecline     = "actions.decline.v1"
 	SchemaOutcome     = "actions.outcome.v1"
-	SchemaFingerprint = "actions.fingerprint.v1"
+	SchemaFingerprint = "actions.fingerprint.v2"
 	SchemaDispatch    = "actions.dispatch.v1"
 	SchemaReconcile   = "actions.reconcile.v1"
 	SchemaEnvelope    = "actions.envelope.v1"

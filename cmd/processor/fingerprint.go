@@ -25,7 +25,7 @@ type fingerprintOutput struct {
 }
 
 // cmdFingerprint grounds a proposal offline, as the processor would, and
-// prints its referent, fingerprint and idempotency key (exit 0); or the
+// prints its referent, fingerprint (v2, SPEC §2.3) and idempotency key (exit 0); or the
 // outcome that ends it (exit 1): the admission outcome for invalid input,
 // the grounding outcome when it does not ground.
 //
@@ -40,7 +40,9 @@ func cmdFingerprint(args []string, stdin io.Reader, stdout, stderr io.Writer) in
 	canonical := fs.Bool("canonical", false, "also print the canonical JSON that was hashed")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: processor fingerprint [--referent R] [--config FILE] [--canonical] [FILE|-]")
-		fmt.Fprintln(stderr, "Reads a proposal (FILE, or standard input for - or none) and prints its grounded referent, fingerprint and idempotency key.")
+		fmt.Fprintln(stderr, "Reads a proposal (FILE, or standard input for - or none) and prints its grounded referent, fingerprint v2 and idempotency key.")
+		fmt.Fprintf(stderr, "Fingerprint v2 (SPEC §2.3): \"sha256:\" + hex SHA-256 of the RFC 8785 (JCS) JSON of {\"schema\": %q, tenant_ref, security_domain_ref,\n", schema.SchemaFingerprint)
+		fmt.Fprintln(stderr, "actor_ref, provider, capability, operation, environment, referent, payload, protected_disclosure, external_spend}; the idempotency key is its 64 hex digits.")
 		fs.PrintDefaults()
 	}
 	// Flags may follow the file name too.

@@ -19,6 +19,7 @@ import (
 type vector struct {
 	Name           string         `json:"name"`
 	Description    string         `json:"description"`
+	SameAs         *string        `json:"same_as"`
 	Referent       string         `json:"referent"`
 	Proposal       jsontext.Value `json:"proposal"`
 	Canonical      string         `json:"canonical"`
@@ -33,7 +34,7 @@ func vectors(t *testing.T) []vector {
 		t.Fatal(err)
 	}
 	var vs []vector
-	if err := json.Unmarshal(data, &vs); err != nil {
+	if err := json.Unmarshal(data, &vs, json.RejectUnknownMembers(true)); err != nil {
 		t.Fatal(err)
 	}
 	return vs
@@ -61,7 +62,7 @@ func write(t *testing.T, dir, name string, data []byte) string {
 func TestFingerprintAgreesWithIndependentJCS(t *testing.T) {
 	dir := t.TempDir()
 	vs := vectors(t)
-	if len(vs) < 5 {
+	if len(vs) < 15 {
 		t.Fatalf("only %d vectors", len(vs))
 	}
 	for _, v := range vs {
@@ -195,5 +196,47 @@ func TestFingerprintRefusals(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestFingerprintV2Vectors: through the command, the same intent of another
+// tenant, security domain, actor or referent changes the fingerprint, and a
+// restatement that changes only unfingerprinted members does not.
+func TestFingerprintV2Vectors(t *testing.T) {
+	got := map[string]string{}
+	for _, v := range vectors(t) {
+		code, out, errs := runCmd(t, v.Proposal, "--referent", v.Referent)
+		if code != 0 {
+			t.Fatalf("%s: exit %d: %s%s", v.Name, code, out, errs)
+		}
+		var o fingerprintOutput
+		if err := json.Unmarshal([]byte(out), &o, json.RejectUnknownMembers(true)); err != nil {
+			t.Fatal(err)
+		}
+		if o.Fingerprint != v.Fingerprint {
+			t.Errorf("%s: %s, want %s", v.Name, o.Fingerprint, v.Fingerprint)
+		}
+		got[v.Name] = o.Fingerprint
+	}
+	base := got["tenant-base"]
+	for _, name := range []string{"tenant-other-tenant", "tenant-other-security-domain", "tenant-other-actor", "tenant-other-referent"} {
+		if got[name] == "" || got[name] == base {
+			t.Errorf("%s: %q, base %q", name, got[name], base)
+		}
+	}
+	if base == "" || got["tenant-base-restated"] != base {
+		t.Errorf("restated %q, base %q", got["tenant-base-restated"], base)
+	}
+}
+
+func TestFingerprintUsageSaysV2(t *testing.T) {
+	code, out, errs := runCmd(t, nil, "-h")
+	if code != 2 || out != "" {
+		t.Fatalf("exit %d, stdout %q", code, out)
+	}
+	for _, want := range []string{"fingerprint v2", `"` + schema.SchemaFingerprint + `"`, "tenant_ref", "JCS", "idempotency key"} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("usage lacks %q:\n%s", want, errs)
+		}
 	}
 }

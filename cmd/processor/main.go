@@ -3,7 +3,7 @@
 //	processor run --dev                 embedded NATS, unsigned input, fake provider "demo"
 //	processor run --config FILE.hcl     as configured
 //	processor validate --config FILE    check a configuration
-//	processor fingerprint [FILE|-]      a proposal's referent, fingerprint and idempotency key
+//	processor fingerprint [FILE|-]      a proposal's referent, fingerprint (v2) and idempotency key
 //	processor demo                      the seed scenarios end to end, as a timeline
 //	processor receipts get FP           a fingerprint's receipts (asks the running processor over NATS)
 //	processor activity get FP           a fingerprint's activity snapshot (reads the KV bucket)
@@ -44,7 +44,7 @@ func commands() []command {
 		{"run", "run the processor (--dev, or --config FILE)", cmdRun},
 		{"validate", "check a configuration file (--config FILE)", cmdValidate},
 		{"bench", "measure the pipeline end to end on the embedded default", cmdBench},
-		{"fingerprint", "print a proposal's grounded referent, fingerprint and idempotency key ([--referent R] [FILE|-])", cmdFingerprint},
+		{"fingerprint", "print a proposal's grounded referent, fingerprint v2 and idempotency key ([--referent R] [FILE|-])", cmdFingerprint},
 		{"demo", "play the seed scenarios end to end on a throwaway embedded server and print the timeline", cmdDemo},
 		{"receipts", "receipts get <fingerprint>: a fingerprint's receipt history (asks the running processor)", cmdReceipts},
 		{"activity", "activity get <fingerprint>: a fingerprint's value-free activity snapshot (reads the KV bucket)", cmdActivity},

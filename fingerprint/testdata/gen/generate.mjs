@@ -2,7 +2,7 @@
 // shares no code with Portcullis: Node's JSON.parse and the npm package
 // `canonicalize` (by an RFC 8785 author), plus SPEC §2.3 written out here.
 //
-//   cd fingerprint/testdata/gen && npm install && node generate.mjs
+//   cd fingerprint/testdata/gen && npm ci && node generate.mjs
 //
 // Go's tests (fingerprint/vectors_test.go, cmd/processor) read the two JSON
 // files this writes; CI needs neither Node nor this script.
@@ -62,7 +62,7 @@ const jcsOut = jcs.map(({ name, input, exact = true, jcsFails = false }) => {
   return { name, input, exact, canonical, sha256: canonical === null ? null : sha256(canonical) };
 });
 
-// SPEC §2.3, written independently of the Go code.
+// SPEC §2.3 (fingerprint v2), written independently of the Go code.
 const name = (s) => s.trim().toLowerCase();
 function fingerprintObject(p, referent) {
   const i = p.intent;
@@ -79,7 +79,8 @@ function fingerprintObject(p, referent) {
   }
   const spend = i.external_spend == null ? null : { currency: i.external_spend.currency, amount_minor: i.external_spend.amount_minor };
   return {
-    schema: 'actions.fingerprint.v1',
+    schema: 'actions.fingerprint.v2',
+    tenant_ref: p.context.tenant.tenant_ref,
     security_domain_ref: p.context.tenant.security_domain_ref,
     actor_ref: p.context.actor.actor_ref,
     provider: name(i.provider),
@@ -93,13 +94,55 @@ function fingerprintObject(p, referent) {
   };
 }
 
-const proposals = JSON.parse(readFileSync(new URL('./proposals.json', import.meta.url), 'utf8'));
-const fpOut = proposals.map(({ name: n, description, referent, proposal }) => {
-  const canonical = canonicalize(fingerprintObject(proposal, referent));
+// proposals.json: each entry has either "proposal" (a JSON value) or
+// "proposal_text" (the exact wire bytes, for number forms such as 1.0 or
+// -0.0 that JSON.stringify would rewrite); the text is embedded verbatim in
+// fingerprints.json, so that the Go tests decode those very bytes. "same_as"
+// names an earlier vector that must have the same fingerprint; every other
+// pair must differ.
+const entries = JSON.parse(readFileSync(new URL('./proposals.json', import.meta.url), 'utf8'));
+const raw = new Map(); // placeholder -> verbatim proposal text
+const byName = new Map();
+const fpOut = entries.map(({ name: n, description, referent, proposal, proposal_text, same_as = null }) => {
+  if ((proposal === undefined) === (proposal_text === undefined)) throw new Error(`${n}: give exactly one of proposal, proposal_text`);
+  if (byName.has(n)) throw new Error(`${n}: duplicate name`);
+  let wire = proposal;
+  if (proposal_text !== undefined) {
+    wire = `\u0000proposal_text:${n}\u0000`;
+    raw.set(JSON.stringify(wire), proposal_text);
+    proposal = JSON.parse(proposal_text);
+  }
+  const object = fingerprintObject(proposal, referent);
+  if (Object.keys(object).length !== 12) throw new Error(`${n}: fingerprint object has ${Object.keys(object).length} members`);
+  const canonical = canonicalize(object);
   const fingerprint = sha256(canonical);
-  return { name: n, description, referent, proposal, canonical, fingerprint, idempotency_key: fingerprint.slice('sha256:'.length) };
+  const v = { name: n, description, same_as, referent, proposal: wire, canonical, fingerprint, idempotency_key: fingerprint.slice('sha256:'.length) };
+  byName.set(n, v);
+  return v;
+});
+
+// Equal fingerprints exactly where same_as says so.
+const root = (v) => (v.same_as === null ? v.name : root(byName.get(v.same_as) ?? (() => { throw new Error(`${v.name}: same_as ${v.same_as} names no vector`); })()));
+for (const a of fpOut) {
+  for (const b of fpOut) {
+    if (a === b) continue;
+    const same = root(a) === root(b);
+    if (same !== (a.fingerprint === b.fingerprint)) throw new Error(`${a.name} vs ${b.name}: fingerprints ${same ? 'differ' : 'coincide'}`);
+  }
+}
+
+let fpText = JSON.stringify(fpOut, null, 2) + '\n';
+for (const [placeholder, text] of raw) {
+  if (fpText.split(placeholder).length !== 2) throw new Error('placeholder not unique');
+  fpText = fpText.replace(placeholder, () => text);
+}
+// The embedded texts must leave the file valid JSON with the same proposals.
+const back = JSON.parse(fpText);
+back.forEach((v, k) => {
+  const want = entries[k].proposal ?? JSON.parse(entries[k].proposal_text);
+  if (JSON.stringify(v.proposal) !== JSON.stringify(want)) throw new Error(`${v.name}: proposal not embedded intact`);
 });
 
 writeFileSync(new URL('../jcs.json', import.meta.url), JSON.stringify(jcsOut, null, 2) + '\n');
-writeFileSync(new URL('../fingerprints.json', import.meta.url), JSON.stringify(fpOut, null, 2) + '\n');
+writeFileSync(new URL('../fingerprints.json', import.meta.url), fpText);
 console.log(`wrote ${jcsOut.length} JCS vectors and ${fpOut.length} fingerprints`);
