@@ -43,7 +43,7 @@ func TestKnownHoleReplySubjectInjection(t *testing.T) {
 	a.noErrors(t)
 
 	deadline := time.Now().Add(2 * time.Second)
-	for e.streamMsgs(t, stageStream) == 0 || e.streamMsgs(t, "KV_"+s.ActivityBucket()) == 0 {
+	for e.streamMsgs(t, s.OutcomesStream()) < 2 || e.streamMsgs(t, stageStream) == 0 || e.streamMsgs(t, "KV_"+s.ActivityBucket()) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the injected answers were not stored: has the hole been closed? Invert this test.")
 		}

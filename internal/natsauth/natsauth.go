@@ -19,6 +19,15 @@
 //     subject on that endpoint with 408 and no message.
 //   - Every identity that makes requests receives replies only under its
 //     own inbox prefix _INBOX.<public key> (subjects.Inbox).
+//
+// What per-user permissions in one account cannot stop: the reply subject
+// of a permitted publish or request is checked against nothing, and the
+// server publishes its answer there (a JetStream PubAck, a direct-get
+// response). A host or an operator can so place server-made messages on
+// any subject of the account, where streams capture them: another host's
+// outcome subject, internal subjects, the activity bucket. The HMAC on
+// internal messages (SPEC §2.8, defence in depth) catches them there;
+// elsewhere only account isolation would (TestKnownHoleReplySubjectInjection).
 package natsauth
 
 import (
@@ -61,12 +70,12 @@ type Grant struct {
 func Table(cfg *config.Config, subj subjects.Subjects, processorKey string) []Grant {
 	out := []Grant{{Kind: KindProcessor, PublicKey: processorKey, Full: true}}
 	inbox := func(key string) string { return subjects.Inbox(key) + ".>" }
-	// A host reads its history with direct gets of the last message of one
-	// of its own outcome subjects, and nothing else of any stream.
 	for _, r := range cfg.Roles() {
 		g := Grant{Kind: r.Kind, Name: r.Name, PublicKey: r.PublicKey}
 		switch r.Kind {
 		case config.KindHost:
+			// History: direct gets of the last message of one of its own
+			// outcome subjects, and nothing else of any stream.
 			g.Publish = []string{
 				subj.Proposal(r.Name),
 				subj.Grant(r.Name),
