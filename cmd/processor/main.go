@@ -9,6 +9,8 @@
 //	processor activity get FP           a fingerprint's activity snapshot (reads the KV bucket)
 //	processor reconcile list            actions whose effect is unknown
 //	processor reconcile resolve FP --present|--absent --evidence REF
+//	processor keygen KIND --out FILE    a new nkey for a role (or internal: the HMAC key file)
+//	processor nats-permissions --config FILE   the authorization block for external servers
 //
 // See README.md for every subcommand.
 package main
@@ -49,6 +51,8 @@ func commands() []command {
 		{"receipts", "receipts get <fingerprint>: a fingerprint's receipt history (asks the running processor)", cmdReceipts},
 		{"activity", "activity get <fingerprint>: a fingerprint's value-free activity snapshot (reads the KV bucket)", cmdActivity},
 		{"reconcile", "reconcile list | resolve <fingerprint> --present|--absent --evidence REF: the indeterminate queue", cmdReconcile},
+		{"keygen", "keygen host|connector|resolver|source|operator|processor --out FILE|--stdout, or keygen internal --out FILE: new keys", cmdKeygen},
+		{"nats-permissions", "print the nats-server authorization block for an external server's users (--config FILE)", cmdNATSPermissions},
 	}
 }
 
@@ -74,7 +78,7 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: processor <command> [flags]")
 	fmt.Fprintln(w)
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-12s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-17s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w, "\nprocessor <command> -h shows a command's flags.")
 }

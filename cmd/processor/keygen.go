@@ -1,0 +1,112 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/nats-io/nkeys"
+
+	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/internal/keyfile"
+)
+
+// keygenKinds are the identities `processor keygen` makes an nkey for: the
+// five role blocks, and the processor's own login to an external server
+// (nats.credentials). Every one is a user nkey; the kind only shapes the
+// advice printed.
+var keygenKinds = []string{config.KindHost, config.KindConnector, config.KindResolver, config.KindSource, config.KindOperator, "processor"}
+
+const keygenUsage = "usage: processor keygen host|connector|resolver|source|operator|processor --out FILE | --stdout\n" +
+	"       processor keygen internal --out FILE"
+
+// cmdKeygen makes a new user nkey and prints its public key (one line, for
+// the block's public_key); the seed goes to --out FILE (created with mode
+// 0600, never overwritten) or, with --stdout, is printed after it.
+// `keygen internal --out FILE` makes an internal HMAC key file.
+func cmdKeygen(args []string, _ io.Reader, stdout, stderr io.Writer) int {
+	fs := newFlags("keygen", stderr)
+	out := fs.String("out", "", "write the secret to FILE (mode 0600; an existing file is never overwritten)")
+	toStdout := fs.Bool("stdout", false, "print the seed on standard output too, after the public key")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, keygenUsage)
+		fs.PrintDefaults()
+	}
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return 2
+	}
+	if len(pos) != 1 {
+		fmt.Fprintln(stderr, keygenUsage)
+		return 2
+	}
+	kind := pos[0]
+	if kind == "internal" {
+		if *toStdout || *out == "" {
+			fmt.Fprintln(stderr, "processor keygen internal: give --out FILE (the key is never printed)")
+			return 2
+		}
+		if _, err := keyfile.CreateInternal(*out); err != nil {
+			return keygenFailed(stderr, *out, err)
+		}
+		fmt.Fprintf(stderr, "wrote a new internal key to %s (mode 0600): name it in internal.key_file; processors that share work share this file's content\n", *out)
+		return 0
+	}
+	known := false
+	for _, k := range keygenKinds {
+		known = known || k == kind
+	}
+	if !known {
+		fmt.Fprintf(stderr, "processor keygen: unknown kind %q\n%s\n", kind, keygenUsage)
+		return 2
+	}
+	if (*out != "") == *toStdout {
+		fmt.Fprintf(stderr, "processor keygen %s: give exactly one of --out FILE and --stdout\n", kind)
+		return 2
+	}
+
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		fmt.Fprintf(stderr, "processor keygen: %v\n", err)
+		return 1
+	}
+	defer kp.Wipe()
+	pub, err := kp.PublicKey()
+	if err != nil {
+		fmt.Fprintf(stderr, "processor keygen: %v\n", err)
+		return 1
+	}
+	use := "put the public key in its " + kind + " block's public_key"
+	if kind == "processor" {
+		use = "name the seed file in nats.credentials; `processor nats-permissions` grants this key"
+	}
+	if *out != "" {
+		// The seed is on disk before the public key is shown: a key
+		// printed is a key that can log in.
+		if err := keyfile.WriteSeed(*out, kp); err != nil {
+			return keygenFailed(stderr, *out, err)
+		}
+		fmt.Fprintln(stdout, pub)
+		fmt.Fprintf(stderr, "wrote the %s's nkey seed to %s (mode 0600); %s\n", kind, *out, use)
+		return 0
+	}
+	seed, err := kp.Seed()
+	if err != nil {
+		fmt.Fprintf(stderr, "processor keygen: %v\n", err)
+		return 1
+	}
+	fmt.Fprintln(stdout, pub)
+	fmt.Fprintf(stdout, "# nkey seed of this %s: SECRET, keep it only where it runs, in a file of mode 0600:\n%s\n", kind, seed)
+	fmt.Fprintf(stderr, "%s\n", use)
+	return 0
+}
+
+func keygenFailed(stderr io.Writer, path string, err error) int {
+	if errors.Is(err, os.ErrExist) {
+		fmt.Fprintf(stderr, "processor keygen: %s already exists; refusing to overwrite it\n", path)
+	} else {
+		fmt.Fprintf(stderr, "processor keygen: %v\n", err)
+	}
+	return 1
+}

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/internal/keyfile"
+	"github.com/portcullis/portcullis/internal/natsauth"
+	"github.com/portcullis/portcullis/subjects"
+)
+
+// cmdNATSPermissions prints the nats-server `authorization` block that
+// grants the permission table of SPEC §2.8 for a configuration's roles and
+// the processor's own nkey user (the key of nats.credentials), for the
+// servers of an external deployment.
+func cmdNATSPermissions(args []string, _ io.Reader, stdout, stderr io.Writer) int {
+	fs := newFlags("nats-permissions", stderr)
+	path := fs.String("config", "", "the processor's configuration file (HCL), with nats.url and nats.credentials")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *path == "" || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "usage: processor nats-permissions --config FILE")
+		return 2
+	}
+	const cmd = "processor nats-permissions"
+	cfg, err := config.Load(*path)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	if cfg.NATS.Embedded {
+		fmt.Fprintf(stderr, "%s: %s runs the embedded server, which builds these users itself at every start; this command is for external servers (nats.url)\n", cmd, *path)
+		return 1
+	}
+	creds := cfg.NATS.Credentials
+	if creds == "" {
+		fmt.Fprintf(stderr, "%s: %s sets no nats.credentials: the processor needs its own nkey to log in (`processor keygen processor --out FILE`, then nats.credentials = FILE)\n", cmd, *path)
+		return 1
+	}
+	jwt, err := keyfile.IsCreds(creds)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: nats.credentials: %v\n", cmd, err)
+		return 1
+	}
+	if jwt {
+		fmt.Fprintf(stderr, "%s: nats.credentials %s is a JWT .creds file: with decentralized (JWT) auth the permissions live in the users' JWTs, signed by their account, not in server configuration; this command prints nkey users for an `authorization` block. Grant the table of SPEC §2.8 with your JWT tooling, or log the processor in with an nkey seed file.\n", cmd, creds)
+		return 1
+	}
+	kp, err := keyfile.LoadSeed(creds)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: nats.credentials: %v\n", cmd, err)
+		return 1
+	}
+	pub, err := kp.PublicKey()
+	kp.Wipe()
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: nats.credentials: %v\n", cmd, err)
+		return 1
+	}
+	subj, err := subjects.New(cfg.Prefix)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", cmd, err)
+		return 1
+	}
+	fmt.Fprint(stdout, natsauth.AuthorizationBlock(cfg, subj, pub))
+	return 0
+}
