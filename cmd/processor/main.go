@@ -167,9 +167,9 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		}
 		subj := p.Subjects()
 		fmt.Fprintf(stdout, "Portcullis is running (development mode: no NATS authentication, unsigned input admitted).\n"+
-			"  NATS JetStream: %s\n  metrics:        %s\n  data:           %s\n  providers:      demo (fake: confirms every dispatch)\n"+
-			"Publish proposals as any host <h> on %s (intent.provider \"demo\"); outcomes arrive on %s. Ctrl-C stops.\n",
-			p.NATSURL(), metricsURL, *data, subj.Proposal("<h>"), subj.Outcome("<h>", "<proposal_id>"))
+			"  NATS JetStream: %s\n  metrics:        %s\n  data:           %s\n  providers:      %s\n"+
+			"Publish proposals as any host <h> on %s; outcomes arrive on %s. Ctrl-C stops.\n",
+			p.NATSURL(), metricsURL, *data, config.DevProviders, subj.Proposal("<h>"), subj.Outcome("<h>", "<proposal_id>"))
 	}
 	select {
 	case <-ctx.Done():

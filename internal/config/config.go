@@ -321,8 +321,10 @@ func Defaults() *Config {
 }
 
 // Dev is the configuration of `processor run --dev`: embedded defaults under
-// dataDir without NATS authentication, unsigned input allowed and a fake
-// provider named "demo".
+// dataDir without NATS authentication, unsigned input allowed, a fake
+// provider "demo" that confirms everything, and a provider "inventory" (the
+// SPEC §2.1 example's) whose connector runs on the far side of NATS, on
+// actions.provider.inventory.dispatch|reconcile.
 func Dev(dataDir string) *Config {
 	c := Defaults()
 	c.NATS.StoreDir = filepath.Join(dataDir, "nats")
@@ -333,9 +335,15 @@ func Dev(dataDir string) *Config {
 		Name: "demo", Adapter: AdapterFake, Timeout: DefaultProviderTimeout, UnavailableRetry: DefaultUnavailableRetry,
 		MaxInFlight: DefaultMaxInFlight,
 		Script:      FakeScript{Dispatch: []string{schema.ReplyConfirmed}, Reconcile: []string{schema.ReplyConfirmed}},
+	}, {
+		Name: "inventory", Adapter: AdapterNATS, Timeout: DefaultProviderTimeout, UnavailableRetry: DefaultUnavailableRetry,
+		MaxInFlight: DefaultMaxInFlight,
 	}}
 	return c
 }
+
+// DevProviders describes the providers of Dev, for its banner.
+const DevProviders = `demo (fake: confirms every dispatch), inventory (nats: a connector serves actions.provider.inventory.dispatch)`
 
 // InternalKeyFile is internal.key_file, or its default under store.dir.
 func (c *Config) InternalKeyFile() string {
