@@ -504,7 +504,9 @@ func (p *providerHCL) build(d *diags, prev []Provider) Provider {
 	default:
 		d.at(p.Body, "adapter", "must be nats, http or fake")
 	}
-	out.Script = FakeScript{Dispatch: []string{schema.ReplyConfirmed}, Reconcile: []string{schema.ReplyConfirmed}}
+	if out.Adapter == AdapterFake {
+		out.Script = FakeScript{Dispatch: []string{schema.ReplyConfirmed}, Reconcile: []string{schema.ReplyConfirmed}}
+	}
 	if s := p.Script; s != nil {
 		if out.Adapter != AdapterFake {
 			d.atRange(s.Range, "Unexpected script block", "only the fake adapter is scripted")
