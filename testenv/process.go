@@ -38,9 +38,11 @@ func ProcessorBinary(t testing.TB) string {
 		if buildErr = os.MkdirAll(dir, 0o755); buildErr != nil {
 			return
 		}
-		buildPath = filepath.Join(dir, "processor-"+hex.EncodeToString(sum[:6]))
+		buildPath = filepath.Join(dir, "processor-crashtest-"+hex.EncodeToString(sum[:6]))
 		tmp := fmt.Sprintf("%s.%d", buildPath, os.Getpid())
-		cmd := exec.Command("go", "build", "-o", tmp, "./cmd/processor")
+		// The crashtest tag arms fault points from the environment
+		// (package fault); production builds never have it.
+		cmd := exec.Command("go", "build", "-tags", "crashtest", "-o", tmp, "./cmd/processor")
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build: %w\n%s", err, out)

@@ -2,10 +2,11 @@
 //
 // A point is a call to Hit("name") on a path where a crash matters (between
 // the in-flight write and the provider call, say). Normally it does nothing.
-// When the process was started with PORTCULLIS_FAULT=name (or name#N, to
-// crash on the N-th hit), Hit kills the process with SIGKILL on the spot, so
-// that a test can restart it and check what survived. Tests inside one
-// process can arm a function instead with Set.
+// In a binary built with the build tag `crashtest` (testenv builds its
+// `processor` that way; production builds never are), a process started
+// with PORTCULLIS_FAULT=name (or name#N, to crash on the N-th hit) kills
+// itself with SIGKILL there, so that a test can restart it and check what
+// survived. Tests inside one process can arm a function instead with Set.
 package fault
 
 import (
@@ -14,7 +15,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 )
 
 // Env is the environment variable that arms a fault point.
@@ -34,6 +34,10 @@ const (
 )
 
 var (
+	// crash is set only in crashtest builds (crash.go); nil, the
+	// environment variable arms nothing.
+	crash func()
+
 	envOnce  sync.Once
 	envName  string
 	envAfter int64
@@ -44,6 +48,9 @@ var (
 )
 
 func loadEnv() {
+	if crash == nil {
+		return // not a crashtest build: the environment arms nothing
+	}
 	v := os.Getenv(Env)
 	if v == "" {
 		return
@@ -70,8 +77,7 @@ func Hit(name string) {
 		return
 	}
 	if hits.Add(1) >= envAfter {
-		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-		select {} // SIGKILL is not delivered synchronously; never return
+		crash()
 	}
 }
 
