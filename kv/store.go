@@ -61,6 +61,8 @@ type Store struct {
 	failed error // set once Pebble reports a fatal error; guarded by fmu
 	log    *slog.Logger
 	locks  KeyedMutex
+	// timerAdded signals commits that added a timer (TimerAdded).
+	timerAdded chan struct{}
 }
 
 // fatalPanic carries a Pebble Fatalf out of the commit path.
@@ -100,7 +102,7 @@ func Open(dir string, o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kv: open %s: %w", dir, err)
 	}
-	return &Store{db: db, log: log}, nil
+	return &Store{db: db, log: log, timerAdded: make(chan struct{}, 1)}, nil
 }
 
 // Close closes the database. Operations still running finish first; later
@@ -188,6 +190,8 @@ type Batch struct {
 	s   *Store
 	ops []op
 	err error
+	// addsTimer: committing wakes the scheduler.
+	addsTimer bool
 }
 
 type op struct {
@@ -268,6 +272,12 @@ func (b *Batch) Commit(d Durability) (err error) {
 	}
 	if err := pb.Commit(opt); err != nil {
 		return fmt.Errorf("kv: commit: %w", err)
+	}
+	if b.addsTimer {
+		select {
+		case s.timerAdded <- struct{}{}:
+		default: // a signal is pending already
+		}
 	}
 	return nil
 }

@@ -30,6 +30,7 @@ func timerIndexKey(id string) []byte { return appendString([]byte{prefixTimerInd
 // AddTimer schedules t, replacing a timer with the same ID. Callers
 // serialize timers of one ID (they hold the key lock of what it is for).
 func (b *Batch) AddTimer(t Timer) {
+	b.addsTimer = true
 	b.CancelTimer(t.ID)
 	b.set(timerKey(t.DueMs, t.ID), t)
 	b.set(timerIndexKey(t.ID), t.DueMs)
@@ -74,6 +75,11 @@ func (s *Store) DueTimers(nowMs int64, limit int) ([]Timer, error) {
 	})
 	return out, err
 }
+
+// TimerAdded receives (at most one pending signal) after a commit that
+// added a timer: the scheduler sleeps until the earliest timer, and a new
+// one may be earlier.
+func (s *Store) TimerAdded() <-chan struct{} { return s.timerAdded }
 
 // NextTimerDue returns the due time of the earliest timer.
 func (s *Store) NextTimerDue() (dueMs int64, ok bool, err error) {

@@ -16,7 +16,8 @@ import (
 // Scheduler publishes durable timers (kv.Timer) when they fall due: approval
 // expiries to the authorization stage, reconciliation polls to the
 // reconciliation stage. Timers live in Pebble, so they survive restarts; a
-// timer that came due while the processor was down fires at start.
+// timer that came due while the processor was down fires at start. Between
+// firings it sleeps until the earliest timer is due or a new one is added.
 type Scheduler struct {
 	Store *kv.Store
 	JS    jetstream.JetStream
@@ -24,31 +25,43 @@ type Scheduler struct {
 	Seal  *seal.Sealer
 	Clock Clock
 	Log   *slog.Logger
-	// Poll is how often the store is checked. Default 100ms.
-	Poll time.Duration
+	// MaxSleep bounds one sleep, so that a timer written behind the
+	// store's back (by another process, in a test) is still found.
+	// Default 1m.
+	MaxSleep time.Duration
 }
 
 // Run fires due timers until ctx is cancelled.
 func (s *Scheduler) Run(ctx context.Context) error {
-	poll := s.Poll
-	if poll <= 0 {
-		poll = 100 * time.Millisecond
+	maxSleep := s.MaxSleep
+	if maxSleep <= 0 {
+		maxSleep = time.Minute
 	}
 	log := s.Log
 	if log == nil {
 		log = slog.Default()
 	}
-	t := time.NewTicker(poll)
-	defer t.Stop()
+	added := s.Store.TimerAdded()
 	for {
-		if err := s.FireDue(ctx); err != nil && ctx.Err() == nil {
+		sleep := maxSleep
+		if err := s.FireDue(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
 			log.Warn("timers: firing failed; will retry", "err", err)
+			sleep = time.Second
+		} else if due, ok, err := s.Store.NextTimerDue(); err == nil && ok {
+			sleep = min(sleep, time.Duration(due-NowMs(s.Clock))*time.Millisecond)
 		}
+		wake, stop := s.Clock.After(sleep)
 		select {
 		case <-ctx.Done():
+			stop()
 			return nil
-		case <-t.C:
+		case <-added:
+		case <-wake:
 		}
+		stop()
 	}
 }
 

@@ -150,13 +150,12 @@ func New(t testing.TB, opts ...Option) *Env {
 		}
 	}
 	e.opts = engine.Options{
-		Adapters:      overrides,
-		StoreFS:       o.storeFS,
-		Config:        cfg,
-		Clock:         e.Clock,
-		Log:           slog.New(slog.NewJSONHandler(io.MultiWriter(e.Logs), &slog.HandlerOptions{Level: slog.LevelDebug})),
-		DrainTimeout:  5 * time.Second,
-		SchedulerPoll: 20 * time.Millisecond,
+		Adapters:     overrides,
+		StoreFS:      o.storeFS,
+		Config:       cfg,
+		Clock:        e.Clock,
+		Log:          slog.New(slog.NewJSONHandler(io.MultiWriter(e.Logs), &slog.HandlerOptions{Level: slog.LevelDebug})),
+		DrainTimeout: 5 * time.Second,
 	}
 	t.Cleanup(func() { e.Stop(t) })
 	if !o.noStart {

@@ -160,7 +160,7 @@ func (d *demo) setUp(stderr io.Writer, verbose bool) (err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	d.proc, err = engine.Start(ctx, engine.Options{
-		Config: cfg, Log: log, DrainTimeout: 10 * time.Second, SchedulerPoll: 20 * time.Millisecond,
+		Config: cfg, Log: log, DrainTimeout: 10 * time.Second,
 		Adapters: map[string]adapters.Adapter{"inventory": d.inventory, "infra": d.infra, "ledger": d.ledger},
 	})
 	if err != nil {

@@ -48,8 +48,6 @@ type Options struct {
 	// before cancelling them (they are then redelivered after a restart).
 	// Default 30s.
 	DrainTimeout time.Duration
-	// SchedulerPoll is how often due timers are checked. Default 100ms.
-	SchedulerPoll time.Duration
 	// Adapters replaces the adapters of these providers (tests keep a
 	// *adapters.Fake across restarts this way). Others are built from the
 	// configuration.
@@ -207,7 +205,7 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 		})
 	}
 	p.wg.Go(func() { p.watchStore(fetchCtx) })
-	sched := &stages.Scheduler{Store: p.store, JS: p.js, Seal: p.seal, Clock: p.clock, Log: p.log, Poll: o.SchedulerPoll}
+	sched := &stages.Scheduler{Store: p.store, JS: p.js, Seal: p.seal, Clock: p.clock, Log: p.log}
 	p.wg.Go(func() { _ = sched.Run(fetchCtx) })
 	p.log.Info("processor started", "nats", p.NATSURL(), "metrics", p.MetricsAddr(), "store", cfg.Store.Dir, "prefix", subj.Prefix())
 	return nil
