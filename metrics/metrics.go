@@ -1,11 +1,17 @@
 // Package metrics defines Portcullis's Prometheus metrics on a dedicated
 // registry. Every label value comes from a closed set (stages, results,
 // phases, codes, statuses) or from configured provider names; every
-// combination is created up front so series start at zero.
+// combination is created up front so series start at zero. The one
+// exception, actions_build_info, carries the build's own version strings.
 package metrics
 
 import (
+	"maps"
 	"net/http"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -65,6 +71,23 @@ type Metrics struct {
 	Indeterminate prometheus.Gauge
 	// ApprovalsPending is the number of proposals parked for a grant.
 	ApprovalsPending prometheus.Gauge
+
+	// Outcomes counts outcomes published, by kind (once per outcome: a
+	// republished duplicate or a replayed earlier outcome is not counted).
+	Outcomes *prometheus.CounterVec
+	// ConsumerPending and ConsumerAckPending are each stage consumer's
+	// NumPending (not yet delivered) and NumAckPending (delivered, not yet
+	// acknowledged), as last read from JetStream by a background loop.
+	ConsumerPending    *prometheus.GaugeVec
+	ConsumerAckPending *prometheus.GaugeVec
+	// BuildInfo is 1, labelled with the build's module version, VCS
+	// revision and Go version.
+	BuildInfo *prometheus.GaugeVec
+	// Ready is 1 while the processor is ready (its /readyz answers 200),
+	// else 0; it asks the function given to SetReadiness at each scrape.
+	Ready prometheus.GaugeFunc
+
+	ready atomic.Pointer[func() bool]
 }
 
 // New creates the metrics on a new registry, with series for the given
@@ -106,14 +129,46 @@ func New(providers []string) *Metrics {
 			Name: "actions_approvals_pending",
 			Help: "Proposals parked waiting for a grant.",
 		}),
+		Outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "actions_outcomes_total",
+			Help: "Outcomes published, by kind; republished duplicates and replays of an earlier outcome are not counted.",
+		}, []string{"kind"}),
+		ConsumerPending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "actions_consumer_pending_messages",
+			Help: "Messages the stage's JetStream consumer has not delivered yet (NumPending), as last read; the consumer is shared by every processor.",
+		}, []string{"stage"}),
+		ConsumerAckPending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "actions_consumer_ack_pending_messages",
+			Help: "Messages the stage's JetStream consumer delivered and awaits acks for (NumAckPending), as last read; the consumer is shared by every processor.",
+		}, []string{"stage"}),
+		BuildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "actions_build_info",
+			Help: "Always 1; labelled with the processor's module version, VCS revision and Go version.",
+		}, []string{"version", "revision", "go_version"}),
 	}
+	m.Ready = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "actions_ready",
+		Help: "1 while the processor is ready (/readyz answers 200: NATS connected, store open, every stage consuming), else 0.",
+	}, func() float64 {
+		if f := m.ready.Load(); f != nil && (*f)() {
+			return 1
+		}
+		return 0
+	})
 	m.Registry.MustRegister(
 		m.StageMessages, m.StageDuration, m.Incidents, m.Dispatches, m.DispatchDuration,
 		m.ReconcileAttempts, m.Indeterminate, m.ApprovalsPending,
+		m.Outcomes, m.ConsumerPending, m.ConsumerAckPending, m.BuildInfo, m.Ready,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	m.BuildInfo.WithLabelValues(Build()).Set(1)
+	for _, k := range slices.Sorted(maps.Keys(schema.Kinds)) {
+		m.Outcomes.WithLabelValues(k)
+	}
 	for _, st := range subjects.Stages {
+		m.ConsumerPending.WithLabelValues(st)
+		m.ConsumerAckPending.WithLabelValues(st)
 		m.StageDuration.WithLabelValues(st)
 		for _, r := range Results {
 			m.StageMessages.WithLabelValues(st, r)
@@ -137,4 +192,31 @@ func New(providers []string) *Metrics {
 // Handler serves the registry in the Prometheus exposition format.
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry})
+}
+
+// SetReadiness makes Ready report f's answer at each scrape (until then it
+// reports 0). f must be cheap and must not block: no network calls.
+func (m *Metrics) SetReadiness(f func() bool) { m.ready.Store(&f) }
+
+// Build returns the labels of actions_build_info: the main module's
+// version, its VCS revision ("unknown" when the binary was built without
+// VCS information) and the Go version.
+func Build() (version, revision, goVersion string) {
+	version, revision, goVersion = "unknown", "unknown", runtime.Version()
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return
+	}
+	if bi.Main.Version != "" {
+		version = bi.Main.Version
+	}
+	if bi.GoVersion != "" {
+		goVersion = bi.GoVersion
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && s.Value != "" {
+			revision = s.Value
+		}
+	}
+	return
 }

@@ -2,11 +2,15 @@ package metrics_test
 
 import (
 	"encoding/json"
-	"regexp"
+	"fmt"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 
@@ -48,6 +52,8 @@ func TestSpecMetricsExistAndStartAtZero(t *testing.T) {
 		"actions_stage_messages_total", "actions_incidents_total", "actions_stage_duration_seconds",
 		"actions_dispatches_total", "actions_reconciliation_attempts_total",
 		"actions_indeterminate_actions", "actions_approvals_pending", "actions_dispatch_duration_seconds",
+		"actions_outcomes_total", "actions_consumer_pending_messages", "actions_consumer_ack_pending_messages",
+		"actions_build_info", "actions_ready",
 	} {
 		if !got[n] {
 			t.Errorf("metric %s missing", n)
@@ -63,13 +69,68 @@ func TestSpecMetricsExistAndStartAtZero(t *testing.T) {
 	if n := testutil.CollectAndCount(m.Dispatches); n != len(schema.ReceiptStatuses) {
 		t.Errorf("dispatch series = %d", n)
 	}
+	if n := testutil.CollectAndCount(m.Outcomes); n != len(schema.Kinds) {
+		t.Errorf("outcome series = %d, want one per kind (%d)", n, len(schema.Kinds))
+	}
+	for _, st := range subjects.Stages {
+		for _, g := range []*prometheus.GaugeVec{m.ConsumerPending, m.ConsumerAckPending} {
+			if v := testutil.ToFloat64(g.WithLabelValues(st)); v != 0 {
+				t.Errorf("consumer gauge of %s starts at %v", st, v)
+			}
+		}
+	}
+	if n := testutil.CollectAndCount(m.ConsumerPending); n != len(subjects.Stages) {
+		t.Errorf("consumer pending series = %d", n)
+	}
 }
 
-var metricName = regexp.MustCompile(`\bactions_[a-z_]+`)
+// actions_build_info is one series, 1, labelled with this binary's build.
+func TestBuildInfo(t *testing.T) {
+	m := metrics.New(nil)
+	version, revision, goVersion := metrics.Build()
+	if goVersion != runtime.Version() || version == "" || revision == "" {
+		t.Errorf("Build() = %q, %q, %q", version, revision, goVersion)
+	}
+	want := fmt.Sprintf(`
+# HELP actions_build_info Always 1; labelled with the processor's module version, VCS revision and Go version.
+# TYPE actions_build_info gauge
+actions_build_info{go_version=%q,revision=%q,version=%q} 1
+`, goVersion, revision, version)
+	if err := testutil.CollectAndCompare(m.BuildInfo, strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
+}
 
-// The shipped dashboard queries only metrics that exist.
+// actions_ready is 0 until readiness is wired, then follows it at each
+// scrape.
+func TestReady(t *testing.T) {
+	m := metrics.New(nil)
+	if v := testutil.ToFloat64(m.Ready); v != 0 {
+		t.Errorf("actions_ready = %v before SetReadiness", v)
+	}
+	var ready atomic.Bool
+	m.SetReadiness(ready.Load)
+	for _, want := range []bool{false, true, false} {
+		ready.Store(want)
+		got := testutil.ToFloat64(m.Ready) == 1
+		if got != want {
+			t.Errorf("actions_ready = %v, readiness %v", got, want)
+		}
+	}
+}
+
+// The shipped dashboard queries only metrics, label values and labels that
+// exist, scoped to the $job and $instance variables, and shows every
+// Portcullis metric.
 func TestDashboardQueriesExistingMetrics(t *testing.T) {
 	var dash struct {
+		Templating struct {
+			List []struct {
+				Name       string `json:"name"`
+				Type       string `json:"type"`
+				Definition string `json:"definition"`
+			} `json:"list"`
+		} `json:"templating"`
 		Panels []struct {
 			Title   string `json:"title"`
 			Targets []struct {
@@ -80,33 +141,46 @@ func TestDashboardQueriesExistingMetrics(t *testing.T) {
 	if err := json.Unmarshal(metrics.Dashboard, &dash); err != nil {
 		t.Fatal(err)
 	}
-	got := names(t, metrics.New([]string{"demo"}))
+	g := gather(t, metrics.New([]string{"demo"}))
+	vars := map[string]bool{}
+	for _, v := range dash.Templating.List {
+		vars[v.Name] = true
+		if v.Type == "query" && len(g.checkExpr(t, "variable "+v.Name, v.Definition)) == 0 {
+			t.Errorf("variable %s: no Portcullis metric in %q", v.Name, v.Definition)
+		}
+	}
+	for _, v := range []string{"datasource", "job", "instance"} {
+		if !vars[v] {
+			t.Errorf("no $%s variable", v)
+		}
+	}
 	var used []string
 	for _, p := range dash.Panels {
 		if len(p.Targets) == 0 {
 			t.Errorf("panel %q has no query", p.Title)
 		}
 		for _, tg := range p.Targets {
-			refs := metricName.FindAllString(tg.Expr, -1)
-			if len(refs) == 0 {
-				t.Errorf("panel %q: no metric in %q", p.Title, tg.Expr)
+			where := "panel " + strconv.Quote(p.Title)
+			u := g.checkExpr(t, where, tg.Expr)
+			if len(u) == 0 {
+				t.Errorf("%s: no Portcullis metric in %q", where, tg.Expr)
 			}
-			for _, r := range refs {
-				base := r
-				for _, suf := range []string{"_bucket", "_sum", "_count"} {
-					if b, ok := strings.CutSuffix(r, suf); ok && got[b] {
-						base = b
+			used = append(used, u...)
+			// Every selector is scoped to the chosen job and instances.
+			if n, sel := len(metricRef.FindAllString(tg.Expr, -1)), selector.FindAllStringSubmatch(tg.Expr, -1); len(sel) != n {
+				t.Errorf("%s: a metric without matchers in %q", where, tg.Expr)
+			}
+			for _, sel := range selector.FindAllStringSubmatch(tg.Expr, -1) {
+				for _, want := range []string{`job=~"$job"`, `instance=~"$instance"`} {
+					if !strings.Contains(sel[2], want) {
+						t.Errorf("%s: %s without %s", where, sel[1], want)
 					}
 				}
-				if !got[base] {
-					t.Errorf("panel %q queries %s, which does not exist", p.Title, r)
-				}
-				used = append(used, base)
 			}
 		}
 	}
 	// Every Portcullis metric appears on the dashboard.
-	for n := range got {
+	for n := range g {
 		if strings.HasPrefix(n, "actions_") && !slices.Contains(used, n) {
 			t.Errorf("metric %s is not on the dashboard", n)
 		}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -102,6 +103,8 @@ type Runner struct {
 	deps Deps
 	h    Handler
 	log  *slog.Logger
+	// consuming is set while Run's message iterator runs (see Consuming).
+	consuming atomic.Bool
 }
 
 // NewRunner creates a runner for a stage.
@@ -113,6 +116,19 @@ func NewRunner(cfg RunnerConfig, deps Deps, h Handler) *Runner {
 	}
 	return &Runner{cfg: cfg, deps: deps, h: h, log: log.With("stage", cfg.Stage)}
 }
+
+// Stage is the runner's stage: its durable consumer's name and its
+// `stage` metric label.
+func (r *Runner) Stage() string { return r.cfg.Stage }
+
+// Stream is the stream the runner's consumer reads.
+func (r *Runner) Stream() string { return r.cfg.Stream }
+
+// Consuming reports whether Run's message iterator is running: true from
+// the moment Run has it until Run stops fetching (its context cancelled, or
+// the iterator failed). A connection that is down does not clear it; the
+// iterator resumes by itself after a reconnect.
+func (r *Runner) Consuming() bool { return r.consuming.Load() }
 
 // ConsumerConfig is the durable consumer the runner uses.
 func (r *Runner) ConsumerConfig() jetstream.ConsumerConfig {
@@ -157,7 +173,11 @@ func (r *Runner) Run(ctx, workCtx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("stages: %s: messages: %w", r.cfg.Stage, err)
 	}
-	stop := context.AfterFunc(ctx, it.Drain)
+	r.consuming.Store(true)
+	stop := context.AfterFunc(ctx, func() {
+		r.consuming.Store(false)
+		it.Drain()
+	})
 	defer stop()
 	msgs := make(chan jetstream.Msg)
 	var wg sync.WaitGroup
@@ -180,6 +200,7 @@ func (r *Runner) Run(ctx, workCtx context.Context) error {
 		}
 		msgs <- m
 	}
+	r.consuming.Store(false)
 	close(msgs)
 	wg.Wait()
 	return runErr
@@ -307,6 +328,8 @@ func (r *Runner) heartbeat(m jetstream.Msg) (stop func()) {
 // publish records the outcomes, then publishes every output and waits for
 // all PubAcks. Message ids derive from the input (stage, stream sequence,
 // position), so a redelivered input republishes duplicates the streams drop.
+// Incidents and outcomes are counted once their PubAck arrived and was not
+// a duplicate's.
 func (r *Runner) publish(ctx context.Context, in *Input, res Result) error {
 	if len(res.Outcomes) > 0 && !res.Unrecorded && r.deps.Outcomes != nil {
 		if err := r.deps.Outcomes.RecordOutcomes(res.Outcomes); errors.Is(err, kv.ErrFailed) {
@@ -338,6 +361,7 @@ func (r *Runner) publish(ctx context.Context, in *Input, res Result) error {
 		add(n.Subject, n.Data, id, n.Header)
 		r.deps.Seal.Seal(n.Subject, n.Data, msgs[len(msgs)-1].Header)
 	}
+	firstOutcome := len(msgs)
 	for i, o := range res.Outcomes {
 		data, err := schema.Marshal(o)
 		if err != nil {
@@ -372,9 +396,15 @@ func (r *Runner) publish(ctx context.Context, in *Input, res Result) error {
 	for i, f := range futures {
 		select {
 		case ack := <-f.Ok():
-			if i >= firstEvent && !ack.Duplicate {
+			switch {
+			case ack.Duplicate:
+				// Published before (a redelivery): counted then.
+			case i >= firstEvent:
 				inc := events[i-firstEvent]
 				r.deps.Metrics.Incidents.WithLabelValues(inc.Phase, inc.Code).Inc()
+			case i >= firstOutcome && i < firstOutcome+len(res.Outcomes):
+				// Replayed outcomes repeat one counted before: not counted.
+				r.deps.Metrics.Outcomes.WithLabelValues(res.Outcomes[i-firstOutcome].Kind).Inc()
 			}
 		case err := <-f.Err():
 			return fmt.Errorf("publish %s: %w", f.Msg().Subject, err)

@@ -176,6 +176,9 @@ func TestRunnerPublishesRecordsAndAcks(t *testing.T) {
 	if got := testutil.ToFloat64(r.metrics.Incidents.WithLabelValues(schema.PhaseGrounding, schema.CodeDiscriminatorMissing)); got != 1 {
 		t.Errorf("incidents = %v", got)
 	}
+	if got := testutil.ToFloat64(r.metrics.Outcomes.WithLabelValues(schema.KindNeedsClarification)); got != 1 {
+		t.Errorf("outcomes = %v", got)
+	}
 }
 
 // A failure after publishing redelivers the input; the republished outputs
@@ -207,6 +210,83 @@ func TestRunnerRepublishIsDeduplicated(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(r.metrics.Incidents.WithLabelValues(schema.PhaseGrounding, schema.CodeDiscriminatorMismatch)); got != 1 {
 		t.Errorf("a republished incident was counted again: %v", got)
+	}
+	if got := testutil.ToFloat64(r.metrics.Outcomes.WithLabelValues(schema.KindNeedsClarification)); got != 1 {
+		t.Errorf("a republished outcome was counted again: %v", got)
+	}
+}
+
+// A replayed outcome (an earlier one, published again for a repeated
+// delivery) is not counted as a new outcome.
+func TestRunnerDoesNotCountReplayedOutcomes(t *testing.T) {
+	r := newRig(t)
+	r.run(t, funcHandler{handle: func(_ context.Context, in *stages.Input) (stages.Result, error) {
+		o := failure(string(in.Data), schema.CodeDiscriminatorMismatch)
+		if string(in.Data) == "again" {
+			return stages.Result{Replayed: []schema.Outcome{o}}, nil
+		}
+		return stages.Result{Outcomes: []schema.Outcome{o}}, nil
+	}}, stages.RunnerConfig{})
+	r.publish(t, "in.1", "first")
+	r.publish(t, "in.2", "again")
+	r.rec.Wait(t, "first", testenv.Terminal)
+	r.rec.Wait(t, "again", testenv.Terminal)
+	r.waitPendingAcks(t, 0)
+	if got := testutil.ToFloat64(r.metrics.Outcomes.WithLabelValues(schema.KindNeedsClarification)); got != 1 {
+		t.Errorf("outcomes = %v, want 1 (the replay not counted)", got)
+	}
+}
+
+// Consuming is set while the runner's iterator runs, and cleared when Run
+// stops fetching: cancelled, or the iterator failed (its consumer deleted).
+func TestRunnerConsuming(t *testing.T) {
+	r := newRig(t)
+	runner := stages.NewRunner(stages.RunnerConfig{Stage: subjects.StageGrounding, Stream: "IN", FilterSubject: "in.>"}, stages.Deps{
+		JS: r.js, Seal: r.seal, Subjects: r.subj, Metrics: r.metrics, Outcomes: r.store, Clock: stages.SystemClock{},
+	}, funcHandler{handle: func(context.Context, *stages.Input) (stages.Result, error) { return stages.Result{}, nil }})
+	if runner.Consuming() || runner.Stage() != subjects.StageGrounding || runner.Stream() != "IN" {
+		t.Fatalf("before Run: consuming %v, stage %q, stream %q", runner.Consuming(), runner.Stage(), runner.Stream())
+	}
+	start := func() (context.CancelFunc, chan error) {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- runner.Run(ctx, context.Background()) }()
+		t.Cleanup(func() { cancel(); <-done })
+		waitFor(t, "consuming", runner.Consuming)
+		return cancel, done
+	}
+	cancel, done := start()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	done <- nil // for the cleanup
+	if runner.Consuming() {
+		t.Error("still consuming after Run returned")
+	}
+
+	_, done = start()
+	if err := r.js.DeleteConsumer(context.Background(), "IN", subjects.StageGrounding); err != nil {
+		t.Fatal(err)
+	}
+	err := <-done
+	done <- nil
+	if err == nil {
+		t.Error("Run returned no error for a deleted consumer")
+	}
+	if runner.Consuming() {
+		t.Error("still consuming after the iterator failed")
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(testenv.WaitTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting: %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

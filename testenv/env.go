@@ -61,6 +61,9 @@ type Env struct {
 	mu   sync.Mutex
 	proc *engine.Processor
 	opts engine.Options
+	// serverAddr and serverDir are where Server listens and stores, for
+	// RestartServer.
+	serverAddr, serverDir string
 }
 
 // Option adjusts an Env before it starts.
@@ -71,6 +74,7 @@ type envOptions struct {
 	clock     stages.Clock
 	noStart   bool
 	storeFS   vfs.FS
+	engine    []func(*engine.Options)
 }
 
 // WithConfig edits the processor's configuration before start.
@@ -84,6 +88,12 @@ func WithClock(c stages.Clock) Option { return func(o *envOptions) { o.clock = c
 // WithStoreFS runs the processor's Pebble store on fs (vfs/errorfs for
 // fault injection).
 func WithStoreFS(fs vfs.FS) Option { return func(o *envOptions) { o.storeFS = fs } }
+
+// WithEngine edits the processor's engine options (after testenv set its
+// own: Adapters, Log, DrainTimeout, SchedulerPoll, ...).
+func WithEngine(f func(*engine.Options)) Option {
+	return func(o *envOptions) { o.engine = append(o.engine, f) }
+}
 
 // NotStarted leaves the processor stopped; call Start.
 func NotStarted() Option { return func(o *envOptions) { o.noStart = true } }
@@ -103,7 +113,7 @@ func New(t testing.TB, opts ...Option) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &Env{Server: s, NC: nc, JS: js, Logs: &LogBuffer{}}
+	e := &Env{Server: s, NC: nc, JS: js, Logs: &LogBuffer{}, serverAddr: s.Addr().String(), serverDir: filepath.Dir(s.StoreDir())}
 	e.Host, _ = nkeys.CreateUser()
 	e.OtherHost, _ = nkeys.CreateUser()
 	hostKey, _ := e.Host.PublicKey()
@@ -156,6 +166,9 @@ func New(t testing.TB, opts ...Option) *Env {
 		Clock:        e.Clock,
 		Log:          slog.New(slog.NewJSONHandler(io.MultiWriter(e.Logs), &slog.HandlerOptions{Level: slog.LevelDebug})),
 		DrainTimeout: 5 * time.Second,
+	}
+	for _, f := range o.engine {
+		f(&e.opts)
 	}
 	t.Cleanup(func() { e.Stop(t) })
 	if !o.noStart {

@@ -10,6 +10,8 @@
 package testenv
 
 import (
+	"net"
+	"strconv"
 	"testing"
 	"time"
 
@@ -44,6 +46,48 @@ func StartServer(t testing.TB, dir string) *server.Server {
 		s.Shutdown()
 		s.WaitForShutdown()
 	})
+	return s
+}
+
+// RestartServer starts Env's server again, on the same address and
+// JetStream store directory (streams and consumers recovered), after the
+// test shut it down (e.Server.Shutdown()) to see what an outage does; a
+// server still running is shut down first. Clients reconnect by
+// themselves. When the test ends the processor is stopped before this
+// server, so that it drains against a live server.
+func (e *Env) RestartServer(t testing.TB) *server.Server {
+	t.Helper()
+	e.Server.Shutdown()
+	e.Server.WaitForShutdown()
+	host, port, err := net.SplitHostPort(e.serverAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := server.NewServer(&server.Options{
+		Host:      host,
+		Port:      p,
+		JetStream: true,
+		StoreDir:  e.serverDir,
+		NoSigs:    true,
+		NoLog:     true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server did not restart")
+	}
+	t.Cleanup(func() {
+		e.Stop(t)
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	e.Server = s
 	return s
 }
 

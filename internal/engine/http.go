@@ -25,13 +25,17 @@ func (p *Processor) listenMetrics() error {
 	return nil
 }
 
-// serveMetrics serves /metrics on the listener opened at start.
+// serveMetrics wires actions_ready to readiness and serves /metrics,
+// /healthz and /readyz (health.go) on the listener opened at start.
 func (p *Processor) serveMetrics() {
+	p.metrics.SetReadiness(p.ready)
 	if p.httpLn == nil {
 		return
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", p.metrics.Handler())
+	mux.HandleFunc("GET /healthz", p.serveHealthz)
+	mux.HandleFunc("GET /readyz", p.serveReadyz)
 	p.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = p.httpSrv.Serve(p.httpLn) }()
 }

@@ -55,6 +55,9 @@ type Options struct {
 	// StoreFS replaces the disk under the Pebble store, for fault-injection
 	// tests (pebble's vfs/errorfs). nil: the disk.
 	StoreFS vfs.FS
+	// LagPoll is how often each stage consumer's pending counts are read
+	// from JetStream (actions_consumer_*_messages; readiness). Default 5s.
+	LagPoll time.Duration
 }
 
 // Processor is a running Portcullis.
@@ -76,6 +79,8 @@ type Processor struct {
 	recon    *reconciliation.Stage
 	// stopAdmin ends the operator API (admin.Server) before the store closes.
 	stopAdmin func()
+	// health is what /readyz reads (health.go).
+	health health
 
 	stopFetch context.CancelFunc
 	stopWork  context.CancelFunc
@@ -205,6 +210,7 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 		})
 	}
 	p.wg.Go(func() { p.watchStore(fetchCtx) })
+	p.watchStages(fetchCtx, runners, o.LagPoll)
 	sched := &stages.Scheduler{Store: p.store, JS: p.js, Seal: p.seal, Clock: p.clock, Log: p.log}
 	p.wg.Go(func() { _ = sched.Run(fetchCtx) })
 	p.log.Info("processor started", "nats", p.NATSURL(), "metrics", p.MetricsAddr(), "store", cfg.Store.Dir, "prefix", subj.Prefix())
@@ -341,6 +347,7 @@ func (p *Processor) Done() <-chan struct{} { return p.done }
 // It is idempotent and returns the error that stopped the processor, if any.
 func (p *Processor) Close() error {
 	p.closeOnce.Do(func() {
+		p.health.stopping.Store(true)
 		if p.stopAdmin != nil {
 			p.stopAdmin()
 		}

@@ -29,7 +29,7 @@ func TestReadinessReasons(t *testing.T) {
 		{"starting", false, true, true, nil, nil, false, "stages: starting"},
 		{"not consuming", false, true, true, nil, notConsuming, false, "stage dispatch: not consuming"},
 		{"consumer unavailable", false, true, true, nil, unreachable, false, "stage admission: consumer unavailable"},
-		{"not consuming before unavailable", false, true, true, nil, append(unreachable, notConsuming[1]), false, "stage dispatch: not consuming"},
+		{"not consuming before unavailable", false, true, true, nil, []stageState{unreachable[0], notConsuming[1]}, false, "stage dispatch: not consuming"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ready, reason := readiness(tc.stopping, tc.connected, tc.storeOpen, tc.storeErr, tc.stages)

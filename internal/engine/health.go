@@ -1,0 +1,121 @@
+package engine
+
+import (
+	"net/http"
+	"sync/atomic"
+
+	"github.com/portcullis/portcullis/stages"
+)
+
+// health is what /readyz and actions_ready read. Everything in it is an
+// atomic or a cheap check: a probe or a scrape never waits on the network.
+type health struct {
+	// stopping is set when Close begins (a fatal error included).
+	stopping atomic.Bool
+	// stages is set once the stage runners run (watchStages).
+	stages atomic.Pointer[[]*stageWatch]
+}
+
+// stageWatch is one stage runner and what the lag loop last learnt of its
+// consumer.
+type stageWatch struct {
+	r *stages.Runner
+	// infoFailed is set while the last read of the consumer's info failed
+	// (JetStream without a leader, the consumer gone, a timeout).
+	infoFailed atomic.Bool
+}
+
+// stageState is one stage as readiness sees it.
+type stageState struct {
+	name      string
+	consuming bool // the runner's message iterator runs
+	reachable bool // the last read of its consumer's info succeeded
+}
+
+// Reasons /readyz gives for 503. They name components and stages (a closed
+// set), never a value.
+const (
+	reasonStopping     = "processor: stopping"
+	reasonNATS         = "nats: disconnected"
+	reasonStoreClosed  = "store: not open"
+	reasonStoreFailed  = "store: failed"
+	reasonStarting     = "stages: starting"
+	reasonNotConsuming = ": not consuming"        // after "stage <name>"
+	reasonNoConsumer   = ": consumer unavailable" // after "stage <name>"
+)
+
+// readiness decides readiness from what was observed: the first failing
+// condition, in the order the processor depends on them, is the reason.
+func readiness(stopping, natsConnected, storeOpen bool, storeErr error, sts []stageState) (ready bool, reason string) {
+	switch {
+	case stopping:
+		return false, reasonStopping
+	case !natsConnected:
+		return false, reasonNATS
+	case !storeOpen:
+		return false, reasonStoreClosed
+	case storeErr != nil:
+		return false, reasonStoreFailed
+	case sts == nil:
+		return false, reasonStarting
+	}
+	for _, s := range sts {
+		if !s.consuming {
+			return false, "stage " + s.name + reasonNotConsuming
+		}
+	}
+	for _, s := range sts {
+		if !s.reachable {
+			return false, "stage " + s.name + reasonNoConsumer
+		}
+	}
+	return true, ""
+}
+
+// readiness reports whether the processor is ready and, if not, why:
+// NATS connected, the store open and not failed, every stage runner
+// consuming and its consumer reachable.
+func (p *Processor) readiness() (bool, string) {
+	var sts []stageState
+	if ws := p.health.stages.Load(); ws != nil {
+		sts = make([]stageState, 0, len(*ws))
+		for _, w := range *ws {
+			sts = append(sts, stageState{name: w.r.Stage(), consuming: w.r.Consuming(), reachable: !w.infoFailed.Load()})
+		}
+	}
+	var storeErr error
+	if p.store != nil {
+		storeErr = p.store.Failed()
+	}
+	return readiness(p.health.stopping.Load(), p.nc != nil && p.nc.IsConnected(), p.store != nil, storeErr, sts)
+}
+
+// ready is readiness without the reason (actions_ready).
+func (p *Processor) ready() bool {
+	ok, _ := p.readiness()
+	return ok
+}
+
+// serveHealthz answers 200 while the process runs.
+func (p *Processor) serveHealthz(w http.ResponseWriter, _ *http.Request) {
+	plain(w, http.StatusOK, "ok")
+}
+
+// serveReadyz answers 200 while the processor is ready, else 503 with the
+// reason.
+func (p *Processor) serveReadyz(w http.ResponseWriter, _ *http.Request) {
+	if ok, reason := p.readiness(); !ok {
+		plain(w, http.StatusServiceUnavailable, reason)
+		return
+	}
+	plain(w, http.StatusOK, "ok")
+}
+
+func plain(w http.ResponseWriter, code int, body string) {
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	_, _ = w.Write([]byte(body + "\n"))
+}
