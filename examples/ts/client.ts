@@ -192,6 +192,19 @@ export async function lastOutcome(
   };
 }
 
+/** Why a connection failed, with what to do about it. */
+export function connectError(url: string, err: unknown, seedVariable: string, id: Identity | null): string {
+  const text = errorText(err);
+  let hint = "is `processor run --dev` (or your processor) running and listening there?";
+  if (/authorization|authentication/i.test(text)) {
+    hint =
+      id === null
+        ? `this server requires NATS authentication: set ${seedVariable} to the nkey seed of a configured role`
+        : `is ${id.publicKey} the public_key of a configured role of this processor?`;
+  }
+  return `cannot connect to ${url}: ${text} (${hint})`;
+}
+
 /** Reads an optional environment variable; "" counts as unset. */
 export function env(name: string): string | undefined {
   const v = process.env[name];

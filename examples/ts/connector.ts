@@ -18,7 +18,7 @@ import { parseArgs } from "node:util";
 
 import type { Msg, NatsConnection } from "@nats-io/transport-node";
 
-import { DEFAULT_URL, Subjects, connectAs, env, errorText, loadSeed, type Identity } from "./client.ts";
+import { DEFAULT_URL, Subjects, connectAs, connectError, env, errorText, loadSeed, type Identity } from "./client.ts";
 
 const usage = `usage: npm run connector
 
@@ -164,7 +164,7 @@ let nc: NatsConnection;
 try {
   nc = await connectAs(`portcullis-example-connector ${provider}`, url, id);
 } catch (err) {
-  fail(`cannot connect to ${url}: ${errorText(err)} (is \`processor run --dev\` running?)`);
+  fail(connectError(url, err, "PORTCULLIS_CONNECTOR_SEED_FILE", id));
 }
 
 // A queue group: several connector processes share the requests, each

@@ -26,6 +26,7 @@ import {
   PROPOSAL_ID_PATTERN,
   Subjects,
   connectAs,
+  connectError,
   decodeOutcome,
   describeOutcome,
   env,
@@ -112,7 +113,7 @@ let nc: NatsConnection;
 try {
   nc = await connectAs(`portcullis-example-host ${h}`, url, id);
 } catch (err) {
-  fail(`cannot connect to ${url}: ${errorText(err)} (is \`processor run --dev\` running?)`);
+  fail(connectError(url, err, "PORTCULLIS_HOST_SEED_FILE", id));
 }
 process.once("SIGINT", () => {
   void nc.close().finally(() => process.exit(130));
