@@ -97,6 +97,11 @@ function decode(msg: Msg, schema: string, strings: string[]): Fields | string {
   return f;
 }
 
+/** A request member for a log line: a plain name, or "?" (never raw text that could forge lines). */
+function name(v: unknown): string {
+  return typeof v === "string" && /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/.test(v) ? v : "?";
+}
+
 function respond(msg: Msg, reply: Reply): void {
   if (!msg.respond(JSON.stringify(reply))) console.error("connector: a request without a reply subject (not from Portcullis?)");
 }
@@ -111,9 +116,9 @@ function dispatch(msg: Msg): void {
   }
   const key = req["idempotency_key"] as string;
   const key8 = key.slice(0, 8);
-  const what = `${String(req["capability"])}/${String(req["operation"])} env=${String(req["environment"])} key=${key8}`;
+  const what = `${name(req["capability"])}/${name(req["operation"])} env=${name(req["environment"])} key=${key8}`;
   if (req["provider"] !== provider) {
-    console.log(`dispatch  ${what}: for provider ${JSON.stringify(req["provider"])}, not ${provider} -> rejected`);
+    console.log(`dispatch  ${what}: for provider ${name(req["provider"])}, not ${provider} -> rejected`);
     respond(msg, { outcome: "rejected", error_code: "inventory.wrong_provider" });
     return;
   }
@@ -152,11 +157,11 @@ function reconcile(msg: Msg): void {
     // restart, so "not in memory" proves nothing either way; a real
     // connector asks its system of record and answers confirmed (present)
     // or rejected (absent).
-    console.log(`reconcile key=${key8} attempt=${String(req["attempt_id"])}: not in this connector's memory -> indeterminate`);
+    console.log(`reconcile key=${key8} attempt=${name(req["attempt_id"])}: not in this connector's memory -> indeterminate`);
     respond(msg, { outcome: "indeterminate" });
     return;
   }
-  console.log(`reconcile key=${key8} attempt=${String(req["attempt_id"])} -> confirmed ${before.provider_action_id ?? ""}`);
+  console.log(`reconcile key=${key8} attempt=${name(req["attempt_id"])} -> confirmed ${before.provider_action_id ?? ""}`);
   respond(msg, { outcome: "confirmed", ...(before.provider_action_id === undefined ? {} : { provider_action_id: before.provider_action_id }), evidence_refs: [`inventory:${key8}`] });
 }
 

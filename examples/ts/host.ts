@@ -90,6 +90,11 @@ if (!HOST_PATTERN.test(h)) fail(`host name ${JSON.stringify(h)} does not match $
 const timeoutSeconds = Number(args.timeout ?? "45");
 if (!Number.isFinite(timeoutSeconds) || timeoutSeconds <= 0) fail("--timeout takes a positive number of seconds", 2);
 const timeoutMs = timeoutSeconds * 1000;
+for (const given of [args.id, args.last]) {
+  if (given !== undefined && !PROPOSAL_ID_PATTERN.test(given)) {
+    fail(`proposal_id ${JSON.stringify(given)} does not match ${PROPOSAL_ID_PATTERN}`, 2);
+  }
+}
 const url = env("NATS_URL") ?? DEFAULT_URL;
 const subj = (() => {
   try {
@@ -132,7 +137,6 @@ function sign(body: Uint8Array): MsgHdrs | undefined {
 
 // --last: the last outcome stored for a proposal, by direct get.
 async function printLast(proposalID: string): Promise<number> {
-  if (!PROPOSAL_ID_PATTERN.test(proposalID)) fail(`proposal_id ${JSON.stringify(proposalID)} does not match ${PROPOSAL_ID_PATTERN}`, 2);
   const last = await lastOutcome(nc, subj, h, proposalID, 5000);
   if (last === null) {
     console.log(`no outcome stored on ${subj.outcome(h, proposalID)}`);
@@ -180,7 +184,6 @@ async function propose(): Promise<number> {
   const proposalFile = args.proposal ?? new URL("../proposal.json", import.meta.url);
   const proposal = JSON.parse(readFileSync(proposalFile, "utf8")) as Proposal;
   const proposalID = args.id ?? `ts-${Date.now().toString(36)}-${randomBytes(4).toString("hex")}`;
-  if (!PROPOSAL_ID_PATTERN.test(proposalID)) fail(`proposal_id ${JSON.stringify(proposalID)} does not match ${PROPOSAL_ID_PATTERN}`, 2);
   proposal.proposal_id = proposalID;
   // A fresh delivery id: the same (host, delivery_id) again is a repeat,
   // answered with the recorded outcome and nothing else.
