@@ -1,0 +1,217 @@
+// What the host and the connector share: subject names, logging in with an
+// nkey, signing bodies, reading outcomes.
+import { readFileSync } from "node:fs";
+
+import { fromSeed, type KeyPair } from "@nats-io/nkeys";
+import {
+  connect,
+  headers,
+  nkeyAuthenticator,
+  type MsgHdrs,
+  type NatsConnection,
+  type NodeConnectionOptions,
+} from "@nats-io/transport-node";
+
+import type { Json, Spend } from "./fingerprint.ts";
+
+export const DEFAULT_URL = "nats://127.0.0.1:4222";
+
+/** Subjects and stream names of SPEC §1 and §2.8 for a subject prefix. */
+export class Subjects {
+  constructor(readonly prefix: string = "actions") {
+    if (!/^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/.test(prefix)) throw new Error(`invalid subject prefix ${JSON.stringify(prefix)}`);
+  }
+  proposal(h: string): string {
+    return `${this.prefix}.proposals.${h}`;
+  }
+  grant(h: string): string {
+    return `${this.prefix}.grants.${h}`;
+  }
+  outcome(h: string, proposalID: string): string {
+    return `${this.prefix}.outcomes.${h}.${proposalID}`;
+  }
+  providerDispatch(provider: string): string {
+    return `${this.prefix}.provider.${provider}.dispatch`;
+  }
+  providerReconcile(provider: string): string {
+    return `${this.prefix}.provider.${provider}.reconcile`;
+  }
+  /** ACTIONS_OUTCOMES for the default prefix (dots and dashes become "_", upper case). */
+  outcomesStream(): string {
+    return this.prefix.replace(/[.-]/g, "_").toUpperCase() + "_OUTCOMES";
+  }
+  proposalsStream(): string {
+    return this.prefix.replace(/[.-]/g, "_").toUpperCase() + "_PROPOSALS";
+  }
+  grantsStream(): string {
+    return this.prefix.replace(/[.-]/g, "_").toUpperCase() + "_GRANTS";
+  }
+  /** The direct get of the last message on a subject: an empty request to this. */
+  directGetLast(subject: string): string {
+    return `$JS.API.DIRECT.GET.${this.outcomesStream()}.${subject}`;
+  }
+}
+
+export const HOST_PATTERN = /^[A-Za-z0-9_-]{1,64}$/;
+export const PROPOSAL_ID_PATTERN = /^[A-Za-z0-9_:-]{1,128}$/;
+
+/** An nkey identity read from a seed file (one line, "SU…"). */
+export interface Identity {
+  keyPair: KeyPair;
+  publicKey: string;
+  seed: Uint8Array;
+}
+
+/** Reads a user nkey seed file. Errors name the file, never its content. */
+export function loadSeed(path: string): Identity {
+  const text = readFileSync(path, "utf8").trim();
+  if (!/^SU[A-Z2-7]+$/.test(text)) {
+    throw new Error(`${path}: not a user nkey seed (one line, SU…); make one with \`processor keygen host|connector --out FILE\``);
+  }
+  const seed = new TextEncoder().encode(text);
+  const keyPair = fromSeed(seed);
+  return { keyPair, publicKey: keyPair.getPublicKey(), seed };
+}
+
+/**
+ * Connects to NATS. With an identity it logs in with its nkey
+ * (challenge–response: the seed never leaves this process) and receives
+ * replies — JetStream publish acks, request replies — under its own inbox
+ * prefix _INBOX.<public key>, the only one its permissions allow (SPEC §2.8).
+ * Without one it connects anonymously, which only `processor run --dev`
+ * (nats.auth = false) accepts.
+ */
+export async function connectAs(name: string, url: string, id: Identity | null): Promise<NatsConnection> {
+  const opts: NodeConnectionOptions = { servers: url, name, maxReconnectAttempts: 10 };
+  if (id !== null) {
+    opts.authenticator = nkeyAuthenticator(id.seed);
+    opts.inboxPrefix = `_INBOX.${id.publicKey}`;
+  }
+  return connect(opts);
+}
+
+export const HEADER_HOST_KEY = "Actions-Host-Key";
+export const HEADER_SIGNATURE = "Actions-Signature";
+
+/** Headers Actions-Host-Key and Actions-Signature: base64url ed25519 signature of exactly body. */
+export function signedHeaders(id: Identity, body: Uint8Array): MsgHdrs {
+  const h = headers();
+  h.set(HEADER_HOST_KEY, id.publicKey);
+  h.set(HEADER_SIGNATURE, Buffer.from(id.keyPair.sign(body)).toString("base64url"));
+  return h;
+}
+
+export interface Incident {
+  phase: string;
+  code: string;
+  dispatch_boundary: string;
+}
+
+export interface Receipt {
+  receipt_id: string;
+  fingerprint: string;
+  idempotency_key: string;
+  status: string;
+  next_action: string;
+  provider_action_id: string;
+  evidence_refs: string[] | null;
+  error_code: string;
+  [member: string]: Json;
+}
+
+/** SPEC §2.4. */
+export interface Outcome {
+  schema: "actions.outcome.v1";
+  proposal_id: string;
+  kind: string;
+  terminal: boolean;
+  effect_truth: string;
+  incidents: Incident[];
+  fingerprint: string | null;
+  referent: string | null;
+  receipt: Receipt | null;
+  approval: { fingerprint: string; summary: string; external_spend: Spend | null; expires_at_ms: number } | null;
+  at_ms: number;
+}
+
+/** Decodes an outcome body, checking the members a host relies on. */
+export function decodeOutcome(data: Uint8Array): Outcome {
+  const v: unknown = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(data));
+  if (typeof v !== "object" || v === null || Array.isArray(v)) throw new Error("outcome: not a JSON object");
+  const o = v as Record<string, unknown>;
+  if (o["schema"] !== "actions.outcome.v1") throw new Error(`outcome: schema ${JSON.stringify(o["schema"])}`);
+  if (typeof o["kind"] !== "string" || typeof o["terminal"] !== "boolean" || typeof o["proposal_id"] !== "string") {
+    throw new Error("outcome: kind, terminal or proposal_id missing");
+  }
+  if (!Array.isArray(o["incidents"])) throw new Error("outcome: incidents missing");
+  return v as Outcome;
+}
+
+/** One line for people: kind, truth, incidents, receipt. */
+export function describeOutcome(o: Outcome): string {
+  const parts = [`${o.kind} (${o.effect_truth}${o.terminal ? ", terminal" : ""})`];
+  if (o.incidents.length > 0) parts.push("incidents " + o.incidents.map((i) => `${i.phase}/${i.code}[${i.dispatch_boundary}]`).join(" "));
+  if (o.referent !== null) parts.push(`referent ${o.referent}`);
+  if (o.receipt !== null) {
+    const r = o.receipt;
+    parts.push(`receipt ${r.receipt_id} status=${r.status} provider_action_id=${r.provider_action_id || "-"}`);
+  }
+  return parts.join("; ");
+}
+
+export interface StoredOutcome {
+  outcome: Outcome;
+  sequence: string;
+  time: string;
+}
+
+/**
+ * The last outcome of host h's proposal, read from the outcome stream by a
+ * direct get (SPEC §2.8: an empty request to
+ * $JS.API.DIRECT.GET.ACTIONS_OUTCOMES.<outcome subject>; the only JetStream
+ * request besides publishing that a host may make). null when the stream
+ * holds none.
+ */
+export async function lastOutcome(
+  nc: NatsConnection,
+  subj: Subjects,
+  h: string,
+  proposalID: string,
+  timeoutMs: number,
+): Promise<StoredOutcome | null> {
+  const msg = await nc.request(subj.directGetLast(subj.outcome(h, proposalID)), undefined, { timeout: timeoutMs });
+  const hdr = msg.headers;
+  if (hdr !== undefined && hdr.code !== 0 && msg.data.length === 0) {
+    if (hdr.code === 404) return null;
+    throw new Error(`direct get: status ${hdr.code} ${hdr.description}`);
+  }
+  return {
+    outcome: decodeOutcome(msg.data),
+    sequence: hdr?.get("Nats-Sequence") ?? "",
+    time: hdr?.get("Nats-Time-Stamp") ?? "",
+  };
+}
+
+/** Why a connection failed, with what to do about it. */
+export function connectError(url: string, err: unknown, seedVariable: string, id: Identity | null): string {
+  const text = errorText(err);
+  let hint = "is `processor run --dev` (or your processor) running and listening there?";
+  if (/authorization|authentication/i.test(text)) {
+    hint =
+      id === null
+        ? `this server requires NATS authentication: set ${seedVariable} to the nkey seed of a configured role`
+        : `is ${id.publicKey} the public_key of a configured role of this processor?`;
+  }
+  return `cannot connect to ${url}: ${text} (${hint})`;
+}
+
+/** Reads an optional environment variable; "" counts as unset. */
+export function env(name: string): string | undefined {
+  const v = process.env[name];
+  return v === undefined || v === "" ? undefined : v;
+}
+
+/** The message of an error, for one log line. */
+export function errorText(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
