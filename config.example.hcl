@@ -91,13 +91,19 @@ tenant "tenant:demo" {
 }
 
 # A provider connector serves actions.provider.<p>.dispatch and .reconcile
-# for its providers, and nothing else.
+# for its providers, and nothing else. Each provider has at most one
+# connector block (each block is its own NATS account, and the processor's
+# account imports every provider's requests from exactly one): for
+# availability run several connector processes with the block's key,
+# subscribed in one NATS queue group.
 connector "inventory-connector" {
   public_key = "UAVZZYXS64PVNLBL243J5AN56G3KKUL37W7NZWCSNI6QKZ5W6UHMICKU" # required
   providers  = ["inventory"]                                              # required: configured providers
 }
 
 # The host's protected-profile resolver serves actions.disclosure.resolve.
+# At most one resolver block (several processes may share its key, in one
+# NATS queue group).
 resolver "profiles" {
   public_key = "UCQG6AQW3D6YFUSEYK7BPUF75WQ3NALL7RFHHQTZE54LLRQ3H4SQOOIP" # required
 }
