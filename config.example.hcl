@@ -18,9 +18,9 @@ nats {
   replicas    = 1                # stream and bucket replicas, 1–5 (1 with embedded)
 
   # Every client of the embedded server logs in with the nkey of its host,
-  # connector, resolver, source or operator block below and gets exactly
-  # that role's permissions (README, "Security model"). false is refused
-  # unless listen is a loopback address.
+  # connector, resolver, source or operator block below, in a NATS account
+  # of that block's own, and gets exactly that role's permissions (README,
+  # "Security model"). false is refused unless listen is a loopback address.
   auth = true
 
   # TLS for the embedded listener and the processor's own connection
