@@ -29,32 +29,47 @@
 // shared account a host could so place server-made messages on another
 // host's outcome subject, on internal subjects or in the activity bucket.
 // Across a service import the server hands the exporter a reply subject
-// of its own (_R_.…) and delivers the answer to the requester's reply
-// subject in the requester's account, so such a message lands where the
-// role could publish itself at most (its own imports) and is seen by its
-// own subscriptions at most.
+// of its own (_R_.…) and delivers the answer on the requester's reply
+// subject in the requester's account: to that account's own subscriptions
+// and, when the subject is one of the account's own service imports, on to
+// the processor's account as a publish the role may make itself anyway
+// (not back through the import it came by: the server drops that cycle).
+// What remains is within one identity: a client with host A's key can
+// make A's own outcome subscribers see a server-made message (a PubAck, a
+// copy of one of A's outcomes) on one of A's outcome subjects; readers
+// should check the proposal_id in the body.
 //
 // What the tests check against a real nats-server (both renderings):
 //
 //   - A host's js.Publish through the service import gets its PubAck on its
-//     own inbox; its direct get of its last outcome works through the
-//     import and nothing else of any stream does; outcomes arrive live
-//     through the stream import.
+//     own inbox; its direct get of the last message on one of its own
+//     outcome subjects works through the import, a request body naming a
+//     sequence or another subject gets 408 and no message, and nothing
+//     else of any stream is reachable; outcomes arrive live through the
+//     stream import. An operator gets stream info and every form of direct
+//     get, batches included (streamed responses), on the two public
+//     streams and the bucket's, and outcomes and incidents live.
 //   - The processor's requests reach a connector, resolver or source in its
-//     account through the import, its single reply comes back, and a
-//     request nobody serves fails at once with "no responders" (what the
-//     nats adapter treats as not dispatched), not with a timeout.
+//     account through the import, its single reply comes back (a second is
+//     refused), several processes of one connector share its requests in a
+//     queue group, and a request nobody serves fails at once with "no
+//     responders" (what the nats adapter treats as not dispatched), not
+//     with a timeout.
 //   - Reply-subject injection by a host or an operator (PubAcks, direct
 //     gets, operator API replies aimed at another host's outcome subject,
 //     internal subjects, the bucket, the JetStream API) stores nothing and
 //     delivers nothing outside its own account.
 //   - Each layer holds alone: with every per-user permission removed, the
 //     accounts still keep each role to its row; within an account, the
-//     per-user permissions still refuse what they refused before.
+//     per-user permissions still refuse what they refused before: a
+//     present but empty publish allow list denies every publish, a
+//     response permission admits one reply per received request, and each
+//     identity receives replies only under its own inbox prefix
+//     _INBOX.<public key> (subjects.Inbox).
 //   - JetStream lives in the processor's account only; no client role can
 //     create consumers (a consumer's deliver subject would escape every
 //     publish permission) or streams.
-//
+
 // Constraints that follow: each provider has at most one connector block
 // and there is at most one resolver block (config enforces both), because
 // two imports of one subject hand every request to both accounts (queue
