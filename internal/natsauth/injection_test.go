@@ -281,9 +281,10 @@ func TestInjectedAnswersStayInTheRolesAccount(t *testing.T) {
 	// from). Aimed at B's, nowhere.
 	inject(t, a, s.Proposal("A"), s.Grant("A"), "{}")
 	inject(t, a, subjects.DirectGetLast(s.OutcomesStream(), s.Outcome("A", "p1")), s.Grant("A"), "")
+	inject(t, a, s.Proposal("A"), s.Proposal("A"), "{}") // the PubAck would come back by the same import
 	inject(t, a, s.Proposal("A"), s.Proposal("B"), "{}")
 	inject(t, a, s.Proposal("A"), s.Grant("B"), "{}")
-	n := uint64(len(targets)) + 3
+	n := uint64(len(targets)) + 4
 	e.waitMsgs(t, s.ProposalsStream(), n)
 	e.waitMsgs(t, s.GrantsStream(), 2)
 	time.Sleep(100 * time.Millisecond)
