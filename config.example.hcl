@@ -18,9 +18,9 @@ nats {
   replicas    = 1                # stream and bucket replicas, 1–5 (1 with embedded)
 
   # Every client of the embedded server logs in with the nkey of its host,
-  # connector, resolver, source or operator block below and gets exactly
-  # that role's permissions (README, "Security model"). false is refused
-  # unless listen is a loopback address.
+  # connector, resolver, source or operator block below, in a NATS account
+  # of that block's own, and gets exactly that role's permissions (README,
+  # "Security model"). false is refused unless listen is a loopback address.
   auth = true
 
   # TLS for the embedded listener and the processor's own connection
@@ -91,13 +91,19 @@ tenant "tenant:demo" {
 }
 
 # A provider connector serves actions.provider.<p>.dispatch and .reconcile
-# for its providers, and nothing else.
+# for its providers, and nothing else. Each provider has at most one
+# connector block (each block is its own NATS account, and the processor's
+# account imports every provider's requests from exactly one): for
+# availability run several connector processes with the block's key,
+# subscribed in one NATS queue group.
 connector "inventory-connector" {
   public_key = "UAVZZYXS64PVNLBL243J5AN56G3KKUL37W7NZWCSNI6QKZ5W6UHMICKU" # required
   providers  = ["inventory"]                                              # required: configured providers
 }
 
 # The host's protected-profile resolver serves actions.disclosure.resolve.
+# At most one resolver block (several processes may share its key, in one
+# NATS queue group).
 resolver "profiles" {
   public_key = "UCQG6AQW3D6YFUSEYK7BPUF75WQ3NALL7RFHHQTZE54LLRQ3H4SQOOIP" # required
 }

@@ -10,10 +10,11 @@ import (
 	"github.com/portcullis/portcullis/subjects"
 )
 
-// cmdNATSPermissions prints the nats-server `authorization` block that
-// grants the permission table of SPEC §2.8 for a configuration's roles and
-// the processor's own nkey user (the key of nats.credentials), for the
-// servers of an external deployment.
+// cmdNATSPermissions prints the nats-server `accounts` block that grants
+// the table of SPEC §2.8 for a configuration's roles and the processor's
+// own nkey user (the key of nats.credentials), for the servers of an
+// external deployment: each role an account of its own, importing only its
+// subjects from the processor's account, which alone has JetStream.
 func cmdNATSPermissions(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs := newFlags("nats-permissions", stderr)
 	path := fs.String("config", "", "the processor's configuration file (HCL), with nats.url and nats.credentials")
@@ -31,7 +32,7 @@ func cmdNATSPermissions(args []string, _ io.Reader, stdout, stderr io.Writer) in
 		return 1
 	}
 	if cfg.NATS.Embedded {
-		fmt.Fprintf(stderr, "%s: %s runs the embedded server, which builds these users itself at every start; this command is for external servers (nats.url)\n", cmd, *path)
+		fmt.Fprintf(stderr, "%s: %s runs the embedded server, which builds these accounts and users itself at every start; this command is for external servers (nats.url)\n", cmd, *path)
 		return 1
 	}
 	creds := cfg.NATS.Credentials
@@ -45,7 +46,7 @@ func cmdNATSPermissions(args []string, _ io.Reader, stdout, stderr io.Writer) in
 		return 1
 	}
 	if jwt {
-		fmt.Fprintf(stderr, "%s: nats.credentials %s is a JWT .creds file: with decentralized (JWT) auth the permissions live in the users' JWTs, signed by their account, not in server configuration; this command prints nkey users for an `authorization` block. Grant the table of SPEC §2.8 with your JWT tooling, or log the processor in with an nkey seed file.\n", cmd, creds)
+		fmt.Fprintf(stderr, "%s: nats.credentials %s is a JWT .creds file: with decentralized (JWT) auth the permissions live in the users' JWTs, signed by their account, not in server configuration; this command prints nkey users in an `accounts` block. Grant the table of SPEC §2.8 with your JWT tooling, or log the processor in with an nkey seed file.\n", cmd, creds)
 		return 1
 	}
 	kp, err := keyfile.LoadSeed(creds)
@@ -64,6 +65,11 @@ func cmdNATSPermissions(args []string, _ io.Reader, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "%s: %v\n", cmd, err)
 		return 1
 	}
-	fmt.Fprint(stdout, natsauth.AuthorizationBlock(cfg, subj, pub))
+	block, err := natsauth.AccountsBlock(cfg, subj, pub)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", cmd, err)
+		return 1
+	}
+	fmt.Fprint(stdout, block)
 	return 0
 }

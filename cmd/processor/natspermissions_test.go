@@ -5,8 +5,10 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
@@ -82,7 +84,8 @@ func writeConfig(t *testing.T, dir, hcl string) string {
 
 // TestNATSPermissionsPrintsTheBlock: the processor's key comes from a seed
 // made by `keygen processor`; the output is a server configuration that
-// nats-server parses into exactly the users natsauth.Users builds.
+// nats-server parses into exactly the accounts and users natsauth.ServerAuth
+// builds, with JetStream in the processor's account.
 func TestNATSPermissionsPrintsTheBlock(t *testing.T) {
 	dir := t.TempDir()
 	seed := filepath.Join(dir, "processor.nk")
@@ -97,7 +100,7 @@ func TestNATSPermissionsPrintsTheBlock(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	conf := filepath.Join(dir, "server.conf")
-	if err := os.WriteFile(conf, []byte("port: -1\n"+out), 0o600); err != nil {
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf("port: -1\njetstream {\n  store_dir: %q\n}\n", filepath.Join(dir, "js"))+out), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	opts, err := server.ProcessConfigFile(conf)
@@ -109,20 +112,73 @@ func TestNATSPermissionsPrintsTheBlock(t *testing.T) {
 		t.Fatal(err)
 	}
 	subj, _ := subjects.New("acme")
-	want := natsauth.Users(cfg, subj, pub)
-	if len(opts.Nkeys) != len(want) || len(want) != 6 {
-		t.Fatalf("parsed %d users, want %d", len(opts.Nkeys), len(want))
+	accounts, users, err := natsauth.ServerAuth(cfg, subj, pub)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for i, w := range want {
-		if g := opts.Nkeys[i]; g.Nkey != w.Nkey || !reflect.DeepEqual(g.Permissions, w.Permissions) {
-			t.Errorf("user %d: parsed %s %+v, want %s %+v", i, g.Nkey, g.Permissions, w.Nkey, w.Permissions)
+	if len(opts.Nkeys) != len(users) || len(users) != 6 {
+		t.Fatalf("parsed %d users, want %d", len(opts.Nkeys), len(users))
+	}
+	parsed := map[string]*server.NkeyUser{}
+	for _, u := range opts.Nkeys {
+		parsed[u.Nkey] = u
+	}
+	for _, w := range users {
+		g := parsed[w.Nkey]
+		if g == nil || g.Account.Name != w.Account.Name || !reflect.DeepEqual(g.Permissions, w.Permissions) {
+			t.Errorf("user %s in %s: parsed %+v", w.Nkey, w.Account.Name, g)
 		}
 	}
-	if opts.Nkeys[0].Nkey != pub || opts.Nkeys[0].Permissions != nil {
-		t.Errorf("first user %s is not the processor's %s with full rights", opts.Nkeys[0].Nkey, pub)
+	if p := parsed[pub]; p == nil || p.Permissions != nil || p.Account.Name != natsauth.ProcessorAccount {
+		t.Errorf("the processor's key %s is not a user with full rights in %s", pub, natsauth.ProcessorAccount)
+	}
+	var names []string
+	for _, a := range opts.Accounts {
+		names = append(names, a.Name)
+	}
+	for _, a := range accounts {
+		if !slices.Contains(names, a.Name) {
+			t.Errorf("account %s not parsed (%q)", a.Name, names)
+		}
+	}
+	// Running, the server has JetStream in the processor's account only.
+	opts.NoLog, opts.NoSigs = true, true
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	defer func() {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+	}()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	for _, a := range accounts {
+		acc, err := srv.LookupAccount(a.Name)
+		if err != nil || acc.JetStreamEnabled() != (a.Name == natsauth.ProcessorAccount) {
+			t.Errorf("account %s: JetStream %v (%v)", a.Name, acc != nil && acc.JetStreamEnabled(), err)
+		}
 	}
 	if !strings.Contains(out, `"acme.proposals.A"`) {
 		t.Error("the block ignores the configured prefix")
+	}
+}
+
+// TestNATSPermissionsRefusesTwoConnectorsForOneProvider: the config rule
+// speaks first, with file:line.
+func TestNATSPermissionsRefusesTwoConnectorsForOneProvider(t *testing.T) {
+	dir := t.TempDir()
+	seed := filepath.Join(dir, "processor.nk")
+	if code, _, errs := runProcessor("keygen", "processor", "--out", seed); code != 0 {
+		t.Fatalf("keygen: %s", errs)
+	}
+	path := writeConfig(t, dir, fmt.Sprintf("nats {\n  url = \"nats://127.0.0.1:4222\"\n  credentials = %q\n}\n", seed)+rolesHCL(t)+
+		fmt.Sprintf("connector \"c2\" {\n  public_key = %q\n  providers  = [\"p\"]\n}\n", newPub(t)))
+	code, out, errs := runProcessor("nats-permissions", "--config", path)
+	if code != 1 || out != "" || !strings.Contains(errs, `provider "p" is served by connector "c" already`) || !strings.Contains(errs, ".hcl:") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 }
 
@@ -148,7 +204,7 @@ func TestNATSPermissionsRefusals(t *testing.T) {
 		{"bad flag", []string{"--frob"}, 2, "flag provided but not defined"},
 		{"invalid config", []string{"--config", invalid}, 1, "frob"},
 		{"missing config", []string{"--config", filepath.Join(dir, "absent.hcl")}, 1, "no such file"},
-		{"embedded server", []string{"--config", embedded}, 1, "builds these users itself"},
+		{"embedded server", []string{"--config", embedded}, 1, "builds these accounts and users itself"},
 		{"no credentials", []string{"--config", externalConfig(t, dir, "")}, 1, "sets no nats.credentials"},
 		{"JWT creds", []string{"--config", externalConfig(t, dir, credsFile)}, 1, "JWT .creds file"},
 		{"missing credentials", []string{"--config", externalConfig(t, dir, filepath.Join(dir, "absent.nk"))}, 1, "no such file"},

@@ -106,7 +106,9 @@ func (c *Config) Operator(publicKey string) (Role, bool) {
 
 // roleProblems checks the trust configuration across blocks: names and
 // keys unique across the five role kinds, every host's tenants declared,
-// connectors serving configured providers, and a NATS listener that is
+// connectors serving configured providers, each provider served by at most
+// one connector block and at most one resolver block (SPEC §2.8: each
+// role has its own NATS account), and a NATS listener that is
 // authenticated unless it is loopback-only.
 func (c *Config) roleProblems() []problem {
 	var ps []problem
@@ -161,6 +163,11 @@ func (c *Config) roleProblems() []problem {
 			add("tenant", t.Ref, "security_domains", "list at least one non-empty security_domain_ref")
 		}
 	}
+	// One connector block per provider, one resolver block: the processor's
+	// NATS account imports each served subject from exactly one role's
+	// account. Two imports of one subject would hand every request to both
+	// accounts (queue groups do not span accounts): two dispatches.
+	served := map[string]string{}
 	for _, x := range c.Connectors {
 		if len(x.Providers) == 0 {
 			add(KindConnector, x.Name, "providers", "list the providers this connector serves")
@@ -169,7 +176,17 @@ func (c *Config) roleProblems() []problem {
 			if _, ok := c.Provider(p); !ok {
 				add(KindConnector, x.Name, "providers", "provider %q is not configured", p)
 			}
+			switch other, dup := served[p]; {
+			case dup && other == x.Name:
+				add(KindConnector, x.Name, "providers", "provider %q is listed twice", p)
+			case dup:
+				add(KindConnector, x.Name, "providers", "provider %q is served by connector %q already: one connector block per provider (for availability, run several connector processes with that block's key in one NATS queue group)", p, other)
+			}
+			served[p] = x.Name
 		}
+	}
+	for _, r := range c.Resolvers[min(1, len(c.Resolvers)):] {
+		add(KindResolver, r.Name, "", "resolver %q is configured already: at most one resolver block (for availability, run several resolver processes with its key in one NATS queue group)", c.Resolvers[0].Name)
 	}
 	n := c.NATS
 	if n.Embedded {

@@ -121,9 +121,12 @@ func redactURL(u string) string {
 	return strings.Join(parts, ",")
 }
 
-// startServer starts the embedded nats-server: nkey users of every role
-// when auth is on (SPEC §2.8), TLS when configured. A listen address in use
-// fails at once, before the server is created.
+// startServer starts the embedded nats-server. With auth on, every role is
+// an nkey user in an account of its own and the processor's identity the
+// user of natsauth.ProcessorAccount, the one account with JetStream (SPEC
+// §2.8); with auth off, everyone shares the server's global account. TLS
+// when configured. A listen address in use fails at once, before the
+// server is created.
 func (p *Processor) startServer(processorKey string) error {
 	n := p.cfg.NATS
 	host, portStr, err := net.SplitHostPort(n.Listen)
@@ -151,7 +154,13 @@ func (p *Processor) startServer(processorKey string) error {
 		MaxPayload: int32(max(p.cfg.Admission.MaxPayloadBytes+headerAllowance, 1<<20)),
 	}
 	if n.Auth {
-		opts.Nkeys = natsauth.Users(p.cfg, p.subj, processorKey)
+		// Every role its own account, the processor's with JetStream
+		// (SPEC §2.8; natsauth).
+		accounts, users, err := natsauth.ServerAuth(p.cfg, p.subj, processorKey)
+		if err != nil {
+			return fmt.Errorf("engine: embedded nats: %w", err)
+		}
+		opts.Accounts, opts.Nkeys = accounts, users
 	}
 	if t := n.TLS; t != nil {
 		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: t.CertFile, KeyFile: t.KeyFile})
@@ -168,7 +177,15 @@ func (p *Processor) startServer(processorKey string) error {
 	go srv.Start()
 	if !srv.ReadyForConnections(10 * time.Second) {
 		srv.Shutdown()
+		srv.WaitForShutdown()
 		return fmt.Errorf("engine: embedded nats on %s did not start within 10s", n.Listen)
+	}
+	if n.Auth {
+		if err := natsauth.EnableJetStream(srv); err != nil {
+			srv.Shutdown()
+			srv.WaitForShutdown()
+			return fmt.Errorf("engine: embedded nats: %w", err)
+		}
 	}
 	p.srv = srv
 	return nil

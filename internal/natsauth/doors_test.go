@@ -14,9 +14,11 @@ import (
 )
 
 // Every test here is one door of SPEC §2.8 against a real server, once for
-// each rendering of the table (eachServer). A forbidden publish or
-// subscribe returns nil and is reported asynchronously (client.violation);
-// a forbidden request times out.
+// each rendering of the model (eachServer): each role in its own account,
+// with its per-user permissions inside. A forbidden publish or subscribe
+// returns nil and is reported asynchronously (client.violation); a
+// forbidden request times out. layer_test.go checks the account layer
+// without the per-user one.
 
 const forbiddenRequestTimeout = 300 * time.Millisecond
 

@@ -18,8 +18,9 @@ import (
 	"github.com/portcullis/portcullis/subjects"
 )
 
-// env is a real embedded nats-server with JetStream whose users are Users
-// of the test configuration, with the processor's streams and bucket made.
+// env is a real embedded nats-server with JetStream whose accounts and
+// users are the model of the test configuration, with the processor's
+// streams and bucket made in the processor's account.
 type env struct {
 	srv   *server.Server
 	cfg   *config.Config
@@ -33,17 +34,19 @@ type env struct {
 // Stage stream of the tests: one stream on every internal subject.
 const stageStream = "ACTIONS_STAGE"
 
-// Server modes: the embedded server's options built by Users, or the
-// options nats-server's own parser reads from AuthorizationBlock.
+// Server modes: the embedded server's options built by ServerAuth, the
+// options nats-server's own parser reads from AccountsBlock, and ServerAuth
+// with every per-user permission removed (the account layer alone).
 const (
-	modeUsers  = "Users"
-	modeConfig = "AuthorizationBlock"
+	modeEmbedded     = "ServerAuth"
+	modeConfig       = "AccountsBlock"
+	modeAccountsOnly = "AccountsOnly"
 )
 
-// eachServer runs f against a server of each mode, so that every door is
-// checked for both renderings of the table.
+// eachServer runs f against a server of each rendering, so that every door
+// is checked for both.
 func eachServer(t *testing.T, f func(t *testing.T, e *env)) {
-	for _, mode := range []string{modeUsers, modeConfig} {
+	for _, mode := range []string{modeEmbedded, modeConfig} {
 		t.Run(mode, func(t *testing.T) { f(t, newEnv(t, mode)) })
 	}
 }
@@ -52,19 +55,16 @@ func newEnv(t *testing.T, mode string) *env {
 	t.Helper()
 	cfg, r := newRoles(t)
 	e := &env{cfg: cfg, roles: r, subj: subjects.Default()}
-	var opts *server.Options
-	switch mode {
-	case modeUsers:
-		opts = &server.Options{
-			Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
-			Nkeys: Users(cfg, e.subj, r.proc.pub),
+	e.srv = startServer(t, serverOptions(t, mode, cfg, e.subj, r.proc.pub))
+	if mode == modeConfig {
+		// The configuration text enables JetStream for the processor's
+		// account itself.
+		if acc, err := e.srv.LookupAccount(ProcessorAccount); err != nil || !acc.JetStreamEnabled() {
+			t.Fatalf("account %s from the configuration text: JetStream off (%v)", ProcessorAccount, err)
 		}
-	case modeConfig:
-		opts = parseBlock(t, AuthorizationBlock(cfg, e.subj, r.proc.pub))
-	default:
-		t.Fatalf("mode %q", mode)
+	} else if err := EnableJetStream(e.srv); err != nil {
+		t.Fatal(err)
 	}
-	e.srv = startServer(t, opts)
 	e.proc = e.connect(t, r.proc)
 	js, err := jetstream.New(e.proc.nc)
 	if err != nil {
@@ -89,6 +89,35 @@ func newEnv(t *testing.T, mode string) *env {
 		t.Fatal(err)
 	}
 	return e
+}
+
+// serverOptions renders the model for a server of the given mode.
+func serverOptions(t *testing.T, mode string, cfg *config.Config, subj subjects.Subjects, processorKey string) *server.Options {
+	t.Helper()
+	switch mode {
+	case modeEmbedded, modeAccountsOnly:
+		accounts, users, err := ServerAuth(cfg, subj, processorKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mode == modeAccountsOnly {
+			for _, u := range users {
+				u.Permissions = nil
+			}
+		}
+		return &server.Options{
+			Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
+			Accounts: accounts, Nkeys: users,
+		}
+	case modeConfig:
+		block, err := AccountsBlock(cfg, subj, processorKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return parseBlock(t, block)
+	}
+	t.Fatalf("mode %q", mode)
+	return nil
 }
 
 // parseBlock writes a server configuration (random port, JetStream in a

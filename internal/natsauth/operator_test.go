@@ -3,6 +3,8 @@ package natsauth
 import (
 	"context"
 	"errors"
+	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -181,5 +183,70 @@ func TestOperatorCannotSubscribeElsewhere(t *testing.T) {
 			"$JS.API.>":           "$JS.API.STREAM.NAMES",
 			">":                   s.Outcome("A", "p1"),
 		})
+	})
+}
+
+// TestOperatorBatchDirectGet: a direct get answered with several messages
+// (a batch) comes back whole through the operator's import.
+func TestOperatorBatchDirectGet(t *testing.T) {
+	eachServer(t, func(t *testing.T, e *env) {
+		s := e.subj
+		for i := range 3 {
+			e.publishAs(t, s.Outcome("A", "p"+strconv.Itoa(i)), `{"n":`+strconv.Itoa(i)+`}`)
+		}
+		o := e.connect(t, e.roles.operator)
+		inbox := o.nc.NewRespInbox()
+		sub, err := o.nc.SubscribeSync(inbox)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := o.nc.PublishRequest("$JS.API.DIRECT.GET."+s.OutcomesStream(), inbox, []byte(`{"seq":1,"batch":5}`)); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for {
+			m, err := sub.NextMsg(2 * time.Second)
+			if err != nil {
+				t.Fatalf("after %q: %v", got, err)
+			}
+			if m.Header.Get("Status") == "204" { // end of batch
+				break
+			}
+			got = append(got, string(m.Data))
+		}
+		if want := []string{`{"n":0}`, `{"n":1}`, `{"n":2}`}; !slices.Equal(got, want) {
+			t.Errorf("batch %q, want %q", got, want)
+		}
+		o.noErrors(t)
+	})
+}
+
+// TestJetStreamOnlyInTheProcessorAccount: the streams and the bucket live
+// in the processor's account; no other account has JetStream.
+func TestJetStreamOnlyInTheProcessorAccount(t *testing.T) {
+	eachServer(t, func(t *testing.T, e *env) {
+		model, err := Accounts(e.cfg, e.subj, e.roles.proc.pub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range model {
+			acc, err := e.srv.LookupAccount(a.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if acc.JetStreamEnabled() != (a.Name == ProcessorAccount) {
+				t.Errorf("account %s: JetStream %v", a.Name, acc.JetStreamEnabled())
+			}
+		}
+		acc, err := e.srv.LookupAccount(ProcessorAccount)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := acc.JetStreamUsage().Streams; n != 6 { // five streams and the bucket's
+			t.Errorf("%d streams in %s", n, ProcessorAccount)
+		}
+		if e.srv.GlobalAccount().JetStreamEnabled() {
+			t.Error("the global account has JetStream")
+		}
 	})
 }

@@ -207,3 +207,100 @@ func TestResponsePermissionPublishNilOrEmpty(t *testing.T) {
 		t.Errorf("a denied publish arrived: %v %v", msgData(m), err)
 	}
 }
+
+// TestNobodyServingIsNoResponders: a processor request that no connector,
+// resolver or source is connected to serve fails at once with "no
+// responders" through the import, as within one account: the nats adapter
+// takes it for "not dispatched" (a timeout would mean "unknown").
+func TestNobodyServingIsNoResponders(t *testing.T) {
+	eachServer(t, func(t *testing.T, e *env) {
+		s := e.subj
+		for _, subj := range []string{s.ProviderDispatch("p"), s.ProviderReconcile("q"), s.DisclosureResolve(), s.Candidates("s")} {
+			start := time.Now()
+			m, err := e.proc.nc.Request(subj, []byte(`{}`), 5*time.Second)
+			if !errors.Is(err, nats.ErrNoResponders) || time.Since(start) > time.Second {
+				t.Errorf("request %s: %v %v after %s, want %v at once", subj, msgData(m), err, time.Since(start), nats.ErrNoResponders)
+			}
+		}
+		// Served by the other connector only: still nobody for p.
+		cq := e.connect(t, e.roles.cq)
+		var r responder
+		r.serve(t, cq, s.ProviderDispatch("q"))
+		requestServed(t, e, s.ProviderDispatch("q"))
+		if _, err := e.proc.nc.Request(s.ProviderDispatch("p"), nil, 2*time.Second); !errors.Is(err, nats.ErrNoResponders) {
+			t.Errorf("request for p with only cq connected: %v", err)
+		}
+	})
+}
+
+// TestSeveralProcessesOfOneConnector: processes sharing a connector's key
+// in one queue group split its requests, each answered once.
+func TestSeveralProcessesOfOneConnector(t *testing.T) {
+	eachServer(t, func(t *testing.T, e *env) {
+		s := e.subj
+		var r1, r2 responder
+		r1.serve(t, e.connect(t, e.roles.cp), s.ProviderDispatch("p"))
+		r2.serve(t, e.connect(t, e.roles.cp), s.ProviderDispatch("p"))
+		for range 40 {
+			requestServed(t, e, s.ProviderDispatch("p"))
+		}
+		r1.mu.Lock()
+		r2.mu.Lock()
+		defer r1.mu.Unlock()
+		defer r2.mu.Unlock()
+		if n1, n2 := len(r1.replies), len(r2.replies); n1+n2 != 40 || n1 == 0 || n2 == 0 {
+			t.Errorf("the two processes served %d and %d of 40 requests", n1, n2)
+		}
+	})
+}
+
+// TestDuplicateServiceImportFansOut pins why a provider has one connector
+// block: nats-server 2.15 accepts two imports of one subject from two
+// accounts (programmatically and in configuration text) and delivers each
+// request to both, queue groups notwithstanding: two dispatches.
+func TestDuplicateServiceImportFansOut(t *testing.T) {
+	proc, c1, c2 := newIdentity(t), newIdentity(t), newIdentity(t)
+	P, A1, A2 := server.NewAccount(ProcessorAccount), server.NewAccount("connector-1"), server.NewAccount("connector-2")
+	for _, a := range []*server.Account{A1, A2} {
+		if err := a.AddServiceExport("svc", []*server.Account{P}); err != nil {
+			t.Fatal(err)
+		}
+		if err := P.AddServiceImport(a, "svc", ""); err != nil {
+			t.Fatalf("second import refused (then the config rule is belt and braces): %v", err)
+		}
+	}
+	srv := startServer(t, &server.Options{Host: "127.0.0.1", Port: -1, Accounts: []*server.Account{P, A1, A2},
+		Nkeys: []*server.NkeyUser{{Nkey: proc.pub, Account: P}, {Nkey: c1.pub, Account: A1}, {Nkey: c2.pub, Account: A2}}})
+	var mu sync.Mutex
+	got := 0
+	for _, id := range []identity{c1, c2} {
+		c, err := dial(srv, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.nc.Close)
+		if _, err := c.nc.QueueSubscribe("svc", "g", func(m *nats.Msg) {
+			mu.Lock()
+			got++
+			mu.Unlock()
+			_ = m.Respond([]byte("ok"))
+		}); err != nil {
+			t.Fatal(err)
+		}
+		c.noErrors(t)
+	}
+	p, err := dial(srv, proc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.nc.Close)
+	if _, err := p.nc.Request("svc", nil, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	if got != 2 {
+		t.Errorf("one request reached %d connectors; the server changed: revisit the one-connector-per-provider rule", got)
+	}
+}
