@@ -17,7 +17,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
-	"go.uber.org/goleak"
 
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/engine"
@@ -26,8 +25,6 @@ import (
 	"github.com/portcullis/portcullis/subjects"
 	"github.com/portcullis/portcullis/testenv"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // identity is a role's key pair.
 type identity struct {
