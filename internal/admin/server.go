@@ -164,7 +164,7 @@ func (s *Server) resolve(data []byte) []byte {
 	if req.Effect != EffectPresent && req.Effect != EffectAbsent {
 		return answer[Resolved](nil, bad(`effect must be "present" or "absent"`))
 	}
-	res, err := s.Reconciliation.Resolve(req.Fingerprint, req.Effect == EffectPresent, req.EvidenceRef)
+	res, err := s.Reconciliation.Resolve(req.Fingerprint, req.Effect == EffectPresent, req.EvidenceRef, "")
 	switch {
 	case errors.Is(err, reconciliation.ErrInvalidFingerprint), errors.Is(err, reconciliation.ErrInvalidEvidence):
 		return answer[Resolved](nil, bad(err.Error()))
