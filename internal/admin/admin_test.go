@@ -138,6 +138,11 @@ func TestAuthenticate(t *testing.T) {
 		{name: "signature not base64url", hdr: with(good, HeaderSignature, "a+b/"), body: body, signed: true, reason: reasonBadSignature},
 		{name: "signature of a host header name", hdr: nats.Header{"Actions-Host-Key": {opPub}, HeaderSignature: good[HeaderSignature]}, body: body, signed: true, reason: reasonUnknownKey},
 		{name: "not a key", hdr: with(good, HeaderOperatorKey, "oncall"), body: body, signed: true, reason: reasonUnknownKey},
+		{name: "lower-case names", hdr: nats.Header{"actions-operator-key": good[HeaderOperatorKey], "actions-signature": good[HeaderSignature]}, body: body, operator: "oncall", signed: true},
+		{name: "lower-case forged, dev", hdr: nats.Header{"actions-operator-key": {opPub}, "ACTIONS-SIGNATURE": forged[HeaderSignature]}, body: body, unsigned: true, signed: true, reason: reasonBadSignature},
+		{name: "two keys", hdr: nats.Header{HeaderOperatorKey: {opPub, otherPub}, HeaderSignature: good[HeaderSignature]}, body: body, signed: true, reason: reasonUnknownKey},
+		{name: "two signatures", hdr: nats.Header{HeaderOperatorKey: {opPub}, HeaderSignature: {good.Get(HeaderSignature), good.Get(HeaderSignature)}}, body: body, signed: true, reason: reasonBadSignature},
+		{name: "two spellings", hdr: nats.Header{HeaderOperatorKey: {opPub}, "actions-operator-key": {opPub}, HeaderSignature: good[HeaderSignature]}, body: body, signed: true, reason: reasonUnknownKey},
 		{name: "configured name is no key", hdr: with(sign(other, body), HeaderOperatorKey, otherPub+"x"), body: body, signed: true, reason: reasonUnknownKey},
 	} {
 		operator, signed, reason := authenticate(operators, c.unsigned, c.hdr, c.body)

@@ -73,19 +73,40 @@ const (
 	reasonBadSignature = "bad signature"
 )
 
+// header returns the values of a header whatever the case of its name
+// (NATS header names are case-sensitive; a client that changes the case
+// still means to sign).
+func header(hdr nats.Header, name string) []string {
+	var out []string
+	for k, v := range hdr {
+		if strings.EqualFold(k, name) {
+			out = append(out, v...)
+		}
+	}
+	return out
+}
+
 // authenticate checks a request's signature headers against the configured
 // operators. It returns the operator's configured name and signed true for
 // a valid signature; "", false for a request with neither header when
-// allowUnsigned; otherwise a reason. A request with either header is
-// signed and checked in full, whatever allowUnsigned says.
+// allowUnsigned; otherwise a reason. A request with either header, in any
+// case, is signed and checked in full, whatever allowUnsigned says; each
+// header must appear once.
 func authenticate(operators []config.Role, allowUnsigned bool, hdr nats.Header, body []byte) (operator string, signed bool, reason string) {
-	key, sig := hdr.Get(HeaderOperatorKey), hdr.Get(HeaderSignature)
-	if key == "" && sig == "" {
+	keys, sigs := header(hdr, HeaderOperatorKey), header(hdr, HeaderSignature)
+	if len(keys) == 0 && len(sigs) == 0 {
 		if allowUnsigned {
 			return "", false, ""
 		}
 		return "", false, reasonUnsigned
 	}
+	if len(keys) != 1 {
+		return "", true, reasonUnknownKey
+	}
+	if len(sigs) != 1 {
+		return "", true, reasonBadSignature
+	}
+	key, sig := keys[0], sigs[0]
 	i := slices.IndexFunc(operators, func(o config.Role) bool { return o.PublicKey == key })
 	if i < 0 || key == "" {
 		return "", true, reasonUnknownKey
