@@ -66,7 +66,7 @@ subjects {
 }
 
 admission {
-  allow_unsigned    = false # development only: admit unsigned proposals and grants (logged loudly)
+  allow_unsigned    = false # development only: admit unsigned proposals and grants, answer unsigned operator requests (logged loudly)
   max_payload_bytes = 65536 # largest proposal or grant body, at most 1048576
 }
 
@@ -116,6 +116,7 @@ source "catalog" {
 
 # An operator sends signed requests to actions.admin.> (`processor reconcile
 # resolve --nkey FILE`) and reads outcomes, incidents and the activity bucket.
+# A resolution's receipt and activity record name the operator ("oncall").
 operator "oncall" {
   public_key = "UANVAYWJPXI6YLI4GPEWY4UYC6TLQNNRDNI5Q3F5KC3INJPCT3QGHYAU" # required
 }

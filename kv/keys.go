@@ -21,6 +21,8 @@ const (
 	prefixAttempt       byte = 'c' // fingerprint, attempt_id → Attempt
 	prefixIndeterminate byte = 'i' // fingerprint → since_ms
 	prefixGrounding     byte = 'g' // sha256(stream, seq, input) → Grounding
+	prefixNonce         byte = 'n' // sha256(nonce) → expires_at_ms (operator requests)
+	prefixNonceExpiry   byte = 'N' // expires_at_ms, sha256(nonce) → nothing (for the sweep)
 )
 
 // Variable-length components are escaped so that ordering and prefix scans

@@ -81,6 +81,10 @@ type ActivityReconciliation struct {
 	Exhausted     bool   `json:"exhausted"`
 	// Resolution is "", "provider", or "operator" (processor reconcile resolve).
 	Resolution string `json:"resolution,omitempty"`
+	// ResolvedBy is the configured name of the operator who resolved the
+	// effect (the receipt's reconciliation.operator); absent unless
+	// Resolution is "operator" and the request was signed.
+	ResolvedBy string `json:"resolved_by,omitempty"`
 }
 
 // AddProposal records a proposal on the activity, bounded and without repeats.

@@ -53,6 +53,12 @@ type Receipt struct {
 type ReceiptReconcileRef struct {
 	AttemptID         string `json:"attempt_id"`
 	PreviousReceiptID string `json:"previous_receipt_id"`
+	// Operator is the configured name of the operator who settled the
+	// effect (an `operator "<name>"` block, SPEC §2.8), on the receipt of
+	// an operator's resolution only. Absent on a provider's receipt and
+	// on a resolution sent unsigned to a processor that accepts unsigned
+	// operator requests (development).
+	Operator string `json:"operator,omitempty"`
 }
 
 // Provider reply limits (SPEC §3 Dispatch).

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/portcullis/portcullis/internal/adapters"
+	"github.com/portcullis/portcullis/internal/admin"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/engine"
 	"github.com/portcullis/portcullis/internal/keyfile"
@@ -38,6 +39,8 @@ const (
 	OtherTenant    = "tenant:other"
 	// OtherSecurityDomain is OtherTenant's only security domain.
 	OtherSecurityDomain = "security-domain:other"
+	// OperatorName is the configured operator whose key is Env.Operator.
+	OperatorName = "oncall"
 )
 
 // Env is a running test deployment.
@@ -51,6 +54,8 @@ type Env struct {
 	Recorder *Recorder
 	// Host signs for Tenant; OtherHost signs for OtherTenant only.
 	Host, OtherHost nkeys.KeyPair
+	// Operator is the key of the configured operator OperatorName.
+	Operator nkeys.KeyPair
 	// Logs holds everything the processor logged, for privacy checks.
 	Logs *LogBuffer
 	// Fakes are the fake adapters of the fake providers, by provider name.
@@ -116,8 +121,10 @@ func New(t testing.TB, opts ...Option) *Env {
 	e := &Env{Server: s, NC: nc, JS: js, Logs: &LogBuffer{}, serverAddr: s.Addr().String(), serverDir: filepath.Dir(s.StoreDir())}
 	e.Host, _ = nkeys.CreateUser()
 	e.OtherHost, _ = nkeys.CreateUser()
+	e.Operator, _ = nkeys.CreateUser()
 	hostKey, _ := e.Host.PublicKey()
 	otherKey, _ := e.OtherHost.PublicKey()
+	operatorKey, _ := e.Operator.PublicKey()
 
 	dir := t.TempDir()
 	cfg := config.Defaults()
@@ -132,6 +139,7 @@ func New(t testing.TB, opts ...Option) *Env {
 		{Ref: Tenant, SecurityDomains: []string{SecurityDomain}},
 		{Ref: OtherTenant, SecurityDomains: []string{OtherSecurityDomain}},
 	}
+	cfg.Operators = []config.Role{{Name: OperatorName, PublicKey: operatorKey}}
 	cfg.Providers = []config.Provider{
 		{Name: "demo", Adapter: config.AdapterFake, Timeout: 2 * time.Second, UnavailableRetry: 2 * time.Second, MaxInFlight: 16,
 			Script: config.FakeScript{Dispatch: []string{"confirmed"}, Reconcile: []string{"confirmed"}}},
@@ -222,6 +230,12 @@ func (e *Env) Restart(t testing.TB) *engine.Processor {
 	t.Helper()
 	e.Stop(t)
 	return e.Start(t)
+}
+
+// Admin is an operator API client that signs as Operator and stamps its
+// requests with the processor's clock.
+func (e *Env) Admin() *admin.Client {
+	return &admin.Client{NC: e.NC, Subjects: e.Subjects, Key: e.Operator, Now: e.Clock.Now}
 }
 
 // Processor returns the running processor.

@@ -15,10 +15,11 @@ import (
 
 // cmdActivity: `processor activity get <fingerprint>` prints a fingerprint's
 // value-free activity snapshot, read straight from the KV bucket
-// `<prefix>_activity` (no processor needed, only its NATS server).
+// `<prefix>_activity` (no processor needed, only its NATS server). It logs
+// in like the other operator commands; there is no request to sign.
 func cmdActivity(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] != "get" {
-		fmt.Fprintln(stderr, "usage: processor activity get <fingerprint> [--url URL] [--creds FILE] [--prefix P] [--config FILE]")
+		fmt.Fprintln(stderr, "usage: processor activity get <fingerprint> [--url URL] [--nkey FILE] [--creds FILE] [--prefix P] [--config FILE]")
 		return 2
 	}
 	fs := newFlags("activity get", stderr)
@@ -35,12 +36,15 @@ func cmdActivity(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if err := c.resolve(fs); err != nil {
 		return fail(stderr, "activity get", err)
 	}
-	nc, subj, err := c.connect()
+	sess, err := c.open()
 	if err != nil {
 		return fail(stderr, "activity get", err)
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
+	defer sess.close()
+	subj := sess.subj
+	// Stream info of the bucket's stream and a direct get: all an
+	// operator may ask of JetStream (SPEC §2.8). No consumer is created.
+	js, err := jetstream.New(sess.nc)
 	if err != nil {
 		return fail(stderr, "activity get", err)
 	}

@@ -6,12 +6,16 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
+	"os"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
 	"github.com/portcullis/portcullis/internal/admin"
 	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/internal/keyfile"
 	"github.com/portcullis/portcullis/subjects"
 )
 
@@ -19,25 +23,59 @@ import (
 // default: the embedded server of `processor run --dev`.
 const DefaultAdminURL = "nats://127.0.0.1:4222"
 
+// Environment variables of the operator commands.
+const (
+	// EnvNATSURL is the NATS URL when --url (and --config) give none.
+	EnvNATSURL = "NATS_URL"
+	// EnvOperatorNkey is the operator's seed file when --nkey gives none.
+	EnvOperatorNkey = "PORTCULLIS_OPERATOR_NKEY"
+)
+
+// operatorNow stamps operator requests (requested_at_ms); tests set it to
+// their processor's clock.
+var operatorNow = time.Now
+
 // conn holds the flags every operator command shares: where the running
-// processor's NATS is and under which prefix it answers.
+// processor's NATS is, how to log in, which operator signs, and under which
+// prefix the processor answers.
 type conn struct {
-	url, creds, prefix, config string
-	timeout                    time.Duration
-	json                       bool
+	url, creds, nkey, prefix, config string
+	timeout                          time.Duration
+	json                             bool
 }
 
 func (c *conn) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.url, "url", DefaultAdminURL, "NATS URL of the running processor")
-	fs.StringVar(&c.creds, "creds", "", "NATS credentials file (.creds)")
+	fs.StringVar(&c.url, "url", "", "NATS URL of the running processor (default $"+EnvNATSURL+", else "+DefaultAdminURL+")")
+	fs.StringVar(&c.creds, "creds", "", "NATS login: a credentials file (.creds) or an nkey seed file (SU…)")
+	fs.StringVar(&c.nkey, "nkey", "", "the operator's nkey seed file: logs in to NATS with it (unless --creds) and signs every request (default $"+EnvOperatorNkey+"; without either, requests go unsigned and only a --dev processor answers them)")
 	fs.StringVar(&c.prefix, "prefix", subjects.DefaultPrefix, "subject prefix of the processor")
 	fs.StringVar(&c.config, "config", "", "take --url, --creds and --prefix from the processor's configuration file (flags given explicitly win)")
 	fs.DurationVar(&c.timeout, "timeout", admin.DefaultTimeout, "how long to wait for the processor's answer")
 	fs.BoolVar(&c.json, "json", false, "print the processor's answer as JSON")
 }
 
-// resolve applies --config to the flags not given explicitly.
+// resolve fills what the flags left open: from --config first, then from
+// the environment, then the defaults. So the URL is --url, else --config's,
+// else $NATS_URL, else DefaultAdminURL; the operator's seed is --nkey, else
+// $PORTCULLIS_OPERATOR_NKEY.
 func (c *conn) resolve(fs *flag.FlagSet) error {
+	if err := c.fromConfig(fs); err != nil {
+		return err
+	}
+	if c.url == "" {
+		c.url = os.Getenv(EnvNATSURL)
+	}
+	if c.url == "" {
+		c.url = DefaultAdminURL
+	}
+	if c.nkey == "" {
+		c.nkey = os.Getenv(EnvOperatorNkey)
+	}
+	return nil
+}
+
+// fromConfig applies --config to the flags not given explicitly.
+func (c *conn) fromConfig(fs *flag.FlagSet) error {
 	if c.config == "" {
 		return nil
 	}
@@ -50,7 +88,7 @@ func (c *conn) resolve(fs *flag.FlagSet) error {
 	if !set["prefix"] {
 		c.prefix = cfg.Prefix
 	}
-	if !set["url"] {
+	if c.url == "" {
 		if cfg.NATS.Embedded {
 			host, port, err := net.SplitHostPort(cfg.NATS.Listen)
 			if err != nil {
@@ -70,28 +108,102 @@ func (c *conn) resolve(fs *flag.FlagSet) error {
 	return nil
 }
 
-func (c *conn) connect() (*nats.Conn, subjects.Subjects, error) {
-	subj, err := subjects.New(c.prefix)
-	if err != nil {
-		return nil, subjects.Subjects{}, err
+// session is a connection of an operator command: the operator's key signs
+// its requests (nil: unsigned).
+type session struct {
+	nc   *nats.Conn
+	subj subjects.Subjects
+	key  nkeys.KeyPair
+	keys []nkeys.KeyPair // wiped on close
+}
+
+func (s *session) close() {
+	if s.nc != nil {
+		s.nc.Close()
+	}
+	for _, k := range s.keys {
+		k.Wipe()
+	}
+}
+
+// open connects to NATS. The login is --creds (a .creds file, or an nkey
+// seed file: nkey challenge–response), else the operator's --nkey; an nkey
+// login receives replies under its own inbox prefix (_INBOX.<public key>),
+// the only inbox an authenticated role may subscribe to. A server that does
+// not authenticate clients (`processor run --dev`) cannot take an nkey
+// login (it offers no nonce to sign): the command then connects without
+// one, and the operator's key only signs.
+func (c *conn) open() (*session, error) {
+	s := &session{}
+	ok := false
+	defer func() {
+		if !ok {
+			s.close()
+		}
+	}()
+	var err error
+	if s.subj, err = subjects.New(c.prefix); err != nil {
+		return nil, err
+	}
+	if c.nkey != "" {
+		if s.key, err = keyfile.LoadSeed(c.nkey); err != nil {
+			return nil, fmt.Errorf("--nkey: %w", err)
+		}
+		s.keys = append(s.keys, s.key)
 	}
 	opts := []nats.Option{nats.Name("portcullis-operator"), nats.Timeout(5 * time.Second)}
+	login := s.key
 	if c.creds != "" {
-		opts = append(opts, nats.UserCredentials(c.creds))
+		jwt, err := keyfile.IsCreds(c.creds)
+		if err != nil {
+			return nil, fmt.Errorf("--creds: %w", err)
+		}
+		login = nil
+		if jwt {
+			opts = append(opts, nats.UserCredentials(c.creds))
+		} else {
+			if login, err = keyfile.LoadSeed(c.creds); err != nil {
+				return nil, fmt.Errorf("--creds: %w", err)
+			}
+			s.keys = append(s.keys, login)
+		}
 	}
-	nc, err := nats.Connect(c.url, opts...)
+	var withLogin []nats.Option
+	if login != nil {
+		pub, err := login.PublicKey()
+		if err != nil {
+			return nil, fmt.Errorf("nkey: %w", err)
+		}
+		withLogin = []nats.Option{nats.Nkey(pub, login.Sign), nats.CustomInboxPrefix(subjects.Inbox(pub))}
+	}
+	s.nc, err = nats.Connect(c.url, append(opts, withLogin...)...)
+	if errors.Is(err, nats.ErrNkeysNotSupported) {
+		// The server authenticates nobody: every client may connect, and
+		// the operator's key (if any) only signs.
+		s.nc, err = nats.Connect(c.url, opts...)
+	}
 	if err != nil {
-		return nil, subjects.Subjects{}, fmt.Errorf("cannot reach NATS at %s: %w", c.url, err)
+		return nil, fmt.Errorf("cannot reach NATS at %s: %w", redactURL(c.url), err)
 	}
-	return nc, subj, nil
+	ok = true
+	return s, nil
+}
+
+// redactURL hides a password in a NATS URL.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	return u.Redacted()
 }
 
 func (c *conn) client() (*admin.Client, func(), error) {
-	nc, subj, err := c.connect()
+	s, err := c.open()
 	if err != nil {
 		return nil, nil, err
 	}
-	return &admin.Client{NC: nc, Subjects: subj, Timeout: c.timeout}, nc.Close, nil
+	return &admin.Client{NC: s.nc, Subjects: s.subj, Timeout: c.timeout, Key: s.key, Now: operatorNow}, s.close, nil
 }
 
 // parseInterspersed parses flags that may come before or after the
@@ -115,6 +227,10 @@ func fail(stderr io.Writer, cmd string, err error) int {
 	switch {
 	case errors.Is(err, admin.ErrNoProcessor):
 		fmt.Fprintf(stderr, "processor %s: %v: is a processor with this --prefix running on this NATS server?\n", cmd, err)
+	case errors.Is(err, admin.ErrUnauthenticated):
+		fmt.Fprintf(stderr, "processor %s: %v: sign with --nkey FILE (or $%s), the seed of a key configured in an operator block of the processor\n", cmd, err, EnvOperatorNkey)
+	case errors.Is(err, admin.ErrStale):
+		fmt.Fprintf(stderr, "processor %s: %v: is this machine's clock within %s of the processor's?\n", cmd, err, admin.MaxRequestSkew)
 	default:
 		fmt.Fprintf(stderr, "processor %s: %v\n", cmd, err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/engine"
+	"github.com/portcullis/portcullis/internal/keyfile"
 	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/subjects"
@@ -30,6 +31,9 @@ import (
 
 // demoHost is the demo's one host: its name is the <h> of its subjects.
 const demoHost = "demo-host"
+
+// demoOperator is the demo's one operator (an `operator "ops"` block).
+const demoOperator = "ops"
 
 // Demo timing: short enough that the whole story takes seconds.
 const (
@@ -88,11 +92,14 @@ type demo struct {
 	start time.Time
 	dir   string
 	host  nkeys.KeyPair
-	proc  *engine.Processor
-	nc    *nats.Conn
-	js    jetstream.JetStream
-	subj  subjects.Subjects
-	outs  *demoOutcomes
+	// opSeed is the seed file of the operator "ops" who settles the
+	// indeterminate payment; the CLI signs with it (--nkey).
+	opSeed string
+	proc   *engine.Processor
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	subj   subjects.Subjects
+	outs   *demoOutcomes
 
 	inventory, infra, ledger, duffel *adapters.Fake
 	stops                            []func()
@@ -117,6 +124,16 @@ func (d *demo) setUp(stderr io.Writer, verbose bool) (err error) {
 		return err
 	}
 	pub, _ := d.host.PublicKey()
+	op, err := nkeys.CreateUser()
+	if err != nil {
+		return err
+	}
+	defer op.Wipe()
+	opPub, _ := op.PublicKey()
+	d.opSeed = filepath.Join(d.dir, "operator.nk")
+	if err := keyfile.WriteSeed(d.opSeed, op); err != nil {
+		return err
+	}
 	cfg := config.Defaults()
 	cfg.NATS.Listen = "127.0.0.1:0"
 	cfg.NATS.StoreDir = filepath.Join(d.dir, "nats")
@@ -129,6 +146,7 @@ func (d *demo) setUp(stderr io.Writer, verbose bool) (err error) {
 		{Ref: "tenant:acme", SecurityDomains: []string{"security-domain:acme-infra"}},
 		{Ref: "tenant:traveler", SecurityDomains: []string{"security-domain:traveler"}},
 	}
+	cfg.Operators = []config.Role{{Name: demoOperator, PublicKey: opPub}}
 	fake := func(name string) config.Provider {
 		return config.Provider{Name: name, Adapter: config.AdapterFake, Timeout: demoConnectorTimeout, UnavailableRetry: 5 * time.Second, MaxInFlight: config.DefaultMaxInFlight}
 	}
@@ -701,10 +719,11 @@ func (d *demo) operator() error {
 	d.printf("           the ledger cannot say whether it paid; after %d polls the outcome is terminal\n", demoReconcileAttempts)
 	d.printf("           and the action waits for a person.\n")
 	url := d.proc.NATSURL()
-	if err := d.cli("reconcile", "list", "--url", url); err != nil {
+	d.printf("           The operator %q signs each request with its key (--nkey).\n", demoOperator)
+	if err := d.cli("reconcile", "list", "--nkey", d.opSeed, "--url", url); err != nil {
 		return err
 	}
-	if err := d.cli("reconcile", "resolve", fp, "--absent", "--evidence", "ledger-console:payments?invoice=INV-0042", "--url", url); err != nil {
+	if err := d.cli("reconcile", "resolve", fp, "--absent", "--evidence", "ledger-console:payments?invoice=INV-0042", "--nkey", d.opSeed, "--url", url); err != nil {
 		return err
 	}
 	o, err = d.expect(pid, demoReconcileAttempts+2, schema.KindRejected, "")
@@ -713,13 +732,13 @@ func (d *demo) operator() error {
 	}
 	d.printf("\n")
 	d.event("%s", describe(pid, o))
-	if err := d.cli("receipts", "get", fp, "--url", url); err != nil {
+	if err := d.cli("receipts", "get", fp, "--nkey", d.opSeed, "--url", url); err != nil {
 		return err
 	}
 	if d.ledger.Dispatches() != 1 {
 		return fmt.Errorf("operator: %d dispatches", d.ledger.Dispatches())
 	}
-	return d.cli("reconcile", "list", "--url", url)
+	return d.cli("reconcile", "list", "--nkey", d.opSeed, "--url", url)
 }
 
 // cli runs an operator command as a user would, printing it and its output.
@@ -728,6 +747,9 @@ func (d *demo) cli(args ...string) error {
 	for i, a := range args {
 		if a == "--url" || (i > 0 && args[i-1] == "--url") {
 			continue
+		}
+		if i > 0 && args[i-1] == "--nkey" {
+			a = filepath.Base(a)
 		}
 		if strings.ContainsAny(a, "?&") {
 			a = "'" + a + "'"

@@ -43,7 +43,8 @@ func TestDemo(t *testing.T) {
 		"1 indeterminate action, oldest first:",
 		"effect absent → REJECTED",
 		"pay-invoice-42         → REJECTED",
-		"settled by the operator",
+		"settled by the operator ops",
+		"operator   ops",
 		"no indeterminate actions",
 		"Every scenario ended as it should.",
 	} {

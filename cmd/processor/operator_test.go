@@ -59,6 +59,10 @@ func TestOperatorCommands(t *testing.T) {
 
 	url := env.Server.ClientURL()
 	cfgFile := testenv.WriteConfig(t, env.Config)
+	useClock(t, clock)
+	// Every command signs as the configured operator (the seed from the
+	// environment; TestOperatorFlags covers --nkey and its precedence).
+	t.Setenv(EnvOperatorNkey, writeSeed(t, env.Operator))
 	unknown := "sha256:" + strings.Repeat("ab", 32)
 	type step struct {
 		name   string
@@ -101,13 +105,16 @@ func TestOperatorCommands(t *testing.T) {
 		{name: "resolve two fingerprints", args: []string{"reconcile", "resolve", fpA, fpB, "--present", "--evidence", "t:1", "--url", url}, code: 2},
 		{name: "resolve unknown", args: []string{"reconcile", "resolve", unknown, "--absent", "--evidence", "t:1", "--url", url}, code: 1, stderr: []string{"not_found"}},
 		{name: "resolve present", args: []string{"reconcile", "resolve", fpA, "--present", "--evidence", "ticket:OPS-9", "--url", url},
-			stdout: []string{"resolved " + fpA, "effect present → CONFIRMED", "ticket:OPS-9", "prop-a"},
+			stdout: []string{"resolved " + fpA, "effect present → CONFIRMED", "ticket:OPS-9", "prop-a", "operator   " + testenv.OperatorName},
 			after: func(t *testing.T, _ string) {
 				o := env.Recorder.Wait(t, "prop-a", lastKind(schema.KindConfirmed))
-				if o.Receipt.ErrorCode != schema.CodeOperatorResolved || !o.Terminal {
+				if o.Receipt.ErrorCode != schema.CodeOperatorResolved || !o.Terminal || o.Receipt.Reconciliation.Operator != testenv.OperatorName {
 					t.Errorf("operator outcome = %+v", o)
 				}
+				waitActivity(t, env, fpA, func(a *schema.Activity) bool { return a.Status == schema.StatusConfirmed })
 			}},
+		{name: "receipts after resolve", args: []string{"receipts", "get", fpA, "--url", url}, stdout: []string{"settled by the operator " + testenv.OperatorName}},
+		{name: "activity after resolve", args: []string{"activity", "get", fpA, "--url", url}, stdout: []string{`"resolved_by": "` + testenv.OperatorName + `"`, `"operator": "` + testenv.OperatorName + `"`}},
 		{name: "resolve again", args: []string{"reconcile", "resolve", fpA, "--absent", "--evidence", "ticket:OPS-10", "--url", url}, code: 1, stderr: []string{"not indeterminate", "confirmed"}},
 		{name: "resolve polling, flags around", args: []string{"reconcile", "resolve", "--absent", fpB, "--evidence", "provider-console:search/none", "--url", url, "--json"}, after: func(t *testing.T, out string) {
 			var r admin.Resolved

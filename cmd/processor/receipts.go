@@ -15,7 +15,7 @@ import (
 // receipt history, asked of the running processor.
 func cmdReceipts(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] != "get" {
-		fmt.Fprintln(stderr, "usage: processor receipts get <fingerprint> [--url URL] [--creds FILE] [--prefix P] [--config FILE] [--json]")
+		fmt.Fprintln(stderr, "usage: processor receipts get <fingerprint> [--url URL] [--nkey FILE] [--creds FILE] [--prefix P] [--config FILE] [--json]")
 		return 2
 	}
 	fs := newFlags("receipts get", stderr)
@@ -56,6 +56,9 @@ func writeReceipts(w io.Writer, r *admin.Receipts) {
 	}
 	if r.Resolution != "" {
 		state += ", settled by the " + r.Resolution
+		if n := len(r.Receipts); n > 0 && r.Receipts[n-1].Reconciliation != nil && r.Receipts[n-1].Reconciliation.Operator != "" {
+			state += " " + r.Receipts[n-1].Reconciliation.Operator
+		}
 	}
 	fmt.Fprintf(w, "fingerprint  %s\nreferent     %s\nproposals    %s\noutcome      %s\n\n",
 		r.Fingerprint, r.Referent, schema.JoinRefs(r.Proposals, ", "), state)

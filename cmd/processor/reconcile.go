@@ -16,7 +16,7 @@ import (
 func reconcileUsage(w io.Writer) {
 	fmt.Fprintln(w, "usage: processor reconcile list [flags]")
 	fmt.Fprintln(w, "       processor reconcile resolve <fingerprint> --present|--absent --evidence REF [flags]")
-	fmt.Fprintln(w, "flags: --url URL (default "+DefaultAdminURL+") --creds FILE --prefix P --config FILE --timeout D --json")
+	fmt.Fprintln(w, "flags: --url URL (default $"+EnvNATSURL+", else "+DefaultAdminURL+") --nkey FILE (default $"+EnvOperatorNkey+") --creds FILE --prefix P --config FILE --timeout D --json")
 }
 
 // cmdReconcile: the operator's queue of actions whose effect is unknown,
@@ -151,11 +151,14 @@ func writeResolved(w io.Writer, r *admin.Resolved) {
 	if r.Receipt.Status == schema.StatusConfirmed {
 		effect = "present"
 	}
-	prev := "-"
-	if r.Receipt.Reconciliation != nil {
-		prev = r.Receipt.Reconciliation.PreviousReceiptID
+	prev, operator := "-", "- (unsigned)"
+	if rc := r.Receipt.Reconciliation; rc != nil {
+		prev = rc.PreviousReceiptID
+		if rc.Operator != "" {
+			operator = rc.Operator
+		}
 	}
-	fmt.Fprintf(w, "resolved %s: effect %s → %s\n  receipt    %s (status %s, previous %s)\n  evidence   %s\n  outcome to %s\n",
-		r.Fingerprint, effect, r.OutcomeKind, r.Receipt.ReceiptID, r.Receipt.Status, prev,
+	fmt.Fprintf(w, "resolved %s: effect %s → %s\n  receipt    %s (status %s, previous %s)\n  operator   %s\n  evidence   %s\n  outcome to %s\n",
+		r.Fingerprint, effect, r.OutcomeKind, r.Receipt.ReceiptID, r.Receipt.Status, prev, operator,
 		strings.Join(r.Receipt.EvidenceRefs, " "), schema.JoinRefs(r.Proposals, ", "))
 }

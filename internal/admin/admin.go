@@ -4,8 +4,19 @@
 //
 // The processor owns its Pebble store (Pebble allows one process), so
 // operator tools ask the running processor instead of opening the store.
-// Anyone who can publish on `<prefix>.admin.>` can settle indeterminate
-// actions: protect it with NATS permissions like the proposal subjects.
+//
+// Every request is signed by a configured operator (SPEC §2.8; auth.go):
+// headers Actions-Operator-Key (the operator's nkey, U…) and
+// Actions-Signature (base64url ed25519 signature of the exact body), and a
+// body that carries requested_at_ms and a random nonce beside its own
+// fields. The server refuses a request that is not signed by a configured
+// operator (unauthenticated), that was made more than MaxRequestSkew before
+// or after the processor's clock (stale), or whose nonce it has seen before
+// (replayed, remembered in Pebble across restarts). A processor that
+// accepts unsigned input (admission.allow_unsigned, as `processor run --dev`)
+// also accepts unsigned operator requests; a signed one is checked in full
+// even then. NATS permissions (only operators may publish on
+// `<prefix>.admin.>`) are the second door.
 //
 // Every request and reply is strict JSON; replies are
 // {"result": …} or {"error": {"code", "message"}}. Nothing here carries a
@@ -26,7 +37,13 @@ const (
 	CodeNotFound         = "not_found"         // no receipt for the fingerprint
 	CodeNotIndeterminate = "not_indeterminate" // resolve: the effect is not unknown
 	CodeInternal         = "internal"          // the processor could not read or write its store
+	CodeUnauthenticated  = "unauthenticated"   // no or a bad signature, or the key of no configured operator
+	CodeStale            = "stale"             // requested_at_ms more than MaxRequestSkew from the processor's clock
+	CodeReplayed         = "replayed"          // the nonce was used before
 )
+
+// Codes is the closed set of reply error codes.
+var Codes = []string{CodeBadRequest, CodeNotFound, CodeNotIndeterminate, CodeInternal, CodeUnauthenticated, CodeStale, CodeReplayed}
 
 // Error is a refused or failed request.
 type Error struct {
@@ -42,6 +59,9 @@ var (
 	ErrNotFound         = &Error{Code: CodeNotFound}
 	ErrNotIndeterminate = &Error{Code: CodeNotIndeterminate}
 	ErrInternal         = &Error{Code: CodeInternal}
+	ErrUnauthenticated  = &Error{Code: CodeUnauthenticated}
+	ErrStale            = &Error{Code: CodeStale}
+	ErrReplayed         = &Error{Code: CodeReplayed}
 )
 
 // Is matches errors of the same code.
@@ -56,8 +76,25 @@ type reply[T any] struct {
 	Error  *Error `json:"error,omitempty"`
 }
 
+// Stamp makes a request fresh and unique: every request body carries it
+// beside its own fields, and the signature covers it.
+type Stamp struct {
+	// RequestedAtMs is when the request was made (Unix ms); the processor
+	// refuses one more than MaxRequestSkew before or after its clock.
+	RequestedAtMs int64 `json:"requested_at_ms"`
+	// Nonce is random (NewStamp: 18 random bytes, base64url): 22–128
+	// characters of A-Z a-z 0-9 _ -. The processor refuses one it has seen.
+	Nonce string `json:"nonce"`
+}
+
+func (s *Stamp) stamp() *Stamp { return s }
+
+// stamped is a request with a Stamp.
+type stamped interface{ stamp() *Stamp }
+
 // ReceiptsRequest asks for a fingerprint's receipts (verb receipts.get).
 type ReceiptsRequest struct {
+	Stamp       `json:",inline"`
 	Fingerprint string `json:"fingerprint"`
 }
 
@@ -74,7 +111,9 @@ type Receipts struct {
 }
 
 // ListRequest asks for the indeterminate queue (verb reconcile.list).
-type ListRequest struct{}
+type ListRequest struct {
+	Stamp `json:",inline"`
+}
 
 // List is the indeterminate queue, oldest first, at the processor's time.
 type List struct {
@@ -90,6 +129,7 @@ const (
 
 // ResolveRequest records an operator's finding (verb reconcile.resolve).
 type ResolveRequest struct {
+	Stamp       `json:",inline"`
 	Fingerprint string `json:"fingerprint"`
 	// Effect is "present" or "absent".
 	Effect string `json:"effect"`

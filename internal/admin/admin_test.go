@@ -3,10 +3,16 @@ package admin
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 	"go.uber.org/goleak"
 
+	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
@@ -35,22 +41,146 @@ func TestErrorIs(t *testing.T) {
 	if !errors.Is(err, ErrNotIndeterminate) || errors.Is(err, ErrNotFound) {
 		t.Error("errors.Is does not match codes")
 	}
+	for _, c := range []*Error{ErrUnauthenticated, ErrStale, ErrReplayed} {
+		if !errors.Is(fmt.Errorf("x: %w", &Error{Code: c.Code}), c) {
+			t.Errorf("%s does not match", c.Code)
+		}
+	}
 }
 
-// FuzzRequests: any request body gets exactly one well-formed reply, a
-// result or a closed error code, and never panics the server.
+// The stamp travels inline, beside the request's own fields, and decodes
+// strictly.
+func TestStampWireForm(t *testing.T) {
+	st, err := NewStamp(time.UnixMilli(1_700_000_000_123))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ValidNonce(st.Nonce) || len(st.Nonce) != 24 {
+		t.Fatalf("nonce form: %d characters", len(st.Nonce))
+	}
+	if other, _ := NewStamp(time.Now()); other.Nonce == st.Nonce {
+		t.Fatal("two stamps share a nonce")
+	}
+	req := ReceiptsRequest{Stamp: st, Fingerprint: "sha256:ab"}
+	body := schema.MustMarshal(&req)
+	want := `{"requested_at_ms":1700000000123,"nonce":"` + st.Nonce + `","fingerprint":"sha256:ab"}`
+	if string(body) != want {
+		t.Fatalf("wire form %s", body)
+	}
+	var back ReceiptsRequest
+	if err := schema.Decode(body, &back); err != nil || back != req {
+		t.Fatalf("round trip: %+v %v", back, err)
+	}
+	if err := schema.Decode([]byte(`{"requested_at_ms":1,"nonce":"x","stamp":{}}`), &ListRequest{}); err == nil {
+		t.Error("unknown member accepted")
+	}
+	for nonce, ok := range map[string]bool{
+		strings.Repeat("A", MinNonceLen): true, strings.Repeat("_-", MaxNonceLen/2): true,
+		strings.Repeat("A", MinNonceLen-1): false, strings.Repeat("A", MaxNonceLen+1): false,
+		strings.Repeat("A", 30) + "=": false, strings.Repeat("A", 30) + "+": false, strings.Repeat("A", 30) + "\n": false, "": false,
+	} {
+		if ValidNonce(nonce) != ok {
+			t.Errorf("ValidNonce(%q) = %v", nonce, !ok)
+		}
+	}
+}
+
+func TestAuthenticate(t *testing.T) {
+	op, _ := nkeys.CreateUser()
+	opPub, _ := op.PublicKey()
+	other, _ := nkeys.CreateUser()
+	otherPub, _ := other.PublicKey()
+	operators := []config.Role{{Name: "oncall", PublicKey: opPub}}
+	body := []byte(`{"requested_at_ms":1,"nonce":"x"}`)
+	sign := func(kp nkeys.KeyPair, b []byte) nats.Header {
+		h, err := Sign(kp, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	good := sign(op, body)
+	with := func(h nats.Header, k, v string) nats.Header {
+		c := nats.Header{}
+		for key, vals := range h {
+			c[key] = append([]string(nil), vals...)
+		}
+		if v == "" {
+			c.Del(k)
+		} else {
+			c.Set(k, v)
+		}
+		return c
+	}
+	padded := with(good, HeaderSignature, good.Get(HeaderSignature)+"==")
+	forged := with(sign(other, body), HeaderOperatorKey, opPub) // the operator's key, another's signature
+	for _, c := range []struct {
+		name     string
+		hdr      nats.Header
+		body     []byte
+		unsigned bool // allowUnsigned
+		operator string
+		signed   bool
+		reason   string
+	}{
+		{name: "signed", hdr: good, body: body, operator: "oncall", signed: true},
+		{name: "signed, padded signature", hdr: padded, body: body, operator: "oncall", signed: true},
+		{name: "signed, dev", hdr: good, body: body, unsigned: true, operator: "oncall", signed: true},
+		{name: "unsigned", body: body, reason: reasonUnsigned},
+		{name: "unsigned, dev", body: body, unsigned: true},
+		{name: "another body", hdr: good, body: []byte(`{"requested_at_ms":2,"nonce":"x"}`), signed: true, reason: reasonBadSignature},
+		{name: "forged", hdr: forged, body: body, signed: true, reason: reasonBadSignature},
+		{name: "forged, dev", hdr: forged, body: body, unsigned: true, signed: true, reason: reasonBadSignature},
+		{name: "unknown key", hdr: sign(other, body), body: body, signed: true, reason: reasonUnknownKey},
+		{name: "key only", hdr: with(good, HeaderSignature, ""), body: body, signed: true, reason: reasonBadSignature},
+		{name: "key only, dev", hdr: with(good, HeaderSignature, ""), body: body, unsigned: true, signed: true, reason: reasonBadSignature},
+		{name: "signature only, dev", hdr: with(good, HeaderOperatorKey, ""), body: body, unsigned: true, signed: true, reason: reasonUnknownKey},
+		{name: "signature not base64url", hdr: with(good, HeaderSignature, "a+b/"), body: body, signed: true, reason: reasonBadSignature},
+		{name: "signature of a host header name", hdr: nats.Header{"Actions-Host-Key": {opPub}, HeaderSignature: good[HeaderSignature]}, body: body, signed: true, reason: reasonUnknownKey},
+		{name: "not a key", hdr: with(good, HeaderOperatorKey, "oncall"), body: body, signed: true, reason: reasonUnknownKey},
+		{name: "lower-case names", hdr: nats.Header{"actions-operator-key": good[HeaderOperatorKey], "actions-signature": good[HeaderSignature]}, body: body, operator: "oncall", signed: true},
+		{name: "lower-case forged, dev", hdr: nats.Header{"actions-operator-key": {opPub}, "ACTIONS-SIGNATURE": forged[HeaderSignature]}, body: body, unsigned: true, signed: true, reason: reasonBadSignature},
+		{name: "two keys", hdr: nats.Header{HeaderOperatorKey: {opPub, otherPub}, HeaderSignature: good[HeaderSignature]}, body: body, signed: true, reason: reasonUnknownKey},
+		{name: "two signatures", hdr: nats.Header{HeaderOperatorKey: {opPub}, HeaderSignature: {good.Get(HeaderSignature), good.Get(HeaderSignature)}}, body: body, signed: true, reason: reasonBadSignature},
+		{name: "two spellings", hdr: nats.Header{HeaderOperatorKey: {opPub}, "actions-operator-key": {opPub}, HeaderSignature: good[HeaderSignature]}, body: body, signed: true, reason: reasonUnknownKey},
+		{name: "configured name is no key", hdr: with(sign(other, body), HeaderOperatorKey, otherPub+"x"), body: body, signed: true, reason: reasonUnknownKey},
+	} {
+		operator, signed, reason := authenticate(operators, c.unsigned, c.hdr, c.body)
+		if operator != c.operator || signed != c.signed || reason != c.reason {
+			t.Errorf("%s: got (%q, %v, %q), want (%q, %v, %q)", c.name, operator, signed, reason, c.operator, c.signed, c.reason)
+		}
+	}
+}
+
+// FuzzRequests: any request body, unsigned or signed by a configured
+// operator, gets exactly one well-formed reply, a result or a closed error
+// code, and never panics the server. Unsigned, it is refused
+// (unauthenticated) unless the server accepts unsigned requests.
 func FuzzRequests(f *testing.F) {
-	st, err := kv.Open(f.TempDir(), kv.Options{})
+	st, err := kv.Open(f.TempDir(), kv.Options{FS: vfs.NewMem()})
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { st.Close() })
-	rec := &reconciliation.Stage{Store: st, Subjects: subjects.Default(), Clock: stages.SystemClock{}, Metrics: metrics.New(nil), MaxAttempts: 3}
-	s := &Server{Store: st, Reconciliation: rec, Subjects: subjects.Default(), Clock: stages.SystemClock{}}
+	op, _ := nkeys.CreateUser()
+	opPub, _ := op.PublicKey()
+	const nowMs = 1_700_000_000_000
+	clock := stages.NewManualClock(time.UnixMilli(nowMs))
+	rec := &reconciliation.Stage{Store: st, Subjects: subjects.Default(), Clock: clock, Metrics: metrics.New(nil), MaxAttempts: 3}
+	signedOnly := &Server{Store: st, Reconciliation: rec, Subjects: subjects.Default(), Clock: clock, Operators: []config.Role{{Name: "oncall", PublicKey: opPub}}}
+	dev := &Server{Store: st, Reconciliation: rec, Subjects: subjects.Default(), Clock: clock, AllowUnsigned: true}
 	fp := "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	stamp := func(ms int64, nonce string) string { return fmt.Sprintf(`"requested_at_ms":%d,"nonce":%q`, ms, nonce) }
+	n1, n2 := "AAAAAAAAAAAAAAAAAAAAAAAA", "bbbbbbbbbbbbbbbbbbbbbbbb_-"
 	for _, seed := range []string{
 		`{}`, ``, `{"fingerprint":"` + fp + `"}`,
-		`{"fingerprint":"` + fp + `","effect":"present","evidence_ref":"ticket:1"}`,
+		`{` + stamp(nowMs, n1) + `}`,
+		`{` + stamp(nowMs, n2) + `,"fingerprint":"` + fp + `"}`,
+		`{` + stamp(nowMs-60_001, n1) + `}`, `{` + stamp(nowMs+60_001, n1) + `}`,
+		`{` + stamp(nowMs, "short") + `}`, `{` + stamp(0, n1) + `}`, `{` + stamp(-1, n1) + `}`,
+		`{"requested_at_ms":1.5,"nonce":"` + n1 + `"}`, `{"requested_at_ms":"1","nonce":1}`,
+		`{` + stamp(nowMs, n1) + `,` + stamp(nowMs, n2) + `}`,
+		`{` + stamp(nowMs, n1) + `,"fingerprint":"` + fp + `","effect":"present","evidence_ref":"ticket:1"}`,
 		`{"fingerprint":"` + fp + `","effect":"absent","evidence_ref":"no colon"}`,
 		`{"fingerprint":"` + fp + `","fingerprint":"` + fp + `"}`,
 		`{"effect":"maybe"}`, `[1]`, `null`, `"x"`, `{"fingerprint":1}`,
@@ -59,8 +189,11 @@ func FuzzRequests(f *testing.F) {
 		f.Add([]byte(seed[:len(seed)/2]))
 		f.Add([]byte(seed[len(seed)/2:]))
 	}
-	codes := map[string]bool{CodeBadRequest: true, CodeNotFound: true, CodeNotIndeterminate: true}
-	check := func(t *testing.T, verb string, out []byte, r answerProbe) {
+	codes := map[string]bool{}
+	for _, c := range Codes {
+		codes[c] = c != CodeInternal
+	}
+	check := func(t *testing.T, verb string, out []byte, r answerProbe) *Error {
 		if err := schema.Decode(out, r); err != nil {
 			t.Fatalf("%s: reply does not decode: %v: %s", verb, err, out)
 		}
@@ -70,11 +203,33 @@ func FuzzRequests(f *testing.F) {
 		if e := r.err(); e != nil && !codes[e.Code] {
 			t.Fatalf("%s: unexpected code %s", verb, e.Code)
 		}
+		return r.err()
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		check(t, "receipts", s.receipts(data), &probe[Receipts]{})
-		check(t, "list", s.list(data), &probe[List]{})
-		check(t, "resolve", s.resolve(data), &probe[Resolved]{})
+		hdr, err := Sign(op, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			s   *Server
+			hdr nats.Header
+		}{{signedOnly, hdr}, {dev, nil}, {signedOnly, nil}} {
+			for _, verb := range []struct {
+				name string
+				run  func(nats.Header, []byte) []byte
+				r    func() answerProbe
+			}{
+				{"receipts", c.s.receipts, func() answerProbe { return &probe[Receipts]{} }},
+				{"list", c.s.list, func() answerProbe { return &probe[List]{} }},
+				{"resolve", c.s.resolve, func() answerProbe { return &probe[Resolved]{} }},
+			} {
+				out := verb.run(c.hdr, data)
+				e := check(t, verb.name, out, verb.r())
+				if c.s == signedOnly && c.hdr == nil && len(data) <= MaxRequestBytes && (e == nil || e.Code != CodeUnauthenticated) {
+					t.Fatalf("%s: unsigned request not refused: %s", verb.name, out)
+				}
+			}
+		}
 	})
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/subjects"
@@ -20,18 +21,44 @@ var ErrNoProcessor = errors.New("admin: no processor answers")
 // progress on the same fingerprint (up to the provider's timeout).
 const DefaultTimeout = 30 * time.Second
 
-// Client asks a running processor.
+// Client asks a running processor. Every request is stamped (the time,
+// a fresh nonce) and, with Key, signed.
 type Client struct {
 	NC       *nats.Conn
 	Subjects subjects.Subjects
 	// Timeout bounds each request; 0: DefaultTimeout.
 	Timeout time.Duration
+	// Key is the operator's nkey pair (seed) that signs every request. nil:
+	// requests go unsigned, and only a processor that accepts unsigned
+	// input (`processor run --dev`) answers them with anything but
+	// unauthenticated.
+	Key nkeys.KeyPair
+	// Now is the clock of requested_at_ms; nil: time.Now.
+	Now func() time.Time
 }
 
-func call[T any](ctx context.Context, c *Client, verb string, req any) (*T, error) {
+func (c *Client) now() time.Time {
+	if c.Now == nil {
+		return time.Now()
+	}
+	return c.Now()
+}
+
+func call[T any](ctx context.Context, c *Client, verb string, req stamped) (*T, error) {
+	st, err := NewStamp(c.now())
+	if err != nil {
+		return nil, err
+	}
+	*req.stamp() = st
 	body, err := schema.Marshal(req)
 	if err != nil {
 		return nil, fmt.Errorf("admin: encode request: %w", err)
+	}
+	msg := &nats.Msg{Data: body}
+	if c.Key != nil {
+		if msg.Header, err = Sign(c.Key, body); err != nil {
+			return nil, err
+		}
 	}
 	timeout := c.Timeout
 	if timeout <= 0 {
@@ -40,7 +67,8 @@ func call[T any](ctx context.Context, c *Client, verb string, req any) (*T, erro
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	subject := c.Subjects.Admin(verb)
-	m, err := c.NC.RequestWithContext(ctx, subject, body)
+	msg.Subject = subject
+	m, err := c.NC.RequestMsgWithContext(ctx, msg)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return nil, fmt.Errorf("%w on %s", ErrNoProcessor, subject)
@@ -62,12 +90,12 @@ func call[T any](ctx context.Context, c *Client, verb string, req any) (*T, erro
 
 // Receipts returns a fingerprint's receipt history.
 func (c *Client) Receipts(ctx context.Context, fingerprint string) (*Receipts, error) {
-	return call[Receipts](ctx, c, subjects.AdminReceipt, ReceiptsRequest{Fingerprint: fingerprint})
+	return call[Receipts](ctx, c, subjects.AdminReceipt, &ReceiptsRequest{Fingerprint: fingerprint})
 }
 
 // List returns the indeterminate queue.
 func (c *Client) List(ctx context.Context) (*List, error) {
-	return call[List](ctx, c, subjects.AdminReconcileList, ListRequest{})
+	return call[List](ctx, c, subjects.AdminReconcileList, &ListRequest{})
 }
 
 // Resolve records that an indeterminate effect is present or absent.
@@ -76,5 +104,5 @@ func (c *Client) Resolve(ctx context.Context, fingerprint string, present bool, 
 	if present {
 		effect = EffectPresent
 	}
-	return call[Resolved](ctx, c, subjects.AdminReconcileSolve, ResolveRequest{Fingerprint: fingerprint, Effect: effect, EvidenceRef: evidenceRef})
+	return call[Resolved](ctx, c, subjects.AdminReconcileSolve, &ResolveRequest{Fingerprint: fingerprint, Effect: effect, EvidenceRef: evidenceRef})
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
@@ -26,6 +27,13 @@ type Server struct {
 	Subjects       subjects.Subjects
 	Clock          stages.Clock
 	Log            *slog.Logger
+	// Operators are the configured operators: only their signatures count.
+	Operators []config.Role
+	// AllowUnsigned accepts requests without signature headers, from an
+	// unnamed operator (admission.allow_unsigned; `processor run --dev`).
+	// Their stamp is checked only when the body carries one. A request
+	// with either signature header is checked in full even then.
+	AllowUnsigned bool
 }
 
 func (s *Server) log() *slog.Logger {
@@ -44,7 +52,7 @@ func (s *Server) Serve(nc *nats.Conn) (stop func(), err error) {
 		stopped bool
 		subs    []*nats.Subscription
 	)
-	handle := func(fn func(data []byte) []byte) nats.MsgHandler {
+	handle := func(fn func(hdr nats.Header, data []byte) []byte) nats.MsgHandler {
 		return func(m *nats.Msg) {
 			mu.Lock()
 			if stopped {
@@ -57,12 +65,12 @@ func (s *Server) Serve(nc *nats.Conn) (stop func(), err error) {
 			if m.Reply == "" {
 				return
 			}
-			_ = m.Respond(fn(m.Data))
+			_ = m.Respond(fn(m.Header, m.Data))
 		}
 	}
 	routes := []struct {
 		verb string
-		fn   func([]byte) []byte
+		fn   func(nats.Header, []byte) []byte
 	}{
 		{subjects.AdminReceipt, s.receipts},
 		{subjects.AdminReconcileList, s.list},
@@ -100,6 +108,59 @@ func answer[T any](v *T, e *Error) []byte {
 
 func bad(msg string) *Error { return &Error{Code: CodeBadRequest, Message: msg} }
 
+// refuse logs a refused request, value-free (the verb, the code and the
+// check that failed), and returns its error.
+func (s *Server) refuse(verb, code, reason string) *Error {
+	s.log().Warn("operator request refused", "verb", verb, "code", code, "reason", reason)
+	return &Error{Code: code, Message: "operator request refused: " + reason}
+}
+
+// admit runs the checks every request passes before its verb acts, in this
+// order: size; signature (unauthenticated); strict decoding into req
+// (bad_request); the stamp's form (bad_request), age (stale) and nonce
+// (replayed: the nonce is claimed, synced, before admit returns). It
+// returns the signing operator's configured name ("" when unsigned).
+//
+// An unsigned request (accepted only with AllowUnsigned) may omit the
+// stamp; a stamp it carries is checked like a signed request's.
+func (s *Server) admit(verb string, hdr nats.Header, data []byte, req stamped) (operator string, e *Error) {
+	if len(data) > MaxRequestBytes {
+		return "", bad("request too large")
+	}
+	operator, signed, reason := authenticate(s.Operators, s.AllowUnsigned, hdr, data)
+	if reason != "" {
+		return "", s.refuse(verb, CodeUnauthenticated, reason)
+	}
+	if e := decode(data, req); e != nil {
+		return "", e
+	}
+	st := req.stamp()
+	if !signed && *st == (Stamp{}) {
+		return "", nil
+	}
+	if st.RequestedAtMs <= 0 || !ValidNonce(st.Nonce) {
+		return "", bad(fmt.Sprintf("requested_at_ms (Unix ms) and nonce (%d–%d characters of A-Z a-z 0-9 _ -) are required", MinNonceLen, MaxNonceLen))
+	}
+	now, skew := stages.NowMs(s.Clock), MaxRequestSkew.Milliseconds()
+	switch {
+	case st.RequestedAtMs < now-skew:
+		return "", s.refuse(verb, CodeStale, fmt.Sprintf("requested_at_ms is more than %s old", MaxRequestSkew))
+	case st.RequestedAtMs > now+skew:
+		return "", s.refuse(verb, CodeStale, fmt.Sprintf("requested_at_ms is more than %s in the future", MaxRequestSkew))
+	}
+	// Remembered while the request could be accepted, and a little longer
+	// when it was made in the processor's past.
+	fresh, err := s.Store.ClaimNonce(st.Nonce, max(st.RequestedAtMs, now)+skew, now)
+	if err != nil {
+		return "", s.internal("recording the nonce", err)
+	}
+	if !fresh {
+		return "", s.refuse(verb, CodeReplayed, "the nonce was used before")
+	}
+	s.log().Debug("operator request", "verb", verb, "operator", operator, "signed", signed)
+	return operator, nil
+}
+
 func (s *Server) internal(what string, err error) *Error {
 	s.log().Error("admin request failed", "what", what, "err", err)
 	return &Error{Code: CodeInternal, Message: what + " failed; see the processor's log"}
@@ -107,9 +168,6 @@ func (s *Server) internal(what string, err error) *Error {
 
 // decode strictly decodes a request body.
 func decode(data []byte, v any) *Error {
-	if len(data) > MaxRequestBytes {
-		return bad("request too large")
-	}
 	if len(data) == 0 {
 		data = []byte("{}")
 	}
@@ -119,9 +177,9 @@ func decode(data []byte, v any) *Error {
 	return nil
 }
 
-func (s *Server) receipts(data []byte) []byte {
+func (s *Server) receipts(hdr nats.Header, data []byte) []byte {
 	var req ReceiptsRequest
-	if e := decode(data, &req); e != nil {
+	if _, e := s.admit(subjects.AdminReceipt, hdr, data, &req); e != nil {
 		return answer[Receipts](nil, e)
 	}
 	if !schema.ValidFingerprint(req.Fingerprint) {
@@ -144,9 +202,9 @@ func (s *Server) receipts(data []byte) []byte {
 	}, nil)
 }
 
-func (s *Server) list(data []byte) []byte {
+func (s *Server) list(hdr nats.Header, data []byte) []byte {
 	var req ListRequest
-	if e := decode(data, &req); e != nil {
+	if _, e := s.admit(subjects.AdminReconcileList, hdr, data, &req); e != nil {
 		return answer[List](nil, e)
 	}
 	actions, err := s.Reconciliation.Indeterminate()
@@ -156,15 +214,16 @@ func (s *Server) list(data []byte) []byte {
 	return answer(&List{NowMs: stages.NowMs(s.Clock), Actions: actions}, nil)
 }
 
-func (s *Server) resolve(data []byte) []byte {
+func (s *Server) resolve(hdr nats.Header, data []byte) []byte {
 	var req ResolveRequest
-	if e := decode(data, &req); e != nil {
+	operator, e := s.admit(subjects.AdminReconcileSolve, hdr, data, &req)
+	if e != nil {
 		return answer[Resolved](nil, e)
 	}
 	if req.Effect != EffectPresent && req.Effect != EffectAbsent {
 		return answer[Resolved](nil, bad(`effect must be "present" or "absent"`))
 	}
-	res, err := s.Reconciliation.Resolve(req.Fingerprint, req.Effect == EffectPresent, req.EvidenceRef)
+	res, err := s.Reconciliation.Resolve(req.Fingerprint, req.Effect == EffectPresent, req.EvidenceRef, operator)
 	switch {
 	case errors.Is(err, reconciliation.ErrInvalidFingerprint), errors.Is(err, reconciliation.ErrInvalidEvidence):
 		return answer[Resolved](nil, bad(err.Error()))

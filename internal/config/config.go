@@ -157,7 +157,8 @@ type Metrics struct {
 
 // Admission configures the first stage.
 type Admission struct {
-	// AllowUnsigned admits proposals and grants without a host signature.
+	// AllowUnsigned admits proposals and grants without a host signature,
+	// and answers operator requests without an operator signature.
 	// Development only; logged loudly. Default false.
 	AllowUnsigned bool
 	// MaxPayloadBytes bounds a proposal or grant body. Default 65536, at most 1 MiB.

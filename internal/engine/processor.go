@@ -137,7 +137,7 @@ func Start(ctx context.Context, o Options) (*Processor, error) {
 func (p *Processor) start(ctx context.Context, o Options) error {
 	cfg, subj := p.cfg, p.subj
 	if cfg.Admission.AllowUnsigned {
-		p.log.Warn("!!! UNSIGNED PROPOSALS AND GRANTS ARE ADMITTED: anyone who can publish can act for any tenant. Development only; never in production. !!!")
+		p.log.Warn("!!! UNSIGNED PROPOSALS AND GRANTS ARE ADMITTED, AND UNSIGNED OPERATOR REQUESTS ANSWERED: anyone who can publish can act for any tenant and settle indeterminate actions. Development only; never in production. !!!")
 	}
 	if cfg.NATS.Embedded && !cfg.NATS.Auth {
 		p.log.Warn("!!! NATS AUTHENTICATION IS OFF: any local client may publish on any subject, internal ones included. Development only. !!!")
@@ -190,7 +190,8 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 		return err
 	}
 	// The operator's API (processor receipts, processor reconcile).
-	adm := &admin.Server{Store: p.store, Reconciliation: p.recon, Subjects: subj, Clock: p.clock, Log: p.log.With("component", "admin")}
+	adm := &admin.Server{Store: p.store, Reconciliation: p.recon, Subjects: subj, Clock: p.clock, Log: p.log.With("component", "admin"),
+		Operators: cfg.Operators, AllowUnsigned: cfg.Admission.AllowUnsigned}
 	if p.stopAdmin, err = adm.Serve(p.nc); err != nil {
 		return err
 	}

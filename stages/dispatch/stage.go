@@ -429,6 +429,7 @@ func ApplyIntent(a *schema.Activity, env *schema.Envelope, rec *kv.Intent) {
 		}
 		if r.Reconciliation != nil {
 			a.Reconciliation.LastAttemptID = r.Reconciliation.AttemptID
+			a.Reconciliation.ResolvedBy = r.Reconciliation.Operator // only an operator's receipt names one
 		}
 	}
 }

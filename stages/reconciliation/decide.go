@@ -88,6 +88,9 @@ type Verdict struct {
 	// AttemptStatus is the `status` label of
 	// actions_reconciliation_attempts_total ("" for the operator).
 	AttemptStatus string
+	// Operator is the configured name of the operator who settled the
+	// effect ("" for a provider's answer, or an unsigned resolution).
+	Operator string
 }
 
 // Verifying reports whether prev is a receipt whose effect is being
@@ -196,13 +199,15 @@ func unknown(v Verdict, prev *schema.Receipt, status, code, providerCode string,
 	return v
 }
 
-// Operator is the verdict of an operator who established, with evidence,
-// that the effect is present (CONFIRMED) or absent (REJECTED). The outcome
-// carries no incident (nothing failed); OPERATOR_RESOLVED goes out as an
-// event and is the receipt's error_code, so that every reader can tell an
-// operator's settlement from a provider's.
-func Operator(prev *schema.Receipt, present bool, evidenceRef string) Verdict {
+// Operator is the verdict of the operator named operator (a configured
+// name, "" when unknown) who established, with evidence, that the effect
+// is present (CONFIRMED) or absent (REJECTED). The outcome carries no
+// incident (nothing failed); OPERATOR_RESOLVED goes out as an event and is
+// the receipt's error_code, so that every reader can tell an operator's
+// settlement from a provider's; the receipt names the operator.
+func Operator(prev *schema.Receipt, present bool, evidenceRef, operator string) Verdict {
 	v := base(prev)
+	v.Operator = operator
 	v.Status = schema.StatusRejected
 	if present {
 		v.Status, v.Attempted = schema.StatusConfirmed, true
@@ -215,7 +220,7 @@ func Operator(prev *schema.Receipt, present bool, evidenceRef string) Verdict {
 }
 
 // NewReceipt is the receipt of a verdict: the intent's identity, the
-// verdict, linked to prev by attemptID. The disclosure record carries over:
+// verdict, linked to prev by attemptID (and naming v.Operator). The disclosure record carries over:
 // it describes the dispatch the receipt is about. recorded_at_ms never goes
 // backwards within a fingerprint's history, so "latest" is also "last
 // recorded" for readers of the activity record.
@@ -235,7 +240,7 @@ func NewReceipt(prev *schema.Receipt, v Verdict, attemptID, step string, nowMs i
 		ProviderActionID:  v.ProviderActionID,
 		EvidenceRefs:      slices.Clone(v.EvidenceRefs),
 		ErrorCode:         v.ErrorCode,
-		Reconciliation:    &schema.ReceiptReconcileRef{AttemptID: attemptID, PreviousReceiptID: prev.ReceiptID},
+		Reconciliation:    &schema.ReceiptReconcileRef{AttemptID: attemptID, PreviousReceiptID: prev.ReceiptID, Operator: v.Operator},
 		RecordedAtMs:      max(nowMs, prev.RecordedAtMs+1),
 	}
 	if r.EvidenceRefs == nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -197,15 +198,25 @@ func TestNewReceiptAndApply(t *testing.T) {
 func TestOperatorVerdict(t *testing.T) {
 	prev := prevReceipt(schema.StatusReconciliationRequired)
 	for _, present := range []bool{true, false} {
-		v := reconciliation.Operator(prev, present, "ticket:OPS-1")
+		v := reconciliation.Operator(prev, present, "ticket:OPS-1", "oncall")
 		want := schema.StatusRejected
 		if present {
 			want = schema.StatusConfirmed
 		}
 		if v.Status != want || v.NextAction != schema.NextNone || !v.Settled || len(v.Incidents) != 0 ||
 			!slices.Equal(v.Events, []schema.Incident{inc(schema.PhaseReconciliation, schema.CodeOperatorResolved)}) ||
-			v.ErrorCode != schema.CodeOperatorResolved || !slices.Equal(v.EvidenceRefs, []string{"ticket:OPS-1"}) {
+			v.ErrorCode != schema.CodeOperatorResolved || !slices.Equal(v.EvidenceRefs, []string{"ticket:OPS-1"}) || v.Operator != "oncall" {
 			t.Errorf("present=%v: %+v", present, v)
 		}
+		r := reconciliation.NewReceipt(prev, v, reconciliation.OperatorAttemptID(prev.Fingerprint), reconciliation.OperatorStep, 5)
+		if r.Reconciliation.Operator != "oncall" {
+			t.Errorf("receipt reconciliation = %+v", r.Reconciliation)
+		}
+	}
+	// A provider's answer names nobody.
+	v := reconciliation.Decide(prev, schema.AdapterReply{Outcome: schema.ReplyConfirmed}, nil, 1, 3)
+	if r := reconciliation.NewReceipt(prev, v, "rcn_x_1", "reconcile/rcn_x_1", 5); r.Reconciliation.Operator != "" ||
+		strings.Contains(string(schema.MustMarshal(r)), `"operator"`) {
+		t.Errorf("provider receipt names an operator: %+v", r.Reconciliation)
 	}
 }

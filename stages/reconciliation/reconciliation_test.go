@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/portcullis/portcullis/fingerprint"
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/admin"
@@ -258,7 +260,7 @@ func TestExhaustionThenOperator(t *testing.T) {
 		return a.Reconciliation != nil && a.Reconciliation.Exhausted && a.Reconciliation.Attempts == maxAttempts
 	})
 
-	ops := &admin.Client{NC: env.NC, Subjects: env.Subjects}
+	ops := env.Admin()
 	ctx := context.Background()
 	list, err := ops.List(ctx)
 	if err != nil || len(list.Actions) != 1 {
@@ -278,7 +280,7 @@ func TestExhaustionThenOperator(t *testing.T) {
 	}
 	if res.OutcomeKind != schema.KindConfirmed || res.Receipt.ErrorCode != schema.CodeOperatorResolved ||
 		!sameStrings(res.Receipt.EvidenceRefs, "ticket:OPS-1234") || res.Receipt.Reconciliation.AttemptID != reconciliation.OperatorAttemptID(fp) ||
-		res.Receipt.Reconciliation.PreviousReceiptID != last.Receipt.ReceiptID {
+		res.Receipt.Reconciliation.PreviousReceiptID != last.Receipt.ReceiptID || res.Receipt.Reconciliation.Operator != testenv.OperatorName {
 		t.Errorf("resolution = %+v", res)
 	}
 	o := env.Recorder.Wait(t, "prop-ex", func(outs []schema.Outcome) bool { return outs[len(outs)-1].Kind == schema.KindConfirmed })
@@ -305,7 +307,8 @@ func TestExhaustionThenOperator(t *testing.T) {
 		}
 	}
 	a := activityOf(t, env, fp, func(a *schema.Activity) bool { return a.Status == schema.StatusConfirmed })
-	if a.Reconciliation.Resolution != reconciliation.ResolvedByOperator || a.Receipt.ReceiptID != res.Receipt.ReceiptID {
+	if a.Reconciliation.Resolution != reconciliation.ResolvedByOperator || a.Receipt.ReceiptID != res.Receipt.ReceiptID ||
+		a.Reconciliation.ResolvedBy != testenv.OperatorName || a.Receipt.Reconciliation.Operator != testenv.OperatorName {
 		t.Errorf("activity = %+v", a.Reconciliation)
 	}
 	// A later proposal of the intent hears the operator's answer.
@@ -330,7 +333,7 @@ func TestResolveWhilePolling(t *testing.T) {
 	env.Recorder.Wait(t, "prop-live", last(schema.KindReconciliationRequired))
 	clock.Advance(interval)
 	env.Recorder.Wait(t, "prop-live", nth(2))
-	ops := &admin.Client{NC: env.NC, Subjects: env.Subjects}
+	ops := env.Admin()
 	list, err := ops.List(context.Background())
 	if err != nil || len(list.Actions) != 1 || list.Actions[0].Exhausted || list.Actions[0].NextAtMs != clock.Now().Add(Backoff(2)).UnixMilli() {
 		t.Fatalf("list = %+v %v", list, err)
@@ -357,7 +360,7 @@ func TestResolveRefusals(t *testing.T) {
 	env, clock := start(t)
 	fp := propose(t, env, clock, "prop-ok") // the fake confirms at once
 	env.Recorder.Wait(t, "prop-ok", testenv.Terminal)
-	ops := &admin.Client{NC: env.NC, Subjects: env.Subjects}
+	ops := env.Admin()
 	ctx := context.Background()
 	if _, err := ops.Resolve(ctx, fp, false, "ticket:1"); !errors.Is(err, admin.ErrNotIndeterminate) {
 		t.Errorf("confirmed: %v", err)
@@ -371,7 +374,11 @@ func TestResolveRefusals(t *testing.T) {
 	}
 	// Raw requests that do not decode.
 	for _, body := range []string{`{"fingerprint":1}`, `{"fingerprint":"x","effect":"present","evidence_ref":"a:b","extra":1}`, `[]`, `{"effect":"maybe"}`} {
-		m, err := env.NC.Request(env.Subjects.Admin(subjects.AdminReconcileSolve), []byte(body), 5*time.Second)
+		hdr, err := admin.Sign(env.Operator, []byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := env.NC.RequestMsg(&nats.Msg{Subject: env.Subjects.Admin(subjects.AdminReconcileSolve), Header: hdr, Data: []byte(body)}, 5*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -549,7 +556,7 @@ func TestVerifyExhausted(t *testing.T) {
 	if g := gauge(t, env); g != 1 {
 		t.Errorf("gauge = %v", g)
 	}
-	list, err := (&admin.Client{NC: env.NC, Subjects: env.Subjects}).List(context.Background())
+	list, err := env.Admin().List(context.Background())
 	if err != nil || len(list.Actions) != 1 || list.Actions[0].Fingerprint != fp || list.Actions[0].SinceMs != clock.Now().UnixMilli() {
 		t.Errorf("list = %+v %v", list, err)
 	}

@@ -317,15 +317,19 @@ type Resolution struct {
 	Proposals   []schema.ProposalRef
 }
 
-// Resolve records an operator's finding about an indeterminate effect:
-// present (CONFIRMED) or absent (REJECTED), with one evidence reference
-// (validated like a provider's). Only a fingerprint whose latest receipt is
+// Resolve records the finding of the operator named operator (the
+// configured name of the operator who signed the request; "" for an
+// unsigned one, accepted only in development) about an indeterminate
+// effect: present (CONFIRMED) or absent (REJECTED), with one evidence
+// reference (validated like a provider's). The receipt names the operator
+// in reconciliation.operator, and so does the activity record
+// (reconciliation.resolved_by). Only a fingerprint whose latest receipt is
 // reconciliation_required can be resolved, exhausted or still polling (its
 // pending poll is cancelled). The receipt, linked to the previous one, is
 // synced together with a timer due now that announces the outcome to every
 // proposal through the stage's runner, so that the announcement survives a
 // crash right after the decision.
-func (s *Stage) Resolve(fp string, present bool, evidenceRef string) (Resolution, error) {
+func (s *Stage) Resolve(fp string, present bool, evidenceRef, operator string) (Resolution, error) {
 	if !schema.ValidFingerprint(fp) {
 		return Resolution{}, ErrInvalidFingerprint
 	}
@@ -346,7 +350,7 @@ func (s *Stage) Resolve(fp string, present bool, evidenceRef string) (Resolution
 	}
 	now := stages.NowMs(s.Clock)
 	prev := rec.Receipt
-	v := Operator(prev, present, evidenceRef)
+	v := Operator(prev, present, evidenceRef, operator)
 	r := NewReceipt(prev, v, OperatorAttemptID(fp), OperatorStep, now)
 	Apply(&rec, r, v, now)
 	rec.Resolution, rec.ReconcileNextAtMs = ResolvedByOperator, 0
@@ -360,7 +364,7 @@ func (s *Stage) Resolve(fp string, present bool, evidenceRef string) (Resolution
 		return Resolution{}, fmt.Errorf("reconciliation: record resolution: %w", err)
 	}
 	s.Metrics.Indeterminate.Dec()
-	s.log().Info("operator resolved an indeterminate action", "fingerprint", fp, "status", r.Status, "receipt_id", r.ReceiptID)
+	s.log().Info("operator resolved an indeterminate action", "fingerprint", fp, "status", r.Status, "receipt_id", r.ReceiptID, "operator", operator)
 	return Resolution{Receipt: r, OutcomeKind: rec.OutcomeKind, Proposals: slices.Clone(rec.Proposals)}, nil
 }
 
