@@ -57,8 +57,23 @@ func WithinDepth(data []byte, max int) bool {
 // unknown members, exact (case-sensitive) member names, no trailing data and
 // Go-typed values (an integer field refuses 1.5 and "1").
 func Decode(data []byte, v any) error {
-	if !WithinDepth(data, MaxDepth) {
-		return fmt.Errorf("%w: nested deeper than %d", ErrMalformed, MaxDepth)
+	return decode(data, v, MaxDepth)
+}
+
+// EnvelopeDepth is the deepest nesting of a stage hand-off: an envelope
+// holds its proposal one level deeper than the proposal's own body, so a
+// proposal admitted at MaxDepth is still readable by every later stage.
+const EnvelopeDepth = MaxDepth + 1
+
+// DecodeEnvelope strictly decodes a stage hand-off, as Decode does but with
+// EnvelopeDepth as its nesting limit.
+func DecodeEnvelope(data []byte, env *Envelope) error {
+	return decode(data, env, EnvelopeDepth)
+}
+
+func decode(data []byte, v any, maxDepth int) error {
+	if !WithinDepth(data, maxDepth) {
+		return fmt.Errorf("%w: nested deeper than %d", ErrMalformed, maxDepth)
 	}
 	if err := json.Unmarshal(data, v, json.RejectUnknownMembers(true)); err != nil {
 		// The decoder's message can quote member names of the input; keep
