@@ -36,11 +36,15 @@ func decline(id, fp string) map[string]any {
 	return map[string]any{"schema": schema.SchemaDecline, "proposal_id": id, "intent_fingerprint": fp, "declined_by": "actor:demo"}
 }
 
-// parked waits for a proposal's NEEDS_APPROVAL and checks what it asks.
+// parked waits for a proposal's NEEDS_APPROVAL and checks what it asks;
+// expiresAtMs 0: approval.ttl after the outcome.
 func parked(t *testing.T, env *testenv.Env, ref, fp string, expiresAtMs int64) {
 	t.Helper()
 	o := env.Recorder.Wait(t, ref, testenv.Kind(schema.KindNeedsApproval))
 	checkOutcome(t, o, schema.KindNeedsApproval, approvalRequired)
+	if expiresAtMs == 0 {
+		expiresAtMs = o.AtMs + env.Config.Approval.TTL.Milliseconds()
+	}
 	if o.Approval == nil || o.Approval.Fingerprint != fp || o.Approval.ExpiresAtMs != expiresAtMs || o.Fingerprint == nil || *o.Fingerprint != fp {
 		t.Fatalf("%s: parked outcome %+v (approval %+v), want fingerprint %s until %d", ref, o, o.Approval, fp, expiresAtMs)
 	}
