@@ -338,9 +338,9 @@ func mutate(r *rand.Rand, b []byte) []byte {
 func TestPeekProposalIDAgreesWithJSONText(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	g := &gen{r: r}
-	n := 60_000
+	n := 30_000
 	if testing.Short() {
-		n = 6_000
+		n = 3_000
 	}
 	var read, refused int
 	for i := range n {
@@ -371,13 +371,13 @@ func TestPeekProposalIDAgreesWithJSONText(t *testing.T) {
 func TestPeekProposalIDIgnoresDepth(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	g := &gen{r: r, deep: true}
-	deepValues := []string{arrays(jsontextMaxDepth), objects(jsontextMaxDepth), arrays(60_000),
-		strings.Repeat(`[{"proposal_id":`, 20_000) + `"p-1"` + strings.Repeat(`}]`, 20_000)}
-	broken := []string{arrays(20_000)[:39_999], arrays(20_000) + "]", strings.Repeat("[", 20_000) + "}" + strings.Repeat("]", 19_999),
-		strings.Repeat(`{"a":`, 20_000) + strings.Repeat("}", 20_000)}
-	n := 1_500
+	deepValues := []string{arrays(jsontextMaxDepth), objects(jsontextMaxDepth), arrays(25_000),
+		strings.Repeat(`[{"proposal_id":`, 6_000) + `"p-1"` + strings.Repeat(`}]`, 6_000)}
+	broken := []string{arrays(12_000)[:23_999], arrays(12_000) + "]", strings.Repeat("[", 12_000) + "}" + strings.Repeat("]", 11_999),
+		strings.Repeat(`{"a":`, 12_000) + strings.Repeat("}", 12_000)}
+	n := 500
 	if testing.Short() {
-		n = 150
+		n = 50
 	}
 	checked := 0
 	for i := 0; checked < n && i < 100*n; i++ {
