@@ -45,6 +45,9 @@ func TestProposalIDsArePerHost(t *testing.T) {
 	}
 
 	h := settled(t, env)
+	if got := env.Subjects.Outcome(hostA, "squat-1"); got != "actions.outcomes.frontdesk.squat-1" {
+		t.Fatalf("A's outcome subject is %s", got)
+	}
 	onA, onB := h.on(env, hostA, "squat-1"), h.on(env, hostB, "squat-1")
 	if len(onA) != 2 || len(onB) != 1 {
 		t.Fatalf("outcomes: %d on %s, %d on %s; want 2 and 1", len(onA), env.Subjects.Outcome(hostA, "squat-1"), len(onB), env.Subjects.Outcome(hostB, "squat-1"))
@@ -84,6 +87,9 @@ func TestJunkCannotReplaceARecordedOutcome(t *testing.T) {
 		t.Fatalf("outcomes on A's subject after the junk: %+v", outs)
 	}
 	h.wantCodes(t, map[[2]string]int{unauthenticated: 1})
+	if !logged(env, "unauthenticated message refused", `"check":"no signature"`) {
+		t.Errorf("no log line says which check failed:\n%s", env.Logs.Bytes())
+	}
 
 	env.PublishSigned(t, a, env.Host) // A's retry of its delivery
 	outs := env.Recorder.WaitAll(t, "lastout-1", testenv.Count(2))
