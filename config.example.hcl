@@ -46,7 +46,7 @@ streams {
   max_age           = "168h" # every stream; at least 2×approval.ttl
   ingress_max_bytes = "1GiB" # proposals and grants, each: when full, new messages are refused (the host's publish fails)
   stage_max_bytes   = "1GiB" # each internal stage stream: when full, hand-offs wait and are retried
-  history_max_bytes = "1GiB" # outcomes and incidents, each: when full, the oldest go
+  history_max_bytes = "1GiB" # outcomes, incidents and the activity bucket, each: when full, the oldest go
 }
 
 # The local Pebble store: in-flight records, receipts, delivery dedupe,

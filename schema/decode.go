@@ -1,10 +1,8 @@
 package schema
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -57,8 +55,23 @@ func WithinDepth(data []byte, max int) bool {
 // unknown members, exact (case-sensitive) member names, no trailing data and
 // Go-typed values (an integer field refuses 1.5 and "1").
 func Decode(data []byte, v any) error {
-	if !WithinDepth(data, MaxDepth) {
-		return fmt.Errorf("%w: nested deeper than %d", ErrMalformed, MaxDepth)
+	return decode(data, v, MaxDepth)
+}
+
+// EnvelopeDepth is the deepest nesting of a stage hand-off: an envelope
+// holds its proposal one level deeper than the proposal's own body, so a
+// proposal admitted at MaxDepth is still readable by every later stage.
+const EnvelopeDepth = MaxDepth + 1
+
+// DecodeEnvelope strictly decodes a stage hand-off, as Decode does but with
+// EnvelopeDepth as its nesting limit.
+func DecodeEnvelope(data []byte, env *Envelope) error {
+	return decode(data, env, EnvelopeDepth)
+}
+
+func decode(data []byte, v any, maxDepth int) error {
+	if !WithinDepth(data, maxDepth) {
+		return fmt.Errorf("%w: nested deeper than %d", ErrMalformed, maxDepth)
 	}
 	if err := json.Unmarshal(data, v, json.RejectUnknownMembers(true)); err != nil {
 		// The decoder's message can quote member names of the input; keep
@@ -136,50 +149,4 @@ func DecodeGrant(data []byte, maxBytes int) (*Grant, error) {
 		return nil, err
 	}
 	return &g, nil
-}
-
-// PeekProposalID reads "proposal_id" from a body that failed strict decoding,
-// so that a malformed proposal can still get an outcome. It succeeds only
-// when the answer is unambiguous: the body is one syntactically valid JSON
-// object (duplicate names elsewhere are tolerated), it has exactly one
-// top-level "proposal_id" member, and that member is a valid id string.
-func PeekProposalID(data []byte) (string, bool) {
-	dec := jsontext.NewDecoder(bytes.NewReader(data), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(false))
-	tok, err := dec.ReadToken()
-	if err != nil || tok.Kind() != '{' {
-		return "", false
-	}
-	id, found := "", 0
-	for dec.PeekKind() != '}' {
-		tok, err := dec.ReadToken()
-		if err != nil {
-			return "", false
-		}
-		name := tok.String() // a token is voided by the next read
-		val, err := dec.ReadValue()
-		if err != nil {
-			return "", false
-		}
-		if name == "proposal_id" {
-			found++
-			if val.Kind() != '"' {
-				return "", false
-			}
-			var s string
-			if err := json.Unmarshal(val, &s); err != nil {
-				return "", false
-			}
-			id = s
-		}
-	}
-	if _, err := dec.ReadToken(); err != nil { // closing brace
-		return "", false
-	}
-	if _, err := dec.ReadToken(); err != io.EOF { // trailing data
-		return "", false
-	}
-	if found != 1 || !ValidProposalID(id) {
-		return "", false
-	}
-	return id, true
 }

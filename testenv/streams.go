@@ -57,7 +57,7 @@ func (e *Env) readEnvelopes(t testing.TB, ctx context.Context, stream jetstream.
 			continue
 		}
 		var env schema.Envelope
-		if err := schema.Decode(m.Data, &env); err != nil {
+		if err := schema.DecodeEnvelope(m.Data, &env); err != nil {
 			t.Fatalf("%s hand-off %d does not decode strictly: %v", stage, seq, err)
 		}
 		if want := e.Subjects.Stage(stage, subjects.KindProposal, subjects.ProposalToken(env.Host, env.Proposal.ProposalID)); m.Subject != want {

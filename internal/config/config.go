@@ -138,8 +138,9 @@ type Streams struct {
 	// hand-off is refused and retried; nothing accepted is dropped.
 	// Default 1 GiB.
 	StageMaxBytes int64
-	// HistoryMaxBytes bounds the outcomes and incidents streams each; when
-	// full the oldest messages go. Default 1 GiB.
+	// HistoryMaxBytes bounds the outcomes and incidents streams and the
+	// activity bucket each; when full the oldest messages (snapshots) go.
+	// Default 1 GiB.
 	HistoryMaxBytes int64
 }
 

@@ -71,7 +71,8 @@ func StreamConfigs(s subjects.Subjects, c *config.Config) []jetstream.StreamConf
 
 // ActivityConfig is the activity bucket: one value-free snapshot per
 // intent, kept as long as the streams keep their messages after its last
-// change.
+// change. It shares history's byte bound, and like history it drops its
+// oldest messages when full (EnsureStreams sets that on its stream).
 func ActivityConfig(s subjects.Subjects, c *config.Config) jetstream.KeyValueConfig {
 	return jetstream.KeyValueConfig{
 		Bucket:      s.ActivityBucket(),
@@ -96,5 +97,27 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, s subjects.Subje
 	if err != nil {
 		return nil, fmt.Errorf("engine: bucket %s: %w", s.ActivityBucket(), err)
 	}
+	if err := discardOldest(ctx, js, "KV_"+s.ActivityBucket()); err != nil {
+		return nil, fmt.Errorf("engine: bucket %s: %w", s.ActivityBucket(), err)
+	}
 	return kv, nil
+}
+
+// discardOldest makes a full KV bucket drop its oldest messages instead of
+// refusing writes (the client always creates buckets with DiscardNew). The
+// activity bucket is shared by every tenant: refusing writes when one
+// tenant's snapshots filled it made every stage's activity update fail, and
+// every tenant's proposals end PROCESSING_FAILED after their retries.
+func discardOldest(ctx context.Context, js jetstream.JetStream, stream string) error {
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return err
+	}
+	cfg := st.CachedInfo().Config
+	if cfg.Discard == jetstream.DiscardOld {
+		return nil
+	}
+	cfg.Discard = jetstream.DiscardOld
+	_, err = js.UpdateStream(ctx, cfg)
+	return err
 }

@@ -96,7 +96,7 @@ func (s *Stage) parseSubject(subject string) (schema.ProposalRef, string, bool) 
 // decodeEnvelope strictly decodes a grounded envelope for ref.
 func decodeEnvelope(data []byte, ref schema.ProposalRef) (*schema.Envelope, error) {
 	var env schema.Envelope
-	if err := schema.Decode(data, &env); err != nil {
+	if err := schema.DecodeEnvelope(data, &env); err != nil {
 		return nil, err
 	}
 	if env.Grounded == nil || !schema.ValidFingerprint(env.Grounded.Fingerprint) || env.Ref() != ref {

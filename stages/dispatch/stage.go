@@ -67,7 +67,7 @@ func (s *Stage) provider(name string) (config.Provider, bool) {
 // decodeEnvelope reads an authorized, grounded envelope for its subject.
 func (s *Stage) decodeEnvelope(in *stages.Input) (*schema.Envelope, error) {
 	var env schema.Envelope
-	if err := schema.Decode(in.Data, &env); err != nil {
+	if err := schema.DecodeEnvelope(in.Data, &env); err != nil {
 		return nil, fmt.Errorf("dispatch: envelope: %w: %w", stages.ErrPermanent, err)
 	}
 	_, _, tok, ok := s.Subjects.ParseStage(in.Subject)

@@ -35,7 +35,7 @@ func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 		return stages.Result{}, fmt.Errorf("grounding: unexpected subject: %w", stages.ErrPermanent)
 	}
 	var env schema.Envelope
-	if err := schema.Decode(in.Data, &env); err != nil {
+	if err := schema.DecodeEnvelope(in.Data, &env); err != nil {
 		return stages.Result{}, fmt.Errorf("grounding: envelope: %w: %w", err, stages.ErrPermanent)
 	}
 	p := &env.Proposal
