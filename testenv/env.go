@@ -41,6 +41,10 @@ const (
 	OtherSecurityDomain = "security-domain:other"
 	// OperatorName is the configured operator whose key is Env.Operator.
 	OperatorName = "oncall"
+	// ConnectorName is the configured connector (key Env.Connector) that
+	// serves provider "inventory"; ResolverName the resolver (Env.Resolver).
+	ConnectorName = "inventory-connector"
+	ResolverName  = "profiles"
 )
 
 // Env is a running test deployment.
@@ -56,6 +60,11 @@ type Env struct {
 	Host, OtherHost nkeys.KeyPair
 	// Operator is the key of the configured operator OperatorName.
 	Operator nkeys.KeyPair
+	// Connector and Resolver are the keys of ConnectorName and ResolverName.
+	Connector, Resolver nkeys.KeyPair
+	// Auth: the server requires every client to log in with its role's
+	// key (WithAuth). NC and JS are then the processor's own identity.
+	Auth bool
 	// Logs holds everything the processor logged, for privacy checks.
 	Logs *LogBuffer
 	// Fakes are the fake adapters of the fake providers, by provider name.
@@ -67,14 +76,18 @@ type Env struct {
 	proc *engine.Processor
 	opts engine.Options
 	// serverAddr and serverDir are where Server listens and stores, for
-	// RestartServer.
+	// RestartServer; auth is its accounts and users when Auth.
 	serverAddr, serverDir string
+	auth                  *serverAuth
+	conns                 map[string]*nats.Conn // by public key, for ConnectAs
+	t                     testing.TB
 }
 
 // Option adjusts an Env before it starts.
 type Option func(*envOptions)
 
 type envOptions struct {
+	auth      bool
 	configure []func(*config.Config)
 	clock     stages.Clock
 	noStart   bool
@@ -100,6 +113,13 @@ func WithEngine(f func(*engine.Options)) Option {
 	return func(o *envOptions) { o.engine = append(o.engine, f) }
 }
 
+// WithAuth runs the server with NATS authentication as a production
+// deployment does (SPEC §2.8): every role in its own account, logging in
+// with its key; the processor logs in with a seed file (nats.credentials).
+// Publish and friends then go through each host's own login, the Recorder
+// listens as the operator, and ConnectAs gives any role's connection.
+func WithAuth() Option { return func(o *envOptions) { o.auth = true } }
+
 // NotStarted leaves the processor stopped; call Start.
 func NotStarted() Option { return func(o *envOptions) { o.noStart = true } }
 
@@ -112,34 +132,28 @@ func New(t testing.TB, opts ...Option) *Env {
 	for _, f := range opts {
 		f(&o)
 	}
-	s := StartServer(t, "")
-	nc := Connect(t, s)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
+	e := &Env{Logs: &LogBuffer{}, Auth: o.auth, conns: map[string]*nats.Conn{}, t: t}
+	for _, kp := range []*nkeys.KeyPair{&e.Host, &e.OtherHost, &e.Operator, &e.Connector, &e.Resolver} {
+		*kp, _ = nkeys.CreateUser()
 	}
-	e := &Env{Server: s, NC: nc, JS: js, Logs: &LogBuffer{}, serverAddr: s.Addr().String(), serverDir: filepath.Dir(s.StoreDir())}
-	e.Host, _ = nkeys.CreateUser()
-	e.OtherHost, _ = nkeys.CreateUser()
-	e.Operator, _ = nkeys.CreateUser()
-	hostKey, _ := e.Host.PublicKey()
-	otherKey, _ := e.OtherHost.PublicKey()
-	operatorKey, _ := e.Operator.PublicKey()
+	pub := func(kp nkeys.KeyPair) string { k, _ := kp.PublicKey(); return k }
 
 	dir := t.TempDir()
 	cfg := config.Defaults()
-	cfg.NATS = config.NATS{URL: s.ClientURL(), Replicas: 1}
+	cfg.NATS = config.NATS{Replicas: 1}
 	cfg.Store.Dir = filepath.Join(dir, "store")
 	cfg.Metrics.Listen = "127.0.0.1:0"
 	cfg.Hosts = []config.Host{
-		{Name: HostName, PublicKey: hostKey, Tenants: []string{Tenant}},
-		{Name: OtherHostName, PublicKey: otherKey, Tenants: []string{OtherTenant}},
+		{Name: HostName, PublicKey: pub(e.Host), Tenants: []string{Tenant}},
+		{Name: OtherHostName, PublicKey: pub(e.OtherHost), Tenants: []string{OtherTenant}},
 	}
 	cfg.Tenants = []config.Tenant{
 		{Ref: Tenant, SecurityDomains: []string{SecurityDomain}},
 		{Ref: OtherTenant, SecurityDomains: []string{OtherSecurityDomain}},
 	}
-	cfg.Operators = []config.Role{{Name: OperatorName, PublicKey: operatorKey}}
+	cfg.Operators = []config.Role{{Name: OperatorName, PublicKey: pub(e.Operator)}}
+	cfg.Connectors = []config.Connector{{Name: ConnectorName, PublicKey: pub(e.Connector), Providers: []string{"inventory"}}}
+	cfg.Resolvers = []config.Role{{Name: ResolverName, PublicKey: pub(e.Resolver)}}
 	cfg.Providers = []config.Provider{
 		{Name: "demo", Adapter: config.AdapterFake, Timeout: 2 * time.Second, UnavailableRetry: 2 * time.Second, MaxInFlight: 16,
 			Script: config.FakeScript{Dispatch: []string{"confirmed"}, Reconcile: []string{"confirmed"}}},
@@ -148,16 +162,33 @@ func New(t testing.TB, opts ...Option) *Env {
 	for _, f := range o.configure {
 		f(cfg)
 	}
-	e.Config = cfg
+	var err error
 	e.Subjects, err = subjects.New(cfg.Prefix)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if o.auth {
+		e.auth = newServerAuth(t, cfg, e.Subjects, filepath.Join(dir, "processor.nk"))
+		cfg.NATS.Credentials = e.auth.seedFile
+	}
+	e.serverDir = t.TempDir()
+	e.Server = e.startServer(t, "127.0.0.1:0")
+	e.serverAddr = e.Server.Addr().String()
+	cfg.NATS.URL = e.Server.ClientURL()
+	e.Config = cfg
+	e.NC = e.ConnectAs(t, e.auth.processorKey())
+	if e.JS, err = jetstream.New(e.NC); err != nil {
+		t.Fatal(err)
+	}
+	recorderConn := e.NC
+	if o.auth {
+		recorderConn = e.ConnectAs(t, e.Operator)
 	}
 	e.Clock = o.clock
 	if e.Clock == nil {
 		e.Clock = stages.SystemClock{}
 	}
-	e.Recorder = Record(t, nc, e.Subjects)
+	e.Recorder = Record(t, recorderConn, e.Subjects)
 	e.Fakes = map[string]*adapters.Fake{}
 	overrides := map[string]adapters.Adapter{}
 	for _, p := range cfg.Providers {
@@ -235,7 +266,11 @@ func (e *Env) Restart(t testing.TB) *engine.Processor {
 // Admin is an operator API client that signs as Operator and stamps its
 // requests with the processor's clock.
 func (e *Env) Admin() *admin.Client {
-	return &admin.Client{NC: e.NC, Subjects: e.Subjects, Key: e.Operator, Now: e.Clock.Now}
+	nc := e.NC
+	if e.Auth {
+		nc = e.ConnectAs(e.t, e.Operator)
+	}
+	return &admin.Client{NC: nc, Subjects: e.Subjects, Key: e.Operator, Now: e.Clock.Now}
 }
 
 // Processor returns the running processor.
@@ -302,9 +337,17 @@ func (e *Env) HostOf(t testing.TB, kp nkeys.KeyPair) string {
 }
 
 // PublishWith publishes raw bytes with headers to a subject through
-// JetStream and waits for the PubAck.
+// JetStream and waits for the PubAck. With WithAuth, a proposal or grant
+// goes through its subject's host's own login (that host's key need not
+// have signed it).
 func (e *Env) PublishWith(t testing.TB, subject string, body []byte, hdr nats.Header) {
 	t.Helper()
+	js := e.JS
+	if h, ok := e.Subjects.IngressHost(subject); ok && e.Auth {
+		if host, found := e.Config.Host(h); found {
+			js = e.jsAs(t, e.keyOf(t, host.PublicKey))
+		}
+	}
 	m := nats.NewMsg(subject)
 	m.Data = body
 	for k, v := range hdr {
@@ -312,7 +355,7 @@ func (e *Env) PublishWith(t testing.TB, subject string, body []byte, hdr nats.He
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := e.JS.PublishMsg(ctx, m); err != nil {
+	if _, err := js.PublishMsg(ctx, m); err != nil {
 		t.Fatalf("publish to %s: %v", subject, err)
 	}
 }

@@ -17,6 +17,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"github.com/portcullis/portcullis/internal/natsauth"
 )
 
 // StartServer starts an embedded nats-server with JetStream, storing under
@@ -59,7 +61,17 @@ func (e *Env) RestartServer(t testing.TB) *server.Server {
 	t.Helper()
 	e.Server.Shutdown()
 	e.Server.WaitForShutdown()
-	host, port, err := net.SplitHostPort(e.serverAddr)
+	s := e.startServer(t, e.serverAddr)
+	t.Cleanup(func() { e.Stop(t) }) // runs before the server's own cleanup
+	e.Server = s
+	return s
+}
+
+// startServer starts Env's server on addr and its store directory: with
+// the accounts and users of SPEC §2.8 when Auth.
+func (e *Env) startServer(t testing.TB, addr string) *server.Server {
+	t.Helper()
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,27 +79,30 @@ func (e *Env) RestartServer(t testing.TB) *server.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := server.NewServer(&server.Options{
-		Host:      host,
-		Port:      p,
-		JetStream: true,
-		StoreDir:  e.serverDir,
-		NoSigs:    true,
-		NoLog:     true,
-	})
+	if p == 0 {
+		p = server.RANDOM_PORT
+	}
+	opts := &server.Options{Host: host, Port: p, JetStream: true, StoreDir: e.serverDir, NoSigs: true, NoLog: true}
+	if e.auth != nil {
+		e.auth.apply(t, opts)
+	}
+	s, err := server.NewServer(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	go s.Start()
 	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server did not restart")
+		t.Fatal("nats-server did not start")
+	}
+	if e.auth != nil {
+		if err := natsauth.EnableJetStream(s); err != nil {
+			t.Fatal(err)
+		}
 	}
 	t.Cleanup(func() {
-		e.Stop(t)
 		s.Shutdown()
 		s.WaitForShutdown()
 	})
-	e.Server = s
 	return s
 }
 
