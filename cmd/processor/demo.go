@@ -32,8 +32,13 @@ import (
 // demoHost is the demo's one host: its name is the <h> of its subjects.
 const demoHost = "demo-host"
 
-// demoOperator is the demo's one operator (an `operator "ops"` block).
-const demoOperator = "ops"
+// The demo's roles besides its host: an operator, the airline's connector
+// and the host's protected-profile resolver.
+const (
+	demoOperator  = "ops"
+	demoConnector = "duffel-connector"
+	demoResolver  = "profiles"
+)
 
 // Demo timing: short enough that the whole story takes seconds.
 const (
@@ -92,6 +97,7 @@ type demo struct {
 	start time.Time
 	dir   string
 	host  nkeys.KeyPair
+	keys  map[string]nkeys.KeyPair // every role's key, by name
 	// opSeed is the seed file of the operator "ops" who settles the
 	// indeterminate payment; the CLI signs with it (--nkey).
 	opSeed string
@@ -128,7 +134,6 @@ func (d *demo) setUp(stderr io.Writer, verbose bool) (err error) {
 	if err != nil {
 		return err
 	}
-	defer op.Wipe()
 	opPub, _ := op.PublicKey()
 	d.opSeed = filepath.Join(d.dir, "operator.nk")
 	if err := keyfile.WriteSeed(d.opSeed, op); err != nil {
@@ -139,7 +144,17 @@ func (d *demo) setUp(stderr io.Writer, verbose bool) (err error) {
 	cfg.NATS.StoreDir = filepath.Join(d.dir, "nats")
 	cfg.Store.Dir = filepath.Join(d.dir, "store")
 	cfg.Metrics.Listen = ""
-	cfg.NATS.Auth = false // TODO(auth): the demo's roles log in with their own keys
+	// Authentication on, as outside --dev: each role logs in with its key.
+	d.keys = map[string]nkeys.KeyPair{demoHost: d.host}
+	for _, name := range []string{demoConnector, demoResolver} {
+		if d.keys[name], err = nkeys.CreateUser(); err != nil {
+			return err
+		}
+	}
+	connPub, _ := d.keys[demoConnector].PublicKey()
+	resPub, _ := d.keys[demoResolver].PublicKey()
+	cfg.Connectors = []config.Connector{{Name: demoConnector, PublicKey: connPub, Providers: []string{"duffel"}}}
+	cfg.Resolvers = []config.Role{{Name: demoResolver, PublicKey: resPub}}
 	cfg.Hosts = []config.Host{{Name: demoHost, PublicKey: pub, Tenants: []string{"tenant:demo", "tenant:acme", "tenant:traveler"}}}
 	cfg.Tenants = []config.Tenant{
 		{Ref: "tenant:demo", SecurityDomains: []string{"security-domain:demo"}},
@@ -147,6 +162,7 @@ func (d *demo) setUp(stderr io.Writer, verbose bool) (err error) {
 		{Ref: "tenant:traveler", SecurityDomains: []string{"security-domain:traveler"}},
 	}
 	cfg.Operators = []config.Role{{Name: demoOperator, PublicKey: opPub}}
+	d.keys[demoOperator] = op
 	fake := func(name string) config.Provider {
 		return config.Provider{Name: name, Adapter: config.AdapterFake, Timeout: demoConnectorTimeout, UnavailableRetry: 5 * time.Second, MaxInFlight: config.DefaultMaxInFlight}
 	}
@@ -185,7 +201,7 @@ func (d *demo) setUp(stderr io.Writer, verbose bool) (err error) {
 		return err
 	}
 	d.subj = d.proc.Subjects()
-	if d.nc, err = nats.Connect(d.proc.NATSURL(), nats.Name("portcullis-demo")); err != nil {
+	if d.nc, err = d.connect(demoHost); err != nil {
 		return err
 	}
 	if d.js, err = jetstream.New(d.nc); err != nil {
@@ -201,6 +217,20 @@ func (d *demo) setUp(stderr io.Writer, verbose bool) (err error) {
 		return err
 	}
 	return nil
+}
+
+// connect logs in to the demo's server as one of its roles, with replies
+// under the role's own inbox.
+func (d *demo) connect(role string) (*nats.Conn, error) {
+	kp := d.keys[role]
+	pub, _ := kp.PublicKey()
+	nc, err := nats.Connect(d.proc.NATSURL(), nats.Name("portcullis-demo-"+role),
+		nats.Nkey(pub, kp.Sign), nats.CustomInboxPrefix(subjects.Inbox(pub)))
+	if err != nil {
+		return nil, fmt.Errorf("connect as %s: %w", role, err)
+	}
+	d.stops = append(d.stops, nc.Close)
+	return nc, nil
 }
 
 func (d *demo) close() error {
@@ -233,7 +263,11 @@ func (d *demo) serveResolver() error {
 	for c, v := range demoProfile {
 		values[c] = jsontext.Value(v)
 	}
-	sub, err := d.nc.Subscribe(d.subj.DisclosureResolve(), func(m *nats.Msg) {
+	nc, err := d.connect(demoResolver)
+	if err != nil {
+		return err
+	}
+	sub, err := nc.Subscribe(d.subj.DisclosureResolve(), func(m *nats.Msg) {
 		var req schema.DisclosureRequest
 		if schema.Decode(m.Data, &req) != nil {
 			return
@@ -256,7 +290,7 @@ func (d *demo) serveResolver() error {
 		return err
 	}
 	d.stops = append(d.stops, func() { _ = sub.Unsubscribe() })
-	return d.nc.Flush()
+	return nc.Flush()
 }
 
 // serveDuffel is the airline connector, a separate NATS responder: it books
@@ -283,7 +317,11 @@ func (d *demo) serveDuffel() error {
 	d.duffel.OnReconcile(func(context.Context, schema.ReconcileRequest) (schema.AdapterReply, error) {
 		return schema.AdapterReply{Outcome: schema.ReplyConfirmed, ProviderActionID: "ord_0000demo", EvidenceRefs: []string{"duffel:orders/ord_0000demo"}}, nil
 	})
-	stop, err := d.duffel.Serve(d.nc, d.subj)
+	nc, err := d.connect(demoConnector)
+	if err != nil {
+		return err
+	}
+	stop, err := d.duffel.Serve(nc, d.subj)
 	if err != nil {
 		return err
 	}
@@ -304,13 +342,47 @@ func (d *demo) section(title string) {
 
 func (d *demo) play() error {
 	d.printf("Portcullis demo: an embedded NATS JetStream server on %s, a temporary data directory,\n", d.proc.NATSURL())
-	d.printf("in-process provider connectors and a disclosure resolver. Proposals and grants are signed\n")
-	d.printf("with a throwaway host key. Reconciliation polls every %s (doubling), at most %d times.\n", demoReconcileInterval, demoReconcileAttempts)
-	for _, step := range []func() error{d.lumber, d.payments, d.flight, d.operator} {
+	d.printf("in-process provider connectors and a disclosure resolver. The server requires every client to\n")
+	d.printf("log in: the host %q, the connector %q, the resolver %q and the operator %q\n", demoHost, demoConnector, demoResolver, demoOperator)
+	d.printf("each have a throwaway key and their own NATS account; the host signs proposals and grants with its key.\n")
+	d.printf("Reconciliation polls every %s (doubling), at most %d times.\n", demoReconcileInterval, demoReconcileAttempts)
+	for _, step := range []func() error{d.doors, d.lumber, d.payments, d.flight, d.operator} {
 		if err := step(); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// doors shows that the server admits only configured roles, each to its
+// own subjects.
+func (d *demo) doors() error {
+	d.section("0. Who may connect (SPEC §2.8)")
+	if _, err := nats.Connect(d.proc.NATSURL()); err == nil {
+		return errors.New("doors: an anonymous client connected")
+	} else {
+		d.event("an anonymous client connects           → refused: %v", err)
+	}
+	errs := make(chan error, 4)
+	kp := d.keys[demoHost]
+	pub, _ := kp.PublicKey()
+	nc, err := nats.Connect(d.proc.NATSURL(), nats.Nkey(pub, kp.Sign), nats.CustomInboxPrefix(subjects.Inbox(pub)),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	internal := d.subj.Stage(subjects.StageDispatch, subjects.KindProposal, ">")
+	if _, err := nc.SubscribeSync(internal); err != nil {
+		return err
+	}
+	select {
+	case err := <-errs:
+		d.event("the host subscribes to %s → refused: %v", internal, err)
+	case <-time.After(5 * time.Second):
+		return errors.New("doors: the host could subscribe to an internal subject")
+	}
+	d.printf("           Internal hand-offs are sealed too (HMAC): a forged one would be rejected unread.\n")
 	return nil
 }
 
@@ -463,11 +535,8 @@ func (d *demo) lumber() error {
 func (d *demo) streamMsgs(stream string) (uint64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := d.js.Stream(ctx, stream)
-	if err != nil {
-		return 0, err
-	}
-	info, err := s.Info(ctx)
+	info, err := d.proc.StreamInfo(ctx, stream) // an internal stream: only the processor reads it
+
 	if err != nil {
 		return 0, err
 	}
@@ -650,7 +719,15 @@ func (d *demo) flight() error {
 func (d *demo) checkActivity(fp string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	bucket, err := d.js.KeyValue(ctx, d.subj.ActivityBucket())
+	nc, err := d.connect(demoOperator)
+	if err != nil {
+		return err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	bucket, err := js.KeyValue(ctx, d.subj.ActivityBucket())
 	if err != nil {
 		return err
 	}
@@ -778,7 +855,7 @@ type demoOutcomes struct {
 func recordOutcomes(nc *nats.Conn, s subjects.Subjects) (*demoOutcomes, error) {
 	r := &demoOutcomes{by: map[string][]schema.Outcome{}}
 	r.cond = sync.NewCond(&r.mu)
-	_, err := nc.Subscribe(s.Outcomes(), func(m *nats.Msg) {
+	_, err := nc.Subscribe(s.HostOutcomes(demoHost), func(m *nats.Msg) { // the host hears its own outcomes
 		var o schema.Outcome
 		if schema.Decode(m.Data, &o) != nil {
 			return

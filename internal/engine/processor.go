@@ -423,5 +423,15 @@ func (p *Processor) Store() *kv.Store { return p.store }
 // Activity returns the activity bucket's store.
 func (p *Processor) Activity() *activity.Store { return p.activity }
 
+// StreamInfo describes one of the processor's streams, as the processor
+// sees it (internal streams included), for tools in the same process.
+func (p *Processor) StreamInfo(ctx context.Context, name string) (*jetstream.StreamInfo, error) {
+	s, err := p.js.Stream(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("engine: stream %s: %w", name, err)
+	}
+	return s.Info(ctx)
+}
+
 // Subjects returns the processor's subjects.
 func (p *Processor) Subjects() subjects.Subjects { return p.subj }
