@@ -184,3 +184,21 @@ func TestPromtool(t *testing.T) {
 		}
 	}
 }
+
+// Every alert's runbook_url names a runbook section the README has.
+func TestEveryAlertHasARunbook(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range alertRules(t) {
+		heading := "#### Runbook: " + r.Alert
+		if !strings.Contains(string(readme), "\n"+heading+"\n") {
+			t.Errorf("README lacks %q", heading)
+		}
+		anchor := "#runbook-" + strings.ToLower(r.Alert)
+		if url := r.Annotations["runbook_url"]; !strings.HasSuffix(url, anchor) {
+			t.Errorf("%s: runbook_url %q does not end in %s", r.Alert, url, anchor)
+		}
+	}
+}
