@@ -36,7 +36,7 @@ type Approval struct {
 	DecidedBy   string `json:"decided_by,omitempty"`
 	DecidedAtMs int64  `json:"decided_at_ms,omitempty"`
 	// Code is the denial's closed code; "" when permitted or parked.
-	Code string `json:"code,omitempty"`
+	Code schema.Code `json:"code,omitempty"`
 	// Evaluations are the policy layers' verdicts of the decision (of the
 	// screen before parking, while parked).
 	Evaluations []schema.PolicyEvaluation `json:"evaluations"`

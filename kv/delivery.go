@@ -99,9 +99,9 @@ func (s *Store) RecordOutcomes(outcomes []schema.Outcome) error {
 // proposal republishes the same answer while a later proposal of the same
 // intent is judged afresh.
 type Ended struct {
-	Phase string `json:"phase"`
-	Code  string `json:"code"`
-	AtMs  int64  `json:"at_ms"`
+	Phase schema.Phase `json:"phase"`
+	Code  schema.Code  `json:"code"`
+	AtMs  int64        `json:"at_ms"`
 }
 
 // Ended returns the dispatch-time end of a proposal, if any.

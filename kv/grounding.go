@@ -3,6 +3,8 @@ package kv
 import (
 	"crypto/sha256"
 	"encoding/binary"
+
+	"github.com/portcullis/portcullis/schema"
 )
 
 // Grounding is the grounding stage's checkpoint of a decision that asked a
@@ -13,10 +15,10 @@ import (
 // a referent and observation reference, never candidates or attributes.
 type Grounding struct {
 	// Code is the grounding incident's code; "" when grounded.
-	Code           string `json:"code,omitempty"`
-	Referent       string `json:"referent,omitempty"`
-	ObservationRef string `json:"observation_ref,omitempty"`
-	AtMs           int64  `json:"at_ms"`
+	Code           schema.Code `json:"code,omitempty"`
+	Referent       string      `json:"referent,omitempty"`
+	ObservationRef string      `json:"observation_ref,omitempty"`
+	AtMs           int64       `json:"at_ms"`
 }
 
 // GroundingKey identifies one input message: its stream, sequence and a

@@ -46,7 +46,7 @@ type Intent struct {
 	ReceiptSeq uint64          `json:"receipt_seq,omitempty"`
 	// Outcome is the latest outcome's kind, terminality and incidents,
 	// republished for a new proposal of the same intent.
-	OutcomeKind      string            `json:"outcome_kind,omitempty"`
+	OutcomeKind      schema.Kind       `json:"outcome_kind,omitempty"`
 	OutcomeTerminal  bool              `json:"outcome_terminal,omitempty"`
 	OutcomeIncidents []schema.Incident `json:"outcome_incidents,omitempty"`
 	// Reconciliation progress: the last attempt number started, whether
@@ -145,7 +145,7 @@ type Attempt struct {
 	AttemptID    string `json:"attempt_id"`
 	Number       int    `json:"number"`
 	StartedAtMs  int64  `json:"started_at_ms"`
-	Status       string `json:"status,omitempty"` // empty until the attempt finished
+	Status       string `json:"status,omitempty"` // empty until the attempt finished (a metrics attempt status)
 	FinishedAtMs int64  `json:"finished_at_ms,omitempty"`
 }
 

@@ -6,11 +6,9 @@
 package metrics
 
 import (
-	"maps"
 	"net/http"
 	"runtime"
 	"runtime/debug"
-	"slices"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -163,8 +161,8 @@ func New(providers []string) *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	m.BuildInfo.WithLabelValues(Build()).Set(1)
-	for _, k := range slices.Sorted(maps.Keys(schema.Kinds)) {
-		m.Outcomes.WithLabelValues(k)
+	for _, k := range schema.Kinds() {
+		m.Outcomes.WithLabelValues(string(k))
 	}
 	for _, st := range subjects.Stages {
 		m.ConsumerPending.WithLabelValues(st)
@@ -174,13 +172,13 @@ func New(providers []string) *Metrics {
 			m.StageMessages.WithLabelValues(st, r)
 		}
 	}
-	for _, c := range schema.Codes {
-		m.Incidents.WithLabelValues(c.Phase, c.Code)
+	for _, c := range schema.Codes() {
+		m.Incidents.WithLabelValues(string(c.Phase), string(c.Code))
 	}
 	for _, p := range providers {
 		m.DispatchDuration.WithLabelValues(p)
-		for _, s := range schema.ReceiptStatuses {
-			m.Dispatches.WithLabelValues(p, s)
+		for _, s := range schema.Statuses() {
+			m.Dispatches.WithLabelValues(p, string(s))
 		}
 		for _, s := range AttemptStatuses {
 			m.ReconcileAttempts.WithLabelValues(p, s)

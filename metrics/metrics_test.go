@@ -63,14 +63,14 @@ func TestSpecMetricsExistAndStartAtZero(t *testing.T) {
 	if n := testutil.CollectAndCount(m.StageMessages); n != len(subjects.Stages)*len(metrics.Results) {
 		t.Errorf("stage message series = %d", n)
 	}
-	if n := testutil.CollectAndCount(m.Incidents); n != len(schema.Codes) {
-		t.Errorf("incident series = %d, want %d", n, len(schema.Codes))
+	if n := testutil.CollectAndCount(m.Incidents); n != len(schema.Codes()) {
+		t.Errorf("incident series = %d, want %d", n, len(schema.Codes()))
 	}
-	if n := testutil.CollectAndCount(m.Dispatches); n != len(schema.ReceiptStatuses) {
+	if n := testutil.CollectAndCount(m.Dispatches); n != len(schema.Statuses()) {
 		t.Errorf("dispatch series = %d", n)
 	}
-	if n := testutil.CollectAndCount(m.Outcomes); n != len(schema.Kinds) {
-		t.Errorf("outcome series = %d, want one per kind (%d)", n, len(schema.Kinds))
+	if n := testutil.CollectAndCount(m.Outcomes); n != len(schema.Kinds()) {
+		t.Errorf("outcome series = %d, want one per kind (%d)", n, len(schema.Kinds()))
 	}
 	for _, st := range subjects.Stages {
 		for _, g := range []*prometheus.GaugeVec{m.ConsumerPending, m.ConsumerAckPending} {

@@ -48,7 +48,7 @@ const MaxActivityProposals = 32
 type ActivityDecision struct {
 	// Outcome is "pending", "permit" or "deny".
 	Outcome     string `json:"outcome"`
-	ReasonCode  string `json:"reason_code,omitempty"`
+	ReasonCode  Code   `json:"reason_code,omitempty"`
 	DecidedAtMs int64  `json:"decided_at_ms"`
 }
 
@@ -69,7 +69,7 @@ type ActivityDispatch struct {
 	Attempted    bool   `json:"attempted"`
 	StartedAtMs  int64  `json:"started_at_ms"`
 	FinishedAtMs int64  `json:"finished_at_ms"`
-	Status       string `json:"status"`
+	Status       Status `json:"status"`
 	ErrorCode    string `json:"error_code,omitempty"`
 }
 

@@ -1,123 +1,161 @@
 package schema
 
-// Phases name where an incident arose (SPEC §2.5).
+// The closed sets of SPEC §2.4 and §2.5 are typed strings, as
+// jetstream.AckPolicy is: a phase cannot be passed where a code is
+// expected, and the wire form is the string.
+
+// Phase names where an incident arose (SPEC §2.5).
+type Phase string
+
+// Phases.
 const (
-	PhaseAdmission      = "admission"
-	PhaseGrounding      = "grounding"
-	PhaseAuthorization  = "authorization"
-	PhaseDisclosure     = "disclosure"
-	PhaseDispatch       = "dispatch"
-	PhaseReconciliation = "reconciliation"
+	PhaseAdmission      Phase = "admission"
+	PhaseGrounding      Phase = "grounding"
+	PhaseAuthorization  Phase = "authorization"
+	PhaseDisclosure     Phase = "disclosure"
+	PhaseDispatch       Phase = "dispatch"
+	PhaseReconciliation Phase = "reconciliation"
 )
 
-// Phases lists every phase, in pipeline order.
-var Phases = []string{PhaseAdmission, PhaseGrounding, PhaseAuthorization, PhaseDisclosure, PhaseDispatch, PhaseReconciliation}
-
-// Dispatch boundaries say whether a provider may have seen the action.
-const (
-	BoundaryNotInvoked = "not_invoked"
-	BoundaryInvoked    = "invoked"
-	BoundaryUnknown    = "unknown"
-)
-
-// Outcome kinds (SPEC §2.4).
-const (
-	KindDenied                 = "DENIED"
-	KindNeedsClarification     = "NEEDS_CLARIFICATION"
-	KindIntegrationFailure     = "INTEGRATION_FAILURE"
-	KindNeedsApproval          = "NEEDS_APPROVAL"
-	KindFailedBeforeDispatch   = "FAILED_BEFORE_DISPATCH"
-	KindAcknowledged           = "ACKNOWLEDGED"
-	KindConfirmed              = "CONFIRMED"
-	KindRejected               = "REJECTED"
-	KindReconciliationRequired = "RECONCILIATION_REQUIRED"
-)
-
-// Effect truths (SPEC §2.4).
-const (
-	TruthNotDispatched = "NOT_DISPATCHED"
-	TruthUnverified    = "UNVERIFIED"
-	TruthPresent       = "PRESENT"
-	TruthAbsent        = "ABSENT"
-	TruthIndeterminate = "INDETERMINATE"
-)
-
-// KindInfo is the fixed effect truth and terminality of a kind.
-type KindInfo struct {
-	EffectTruth string
-	Terminal    bool
+// Phases lists every phase, in pipeline order (a new slice each call).
+func Phases() []Phase {
+	return []Phase{PhaseAdmission, PhaseGrounding, PhaseAuthorization, PhaseDisclosure, PhaseDispatch, PhaseReconciliation}
 }
 
-// Kinds maps every outcome kind to its effect truth and whether it is
-// terminal. RECONCILIATION_REQUIRED is non-terminal except when
-// reconciliation gives up (RECONCILE_EXHAUSTED), which the emitter sets.
-var Kinds = map[string]KindInfo{
-	KindDenied:                 {TruthNotDispatched, true},
-	KindNeedsClarification:     {TruthNotDispatched, true},
-	KindIntegrationFailure:     {TruthNotDispatched, true},
-	KindNeedsApproval:          {TruthNotDispatched, false},
-	KindFailedBeforeDispatch:   {TruthNotDispatched, true},
-	KindAcknowledged:           {TruthUnverified, false},
-	KindConfirmed:              {TruthPresent, true},
-	KindRejected:               {TruthAbsent, true},
-	KindReconciliationRequired: {TruthIndeterminate, false},
+// Boundary says whether a provider may have seen the action.
+type Boundary string
+
+// Dispatch boundaries.
+const (
+	BoundaryNotInvoked Boundary = "not_invoked"
+	BoundaryInvoked    Boundary = "invoked"
+	BoundaryUnknown    Boundary = "unknown"
+)
+
+// Kind is an outcome kind (SPEC §2.4).
+type Kind string
+
+// Outcome kinds.
+const (
+	KindDenied                 Kind = "DENIED"
+	KindNeedsClarification     Kind = "NEEDS_CLARIFICATION"
+	KindIntegrationFailure     Kind = "INTEGRATION_FAILURE"
+	KindNeedsApproval          Kind = "NEEDS_APPROVAL"
+	KindFailedBeforeDispatch   Kind = "FAILED_BEFORE_DISPATCH"
+	KindAcknowledged           Kind = "ACKNOWLEDGED"
+	KindConfirmed              Kind = "CONFIRMED"
+	KindRejected               Kind = "REJECTED"
+	KindReconciliationRequired Kind = "RECONCILIATION_REQUIRED"
+)
+
+// Kinds lists every outcome kind (a new slice each call).
+func Kinds() []Kind {
+	return []Kind{KindDenied, KindNeedsClarification, KindIntegrationFailure, KindNeedsApproval, KindFailedBeforeDispatch,
+		KindAcknowledged, KindConfirmed, KindRejected, KindReconciliationRequired}
 }
+
+// EffectTruth says what is known about an action's effect (SPEC §2.4).
+type EffectTruth string
+
+// Effect truths.
+const (
+	TruthNotDispatched EffectTruth = "NOT_DISPATCHED"
+	TruthUnverified    EffectTruth = "UNVERIFIED"
+	TruthPresent       EffectTruth = "PRESENT"
+	TruthAbsent        EffectTruth = "ABSENT"
+	TruthIndeterminate EffectTruth = "INDETERMINATE"
+)
+
+// EffectTruth is the kind's fixed effect truth; "" for a value outside
+// the closed set.
+func (k Kind) EffectTruth() EffectTruth {
+	switch k {
+	case KindDenied, KindNeedsClarification, KindIntegrationFailure, KindNeedsApproval, KindFailedBeforeDispatch:
+		return TruthNotDispatched
+	case KindAcknowledged:
+		return TruthUnverified
+	case KindConfirmed:
+		return TruthPresent
+	case KindRejected:
+		return TruthAbsent
+	case KindReconciliationRequired:
+		return TruthIndeterminate
+	}
+	return ""
+}
+
+// Terminal reports whether an outcome of this kind ends its proposal.
+// RECONCILIATION_REQUIRED is non-terminal except when reconciliation gives
+// up (RECONCILE_EXHAUSTED), which its emitter sets.
+func (k Kind) Terminal() bool {
+	switch k {
+	case KindNeedsApproval, KindAcknowledged, KindReconciliationRequired:
+		return false
+	}
+	return k.EffectTruth() != ""
+}
+
+// Valid reports whether k is one of the closed kinds.
+func (k Kind) Valid() bool { return k.EffectTruth() != "" }
+
+// Code is a closed incident code (SPEC §2.5).
+type Code string
 
 // Closed incident codes. Every code Portcullis can emit is listed here and
 // in Codes below; nothing else ever appears in an incident.
 const (
-	CodeAdmissionMalformed           = "ADMISSION_MALFORMED"
-	CodeAdmissionUnauthenticated     = "ADMISSION_UNAUTHENTICATED"
-	CodeAdmissionTenantNotPermitted  = "ADMISSION_TENANT_NOT_PERMITTED"
-	CodeAdmissionContextIncomplete   = "ADMISSION_CONTEXT_INCOMPLETE"
-	CodeAdmissionProviderUnknown     = "ADMISSION_PROVIDER_UNKNOWN"
-	CodeAdmissionProposalIDReused    = "ADMISSION_PROPOSAL_ID_REUSED"
-	CodeInternalMessageRejected      = "INTERNAL_MESSAGE_REJECTED"
-	CodeGroundingScopeMismatch       = "GROUNDING_SCOPE_MISMATCH"
-	CodeDiscriminatorMissing         = "GROUNDING_RESOURCE_DISCRIMINATOR_MISSING"
-	CodeDiscriminatorMismatch        = "GROUNDING_RESOURCE_DISCRIMINATOR_MISMATCH"
-	CodeDiscriminationAmbiguous      = "GROUNDING_RESOURCE_DISCRIMINATION_AMBIGUOUS"
-	CodeCandidatesUnbounded          = "GROUNDING_CANDIDATES_UNBOUNDED"
-	CodeProjectionUnavailable        = "PROJECTION_UNAVAILABLE"
-	CodeGroundingSourceUnavailable   = "GROUNDING_SOURCE_UNAVAILABLE"
-	CodeApprovalRequired             = "APPROVAL_REQUIRED"
-	CodeGrantUnmatched               = "GRANT_UNMATCHED"
-	CodeApprovalTimedOut             = "APPROVAL_TIMED_OUT"
-	CodeApprovalDeclined             = "APPROVAL_DECLINED"
-	CodeGrantLifetimeExceeded        = "GRANT_LIFETIME_EXCEEDED"
-	CodeGrantMalformed               = "GRANT_MALFORMED"
-	CodeGrantBindingMismatch         = "GRANT_BINDING_MISMATCH"
-	CodeGrantIntegrityMismatch       = "GRANT_INTEGRITY_MISMATCH"
-	CodeGrantNotYetValid             = "GRANT_NOT_YET_VALID"
-	CodeGrantExpired                 = "GRANT_EXPIRED"
-	CodeTestGrantForLiveAction       = "TEST_GRANT_FOR_LIVE_ACTION"
-	CodeExternalSpendExceedsGrant    = "EXTERNAL_SPEND_EXCEEDS_GRANT"
-	CodeExternalActionsDisabled      = "EXTERNAL_ACTIONS_DISABLED"
-	CodeAutomaticApprovalForbidden   = "AUTOMATIC_APPROVAL_FORBIDDEN"
-	CodeLiveActionsForbidden         = "LIVE_ACTIONS_FORBIDDEN"
-	CodeProviderNotAllowed           = "PROVIDER_NOT_ALLOWED"
-	CodeCapabilityNotAllowed         = "CAPABILITY_NOT_ALLOWED"
-	CodeEnvironmentNotAllowed        = "ENVIRONMENT_NOT_ALLOWED"
-	CodeAuthenticationTooWeak        = "AUTHENTICATION_TOO_WEAK"
-	CodeExternalSpendExceedsPolicy   = "EXTERNAL_SPEND_EXCEEDS_POLICY"
-	CodeDisclosureUnavailable        = "PROTECTED_DISCLOSURE_UNAVAILABLE"
-	CodeDisclosureRefused            = "PROTECTED_DISCLOSURE_REFUSED"
-	CodeDisclosureMalformed          = "DISCLOSURE_MALFORMED"
-	CodeDisclosureBindingMismatch    = "DISCLOSURE_BINDING_MISMATCH"
-	CodeDisclosureReauthRequired     = "DISCLOSURE_REAUTHENTICATION_REQUIRED"
-	CodeDisclosureFieldMismatch      = "DISCLOSURE_FIELD_MISMATCH"
-	CodeCheckpointFailed             = "CHECKPOINT_FAILED"
-	CodeAdapterUnavailable           = "ADAPTER_UNAVAILABLE"
-	CodeProviderFailedBeforeDispatch = "PROVIDER_FAILED_BEFORE_DISPATCH"
-	CodeProviderRejected             = "PROVIDER_REJECTED"
-	CodeAdapterTimeout               = "ADAPTER_TIMEOUT"
-	CodeAdapterError                 = "ADAPTER_ERROR"
-	CodeDispatchInterrupted          = "DISPATCH_INTERRUPTED"
-	CodeMalformedAdapterResult       = "MALFORMED_ADAPTER_RESULT"
-	CodeProviderIndeterminate        = "PROVIDER_INDETERMINATE"
-	CodeReconcileUnavailable         = "RECONCILE_UNAVAILABLE"
-	CodeReconcileError               = "RECONCILE_ERROR"
-	CodeReconcileExhausted           = "RECONCILE_EXHAUSTED"
+	CodeAdmissionMalformed           Code = "ADMISSION_MALFORMED"
+	CodeAdmissionUnauthenticated     Code = "ADMISSION_UNAUTHENTICATED"
+	CodeAdmissionTenantNotPermitted  Code = "ADMISSION_TENANT_NOT_PERMITTED"
+	CodeAdmissionContextIncomplete   Code = "ADMISSION_CONTEXT_INCOMPLETE"
+	CodeAdmissionProviderUnknown     Code = "ADMISSION_PROVIDER_UNKNOWN"
+	CodeAdmissionProposalIDReused    Code = "ADMISSION_PROPOSAL_ID_REUSED"
+	CodeInternalMessageRejected      Code = "INTERNAL_MESSAGE_REJECTED"
+	CodeGroundingScopeMismatch       Code = "GROUNDING_SCOPE_MISMATCH"
+	CodeDiscriminatorMissing         Code = "GROUNDING_RESOURCE_DISCRIMINATOR_MISSING"
+	CodeDiscriminatorMismatch        Code = "GROUNDING_RESOURCE_DISCRIMINATOR_MISMATCH"
+	CodeDiscriminationAmbiguous      Code = "GROUNDING_RESOURCE_DISCRIMINATION_AMBIGUOUS"
+	CodeCandidatesUnbounded          Code = "GROUNDING_CANDIDATES_UNBOUNDED"
+	CodeProjectionUnavailable        Code = "PROJECTION_UNAVAILABLE"
+	CodeGroundingSourceUnavailable   Code = "GROUNDING_SOURCE_UNAVAILABLE"
+	CodeApprovalRequired             Code = "APPROVAL_REQUIRED"
+	CodeGrantUnmatched               Code = "GRANT_UNMATCHED"
+	CodeApprovalTimedOut             Code = "APPROVAL_TIMED_OUT"
+	CodeApprovalDeclined             Code = "APPROVAL_DECLINED"
+	CodeGrantLifetimeExceeded        Code = "GRANT_LIFETIME_EXCEEDED"
+	CodeGrantMalformed               Code = "GRANT_MALFORMED"
+	CodeGrantBindingMismatch         Code = "GRANT_BINDING_MISMATCH"
+	CodeGrantIntegrityMismatch       Code = "GRANT_INTEGRITY_MISMATCH"
+	CodeGrantNotYetValid             Code = "GRANT_NOT_YET_VALID"
+	CodeGrantExpired                 Code = "GRANT_EXPIRED"
+	CodeTestGrantForLiveAction       Code = "TEST_GRANT_FOR_LIVE_ACTION"
+	CodeExternalSpendExceedsGrant    Code = "EXTERNAL_SPEND_EXCEEDS_GRANT"
+	CodeExternalActionsDisabled      Code = "EXTERNAL_ACTIONS_DISABLED"
+	CodeAutomaticApprovalForbidden   Code = "AUTOMATIC_APPROVAL_FORBIDDEN"
+	CodeLiveActionsForbidden         Code = "LIVE_ACTIONS_FORBIDDEN"
+	CodeProviderNotAllowed           Code = "PROVIDER_NOT_ALLOWED"
+	CodeCapabilityNotAllowed         Code = "CAPABILITY_NOT_ALLOWED"
+	CodeEnvironmentNotAllowed        Code = "ENVIRONMENT_NOT_ALLOWED"
+	CodeAuthenticationTooWeak        Code = "AUTHENTICATION_TOO_WEAK"
+	CodeExternalSpendExceedsPolicy   Code = "EXTERNAL_SPEND_EXCEEDS_POLICY"
+	CodeDisclosureUnavailable        Code = "PROTECTED_DISCLOSURE_UNAVAILABLE"
+	CodeDisclosureRefused            Code = "PROTECTED_DISCLOSURE_REFUSED"
+	CodeDisclosureMalformed          Code = "DISCLOSURE_MALFORMED"
+	CodeDisclosureBindingMismatch    Code = "DISCLOSURE_BINDING_MISMATCH"
+	CodeDisclosureReauthRequired     Code = "DISCLOSURE_REAUTHENTICATION_REQUIRED"
+	CodeDisclosureFieldMismatch      Code = "DISCLOSURE_FIELD_MISMATCH"
+	CodeCheckpointFailed             Code = "CHECKPOINT_FAILED"
+	CodeAdapterUnavailable           Code = "ADAPTER_UNAVAILABLE"
+	CodeProviderFailedBeforeDispatch Code = "PROVIDER_FAILED_BEFORE_DISPATCH"
+	CodeProviderRejected             Code = "PROVIDER_REJECTED"
+	CodeAdapterTimeout               Code = "ADAPTER_TIMEOUT"
+	CodeAdapterError                 Code = "ADAPTER_ERROR"
+	CodeDispatchInterrupted          Code = "DISPATCH_INTERRUPTED"
+	CodeMalformedAdapterResult       Code = "MALFORMED_ADAPTER_RESULT"
+	CodeProviderIndeterminate        Code = "PROVIDER_INDETERMINATE"
+	CodeReconcileUnavailable         Code = "RECONCILE_UNAVAILABLE"
+	CodeReconcileError               Code = "RECONCILE_ERROR"
+	CodeReconcileExhausted           Code = "RECONCILE_EXHAUSTED"
 
 	// Codes added beyond SPEC §2.5, each for a failure that needed its own.
 
@@ -128,25 +166,27 @@ const (
 	// been contacted (dispatch emits it only when nothing was written for the
 	// fingerprint). Reconciliation emits it as an event only, for a trigger
 	// it cannot read.
-	CodeProcessingFailed = "PROCESSING_FAILED"
+	CodeProcessingFailed Code = "PROCESSING_FAILED"
 	// CodeOperatorResolved records an operator's settlement of an
 	// indeterminate effect (`processor reconcile resolve`): an incident event
 	// and the settling receipt's error_code, never an outcome incident.
-	CodeOperatorResolved = "OPERATOR_RESOLVED"
+	CodeOperatorResolved Code = "OPERATOR_RESOLVED"
 )
 
 // CodeInfo is one row of the closed code table: a code in a phase, the
 // outcome kind it produces (empty for event-only codes) and its boundary.
 type CodeInfo struct {
-	Phase    string
-	Code     string
-	Kind     string
-	Boundary string
+	Phase    Phase
+	Code     Code
+	Kind     Kind // "" for event-only codes
+	Boundary Boundary
 }
 
-// Codes is the closed code table of SPEC §2.5 plus the additions above.
-// A code may appear in more than one phase.
-var Codes = []CodeInfo{
+// Codes returns the closed code table of SPEC §2.5 plus the additions
+// above (a new slice each call). A code may appear in more than one phase.
+func Codes() []CodeInfo { return append([]CodeInfo(nil), codes...) }
+
+var codes = []CodeInfo{
 	{PhaseAdmission, CodeAdmissionMalformed, KindIntegrationFailure, BoundaryNotInvoked},
 	// A message that fails authentication gets only an event: nothing
 	// proves which host sent it (SPEC §2.7).
@@ -223,23 +263,39 @@ var Codes = []CodeInfo{
 	{PhaseReconciliation, CodeInternalMessageRejected, "", BoundaryNotInvoked},
 }
 
-var codeIndex = func() map[[2]string]CodeInfo {
-	m := make(map[[2]string]CodeInfo, len(Codes))
-	for _, c := range Codes {
-		m[[2]string{c.Phase, c.Code}] = c
+type phaseCode struct {
+	phase Phase
+	code  Code
+}
+
+var codeIndex = func() map[phaseCode]CodeInfo {
+	m := make(map[phaseCode]CodeInfo, len(codes))
+	for _, c := range codes {
+		m[phaseCode{c.Phase, c.Code}] = c
 	}
 	return m
 }()
 
 // LookupCode returns the table row for a code in a phase.
-func LookupCode(phase, code string) (CodeInfo, bool) {
-	c, ok := codeIndex[[2]string{phase, code}]
+func LookupCode(phase Phase, code Code) (CodeInfo, bool) {
+	c, ok := codeIndex[phaseCode{phase, code}]
 	return c, ok
 }
 
-// IsPhase reports whether p is one of the closed phases.
-func IsPhase(p string) bool {
-	for _, q := range Phases {
+// PhaseOf is the phase in which a code appears when that is unique among
+// prefer (for a denial code: authorization or disclosure); "" if none.
+func PhaseOf(code Code, prefer ...Phase) Phase {
+	for _, p := range prefer {
+		if _, ok := LookupCode(p, code); ok {
+			return p
+		}
+	}
+	return ""
+}
+
+// Valid reports whether p is one of the closed phases.
+func (p Phase) Valid() bool {
+	for _, q := range Phases() {
 		if p == q {
 			return true
 		}

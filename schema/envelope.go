@@ -39,7 +39,7 @@ type PolicyEvaluation struct {
 	Layer string `json:"layer"`
 	// Outcome is "pass" or "deny".
 	Outcome    string `json:"outcome"`
-	ReasonCode string `json:"reason_code,omitempty"`
+	ReasonCode Code   `json:"reason_code,omitempty"`
 }
 
 // Policy evaluation outcomes.

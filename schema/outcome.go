@@ -28,18 +28,18 @@ type ProposalRef struct {
 type Outcome struct {
 	// Host addresses the outcome (the subject's <h> token); it is not part
 	// of the message body.
-	Host        string     `json:"-"`
-	Schema      string     `json:"schema"`
-	ProposalID  string     `json:"proposal_id"`
-	Kind        string     `json:"kind"`
-	Terminal    bool       `json:"terminal"`
-	EffectTruth string     `json:"effect_truth"`
-	Incidents   []Incident `json:"incidents"`
-	Fingerprint *string    `json:"fingerprint"`
-	Referent    *string    `json:"referent"`
-	Receipt     *Receipt   `json:"receipt"`
-	Approval    *Approval  `json:"approval"`
-	AtMs        int64      `json:"at_ms"`
+	Host        string      `json:"-"`
+	Schema      string      `json:"schema"`
+	ProposalID  string      `json:"proposal_id"`
+	Kind        Kind        `json:"kind"`
+	Terminal    bool        `json:"terminal"`
+	EffectTruth EffectTruth `json:"effect_truth"`
+	Incidents   []Incident  `json:"incidents"`
+	Fingerprint *string     `json:"fingerprint"`
+	Referent    *string     `json:"referent"`
+	Receipt     *Receipt    `json:"receipt"`
+	Approval    *Approval   `json:"approval"`
+	AtMs        int64       `json:"at_ms"`
 }
 
 // Approval tells a frontend what to ask its user before sending a grant.
@@ -52,8 +52,7 @@ type Approval struct {
 
 // NewOutcome builds an outcome of a kind with the kind's effect truth and
 // terminality. Incidents is never nil so it encodes as [].
-func NewOutcome(to ProposalRef, kind string, atMs int64, incidents ...Incident) Outcome {
-	info := Kinds[kind]
+func NewOutcome(to ProposalRef, kind Kind, atMs int64, incidents ...Incident) Outcome {
 	if incidents == nil {
 		incidents = []Incident{}
 	}
@@ -62,8 +61,8 @@ func NewOutcome(to ProposalRef, kind string, atMs int64, incidents ...Incident) 
 		Schema:      SchemaOutcome,
 		ProposalID:  to.ProposalID,
 		Kind:        kind,
-		Terminal:    info.Terminal,
-		EffectTruth: info.EffectTruth,
+		Terminal:    kind.Terminal(),
+		EffectTruth: kind.EffectTruth(),
 		Incidents:   incidents,
 		AtMs:        atMs,
 	}

@@ -5,24 +5,32 @@ import (
 	"strings"
 )
 
-// Receipt statuses (SPEC §3 Dispatch).
+// Status is a receipt status (SPEC §3 Dispatch).
+type Status string
+
+// Receipt statuses.
 const (
-	StatusConfirmed              = "confirmed"
-	StatusAcknowledged           = "acknowledged"
-	StatusDenied                 = "denied"
-	StatusFailedBeforeDispatch   = "failed_before_dispatch"
-	StatusRejected               = "rejected"
-	StatusReconciliationRequired = "reconciliation_required"
+	StatusConfirmed              Status = "confirmed"
+	StatusAcknowledged           Status = "acknowledged"
+	StatusDenied                 Status = "denied"
+	StatusFailedBeforeDispatch   Status = "failed_before_dispatch"
+	StatusRejected               Status = "rejected"
+	StatusReconciliationRequired Status = "reconciliation_required"
 )
 
-// ReceiptStatuses is the closed set of receipt statuses.
-var ReceiptStatuses = []string{StatusConfirmed, StatusAcknowledged, StatusDenied, StatusFailedBeforeDispatch, StatusRejected, StatusReconciliationRequired}
+// Statuses lists every receipt status (a new slice each call).
+func Statuses() []Status {
+	return []Status{StatusConfirmed, StatusAcknowledged, StatusDenied, StatusFailedBeforeDispatch, StatusRejected, StatusReconciliationRequired}
+}
 
-// Next actions a receipt asks for.
+// NextAction is what a receipt asks for next.
+type NextAction string
+
+// Next actions.
 const (
-	NextNone      = "none"
-	NextVerify    = "verify"
-	NextReconcile = "reconcile"
+	NextNone      NextAction = "none"
+	NextVerify    NextAction = "verify"
+	NextReconcile NextAction = "reconcile"
 )
 
 // Receipt is the value-free record of what happened to one fingerprint. A
@@ -37,9 +45,9 @@ type Receipt struct {
 	Operation         string               `json:"operation"`
 	Environment       string               `json:"environment"`
 	Adapter           string               `json:"adapter"`
-	Status            string               `json:"status"`
+	Status            Status               `json:"status"`
 	DispatchAttempted bool                 `json:"dispatch_attempted"`
-	NextAction        string               `json:"next_action"`
+	NextAction        NextAction           `json:"next_action"`
 	ProviderActionID  string               `json:"provider_action_id"`
 	EvidenceRefs      []string             `json:"evidence_refs"`
 	ErrorCode         string               `json:"error_code"`
@@ -80,7 +88,7 @@ func ValidEvidenceRef(s string) bool {
 }
 
 // OutcomeKind maps a receipt to the outcome kind it reports.
-func (r *Receipt) OutcomeKind() string {
+func (r *Receipt) OutcomeKind() Kind {
 	switch r.Status {
 	case StatusConfirmed:
 		return KindConfirmed

@@ -51,7 +51,7 @@ type RunnerConfig struct {
 	// carry a valid seal; one that does not is terminated unread with the
 	// INTERNAL_MESSAGE_REJECTED event of Phase.
 	Internal bool
-	Phase    string
+	Phase    schema.Phase
 	// Workers handle messages concurrently. Default 4.
 	Workers int
 	// AckWait is the server's redelivery timer (and how long a message a
@@ -381,7 +381,7 @@ func (r *Runner) publish(ctx context.Context, in *Input, res Result) error {
 	now := NowMs(r.deps.Clock)
 	firstEvent := len(msgs)
 	for i, inc := range events {
-		add(r.deps.Subjects.Incident(inc.Phase), schema.MustMarshal(inc.Event(now)), base+"/e"+strconv.Itoa(i), nil)
+		add(r.deps.Subjects.Incident(string(inc.Phase)), schema.MustMarshal(inc.Event(now)), base+"/e"+strconv.Itoa(i), nil)
 	}
 	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
 	for _, m := range msgs {
@@ -401,10 +401,10 @@ func (r *Runner) publish(ctx context.Context, in *Input, res Result) error {
 				// Published before (a redelivery): counted then.
 			case i >= firstEvent:
 				inc := events[i-firstEvent]
-				r.deps.Metrics.Incidents.WithLabelValues(inc.Phase, inc.Code).Inc()
+				r.deps.Metrics.Incidents.WithLabelValues(string(inc.Phase), string(inc.Code)).Inc()
 			case i >= firstOutcome && i < firstOutcome+len(res.Outcomes):
 				// Replayed outcomes repeat one counted before: not counted.
-				r.deps.Metrics.Outcomes.WithLabelValues(res.Outcomes[i-firstOutcome].Kind).Inc()
+				r.deps.Metrics.Outcomes.WithLabelValues(string(res.Outcomes[i-firstOutcome].Kind)).Inc()
 			}
 		case err := <-f.Err():
 			return fmt.Errorf("publish %s: %w", f.Msg().Subject, err)

@@ -143,7 +143,7 @@ func (r *rig) waitPendingAcks(t *testing.T, want int) {
 	}
 }
 
-func failure(pid, code string) schema.Outcome {
+func failure(pid string, code schema.Code) schema.Outcome {
 	return schema.FailureOutcome(schema.ProposalRef{Host: testenv.HostName, ProposalID: pid}, schema.NewIncident(schema.PhaseGrounding, code), 1)
 }
 
@@ -173,10 +173,10 @@ func TestRunnerPublishesRecordsAndAcks(t *testing.T) {
 	if got := testutil.ToFloat64(r.metrics.StageMessages.WithLabelValues(subjects.StageGrounding, metrics.ResultForwarded)); got != 1 {
 		t.Errorf("forwarded = %v", got)
 	}
-	if got := testutil.ToFloat64(r.metrics.Incidents.WithLabelValues(schema.PhaseGrounding, schema.CodeDiscriminatorMissing)); got != 1 {
+	if got := testutil.ToFloat64(r.metrics.Incidents.WithLabelValues(string(schema.PhaseGrounding), string(schema.CodeDiscriminatorMissing))); got != 1 {
 		t.Errorf("incidents = %v", got)
 	}
-	if got := testutil.ToFloat64(r.metrics.Outcomes.WithLabelValues(schema.KindNeedsClarification)); got != 1 {
+	if got := testutil.ToFloat64(r.metrics.Outcomes.WithLabelValues(string(schema.KindNeedsClarification))); got != 1 {
 		t.Errorf("outcomes = %v", got)
 	}
 }
@@ -208,10 +208,10 @@ func TestRunnerRepublishIsDeduplicated(t *testing.T) {
 			t.Errorf("%s holds %d messages, want %d", stream, n, want)
 		}
 	}
-	if got := testutil.ToFloat64(r.metrics.Incidents.WithLabelValues(schema.PhaseGrounding, schema.CodeDiscriminatorMismatch)); got != 1 {
+	if got := testutil.ToFloat64(r.metrics.Incidents.WithLabelValues(string(schema.PhaseGrounding), string(schema.CodeDiscriminatorMismatch))); got != 1 {
 		t.Errorf("a republished incident was counted again: %v", got)
 	}
-	if got := testutil.ToFloat64(r.metrics.Outcomes.WithLabelValues(schema.KindNeedsClarification)); got != 1 {
+	if got := testutil.ToFloat64(r.metrics.Outcomes.WithLabelValues(string(schema.KindNeedsClarification))); got != 1 {
 		t.Errorf("a republished outcome was counted again: %v", got)
 	}
 }
@@ -232,7 +232,7 @@ func TestRunnerDoesNotCountReplayedOutcomes(t *testing.T) {
 	r.rec.Wait(t, "first", testenv.Terminal)
 	r.rec.Wait(t, "again", testenv.Terminal)
 	r.waitPendingAcks(t, 0)
-	if got := testutil.ToFloat64(r.metrics.Outcomes.WithLabelValues(schema.KindNeedsClarification)); got != 1 {
+	if got := testutil.ToFloat64(r.metrics.Outcomes.WithLabelValues(string(schema.KindNeedsClarification))); got != 1 {
 		t.Errorf("outcomes = %v, want 1 (the replay not counted)", got)
 	}
 }
@@ -446,7 +446,7 @@ func TestRunnerRejectsUnsealedInternalMessages(t *testing.T) {
 	}
 }
 
-func countEvents(rec *testenv.Recorder, code string) int {
+func countEvents(rec *testenv.Recorder, code schema.Code) int {
 	n := 0
 	for _, e := range rec.Events() {
 		if e.Code == code {

@@ -64,7 +64,7 @@ func Record(t testing.TB, nc *nats.Conn, s subjects.Subjects) *Recorder {
 			t.Errorf("incident event does not decode strictly: %v: %s", err, m.Data)
 			return
 		}
-		if m.Subject != s.Incident(e.Phase) {
+		if m.Subject != s.Incident(string(e.Phase)) {
 			t.Errorf("incident of phase %s published on %s", e.Phase, m.Subject)
 		}
 		r.events = append(r.events, e)
@@ -99,7 +99,7 @@ func Terminal(outs []schema.Outcome) bool {
 }
 
 // Kind is met once an outcome of that kind arrived.
-func Kind(kind string) Cond {
+func Kind(kind schema.Kind) Cond {
 	return func(outs []schema.Outcome) bool {
 		for _, o := range outs {
 			if o.Kind == kind {
@@ -184,7 +184,7 @@ func (r *Recorder) Events() []schema.IncidentEvent {
 }
 
 // WaitEvent blocks until an incident event with that phase and code arrived.
-func (r *Recorder) WaitEvent(t testing.TB, phase, code string) schema.IncidentEvent {
+func (r *Recorder) WaitEvent(t testing.TB, phase schema.Phase, code schema.Code) schema.IncidentEvent {
 	t.Helper()
 	deadline := time.Now().Add(WaitTimeout)
 	for {

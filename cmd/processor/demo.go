@@ -419,7 +419,7 @@ func fingerprintOf(p map[string]any, referent string) (string, error) {
 func (d *demo) wait(pid string, n int) (schema.Outcome, error) { return d.outs.wait(pid, n, demoWait) }
 
 // expect waits for the n-th outcome and checks its kind (and first code).
-func (d *demo) expect(pid string, n int, kind, code string) (schema.Outcome, error) {
+func (d *demo) expect(pid string, n int, kind schema.Kind, code schema.Code) (schema.Outcome, error) {
 	o, err := d.wait(pid, n)
 	if err != nil {
 		return o, err
@@ -433,7 +433,7 @@ func (d *demo) expect(pid string, n int, kind, code string) (schema.Outcome, err
 func codes(o schema.Outcome) []string {
 	var out []string
 	for _, i := range o.Incidents {
-		out = append(out, i.Code)
+		out = append(out, string(i.Code))
 	}
 	return out
 }
@@ -494,8 +494,10 @@ func (d *demo) lumber() error {
 	d.section("1. Grounding failure matrix (seed 000): \"lumber: cedar-8ft-gradea\"")
 	subject := "lumber: cedar-8ft-gradea"
 	cases := []struct {
-		pid, kind, code string
-		p               map[string]any
+		pid  string
+		kind schema.Kind
+		code schema.Code
+		p    map[string]any
 	}{
 		{"lumber-wrong-scope", schema.KindDenied, schema.CodeGroundingScopeMismatch,
 			lumberProposal("lumber-wrong-scope", "policy-scope:inventory", []any{candidate("one", map[string]any{"resource": subject})})},
@@ -738,7 +740,7 @@ func (d *demo) checkActivity(fp string) error {
 		e, err := bucket.Get(ctx, strings.TrimPrefix(fp, "sha256:"))
 		if err == nil {
 			raw = e.Value()
-			if schema.Decode(raw, &snap) == nil && snap.Status == schema.StatusConfirmed {
+			if schema.Decode(raw, &snap) == nil && snap.Status == string(schema.StatusConfirmed) {
 				break
 			}
 		}

@@ -139,8 +139,8 @@ func TestFingerprintRefusals(t *testing.T) {
 		stdin []byte
 		args  []string
 		exit  int
-		kind  string // outcome kind printed, "" none
-		code  string // incident code printed
+		kind  schema.Kind // outcome kind printed, "" none
+		code  schema.Code // incident code printed
 	}{
 		{"ambiguous", ground(func(g map[string]any) {
 			g["candidates"] = []any{cand("a", "Lumber: Cedar-8ft-GradeA"), cand("b", "LUMBER: CEDAR-8FT-GRADEA")}

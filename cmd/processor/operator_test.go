@@ -28,7 +28,7 @@ func signedLumber(t *testing.T, env *testenv.Env, clock stages.Clock, pid string
 	return testenv.FingerprintOf(t, m, "sku-1001")
 }
 
-func lastKind(kind string) testenv.Cond {
+func lastKind(kind schema.Kind) testenv.Cond {
 	return func(outs []schema.Outcome) bool { return outs[len(outs)-1].Kind == kind }
 }
 
@@ -108,10 +108,10 @@ func TestOperatorCommands(t *testing.T) {
 			stdout: []string{"resolved " + fpA, "effect present → CONFIRMED", "ticket:OPS-9", "prop-a", "operator   " + testenv.OperatorName},
 			after: func(t *testing.T, _ string) {
 				o := env.Recorder.Wait(t, "prop-a", lastKind(schema.KindConfirmed))
-				if o.Receipt.ErrorCode != schema.CodeOperatorResolved || !o.Terminal || o.Receipt.Reconciliation.Operator != testenv.OperatorName {
+				if o.Receipt.ErrorCode != string(schema.CodeOperatorResolved) || !o.Terminal || o.Receipt.Reconciliation.Operator != testenv.OperatorName {
 					t.Errorf("operator outcome = %+v", o)
 				}
-				waitActivity(t, env, fpA, func(a *schema.Activity) bool { return a.Status == schema.StatusConfirmed })
+				waitActivity(t, env, fpA, func(a *schema.Activity) bool { return a.Status == string(schema.StatusConfirmed) })
 			}},
 		{name: "receipts after resolve", args: []string{"receipts", "get", fpA, "--url", url}, stdout: []string{"settled by the operator " + testenv.OperatorName}},
 		{name: "activity after resolve", args: []string{"activity", "get", fpA, "--url", url}, stdout: []string{`"resolved_by": "` + testenv.OperatorName + `"`, `"operator": "` + testenv.OperatorName + `"`}},

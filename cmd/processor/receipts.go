@@ -50,7 +50,7 @@ func cmdReceipts(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 }
 
 func writeReceipts(w io.Writer, r *admin.Receipts) {
-	state := r.OutcomeKind
+	state := string(r.OutcomeKind)
 	if r.Terminal {
 		state += " (terminal)"
 	}

@@ -104,7 +104,7 @@ type Receipts struct {
 	Fingerprint string               `json:"fingerprint"`
 	Referent    string               `json:"referent"`
 	Proposals   []schema.ProposalRef `json:"proposals"`
-	OutcomeKind string               `json:"outcome_kind"`
+	OutcomeKind schema.Kind          `json:"outcome_kind"`
 	Terminal    bool                 `json:"terminal"`
 	Resolution  string               `json:"resolution"`
 	Receipts    []schema.Receipt     `json:"receipts"`
@@ -142,7 +142,7 @@ type ResolveRequest struct {
 // proposal on `<prefix>.outcomes.<h>.<proposal_id>` moments later.
 type Resolved struct {
 	Fingerprint string               `json:"fingerprint"`
-	OutcomeKind string               `json:"outcome_kind"`
+	OutcomeKind schema.Kind          `json:"outcome_kind"`
 	Receipt     schema.Receipt       `json:"receipt"`
 	Proposals   []schema.ProposalRef `json:"proposals"`
 }

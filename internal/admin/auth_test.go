@@ -201,7 +201,7 @@ func TestResolutionNamesOperator(t *testing.T) {
 	if o.Receipt.Reconciliation == nil || o.Receipt.Reconciliation.Operator != testenv.OperatorName {
 		t.Errorf("outcome receipt = %+v", o.Receipt.Reconciliation)
 	}
-	a := activity(t, env, fp, func(a *schema.Activity) bool { return a.Status == schema.StatusConfirmed })
+	a := activity(t, env, fp, func(a *schema.Activity) bool { return a.Status == string(schema.StatusConfirmed) })
 	if a.Reconciliation == nil || a.Reconciliation.ResolvedBy != testenv.OperatorName {
 		t.Errorf("activity reconciliation = %+v", a.Reconciliation)
 	}
@@ -258,7 +258,7 @@ func TestDevAcceptsUnsigned(t *testing.T) {
 	if res.Receipt.Reconciliation.Operator != "" || bytes.Contains(schema.MustMarshal(res.Receipt), []byte(`"operator"`)) {
 		t.Errorf("an unsigned resolution names an operator: %+v", res.Receipt.Reconciliation)
 	}
-	a := activity(t, env, fp, func(a *schema.Activity) bool { return a.Status == schema.StatusRejected })
+	a := activity(t, env, fp, func(a *schema.Activity) bool { return a.Status == string(schema.StatusRejected) })
 	if a.Reconciliation == nil || a.Reconciliation.Resolution != "operator" || a.Reconciliation.ResolvedBy != "" {
 		t.Errorf("activity reconciliation = %+v", a.Reconciliation)
 	}

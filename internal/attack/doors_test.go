@@ -256,7 +256,7 @@ func TestForgedInternalMessageIsRejected(t *testing.T) {
 	env.PublishSigned(t, grantedA(t, "forged-sync", 6, time.Now()), env.Host)
 	env.Recorder.Wait(t, "forged-sync", testenv.Terminal)
 	h := settled(t, env)
-	for _, phase := range []string{schema.PhaseDispatch, schema.PhaseAuthorization, schema.PhaseGrounding} {
+	for _, phase := range []schema.Phase{schema.PhaseDispatch, schema.PhaseAuthorization, schema.PhaseGrounding} {
 		if n := h.count(pc(phase, schema.CodeInternalMessageRejected)); n != 1 {
 			t.Errorf("%s INTERNAL_MESSAGE_REJECTED events = %d, want 1", phase, n)
 		}

@@ -58,14 +58,13 @@ func keyOf(t *testing.T, p map[string]any) string {
 // checkOutcome fails unless o is of kind with exactly the incidents given
 // (phase/code, boundary not_invoked), with the kind's effect truth and
 // terminality.
-func checkOutcome(t *testing.T, o schema.Outcome, kind string, incidents ...[2]string) {
+func checkOutcome(t *testing.T, o schema.Outcome, kind schema.Kind, incidents ...[2]string) {
 	t.Helper()
-	info := schema.Kinds[kind]
 	var want []schema.Incident
 	for _, pc := range incidents {
-		want = append(want, schema.Incident{Phase: pc[0], Code: pc[1], DispatchBoundary: schema.BoundaryNotInvoked})
+		want = append(want, schema.Incident{Phase: schema.Phase(pc[0]), Code: schema.Code(pc[1]), DispatchBoundary: schema.BoundaryNotInvoked})
 	}
-	if o.Kind != kind || o.EffectTruth != info.EffectTruth || o.Terminal != info.Terminal || !slices.Equal(o.Incidents, want) || o.AtMs == 0 {
+	if o.Kind != kind || o.EffectTruth != kind.EffectTruth() || o.Terminal != kind.Terminal() || !slices.Equal(o.Incidents, want) || o.AtMs == 0 {
 		t.Fatalf("%s/%s: outcome %+v, want %s with incidents %v", o.Host, o.ProposalID, o, kind, want)
 	}
 }
@@ -82,7 +81,9 @@ func confirmed(t *testing.T, o schema.Outcome, fp string) string {
 	return o.Receipt.ReceiptID
 }
 
-func pc(phase, code string) [2]string { return [2]string{phase, code} }
+func pc(phase schema.Phase, code schema.Code) [2]string {
+	return [2]string{string(phase), string(code)}
+}
 
 // Incidents a test expects, by phase and code.
 var (
@@ -104,7 +105,7 @@ func waitEvents(t *testing.T, env *testenv.Env, code [2]string, n int) {
 	for {
 		got := 0
 		for _, e := range env.Recorder.Events() {
-			if e.Phase == code[0] && e.Code == code[1] {
+			if string(e.Phase) == code[0] && string(e.Code) == code[1] {
 				got++
 			}
 		}
@@ -232,7 +233,7 @@ func (h history) on(env *testenv.Env, host, id string) []schema.Outcome {
 func (h history) count(code [2]string) int {
 	n := 0
 	for _, e := range h.events {
-		if e.Phase == code[0] && e.Code == code[1] {
+		if string(e.Phase) == code[0] && string(e.Code) == code[1] {
 			n++
 		}
 	}
@@ -243,7 +244,7 @@ func (h history) count(code [2]string) int {
 func (h history) codes() map[string]int {
 	m := map[string]int{}
 	for _, e := range h.events {
-		m[e.Phase+"/"+e.Code]++
+		m[string(e.Phase)+"/"+string(e.Code)]++
 	}
 	return m
 }

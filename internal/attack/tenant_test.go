@@ -102,7 +102,7 @@ func TestManagedPolicyCannotBeEscaped(t *testing.T) {
 	const escape = "security-domain:not-other"
 	cases := []struct {
 		p     map[string]any
-		kind  string
+		kind  schema.Kind
 		code  [2]string
 		bound bool // the outcome carries the fingerprint
 	}{

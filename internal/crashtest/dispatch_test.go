@@ -67,10 +67,10 @@ func killedAt(t *testing.T, p *testenv.Process) {
 func TestDispatchBoundaries(t *testing.T) {
 	cases := []struct {
 		point     string
-		delivered int    // times the provider received it
-		kind      string // dispatch's outcome after the restart
-		code      string // its incident, if any
-		final     string // the outcome once reconciliation settled it
+		delivered int         // times the provider received it
+		kind      schema.Kind // dispatch's outcome after the restart
+		code      schema.Code // its incident, if any
+		final     schema.Kind // the outcome once reconciliation settled it
 	}{
 		{fault.DispatchBeforeInFlight, 1, schema.KindConfirmed, "", schema.KindConfirmed},
 		{fault.DispatchAfterInFlight, 0, schema.KindReconciliationRequired, schema.CodeDispatchInterrupted, schema.KindFailedBeforeDispatch},

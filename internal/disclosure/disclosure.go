@@ -29,15 +29,15 @@ import (
 // schema.CodeDisclosure… / CodeDisclosureUnavailable codes). Its text is the
 // code: it never carries a value.
 type Error struct {
-	Code string
+	Code schema.Code
 }
 
-func (e *Error) Error() string { return e.Code }
+func (e *Error) Error() string { return string(e.Code) }
 
-func fail(code string) error { return &Error{Code: code} }
+func fail(code schema.Code) error { return &Error{Code: code} }
 
 // Code returns the disclosure code of err, if it is (or wraps) an *Error.
-func Code(err error) (string, bool) {
+func Code(err error) (schema.Code, bool) {
 	var e *Error
 	if errors.As(err, &e) {
 		return e.Code, true

@@ -44,7 +44,7 @@ func FuzzEvaluate(f *testing.F) {
 		d, err := disclosure.Evaluate(&req, data)
 		if err != nil {
 			code, ok := disclosure.Code(err)
-			if !ok || err.Error() != code {
+			if !ok || err.Error() != string(code) {
 				t.Fatalf("not a bare code: %v", err)
 			}
 			if info, ok := schema.LookupCode(schema.PhaseDisclosure, code); !ok || info.Kind != schema.KindDenied || code == schema.CodeDisclosureUnavailable {

@@ -57,7 +57,7 @@ func TestPrivacy(t *testing.T) {
 		"refused, bad reason": []byte(`{"refused":true,"reason_code":"` + planted + ` !"}`),
 		"syntax":              []byte(`{"` + planted + `":"` + planted),
 	}
-	seen := map[string]bool{}
+	seen := map[schema.Code]bool{}
 	for what, body := range bodies {
 		d, err := disclosure.Evaluate(&req, body)
 		if err == nil {
@@ -69,7 +69,7 @@ func TestPrivacy(t *testing.T) {
 			noPlanted(t, what, text)
 		}
 	}
-	for _, code := range []string{schema.CodeDisclosureMalformed, schema.CodeDisclosureBindingMismatch, schema.CodeDisclosureReauthRequired,
+	for _, code := range []schema.Code{schema.CodeDisclosureMalformed, schema.CodeDisclosureBindingMismatch, schema.CodeDisclosureReauthRequired,
 		schema.CodeDisclosureFieldMismatch, schema.CodeDisclosureRefused} {
 		if !seen[code] {
 			t.Errorf("failure %s not exercised", code)

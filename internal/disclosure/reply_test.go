@@ -96,18 +96,18 @@ func codeOf(err error) string {
 		return "ok"
 	}
 	if c, ok := disclosure.Code(err); ok {
-		return c
+		return string(c)
 	}
 	return "not a disclosure error: " + err.Error()
 }
 
 const (
 	ok        = "ok"
-	malformed = schema.CodeDisclosureMalformed
-	refused   = schema.CodeDisclosureRefused
-	mismatch  = schema.CodeDisclosureBindingMismatch
-	reauth    = schema.CodeDisclosureReauthRequired
-	fields    = schema.CodeDisclosureFieldMismatch
+	malformed = string(schema.CodeDisclosureMalformed)
+	refused   = string(schema.CodeDisclosureRefused)
+	mismatch  = string(schema.CodeDisclosureBindingMismatch)
+	reauth    = string(schema.CodeDisclosureReauthRequired)
+	fields    = string(schema.CodeDisclosureFieldMismatch)
 )
 
 func TestEvaluateValid(t *testing.T) {
@@ -282,7 +282,7 @@ func TestEvaluateCodes(t *testing.T) {
 				if !errors.As(err, &de) || d.Values != nil {
 					t.Fatal("failure returned values or no *Error")
 				}
-				if info, ok := schema.LookupCode(schema.PhaseDisclosure, c.want); !ok || info.Kind != schema.KindDenied {
+				if info, ok := schema.LookupCode(schema.PhaseDisclosure, schema.Code(c.want)); !ok || info.Kind != schema.KindDenied {
 					t.Fatalf("%s is not a DENIED disclosure code", c.want)
 				}
 			}

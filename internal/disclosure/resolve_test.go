@@ -80,7 +80,7 @@ func TestResolveFailures(t *testing.T) {
 	req := request(t)
 
 	// Nobody serves the subject.
-	if _, err := disclosure.Resolve(t.Context(), f.nc, f.subject, req, 5*time.Second); codeOf(err) != schema.CodeDisclosureUnavailable {
+	if _, err := disclosure.Resolve(t.Context(), f.nc, f.subject, req, 5*time.Second); codeOf(err) != string(schema.CodeDisclosureUnavailable) {
 		t.Fatalf("no responders: %v", err)
 	}
 
@@ -102,7 +102,7 @@ func TestResolveFailures(t *testing.T) {
 		}
 		return nil // silent: the client times out
 	})
-	cases := map[string]string{
+	cases := map[string]schema.Code{
 		"refuse":   schema.CodeDisclosureRefused,
 		"garbage":  schema.CodeDisclosureMalformed,
 		"weak":     schema.CodeDisclosureReauthRequired,
@@ -117,7 +117,7 @@ func TestResolveFailures(t *testing.T) {
 		if m == "silent" {
 			timeout = 300 * time.Millisecond
 		}
-		if _, err := disclosure.Resolve(t.Context(), f.nc, f.subject, req, timeout); codeOf(err) != want {
+		if _, err := disclosure.Resolve(t.Context(), f.nc, f.subject, req, timeout); codeOf(err) != string(want) {
 			t.Errorf("%s: got %s, want %s", m, codeOf(err), want)
 		}
 	}
@@ -178,7 +178,7 @@ func TestResolveInvalidRequest(t *testing.T) {
 func TestResolveClosedConnection(t *testing.T) {
 	f := newResolverFixture(t)
 	f.nc.Close()
-	if _, err := disclosure.Resolve(t.Context(), f.nc, f.subject, request(t), time.Second); codeOf(err) != schema.CodeDisclosureUnavailable {
+	if _, err := disclosure.Resolve(t.Context(), f.nc, f.subject, request(t), time.Second); codeOf(err) != string(schema.CodeDisclosureUnavailable) {
 		t.Fatalf("%v", err)
 	}
 }

@@ -249,7 +249,7 @@ func proposeAndConfirm(t *testing.T, url string, s subjects.Subjects, host, conn
 
 	subject := s.Outcome(testenv.HostName, "prop-1")
 	var confirmed *nats.Msg
-	var kinds []string
+	var kinds []schema.Kind
 	for confirmed == nil {
 		m, err := live.NextMsg(testenv.WaitTimeout)
 		if err != nil {

@@ -150,7 +150,7 @@ func TestOperationsMetrics(t *testing.T) {
 		t.Errorf("%d consumer ack pending series, want %d", n, len(subjects.Stages))
 	}
 	ackPending := func(stage string) float64 { return testutil.ToFloat64(m.ConsumerAckPending.WithLabelValues(stage)) }
-	confirmed := func() float64 { return testutil.ToFloat64(m.Outcomes.WithLabelValues(schema.KindConfirmed)) }
+	confirmed := func() float64 { return testutil.ToFloat64(m.Outcomes.WithLabelValues(string(schema.KindConfirmed))) }
 	if v := confirmed(); v != 0 {
 		t.Errorf("CONFIRMED outcomes = %v before any proposal", v)
 	}

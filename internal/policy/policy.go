@@ -53,14 +53,14 @@ func Layer(policyName string) string { return "managed_policy:" + policyName }
 // Decision is the verdict of one or more layers: the first failing code
 // ("" permits) and every layer's evaluation, in order.
 type Decision struct {
-	Code        string
+	Code        schema.Code
 	Evaluations []schema.PolicyEvaluation
 }
 
 // Permitted reports whether no layer denied.
 func (d Decision) Permitted() bool { return d.Code == "" }
 
-func evaluation(layer, code string) schema.PolicyEvaluation {
+func evaluation(layer string, code schema.Code) schema.PolicyEvaluation {
 	if code == "" {
 		return schema.PolicyEvaluation{Layer: layer, Outcome: schema.EvalPass}
 	}
@@ -116,7 +116,7 @@ func (r Rules) Screen(t Target) Decision {
 // a spend needs a same-currency ceiling at least the amount
 // (EXTERNAL_SPEND_EXCEEDS_GRANT). Authentication is the caller's: it
 // depends on how the grant arrived.
-func (r Rules) CheckGrant(g *schema.Grant, t Target, nowMs int64) string {
+func (r Rules) CheckGrant(g *schema.Grant, t Target, nowMs int64) schema.Code {
 	if !g.Valid() {
 		return schema.CodeGrantMalformed
 	}
@@ -140,7 +140,7 @@ func (r Rules) CheckGrant(g *schema.Grant, t Target, nowMs int64) string {
 
 // CheckWindow checks the grant's lifetime, then
 // issued_at_ms − ClockSkew ≤ now < expires_at_ms.
-func (r Rules) CheckWindow(g *schema.Grant, nowMs int64) string {
+func (r Rules) CheckWindow(g *schema.Grant, nowMs int64) schema.Code {
 	switch {
 	case r.MaxGrantLifetime > 0 && g.ExpiresAtMs-g.IssuedAtMs > r.MaxGrantLifetime.Milliseconds():
 		return schema.CodeGrantLifetimeExceeded
@@ -152,10 +152,10 @@ func (r Rules) CheckWindow(g *schema.Grant, nowMs int64) string {
 	return ""
 }
 
-// ManagedOrder is the order in which managed-policy restrictions apply
+// managedOrder is the order in which managed-policy restrictions apply
 // (seed 003): across all matching policies, an earlier rule's denial wins
 // over a later rule's, whatever the order of the blocks in the config.
-var ManagedOrder = []string{
+var managedOrder = []schema.Code{
 	schema.CodeExternalActionsDisabled,
 	schema.CodeAutomaticApprovalForbidden,
 	schema.CodeLiveActionsForbidden,
@@ -174,12 +174,12 @@ func Applies(p *config.ManagedPolicy, securityDomain string) bool {
 
 // Managed evaluates every managed policy that applies to t, each on its own
 // (one evaluation per policy, in config order), and returns the denial of
-// the earliest rule in ManagedOrder (the first such policy on a tie). With
+// the earliest rule in managedOrder (the first such policy on a tie). With
 // g nil, the rules about the grant (automatic approval, assurance) are
 // skipped: see Screen.
 func Managed(policies []config.ManagedPolicy, g *schema.Grant, t Target) Decision {
 	var d Decision
-	best := len(ManagedOrder)
+	best := len(managedOrder)
 	for i := range policies {
 		p := &policies[i]
 		if !Applies(p, t.SecurityDomain) {
@@ -190,7 +190,7 @@ func Managed(policies []config.ManagedPolicy, g *schema.Grant, t Target) Decisio
 		if code == "" {
 			continue
 		}
-		if rank := slices.Index(ManagedOrder, code); rank < best {
+		if rank := slices.Index(managedOrder, code); rank < best {
 			best, d.Code = rank, code
 		}
 	}
@@ -198,11 +198,11 @@ func Managed(policies []config.ManagedPolicy, g *schema.Grant, t Target) Decisio
 }
 
 // CheckManaged returns the first restriction of one managed policy that t
-// (with grant g, if any) fails, in ManagedOrder, or "". An absent key
+// (with grant g, if any) fails, in managedOrder, or "". An absent key
 // restricts nothing; a present list restricts to its members (an empty list
 // allows nothing); a spend map allows only the currencies it lists, each up
 // to its ceiling.
-func CheckManaged(p *config.ManagedPolicy, g *schema.Grant, t Target) string {
+func CheckManaged(p *config.ManagedPolicy, g *schema.Grant, t Target) schema.Code {
 	switch {
 	case p.Disabled:
 		return schema.CodeExternalActionsDisabled

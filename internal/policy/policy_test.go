@@ -44,7 +44,7 @@ func TestCheckGrant(t *testing.T) {
 	cases := []struct {
 		name string
 		edit edit
-		want string
+		want schema.Code
 	}{
 		{"seed grant", func(*schema.Grant, *Target, *int64) {}, ""},
 		{"no proposal id (inline)", func(g *schema.Grant, _ *Target, _ *int64) { g.ProposalID = "" }, ""},
@@ -143,7 +143,7 @@ func TestManagedPolicy(t *testing.T) {
 	cases := []struct {
 		name string
 		edit edit
-		want string
+		want schema.Code
 	}{
 		{"seed policy passes seed grant", func(*config.ManagedPolicy, *schema.Grant, *Target) {}, ""},
 		{"empty policy restricts nothing", func(p *config.ManagedPolicy, _ *schema.Grant, tg *Target) {
@@ -269,7 +269,7 @@ func TestManyPolicies(t *testing.T) {
 	pass := func(name string) schema.PolicyEvaluation {
 		return schema.PolicyEvaluation{Layer: "managed_policy:" + name, Outcome: schema.EvalPass}
 	}
-	deny := func(name, code string) schema.PolicyEvaluation {
+	deny := func(name string, code schema.Code) schema.PolicyEvaluation {
 		return schema.PolicyEvaluation{Layer: "managed_policy:" + name, Outcome: schema.EvalDeny, ReasonCode: code}
 	}
 	grantPass := schema.PolicyEvaluation{Layer: LayerGrant, Outcome: schema.EvalPass}

@@ -45,8 +45,8 @@ func TestRefusalsEndToEnd(t *testing.T) {
 		id     string
 		body   []byte
 		signer string // "host", "other", ""
-		kind   string
-		code   string
+		kind   schema.Kind
+		code   schema.Code
 	}{
 		{"prop-malformed", []byte(`{"proposal_id":"prop-malformed","schema":5}`), "host", schema.KindIntegrationFailure, schema.CodeAdmissionMalformed},
 		{"prop-dup", []byte(dup), "host", schema.KindIntegrationFailure, schema.CodeAdmissionMalformed},

@@ -55,7 +55,7 @@ func (v *Verdict) Ref() schema.ProposalRef {
 // Authenticated reports whether the message is attributed to a host.
 func (v *Verdict) Authenticated() bool { return v.Host != "" }
 
-func refuse(v Verdict, code string) Verdict {
+func refuse(v Verdict, code schema.Code) Verdict {
 	inc := schema.NewIncident(schema.PhaseAdmission, code)
 	v.Incident = &inc
 	return v

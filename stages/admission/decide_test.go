@@ -81,8 +81,8 @@ func TestDecide(t *testing.T) {
 		policy Policy
 		body   []byte
 		hdr    func([]byte) nats.Header
-		code   string // "" admitted
-		id     string // proposal id the verdict can name
+		code   schema.Code // "" admitted
+		id     string      // proposal id the verdict can name
 		dedupe bool
 		host   string // the subject's <h>; "" means frontdesk
 	}{
@@ -171,7 +171,7 @@ func TestDecide(t *testing.T) {
 				h = "frontdesk"
 			}
 			v := Decide(tc.policy, h, tc.body, hdr)
-			got := ""
+			var got schema.Code
 			if v.Incident != nil {
 				got = v.Incident.Code
 				if v.Incident.Phase != schema.PhaseAdmission || v.Incident.DispatchBoundary != schema.BoundaryNotInvoked {
@@ -245,7 +245,7 @@ func TestOffline(t *testing.T) {
 	cases := []struct {
 		name string
 		body []byte
-		code string
+		code schema.Code
 		id   string
 	}{
 		{"well formed, unsigned, unknown provider", []byte(lumber), "", "prop-1"},
@@ -256,7 +256,7 @@ func TestOffline(t *testing.T) {
 	}
 	for _, tc := range cases {
 		v := Offline(tc.body, 4096)
-		got := ""
+		var got schema.Code
 		if v.Incident != nil {
 			got = v.Incident.Code
 		}

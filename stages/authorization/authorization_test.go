@@ -168,13 +168,13 @@ func ids(es []schema.Envelope) []string {
 	return out
 }
 
-func incident(code string) schema.Incident {
+func incident(code schema.Code) schema.Incident {
 	return schema.Incident{Phase: schema.PhaseAuthorization, Code: code, DispatchBoundary: schema.BoundaryNotInvoked}
 }
 
 // denied waits for the proposal's terminal outcome and checks it is
 // DENIED with code, bound to the envelope's fingerprint and referent.
-func denied(t *testing.T, env *testenv.Env, e schema.Envelope, code string) {
+func denied(t *testing.T, env *testenv.Env, e schema.Envelope, code schema.Code) {
 	t.Helper()
 	o := env.Recorder.Wait(t, e.Proposal.ProposalID, testenv.Terminal)
 	if o.Kind != schema.KindDenied || o.EffectTruth != schema.TruthNotDispatched || len(o.Incidents) != 1 || o.Incidents[0] != incident(code) {
@@ -253,7 +253,7 @@ func activityOf(t *testing.T, env *testenv.Env, fp string, ok func(a *schema.Act
 	}
 }
 
-func countEvents(env *testenv.Env, code string) int {
+func countEvents(env *testenv.Env, code schema.Code) int {
 	n := 0
 	for _, e := range env.Recorder.Events() {
 		if e.Phase == schema.PhaseAuthorization && e.Code == code {
@@ -263,7 +263,7 @@ func countEvents(env *testenv.Env, code string) int {
 	return n
 }
 
-func waitEvents(t *testing.T, env *testenv.Env, code string, n int) {
+func waitEvents(t *testing.T, env *testenv.Env, code schema.Code, n int) {
 	t.Helper()
 	deadline := time.Now().Add(testenv.WaitTimeout)
 	for countEvents(env, code) < n {
@@ -287,7 +287,7 @@ func TestInlineGrants(t *testing.T) {
 		id    string
 		edit  func(m map[string]any) // the proposal
 		grant func(e *schema.Envelope, g map[string]any)
-		code  string // "" permitted
+		code  schema.Code // "" permitted
 	}
 	cases := []tc{
 		{"ok", nil, nil, ""},
@@ -573,7 +573,7 @@ func TestStandaloneGrantRefusals(t *testing.T) {
 	type tc struct {
 		id   string
 		send func(e schema.Envelope)
-		code string
+		code schema.Code
 	}
 	// An authenticated grant for the parked proposal ends it, with the
 	// grant's code (SPEC §2.2).
@@ -684,8 +684,8 @@ func TestStandaloneMessagesThatChangeNothing(t *testing.T) {
 	sends := []struct {
 		name  string
 		send  func()
-		phase string
-		code  string
+		phase schema.Phase
+		code  schema.Code
 	}{
 		{"another host's grant, on its own subject", func() { env.PublishGrant(t, g, env.OtherHost) }, schema.PhaseAuthorization, schema.CodeGrantUnmatched},
 		{"another host's key on this host's subject", func() {
@@ -707,7 +707,7 @@ func TestStandaloneMessagesThatChangeNothing(t *testing.T) {
 	seen := map[[2]string]int{}
 	for _, sd := range sends {
 		sd.send()
-		key := [2]string{sd.phase, sd.code}
+		key := [2]string{string(sd.phase), string(sd.code)}
 		seen[key]++
 		waitEventsIn(t, env, sd.phase, sd.code, seen[key])
 	}
@@ -723,7 +723,7 @@ func TestStandaloneMessagesThatChangeNothing(t *testing.T) {
 	pending(t, env, 0)
 }
 
-func waitEventsIn(t *testing.T, env *testenv.Env, phase, code string, n int) {
+func waitEventsIn(t *testing.T, env *testenv.Env, phase schema.Phase, code schema.Code, n int) {
 	t.Helper()
 	deadline := time.Now().Add(testenv.WaitTimeout)
 	for {
@@ -779,7 +779,7 @@ func TestUnmatchedGrants(t *testing.T) {
 		t.Errorf("%d unmatched events, want 6", n)
 	}
 	m := env.Processor().Metrics()
-	if got := testutil.ToFloat64(m.Incidents.WithLabelValues(schema.PhaseAuthorization, schema.CodeGrantUnmatched)); got != 6 {
+	if got := testutil.ToFloat64(m.Incidents.WithLabelValues(string(schema.PhaseAuthorization), string(schema.CodeGrantUnmatched))); got != 6 {
 		t.Errorf("actions_incidents_total{GRANT_UNMATCHED} = %v", got)
 	}
 	pending(t, env, 0)

@@ -55,7 +55,7 @@ const (
 type Verdict struct {
 	Decision string
 	// Code is the denial's closed code; APPROVAL_REQUIRED when parked.
-	Code string
+	Code schema.Code
 	// Evaluations are the policy layers' verdicts, in order (for the
 	// permit's hand-off and the activity record).
 	Evaluations []schema.PolicyEvaluation
@@ -65,7 +65,7 @@ type Verdict struct {
 	Event *schema.Incident
 }
 
-func keep(phase, code string) Verdict {
+func keep(phase schema.Phase, code schema.Code) Verdict {
 	inc := schema.NewIncident(phase, code)
 	return Verdict{Decision: Keep, Code: code, Event: &inc}
 }
@@ -78,7 +78,7 @@ func fromDecision(d policy.Decision, g *schema.Grant) Verdict {
 	return v
 }
 
-func denyGrant(code string, g *schema.Grant) Verdict {
+func denyGrant(code schema.Code, g *schema.Grant) Verdict {
 	return Verdict{
 		Decision:    Deny,
 		Code:        code,

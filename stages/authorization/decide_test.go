@@ -79,14 +79,14 @@ func TestDecideProposal(t *testing.T) {
 	pol := Policy{Rules: policy.Rules{Managed: []config.ManagedPolicy{seedPolicy}}, ApprovalTTL: 10 * time.Minute}
 	passGrant := schema.PolicyEvaluation{Layer: "grant", Outcome: schema.EvalPass}
 	passOrg := schema.PolicyEvaluation{Layer: "managed_policy:org", Outcome: schema.EvalPass}
-	deny := func(layer, code string) schema.PolicyEvaluation {
+	deny := func(layer string, code schema.Code) schema.PolicyEvaluation {
 		return schema.PolicyEvaluation{Layer: layer, Outcome: schema.EvalDeny, ReasonCode: code}
 	}
 	cases := []struct {
 		name     string
 		env      func() *schema.Envelope
 		decision string
-		code     string
+		code     schema.Code
 		evals    []schema.PolicyEvaluation
 	}{
 		{"no grant: park", flight, Park, schema.CodeApprovalRequired, []schema.PolicyEvaluation{passOrg}},
@@ -204,7 +204,7 @@ func TestStandaloneGrantsAndDeclines(t *testing.T) {
 		hdr      func([]byte) nats.Header
 		at       int64
 		decision string
-		code     string
+		code     schema.Code
 	}{
 		{"signed seed grant", pol, "", seed, sign(host), now, Permit, ""},
 		{"unsigned in dev", dev, "", seed, unsigned, now, Permit, ""},

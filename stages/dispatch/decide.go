@@ -22,8 +22,8 @@ import (
 
 // Verdict is what one provider answer (or failure) means.
 type Verdict struct {
-	Status     string // receipt status
-	NextAction string
+	Status     schema.Status // receipt status
+	NextAction schema.NextAction
 	// Attempted is false only when the provider was provably not contacted.
 	Attempted bool
 	// Incident is the outcome's incident; nil for confirmed and acknowledged.
@@ -35,7 +35,7 @@ type Verdict struct {
 	EvidenceRefs     []string
 }
 
-func incident(phase, code string) *schema.Incident {
+func incident(phase schema.Phase, code schema.Code) *schema.Incident {
 	inc := schema.NewIncident(phase, code)
 	return &inc
 }
@@ -49,17 +49,17 @@ func MapDispatch(reply schema.AdapterReply, err error) Verdict {
 		switch {
 		case errors.Is(err, adapters.ErrNotInvoked):
 			return Verdict{Status: schema.StatusFailedBeforeDispatch, NextAction: schema.NextNone,
-				Incident: incident(schema.PhaseDispatch, schema.CodeAdapterUnavailable), ErrorCode: schema.CodeAdapterUnavailable}
+				Incident: incident(schema.PhaseDispatch, schema.CodeAdapterUnavailable), ErrorCode: string(schema.CodeAdapterUnavailable)}
 		case errors.Is(err, adapters.ErrTimeout):
 			code = schema.CodeAdapterTimeout
 		case errors.Is(err, adapters.ErrMalformedReply):
 			code = schema.CodeMalformedAdapterResult
 		}
 		return Verdict{Status: schema.StatusReconciliationRequired, NextAction: schema.NextReconcile, Attempted: true,
-			Incident: incident(schema.PhaseDispatch, code), ErrorCode: code}
+			Incident: incident(schema.PhaseDispatch, code), ErrorCode: string(code)}
 	}
 	v := Verdict{Attempted: true, ProviderActionID: reply.ProviderActionID, EvidenceRefs: reply.EvidenceRefs, ErrorCode: reply.ErrorCode}
-	code := ""
+	var code schema.Code
 	switch reply.Outcome {
 	case schema.ReplyConfirmed:
 		v.Status, v.NextAction = schema.StatusConfirmed, schema.NextNone
@@ -76,7 +76,7 @@ func MapDispatch(reply schema.AdapterReply, err error) Verdict {
 	if code != "" {
 		v.Incident = incident(schema.PhaseDispatch, code)
 		if v.ErrorCode == "" {
-			v.ErrorCode = code
+			v.ErrorCode = string(code)
 		}
 	}
 	return v
@@ -87,15 +87,13 @@ func MapDispatch(reply schema.AdapterReply, err error) Verdict {
 // acted. It is never dispatched again.
 func Interrupted() Verdict {
 	return Verdict{Status: schema.StatusReconciliationRequired, NextAction: schema.NextReconcile, Attempted: true,
-		Incident: incident(schema.PhaseDispatch, schema.CodeDispatchInterrupted), ErrorCode: schema.CodeDispatchInterrupted}
+		Incident: incident(schema.PhaseDispatch, schema.CodeDispatchInterrupted), ErrorCode: string(schema.CodeDispatchInterrupted)}
 }
 
 // PhaseOf is the phase a denial code belongs to.
-func PhaseOf(code string) string {
-	for _, c := range schema.Codes {
-		if c.Code == code && (c.Phase == schema.PhaseAuthorization || c.Phase == schema.PhaseDisclosure) {
-			return c.Phase
-		}
+func PhaseOf(code schema.Code) schema.Phase {
+	if p := schema.PhaseOf(code, schema.PhaseAuthorization, schema.PhaseDisclosure); p != "" {
+		return p
 	}
 	return schema.PhaseAuthorization
 }
@@ -141,7 +139,7 @@ func Record(in *kv.Intent, r schema.Receipt, v Verdict, nowMs int64) {
 	rc := r
 	in.Receipt = &rc
 	in.OutcomeKind = r.OutcomeKind()
-	in.OutcomeTerminal = schema.Kinds[in.OutcomeKind].Terminal
+	in.OutcomeTerminal = in.OutcomeKind.Terminal()
 	in.OutcomeIncidents = nil
 	if v.Incident != nil {
 		in.OutcomeIncidents = []schema.Incident{*v.Incident}

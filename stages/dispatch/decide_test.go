@@ -16,24 +16,24 @@ func TestMapDispatch(t *testing.T) {
 		name      string
 		reply     schema.AdapterReply
 		err       error
-		status    string
-		next      string
+		status    schema.Status
+		next      schema.NextAction
 		attempted bool
-		kind      string
-		code      string // "" no incident
-		boundary  string
+		kind      schema.Kind
+		code      schema.Code // "" no incident
+		boundary  schema.Boundary
 		errorCode string
 	}{
 		{"confirmed", schema.AdapterReply{Outcome: "confirmed", ProviderActionID: "a:1"}, nil, schema.StatusConfirmed, schema.NextNone, true, schema.KindConfirmed, "", "", ""},
 		{"acknowledged", schema.AdapterReply{Outcome: "acknowledged"}, nil, schema.StatusAcknowledged, schema.NextVerify, true, schema.KindAcknowledged, "", "", ""},
 		{"rejected", schema.AdapterReply{Outcome: "rejected", ErrorCode: "card_declined"}, nil, schema.StatusRejected, schema.NextNone, true, schema.KindRejected, schema.CodeProviderRejected, schema.BoundaryInvoked, "card_declined"},
-		{"rejected without code", schema.AdapterReply{Outcome: "rejected"}, nil, schema.StatusRejected, schema.NextNone, true, schema.KindRejected, schema.CodeProviderRejected, schema.BoundaryInvoked, schema.CodeProviderRejected},
-		{"failed before dispatch", schema.AdapterReply{Outcome: "failed_before_dispatch"}, nil, schema.StatusFailedBeforeDispatch, schema.NextNone, false, schema.KindFailedBeforeDispatch, schema.CodeProviderFailedBeforeDispatch, schema.BoundaryNotInvoked, schema.CodeProviderFailedBeforeDispatch},
-		{"indeterminate", schema.AdapterReply{Outcome: "indeterminate"}, nil, schema.StatusReconciliationRequired, schema.NextReconcile, true, schema.KindReconciliationRequired, schema.CodeProviderIndeterminate, schema.BoundaryInvoked, schema.CodeProviderIndeterminate},
-		{"no responders", schema.AdapterReply{}, wrap(adapters.ErrNotInvoked), schema.StatusFailedBeforeDispatch, schema.NextNone, false, schema.KindFailedBeforeDispatch, schema.CodeAdapterUnavailable, schema.BoundaryNotInvoked, schema.CodeAdapterUnavailable},
-		{"timeout", schema.AdapterReply{}, wrap(adapters.ErrTimeout), schema.StatusReconciliationRequired, schema.NextReconcile, true, schema.KindReconciliationRequired, schema.CodeAdapterTimeout, schema.BoundaryUnknown, schema.CodeAdapterTimeout},
-		{"malformed", schema.AdapterReply{}, wrap(adapters.ErrMalformedReply), schema.StatusReconciliationRequired, schema.NextReconcile, true, schema.KindReconciliationRequired, schema.CodeMalformedAdapterResult, schema.BoundaryInvoked, schema.CodeMalformedAdapterResult},
-		{"unknown error", schema.AdapterReply{}, errors.New("connection reset"), schema.StatusReconciliationRequired, schema.NextReconcile, true, schema.KindReconciliationRequired, schema.CodeAdapterError, schema.BoundaryUnknown, schema.CodeAdapterError},
+		{"rejected without code", schema.AdapterReply{Outcome: "rejected"}, nil, schema.StatusRejected, schema.NextNone, true, schema.KindRejected, schema.CodeProviderRejected, schema.BoundaryInvoked, string(schema.CodeProviderRejected)},
+		{"failed before dispatch", schema.AdapterReply{Outcome: "failed_before_dispatch"}, nil, schema.StatusFailedBeforeDispatch, schema.NextNone, false, schema.KindFailedBeforeDispatch, schema.CodeProviderFailedBeforeDispatch, schema.BoundaryNotInvoked, string(schema.CodeProviderFailedBeforeDispatch)},
+		{"indeterminate", schema.AdapterReply{Outcome: "indeterminate"}, nil, schema.StatusReconciliationRequired, schema.NextReconcile, true, schema.KindReconciliationRequired, schema.CodeProviderIndeterminate, schema.BoundaryInvoked, string(schema.CodeProviderIndeterminate)},
+		{"no responders", schema.AdapterReply{}, wrap(adapters.ErrNotInvoked), schema.StatusFailedBeforeDispatch, schema.NextNone, false, schema.KindFailedBeforeDispatch, schema.CodeAdapterUnavailable, schema.BoundaryNotInvoked, string(schema.CodeAdapterUnavailable)},
+		{"timeout", schema.AdapterReply{}, wrap(adapters.ErrTimeout), schema.StatusReconciliationRequired, schema.NextReconcile, true, schema.KindReconciliationRequired, schema.CodeAdapterTimeout, schema.BoundaryUnknown, string(schema.CodeAdapterTimeout)},
+		{"malformed", schema.AdapterReply{}, wrap(adapters.ErrMalformedReply), schema.StatusReconciliationRequired, schema.NextReconcile, true, schema.KindReconciliationRequired, schema.CodeMalformedAdapterResult, schema.BoundaryInvoked, string(schema.CodeMalformedAdapterResult)},
+		{"unknown error", schema.AdapterReply{}, errors.New("connection reset"), schema.StatusReconciliationRequired, schema.NextReconcile, true, schema.KindReconciliationRequired, schema.CodeAdapterError, schema.BoundaryUnknown, string(schema.CodeAdapterError)},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -45,7 +45,7 @@ func TestMapDispatch(t *testing.T) {
 			r := Receipt(&in, v, "dispatch", nil, 10)
 			Record(&in, r, v, 10)
 			o := Outcome(&in, schema.ProposalRef{Host: "h", ProposalID: "p-1"}, 11)
-			if o.Kind != tc.kind || o.EffectTruth != schema.Kinds[tc.kind].EffectTruth || o.Terminal != schema.Kinds[tc.kind].Terminal {
+			if o.Kind != tc.kind || o.EffectTruth != tc.kind.EffectTruth() || o.Terminal != tc.kind.Terminal() {
 				t.Errorf("outcome = %+v", o)
 			}
 			if tc.code == "" {

@@ -75,14 +75,14 @@ func TestConfirmedDispatch(t *testing.T) {
 		t.Errorf("provider saw the key %d times", n)
 	}
 	m := env.Processor().Metrics()
-	if got := testutil.ToFloat64(m.Dispatches.WithLabelValues("demo", schema.StatusConfirmed)); got != 1 {
+	if got := testutil.ToFloat64(m.Dispatches.WithLabelValues("demo", string(schema.StatusConfirmed))); got != 1 {
 		t.Errorf("dispatches{demo,confirmed} = %v", got)
 	}
 	if n := testutil.CollectAndCount(m.DispatchDuration); n != 2 {
 		t.Errorf("dispatch duration series = %d", n)
 	}
 	waitActivity(t, env, r.Fingerprint, func(a *schema.Activity) bool {
-		return a.Status == schema.StatusConfirmed && a.Receipt != nil && a.Receipt.ReceiptID == r.ReceiptID &&
+		return a.Status == string(schema.StatusConfirmed) && a.Receipt != nil && a.Receipt.ReceiptID == r.ReceiptID &&
 			a.Dispatch != nil && a.Dispatch.Attempted && a.Dispatch.Adapter == "fake"
 	})
 }
@@ -189,7 +189,11 @@ func TestProviderAnswers(t *testing.T) {
 		return schema.AdapterReply{Outcome: "confirmed"}, nil
 	})
 	cases := []struct {
-		kase, kind, status, code, boundary string
+		kase     string
+		kind     schema.Kind
+		status   schema.Status
+		code     schema.Code
+		boundary schema.Boundary
 	}{
 		{"rejected", schema.KindRejected, schema.StatusRejected, schema.CodeProviderRejected, schema.BoundaryInvoked},
 		{"failed", schema.KindFailedBeforeDispatch, schema.StatusFailedBeforeDispatch, schema.CodeProviderFailedBeforeDispatch, schema.BoundaryNotInvoked},
@@ -458,7 +462,9 @@ func TestProtectedDisclosure(t *testing.T) {
 		t.Errorf("the adapter did not receive the values: %+v", got.ProtectedDisclosure)
 	}
 	mu.Unlock()
-	waitActivity(t, env, *o.Fingerprint, func(a *schema.Activity) bool { return a.Disclosure != nil && a.Status == schema.StatusConfirmed })
+	waitActivity(t, env, *o.Fingerprint, func(a *schema.Activity) bool {
+		return a.Disclosure != nil && a.Status == string(schema.StatusConfirmed)
+	})
 	env.AssertNowhere(t, "SECRET-GIVEN-41", "SECRET-FAMILY-42", "1990-02-28", "SECRET-PAYLOAD-77")
 }
 
@@ -469,7 +475,7 @@ func TestDisclosureFailuresDispatchNothing(t *testing.T) {
 		assurance string
 		refuse    bool
 		values    map[string]any
-		code      string
+		code      schema.Code
 	}{
 		{"no resolver", false, "", false, nil, schema.CodeDisclosureUnavailable},
 		{"refused", true, "biometric", true, nil, schema.CodeDisclosureRefused},

@@ -187,7 +187,7 @@ func (s *Stage) republish(env *schema.Envelope, rec kv.Intent, now int64) (stage
 // for the proposal (with Sync, before its outcome is published), never for
 // the fingerprint, so that a later proposal of the same intent with a
 // fresh grant is judged afresh (SPEC §3 Dispatch step 3).
-func (s *Stage) end(env *schema.Envelope, phase, code string) (stages.Result, error) {
+func (s *Stage) end(env *schema.Envelope, phase schema.Phase, code schema.Code) (stages.Result, error) {
 	e := kv.Ended{Phase: phase, Code: code, AtMs: stages.NowMs(s.Clock)}
 	b := s.Store.NewBatch()
 	b.PutEnded(env.Ref(), e)
@@ -355,7 +355,7 @@ func (s *Stage) finish(ctx context.Context, env *schema.Envelope, rec kv.Intent,
 		return stages.Result{}, fmt.Errorf("dispatch: write receipt: %w", err)
 	}
 	fault.Hit(fault.DispatchAfterReceipt)
-	s.Metrics.Dispatches.WithLabelValues(rec.Provider, r.Status).Inc()
+	s.Metrics.Dispatches.WithLabelValues(rec.Provider, string(r.Status)).Inc()
 	if Indeterminate(&r) {
 		s.Metrics.Indeterminate.Inc()
 	}
@@ -402,7 +402,7 @@ func ApplyIntent(a *schema.Activity, env *schema.Envelope, rec *kv.Intent) {
 	}
 	rc := *r
 	a.Receipt = &rc
-	a.Status = r.Status
+	a.Status = string(r.Status)
 	if a.Dispatch == nil {
 		a.Dispatch = &schema.ActivityDispatch{}
 	}

@@ -32,7 +32,7 @@ type Verdict struct {
 // Grounded reports whether the verdict bound exactly one target.
 func (v Verdict) Grounded() bool { return v.Incident == nil }
 
-func fail(code string) Verdict {
+func fail(code schema.Code) Verdict {
 	inc := schema.NewIncident(schema.PhaseGrounding, code)
 	return Verdict{Incident: &inc}
 }

@@ -60,7 +60,7 @@ func TestDecide(t *testing.T) {
 	cases := []struct {
 		name     string
 		p        *schema.Proposal
-		code     string // "" grounded
+		code     schema.Code // "" grounded
 		referent string
 	}{
 		// The seed's four-case failure matrix.
@@ -134,7 +134,7 @@ func TestDecide(t *testing.T) {
 				t.Fatal("bad fixture")
 			}
 			v := Decide(c.p, c.p.Grounding.Candidates, 3)
-			got := ""
+			var got schema.Code
 			if v.Incident != nil {
 				got = v.Incident.Code
 				want := schema.NewIncident(schema.PhaseGrounding, c.code)
@@ -159,7 +159,7 @@ func TestDecide(t *testing.T) {
 
 // TestFailureKinds pins the outcome kind of every grounding code (SPEC §2.5).
 func TestFailureKinds(t *testing.T) {
-	want := map[string]string{
+	want := map[schema.Code]schema.Kind{
 		schema.CodeProjectionUnavailable:      schema.KindIntegrationFailure,
 		schema.CodeGroundingScopeMismatch:     schema.KindDenied,
 		schema.CodeCandidatesUnbounded:        schema.KindNeedsClarification,
@@ -185,15 +185,15 @@ func TestPaymentsExample(t *testing.T) {
 		`"payments-api (production)"`:     "svc:payments-prod",
 		`"  Payments-API  (PRODUCTION) "`: "svc:payments-prod",
 		`"payments-api (staging)"`:        "svc:payments-staging",
-		`"the payments API"`:              schema.CodeDiscriminatorMismatch,
-		`"payments-api"`:                  schema.CodeDiscriminatorMismatch,
-		`"payments-api (prod)"`:           schema.CodeDiscriminatorMismatch,
-		`"production"`:                    schema.CodeDiscriminatorMismatch,
+		`"the payments API"`:              string(schema.CodeDiscriminatorMismatch),
+		`"payments-api"`:                  string(schema.CodeDiscriminatorMismatch),
+		`"payments-api (prod)"`:           string(schema.CodeDiscriminatorMismatch),
+		`"production"`:                    string(schema.CodeDiscriminatorMismatch),
 	} {
 		v := Decide(proposal(subject, domain, prod, staging), []schema.Candidate{prod, staging}, 32)
 		got := v.Referent
 		if !v.Grounded() {
-			got = v.Incident.Code
+			got = string(v.Incident.Code)
 		}
 		if got != want {
 			t.Errorf("subject %s: %s, want %s", subject, got, want)

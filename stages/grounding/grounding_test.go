@@ -101,7 +101,7 @@ func rawOutcome(t *testing.T, env *testenv.Env, pid string) []byte {
 // assertFailure checks a grounding failure end to end: kind, code,
 // NOT_DISPATCHED, terminal, nothing else set, incidents with exactly
 // phase, code and dispatch_boundary, the matching event, nothing forwarded.
-func assertFailure(t *testing.T, env *testenv.Env, pid, kind, code string) {
+func assertFailure(t *testing.T, env *testenv.Env, pid string, kind schema.Kind, code schema.Code) {
 	t.Helper()
 	o := env.Recorder.Wait(t, pid, testenv.Terminal)
 	want := schema.Incident{Phase: schema.PhaseGrounding, Code: code, DispatchBoundary: schema.BoundaryNotInvoked}
@@ -156,7 +156,8 @@ func TestFailureMatrix(t *testing.T) {
 		name       string
 		scope      string
 		candidates []any
-		kind, code string
+		kind       schema.Kind
+		code       schema.Code
 	}{
 		{"wrongScope", "policy-scope:inventory", []any{candidate("one", map[string]any{"resource": subject})},
 			schema.KindDenied, schema.CodeGroundingScopeMismatch},

@@ -65,8 +65,8 @@ func Backoff(interval time.Duration, n int) time.Duration {
 // Verdict is what one attempt (or the operator) established.
 type Verdict struct {
 	// Status and NextAction of the new receipt.
-	Status     string
-	NextAction string
+	Status     schema.Status
+	NextAction schema.NextAction
 	// Attempted is the receipt's dispatch_attempted: false only once the
 	// provider said it never received the action.
 	Attempted bool
@@ -157,7 +157,7 @@ func Decide(prev *schema.Receipt, reply schema.AdapterReply, err error, n, maxAt
 	if inc != nil {
 		v.Incidents = []schema.Incident{*inc}
 		if v.ErrorCode == "" {
-			v.ErrorCode = inc.Code
+			v.ErrorCode = string(inc.Code)
 		}
 	}
 	return v
@@ -177,18 +177,18 @@ func Abandoned(prev *schema.Receipt, n, maxAttempts int) Verdict {
 	return unknown(base(prev), prev, metrics.AttemptError, schema.CodeReconcileError, "", n, maxAttempts)
 }
 
-func unknown(v Verdict, prev *schema.Receipt, status, code, providerCode string, n, maxAttempts int) Verdict {
+func unknown(v Verdict, prev *schema.Receipt, status string, code schema.Code, providerCode string, n, maxAttempts int) Verdict {
 	inc := schema.NewIncident(schema.PhaseReconciliation, code)
 	v.AttemptStatus = status
 	v.ErrorCode = providerCode
 	if v.ErrorCode == "" {
-		v.ErrorCode = code
+		v.ErrorCode = string(code)
 	}
 	switch {
 	case n >= maxAttempts:
 		v.Status, v.NextAction, v.Exhausted = schema.StatusReconciliationRequired, schema.NextNone, true
 		v.Incidents = []schema.Incident{inc, schema.NewIncident(schema.PhaseReconciliation, schema.CodeReconcileExhausted)}
-		v.ErrorCode = schema.CodeReconcileExhausted
+		v.ErrorCode = string(schema.CodeReconcileExhausted)
 	case Verifying(prev):
 		v.Status, v.NextAction = schema.StatusAcknowledged, schema.NextVerify
 		v.Events = []schema.Incident{inc}
@@ -214,7 +214,7 @@ func Operator(prev *schema.Receipt, present bool, evidenceRef, operator string) 
 	}
 	v.NextAction, v.Settled = schema.NextNone, true
 	v.EvidenceRefs = []string{evidenceRef}
-	v.ErrorCode = schema.CodeOperatorResolved
+	v.ErrorCode = string(schema.CodeOperatorResolved)
 	v.Events = []schema.Incident{schema.NewIncident(schema.PhaseReconciliation, schema.CodeOperatorResolved)}
 	return v
 }
@@ -268,7 +268,7 @@ func Apply(in *kv.Intent, r schema.Receipt, v Verdict, nowMs int64) {
 	rc := r
 	in.Receipt = &rc
 	in.OutcomeKind = r.OutcomeKind()
-	in.OutcomeTerminal = schema.Kinds[in.OutcomeKind].Terminal || v.Exhausted
+	in.OutcomeTerminal = in.OutcomeKind.Terminal() || v.Exhausted
 	in.OutcomeIncidents = nil
 	if len(v.Incidents) > 0 {
 		in.OutcomeIncidents = slices.Clone(v.Incidents)

@@ -18,7 +18,7 @@ import (
 
 const fpA = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 
-func prevReceipt(status string) *schema.Receipt {
+func prevReceipt(status schema.Status) *schema.Receipt {
 	next := schema.NextReconcile
 	if status == schema.StatusAcknowledged {
 		next = schema.NextVerify
@@ -51,7 +51,9 @@ func TestAttemptIDAndBackoff(t *testing.T) {
 	}
 }
 
-func inc(phase, code string) schema.Incident { return schema.NewIncident(phase, code) }
+func inc(phase schema.Phase, code schema.Code) schema.Incident {
+	return schema.NewIncident(phase, code)
+}
 
 func TestDecide(t *testing.T) {
 	timeout := fmt.Errorf("adapters: demo reconcile: %w after 2s", adapters.ErrTimeout)
@@ -65,15 +67,15 @@ func TestDecide(t *testing.T) {
 	recon := schema.PhaseReconciliation
 	cases := []struct {
 		name      string
-		prev      string
+		prev      schema.Status
 		reply     schema.AdapterReply
 		err       error
 		n         int
-		status    string
-		next      string
+		status    schema.Status
+		next      schema.NextAction
 		incidents []schema.Incident
 		events    []schema.Incident
-		code      string
+		code      schema.Code
 		attempt   string
 		settled   bool
 		exhausted bool
@@ -100,7 +102,7 @@ func TestDecide(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			prev := prevReceipt(c.prev)
 			v := reconciliation.Decide(prev, c.reply, c.err, c.n, 3)
-			if v.Status != c.status || v.NextAction != c.next || v.ErrorCode != c.code || v.AttemptStatus != c.attempt ||
+			if v.Status != c.status || v.NextAction != c.next || v.ErrorCode != string(c.code) || v.AttemptStatus != c.attempt ||
 				v.Settled != c.settled || v.Exhausted != c.exhausted || v.Attempted != c.attempted {
 				t.Errorf("verdict = %+v", v)
 			}
@@ -133,7 +135,7 @@ func TestDecide(t *testing.T) {
 func TestReplayedAndAbandoned(t *testing.T) {
 	for _, f := range []func(*schema.Receipt, int, int) reconciliation.Verdict{reconciliation.Replayed, reconciliation.Abandoned} {
 		v := f(prevReceipt(schema.StatusReconciliationRequired), 1, 3)
-		if v.Status != schema.StatusReconciliationRequired || v.ErrorCode != schema.CodeReconcileError || v.Settled || v.Exhausted {
+		if v.Status != schema.StatusReconciliationRequired || v.ErrorCode != string(schema.CodeReconcileError) || v.Settled || v.Exhausted {
 			t.Errorf("%+v", v)
 		}
 		if v := f(prevReceipt(schema.StatusReconciliationRequired), 3, 3); !v.Exhausted {
@@ -205,7 +207,7 @@ func TestOperatorVerdict(t *testing.T) {
 		}
 		if v.Status != want || v.NextAction != schema.NextNone || !v.Settled || len(v.Incidents) != 0 ||
 			!slices.Equal(v.Events, []schema.Incident{inc(schema.PhaseReconciliation, schema.CodeOperatorResolved)}) ||
-			v.ErrorCode != schema.CodeOperatorResolved || !slices.Equal(v.EvidenceRefs, []string{"ticket:OPS-1"}) || v.Operator != "oncall" {
+			v.ErrorCode != string(schema.CodeOperatorResolved) || !slices.Equal(v.EvidenceRefs, []string{"ticket:OPS-1"}) || v.Operator != "oncall" {
 			t.Errorf("present=%v: %+v", present, v)
 		}
 		r := reconciliation.NewReceipt(prev, v, reconciliation.OperatorAttemptID(prev.Fingerprint), reconciliation.OperatorStep, 5)

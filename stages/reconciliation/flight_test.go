@@ -180,7 +180,7 @@ func TestFlightBookingActivityIsValueFree(t *testing.T) {
 		t.Fatalf("confirmation = %+v, %d dispatches", ok.Receipt, duffel.Dispatches())
 	}
 
-	a := activityOf(t, env, ap.Fingerprint, func(a *schema.Activity) bool { return a.Status == schema.StatusConfirmed })
+	a := activityOf(t, env, ap.Fingerprint, func(a *schema.Activity) bool { return a.Status == string(schema.StatusConfirmed) })
 	if a.Summary != ap.Summary || a.ExternalSpend == nil || a.ExternalSpend.AmountMinor != 24567 || a.Referent != "offer:sea-jfk-0805" ||
 		a.Provider != "duffel" || a.Capability != "flights.book" || a.Operation != "create_order" || a.Environment != "test" ||
 		a.Requester == nil || a.Requester.AgentID != "agent:travel" || !sameStrings(testenv.IDs(a.Proposals), "book-1") {
@@ -196,7 +196,7 @@ func TestFlightBookingActivityIsValueFree(t *testing.T) {
 	if d := a.Disclosure; d == nil || d.Recipient != "Duffel" || d.AuthenticationAssurance != "biometric" || len(d.FieldClasses) != 3 {
 		t.Errorf("activity disclosure = %+v", a.Disclosure)
 	}
-	if a.Dispatch == nil || a.Dispatch.ErrorCode != schema.CodeAdapterTimeout || a.Reconciliation == nil || a.Reconciliation.Attempts != 1 ||
+	if a.Dispatch == nil || a.Dispatch.ErrorCode != string(schema.CodeAdapterTimeout) || a.Reconciliation == nil || a.Reconciliation.Attempts != 1 ||
 		a.Reconciliation.Resolution != "provider" || a.Receipt == nil || a.Receipt.ReceiptID != ok.Receipt.ReceiptID {
 		t.Errorf("activity dispatch/reconciliation/receipt = %+v %+v %+v", a.Dispatch, a.Reconciliation, a.Receipt)
 	}

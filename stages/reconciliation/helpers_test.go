@@ -66,7 +66,7 @@ func propose(t *testing.T, env *testenv.Env, clock stages.Clock, pid string) str
 }
 
 // kindIs is met once the proposal's latest outcome has this kind.
-func last(kind string) testenv.Cond {
+func last(kind schema.Kind) testenv.Cond {
 	return func(outs []schema.Outcome) bool { return outs[len(outs)-1].Kind == kind }
 }
 
@@ -163,7 +163,7 @@ func timeoutDispatch(f *adapters.Fake) {
 func incidents(o schema.Outcome) []string {
 	var out []string
 	for _, i := range o.Incidents {
-		out = append(out, i.Phase+"/"+i.Code)
+		out = append(out, string(i.Phase)+"/"+string(i.Code))
 	}
 	return out
 }

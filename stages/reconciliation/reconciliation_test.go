@@ -94,12 +94,12 @@ func TestTimeoutThenReconcileConfirms(t *testing.T) {
 	if _, found, _ := st.Timer(dispatch.ReconcileTimerID(fp)); found {
 		t.Error("a poll is still scheduled")
 	}
-	a := activityOf(t, env, fp, func(a *schema.Activity) bool { return a.Status == schema.StatusConfirmed })
+	a := activityOf(t, env, fp, func(a *schema.Activity) bool { return a.Status == string(schema.StatusConfirmed) })
 	if a.Reconciliation == nil || a.Reconciliation.Attempts != 1 || a.Reconciliation.Resolution != reconciliation.ResolvedByProvider ||
 		a.Reconciliation.LastAttemptID != reconciliation.AttemptID(fp, 1) || a.Reconciliation.Exhausted || a.Reconciliation.NextAtMs != 0 {
 		t.Errorf("activity reconciliation = %+v", a.Reconciliation)
 	}
-	if a.Dispatch == nil || !a.Dispatch.Attempted || a.Dispatch.Status != schema.StatusReconciliationRequired || a.Dispatch.ErrorCode != schema.CodeAdapterTimeout {
+	if a.Dispatch == nil || !a.Dispatch.Attempted || a.Dispatch.Status != schema.StatusReconciliationRequired || a.Dispatch.ErrorCode != string(schema.CodeAdapterTimeout) {
 		t.Errorf("activity dispatch = %+v", a.Dispatch)
 	}
 	if a.Receipt == nil || a.Receipt.ReceiptID != rs[1].ReceiptID || len(a.Proposals) != 2 {
@@ -139,7 +139,7 @@ func TestVerifyAcknowledged(t *testing.T) {
 	clock.Advance(interval)
 	o := env.Recorder.Wait(t, "prop-ack", nth(2))
 	if o.Kind != schema.KindAcknowledged || len(o.Incidents) != 0 || o.Receipt.Status != schema.StatusAcknowledged ||
-		o.Receipt.NextAction != schema.NextVerify || o.Receipt.ErrorCode != schema.CodeProviderIndeterminate ||
+		o.Receipt.NextAction != schema.NextVerify || o.Receipt.ErrorCode != string(schema.CodeProviderIndeterminate) ||
 		o.Receipt.Reconciliation.PreviousReceiptID != ack.Receipt.ReceiptID {
 		t.Fatalf("inconclusive verification = %+v", o)
 	}
@@ -173,8 +173,12 @@ func Backoff(n int) time.Duration { return reconciliation.Backoff(interval, n) }
 // REJECTED (or FAILED_BEFORE_DISPATCH when the provider never received it).
 func TestReconcileSettlesAbsent(t *testing.T) {
 	cases := []struct {
-		answer, kind, truth, incident, code string
-		attempted                           bool
+		answer    string
+		kind      schema.Kind
+		truth     schema.EffectTruth
+		incident  string
+		code      string
+		attempted bool
 	}{
 		{schema.ReplyRejected, schema.KindRejected, schema.TruthAbsent, "dispatch/PROVIDER_REJECTED", "ORDER_NOT_FOUND", true},
 		{schema.ReplyFailedBeforeDispatch, schema.KindFailedBeforeDispatch, schema.TruthNotDispatched, "dispatch/PROVIDER_FAILED_BEFORE_DISPATCH", "NEVER_RECEIVED", false},
@@ -204,7 +208,7 @@ func TestReconcileSettlesAbsent(t *testing.T) {
 				t.Errorf("gauge %v, attempts %v, dispatches %d", gauge(t, env), attempts(env, c.answer), fake.Dispatches())
 			}
 			activityOf(t, env, fp, func(a *schema.Activity) bool {
-				return a.Status == o.Receipt.Status && a.Reconciliation != nil && a.Reconciliation.Resolution == reconciliation.ResolvedByProvider
+				return a.Status == string(o.Receipt.Status) && a.Reconciliation != nil && a.Reconciliation.Resolution == reconciliation.ResolvedByProvider
 			})
 		})
 	}
@@ -237,7 +241,7 @@ func TestExhaustionThenOperator(t *testing.T) {
 		}
 	}
 	last := env.Recorder.Outcomes("prop-ex")[maxAttempts]
-	if last.Receipt.ErrorCode != schema.CodeReconcileExhausted || last.Receipt.NextAction != schema.NextNone {
+	if last.Receipt.ErrorCode != string(schema.CodeReconcileExhausted) || last.Receipt.NextAction != schema.NextNone {
 		t.Errorf("exhausted receipt = %+v", last.Receipt)
 	}
 	if !sameStrings(ids(asked.requests()), reconciliation.AttemptID(fp, 1), reconciliation.AttemptID(fp, 2), reconciliation.AttemptID(fp, 3)) {
@@ -268,7 +272,7 @@ func TestExhaustionThenOperator(t *testing.T) {
 	}
 	p := list.Actions[0]
 	if p.Fingerprint != fp || !p.Exhausted || p.Attempts != maxAttempts || p.MaxAttempts != maxAttempts || p.SinceMs != t0.UnixMilli() ||
-		list.NowMs != clock.Now().UnixMilli() || p.ErrorCode != schema.CodeReconcileExhausted || p.Provider != "demo" || !sameStrings(testenv.IDs(p.Proposals), "prop-ex") {
+		list.NowMs != clock.Now().UnixMilli() || p.ErrorCode != string(schema.CodeReconcileExhausted) || p.Provider != "demo" || !sameStrings(testenv.IDs(p.Proposals), "prop-ex") {
 		t.Errorf("pending = %+v (now %d)", p, list.NowMs)
 	}
 	if _, err := ops.Resolve(ctx, fp, true, "no colon here"); !errors.Is(err, admin.ErrBadRequest) {
@@ -278,7 +282,7 @@ func TestExhaustionThenOperator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.OutcomeKind != schema.KindConfirmed || res.Receipt.ErrorCode != schema.CodeOperatorResolved ||
+	if res.OutcomeKind != schema.KindConfirmed || res.Receipt.ErrorCode != string(schema.CodeOperatorResolved) ||
 		!sameStrings(res.Receipt.EvidenceRefs, "ticket:OPS-1234") || res.Receipt.Reconciliation.AttemptID != reconciliation.OperatorAttemptID(fp) ||
 		res.Receipt.Reconciliation.PreviousReceiptID != last.Receipt.ReceiptID || res.Receipt.Reconciliation.Operator != testenv.OperatorName {
 		t.Errorf("resolution = %+v", res)
@@ -306,7 +310,7 @@ func TestExhaustionThenOperator(t *testing.T) {
 			t.Errorf("receipt %d is not linked to %d", i, i-1)
 		}
 	}
-	a := activityOf(t, env, fp, func(a *schema.Activity) bool { return a.Status == schema.StatusConfirmed })
+	a := activityOf(t, env, fp, func(a *schema.Activity) bool { return a.Status == string(schema.StatusConfirmed) })
 	if a.Reconciliation.Resolution != reconciliation.ResolvedByOperator || a.Receipt.ReceiptID != res.Receipt.ReceiptID ||
 		a.Reconciliation.ResolvedBy != testenv.OperatorName || a.Receipt.Reconciliation.Operator != testenv.OperatorName {
 		t.Errorf("activity = %+v", a.Reconciliation)
@@ -520,7 +524,7 @@ func TestStaleAndMalformedTriggers(t *testing.T) {
 	}
 }
 
-func countEvents(env *testenv.Env, code string) int {
+func countEvents(env *testenv.Env, code schema.Code) int {
 	n := 0
 	for _, e := range env.Recorder.Events() {
 		if e.Phase == schema.PhaseReconciliation && e.Code == code {

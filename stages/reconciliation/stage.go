@@ -313,7 +313,7 @@ func (s *Stage) fillDispatch(a *schema.Activity, fp string) {
 // Resolution is what an operator's settlement recorded.
 type Resolution struct {
 	Receipt     schema.Receipt
-	OutcomeKind string
+	OutcomeKind schema.Kind
 	Proposals   []schema.ProposalRef
 }
 
