@@ -25,7 +25,7 @@ func BenchmarkSyncCommit(b *testing.B) {
 			i := n.Add(1)
 			fp := "sha256:" + fmt.Sprintf("%064x", i)
 			batch := s.NewBatch()
-			batch.PutIntent(Intent{Fingerprint: fp, State: IntentInFlight, Provider: "demo", Referent: strings.Repeat("r", 16)})
+			batch.PutIntent(fp, map[string]any{"fingerprint": fp, "state": "in_flight", "provider": "demo", "referent": strings.Repeat("r", 16)})
 			if err := batch.Commit(Sync); err != nil {
 				b.Fatal(err)
 			}
@@ -42,13 +42,14 @@ func BenchmarkRead(b *testing.B) {
 	defer s.Close()
 	fp := "sha256:" + strings.Repeat("ab", 32)
 	batch := s.NewBatch()
-	batch.PutIntent(Intent{Fingerprint: fp, State: IntentDone, Receipt: &schema.Receipt{Fingerprint: fp, Status: "confirmed"}})
+	batch.PutIntent(fp, map[string]any{"fingerprint": fp, "state": "done", "receipt": &schema.Receipt{Fingerprint: fp, Status: "confirmed"}})
 	if err := batch.Commit(Sync); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, found, err := s.Intent(fp); !found || err != nil {
+		var r map[string]any
+		if found, err := s.Intent(fp, &r); !found || err != nil {
 			b.Fatal(found, err)
 		}
 	}

@@ -7,44 +7,54 @@ import (
 	"github.com/portcullis/portcullis/schema"
 )
 
+// record stands in for package journal's Record: kv stores whatever its
+// caller encodes.
+type record struct {
+	State     string               `json:"state"`
+	Proposals []schema.ProposalRef `json:"proposals"`
+}
+
+type attempt struct {
+	Number int `json:"number"`
+}
+
 func TestIntentJournal(t *testing.T) {
 	s := open(t)
 	fp := "sha256:" + strings.Repeat("ab", 32)
 	other := "sha256:" + strings.Repeat("ac", 32)
-	if _, found, err := s.Intent(fp); found || err != nil {
+	if found, err := s.Intent(fp, new(record)); found || err != nil {
 		t.Fatal(found, err)
 	}
-	if _, _, err := s.Intent("sha256:xyz"); err == nil {
+	if _, err := s.Intent("sha256:xyz", new(record)); err == nil {
 		t.Error("accepted a malformed fingerprint")
 	}
-	in := Intent{Fingerprint: fp, State: IntentInFlight, Provider: "demo"}
-	in.AddProposal(schema.ProposalRef{Host: "h", ProposalID: "p1"})
-	in.AddProposal(schema.ProposalRef{Host: "h", ProposalID: "p1"})
-	in.AddProposal(schema.ProposalRef{Host: "h", ProposalID: "p2"})
+	in := record{State: "in_flight", Proposals: []schema.ProposalRef{{Host: "h", ProposalID: "p1"}, {Host: "h", ProposalID: "p2"}}}
 	b := s.NewBatch()
-	b.PutIntent(in)
+	b.PutIntent(fp, in)
 	for i := uint64(1); i <= 3; i++ {
 		b.AppendReceipt(i, schema.Receipt{Fingerprint: fp, ReceiptID: "r" + string(rune('0'+i))})
 	}
 	b.AppendReceipt(1, schema.Receipt{Fingerprint: other, ReceiptID: "x"})
-	b.PutAttempt(fp, Attempt{AttemptID: "a-1", Number: 1})
+	b.PutAttempt(fp, "a-1", attempt{Number: 1})
 	b.SetIndeterminate(fp, 42)
 	b.SetIndeterminate(other, 43)
 	if err := b.Commit(Sync); err != nil {
 		t.Fatal(err)
 	}
-	got, found, err := s.Intent(fp)
-	if err != nil || !found || got.State != IntentInFlight || len(got.Proposals) != 2 {
+	var got record
+	found, err := s.Intent(fp, &got)
+	if err != nil || !found || got.State != "in_flight" || len(got.Proposals) != 2 {
 		t.Fatalf("%+v %v %v", got, found, err)
 	}
 	rs, err := s.Receipts(fp)
 	if err != nil || len(rs) != 3 || rs[0].ReceiptID != "r1" || rs[2].ReceiptID != "r3" {
 		t.Fatalf("receipts %+v %v", rs, err)
 	}
-	if a, found, _ := s.Attempt(fp, "a-1"); !found || a.Number != 1 {
+	var a attempt
+	if found, _ := s.Attempt(fp, "a-1", &a); !found || a.Number != 1 {
 		t.Errorf("attempt %+v", a)
 	}
-	if _, found, _ := s.Attempt(other, "a-1"); found {
+	if found, _ := s.Attempt(other, "a-1", new(attempt)); found {
 		t.Error("attempts leak across fingerprints")
 	}
 	b = s.NewBatch()

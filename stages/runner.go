@@ -89,20 +89,18 @@ func (c *RunnerConfig) defaults() {
 
 // DefaultBackoff is 250ms·2^(n-1), at most 10s.
 func DefaultBackoff(n uint64) time.Duration {
-	d := 250 * time.Millisecond
-	for i := uint64(1); i < n && d < 10*time.Second; i++ {
-		d *= 2
-	}
-	return min(d, 10*time.Second)
+	return Backoff(250*time.Millisecond, 10*time.Second, int(min(n, 64)))
 }
 
 // Runner runs one stage: a durable pull consumer with explicit acks, a pool
 // of workers, and the publish-then-ack protocol every stage shares.
 type Runner struct {
-	cfg  RunnerConfig
-	deps Deps
-	h    Handler
-	log  *slog.Logger
+	// requested counts RetryAfter redeliveries by stream sequence.
+	requested sync.Map
+	cfg       RunnerConfig
+	deps      Deps
+	h         Handler
+	log       *slog.Logger
 	// consuming is set while Run's message iterator runs (see Consuming).
 	consuming atomic.Bool
 }
@@ -137,7 +135,7 @@ func (r *Runner) ConsumerConfig() jetstream.ConsumerConfig {
 		FilterSubject: r.cfg.FilterSubject,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       r.cfg.AckWait,
-		MaxDeliver:    2*r.cfg.MaxAttempts + 10,
+		MaxDeliver:    2*r.cfg.MaxAttempts + 10 + MaxRequestedRetries,
 		MaxAckPending: max(64, 8*r.cfg.Workers),
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	}
@@ -238,7 +236,8 @@ func (r *Runner) process(ctx context.Context, m jetstream.Msg) {
 
 	var res Result
 	gaveUp := false
-	if in.Delivered > uint64(r.cfg.MaxAttempts) {
+	requested := r.requestedRetries(in.StreamSeq)
+	if in.Delivered-requested > uint64(r.cfg.MaxAttempts) || requested >= MaxRequestedRetries {
 		gaveUp = true
 		res, err = r.h.GiveUp(ctx, in, ErrRetriesExhausted)
 	} else {
@@ -262,6 +261,15 @@ func (r *Runner) process(ctx context.Context, m jetstream.Msg) {
 			return
 		}
 	}
+	if res.RetryAfter > 0 && !gaveUp {
+		r.requested.Store(in.StreamSeq, requested+1)
+		if err := m.NakWithDelay(res.RetryAfter); err != nil {
+			r.log.Warn("nak failed; redelivery after ack wait", "seq", in.StreamSeq, "err", err)
+		}
+		result = metrics.ResultRetry
+		return
+	}
+	r.requested.Delete(in.StreamSeq)
 	fault.Hit(fault.RunnerAfterPublish)
 	if err := m.Ack(); err != nil {
 		// The outputs are published under derived ids; a redelivery
@@ -279,6 +287,14 @@ func (r *Runner) process(ctx context.Context, m jetstream.Msg) {
 	default:
 		result = metrics.ResultConsumed
 	}
+}
+
+// requestedRetries counts the RetryAfter redeliveries of an input so far.
+func (r *Runner) requestedRetries(seq uint64) uint64 {
+	if n, ok := r.requested.Load(seq); ok {
+		return n.(uint64)
+	}
+	return 0
 }
 
 // reject terminates an internal message whose seal failed, after

@@ -8,6 +8,7 @@ package stages
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -69,7 +70,17 @@ type Result struct {
 	// Done runs after every publish was acknowledged and before the input
 	// is acked; an error redelivers the input.
 	Done func(ctx context.Context) error
+	// RetryAfter > 0 asks to see the input again after this wait instead of
+	// acking it (a provider nobody answered, inside its retry window): the
+	// runner publishes what the result holds, runs Done, then redelivers
+	// with this delay. Such redeliveries do not count toward MaxAttempts,
+	// at most MaxRequestedRetries of them per input (counted in memory: after
+	// a restart they count again, so GiveUp may come earlier).
+	RetryAfter time.Duration
 }
+
+// MaxRequestedRetries bounds the RetryAfter redeliveries of one input.
+const MaxRequestedRetries = 48
 
 // Handler is one stage's logic.
 type Handler interface {

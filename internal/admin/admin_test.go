@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
@@ -166,9 +167,9 @@ func FuzzRequests(f *testing.F) {
 	opPub, _ := op.PublicKey()
 	const nowMs = 1_700_000_000_000
 	clock := stages.NewManualClock(time.UnixMilli(nowMs))
-	rec := &reconciliation.Stage{Store: st, Subjects: subjects.Default(), Clock: clock, Metrics: metrics.New(nil), MaxAttempts: 3}
-	signedOnly := &Server{Store: st, Reconciliation: rec, Subjects: subjects.Default(), Clock: clock, Operators: []config.Role{{Name: "oncall", PublicKey: opPub}}}
-	dev := &Server{Store: st, Reconciliation: rec, Subjects: subjects.Default(), Clock: clock, AllowUnsigned: true}
+	rec := &reconciliation.Stage{Journal: journal.NewPebble(st), Self: "reconciliation", Subjects: subjects.Default(), Clock: clock, Metrics: metrics.New(nil), MaxAttempts: 3}
+	signedOnly := &Server{Journal: journal.NewPebble(st), Nonces: st, Reconciliation: rec, Subjects: subjects.Default(), Clock: clock, Operators: []config.Role{{Name: "oncall", PublicKey: opPub}}}
+	dev := &Server{Journal: journal.NewPebble(st), Nonces: st, Reconciliation: rec, Subjects: subjects.Default(), Clock: clock, AllowUnsigned: true}
 	fp := "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 	stamp := func(ms int64, nonce string) string { return fmt.Sprintf(`"requested_at_ms":%d,"nonce":%q`, ms, nonce) }
 	n1, n2 := "AAAAAAAAAAAAAAAAAAAAAAAA", "bbbbbbbbbbbbbbbbbbbbbbbb_-"

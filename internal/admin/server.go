@@ -10,19 +10,27 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/portcullis/portcullis/internal/config"
-	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/stages/reconciliation"
 	"github.com/portcullis/portcullis/subjects"
 )
 
+// Nonces claims an operator request's nonce until it expires: false if it
+// was claimed before (kv.Store implements it).
+type Nonces interface {
+	ClaimNonce(nonce string, expiresAtMs, nowMs int64) (bool, error)
+}
+
 // MaxRequestBytes bounds a request body.
 const MaxRequestBytes = 4096
 
 // Server answers operator requests from the processor's own state.
 type Server struct {
-	Store          *kv.Store
+	Journal journal.Store
+	// Nonces remembers operator request nonces (the processor's store).
+	Nonces         Nonces
 	Reconciliation *reconciliation.Stage
 	Subjects       subjects.Subjects
 	Clock          stages.Clock
@@ -150,7 +158,7 @@ func (s *Server) admit(verb string, hdr nats.Header, data []byte, req stamped) (
 	}
 	// Remembered while the request could be accepted, and a little longer
 	// when it was made in the processor's past.
-	fresh, err := s.Store.ClaimNonce(st.Nonce, max(st.RequestedAtMs, now)+skew, now)
+	fresh, err := s.Nonces.ClaimNonce(st.Nonce, max(st.RequestedAtMs, now)+skew, now)
 	if err != nil {
 		return "", s.internal("recording the nonce", err)
 	}
@@ -185,20 +193,20 @@ func (s *Server) receipts(hdr nats.Header, data []byte) []byte {
 	if !schema.ValidFingerprint(req.Fingerprint) {
 		return answer[Receipts](nil, bad("fingerprint must be sha256:<64 lowercase hex>"))
 	}
-	rec, found, err := s.Store.Intent(req.Fingerprint)
+	rec, found, err := s.Journal.Load(req.Fingerprint)
 	if err != nil {
 		return answer[Receipts](nil, s.internal("reading the journal", err))
 	}
 	if !found || rec.Receipt == nil {
 		return answer[Receipts](nil, &Error{Code: CodeNotFound, Message: "no receipt for " + req.Fingerprint})
 	}
-	rs, err := s.Store.Receipts(req.Fingerprint)
+	rs, err := s.Journal.Receipts(req.Fingerprint)
 	if err != nil {
 		return answer[Receipts](nil, s.internal("reading receipts", err))
 	}
 	return answer(&Receipts{
 		Fingerprint: rec.Fingerprint, Referent: rec.Referent, Proposals: slices.Clone(rec.Proposals),
-		OutcomeKind: rec.OutcomeKind, Terminal: rec.OutcomeTerminal, Resolution: rec.Resolution, Receipts: rs,
+		OutcomeKind: rec.Latest.Kind, Terminal: rec.Latest.Terminal, Resolution: rec.Resolution, Receipts: rs,
 	}, nil)
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/admin"
 	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/internal/seal"
 	"github.com/portcullis/portcullis/kv"
@@ -190,7 +191,7 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 		return err
 	}
 	// The operator's API (processor receipts, processor reconcile).
-	adm := &admin.Server{Store: p.store, Reconciliation: p.recon, Subjects: subj, Clock: p.clock, Log: p.log.With("component", "admin"),
+	adm := &admin.Server{Journal: journal.NewPebble(p.store), Nonces: p.store, Reconciliation: p.recon, Subjects: subj, Clock: p.clock, Log: p.log.With("component", "admin"),
 		Operators: cfg.Operators, AllowUnsigned: cfg.Admission.AllowUnsigned}
 	if p.stopAdmin, err = adm.Serve(p.nc); err != nil {
 		return err
@@ -256,16 +257,19 @@ func (p *Processor) runners(deps stages.Deps) ([]*stages.Runner, error) {
 	if err := authz.RestorePending(); err != nil {
 		return nil, err
 	}
+	jr := journal.NewPebble(p.store)
 	disp := &dispatch.Stage{
-		Store: p.store, Adapters: p.adapters, Providers: p.cfg.Providers, Rules: rules,
+		Journal: jr, Adapters: p.adapters, Providers: p.cfg.Providers, Policy: rules,
 		NC: p.nc, Subjects: p.subj, Clock: p.clock, Metrics: p.metrics, Activity: p.activity,
 		Log:               p.log.With("stage", subjects.StageDispatch),
 		ReconcileInterval: p.cfg.Reconciliation.Interval,
+		Next:              subjects.StageReconciliation,
 	}
 	p.recon = &reconciliation.Stage{
-		Store: p.store, Adapters: p.adapters, Subjects: p.subj, Clock: p.clock, Metrics: p.metrics, Activity: p.activity,
+		Journal: jr, Adapters: p.adapters, Subjects: p.subj, Clock: p.clock, Metrics: p.metrics, Activity: p.activity,
 		Log:      p.log.With("stage", subjects.StageReconciliation),
 		Interval: p.cfg.Reconciliation.Interval, MaxAttempts: p.cfg.Reconciliation.MaxAttempts,
+		Self: subjects.StageReconciliation,
 	}
 	ind, err := p.store.Indeterminates()
 	if err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/fault"
+	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/subjects"
@@ -322,7 +323,7 @@ func TestDispatchTimeDenial(t *testing.T) {
 	if env.Fakes["demo"].Dispatches() != 0 {
 		t.Error("a denied intent reached the provider")
 	}
-	if _, found, _ := env.Processor().Store().Intent(fp); found {
+	if found, _ := env.Processor().Store().Intent(fp, new(journal.Record)); found {
 		t.Error("the denial wrote the fingerprint's journal")
 	}
 	// The same proposal handed on again (a redelivery after the stream's

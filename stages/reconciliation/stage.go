@@ -12,24 +12,23 @@ import (
 	"github.com/portcullis/portcullis/internal/activity"
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/fault"
-	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
-	"github.com/portcullis/portcullis/stages/dispatch"
 	"github.com/portcullis/portcullis/subjects"
 )
 
 // Stage is the reconciliation stage. As a stages.Handler it consumes the
-// timers the scheduler fires on `<prefix>.stage.reconciliation.timer.<hex>`
-// (dispatch schedules the first poll, each poll the next); Resolve and
-// Indeterminate serve the operator.
+// timers the scheduler fires on `<prefix>.stage.<Self>.timer.<hex>` (dispatch
+// schedules the first poll, each poll the next); Resolve and Indeterminate
+// serve the operator.
 //
-// Every step for a fingerprint runs under the fingerprint's lock, which
-// dispatch holds too, so a poll, a dispatch republish and an operator's
-// settlement never interleave.
+// Every step for a fingerprint runs under the journal's fingerprint lock,
+// which dispatch holds too, so a poll, a dispatch republish and an
+// operator's settlement never interleave.
 type Stage struct {
-	Store    *kv.Store
+	Journal  journal.Store
 	Adapters map[string]adapters.Adapter // by provider name
 	Subjects subjects.Subjects
 	Clock    stages.Clock
@@ -40,6 +39,8 @@ type Stage struct {
 	Interval time.Duration
 	// MaxAttempts is reconciliation.max_attempts.
 	MaxAttempts int
+	// Self is this stage's name: its polls fire on its own timer subjects.
+	Self string
 }
 
 var _ stages.Handler = (*Stage)(nil)
@@ -68,25 +69,30 @@ func (s *Stage) log() *slog.Logger {
 	return s.Log
 }
 
-func lockKey(fp string) string { return "fp/" + fp }
+func (s *Stage) rules() Rules {
+	return Rules{
+		Interval: s.Interval, MaxAttempts: s.MaxAttempts,
+		PollSubject: func(hex string) string { return s.Subjects.Stage(s.Self, subjects.KindTimer, hex) },
+	}
+}
 
 // DecodeTrigger reads a timer message: the subject names the fingerprint's
-// hex digits, the body is a dispatch.Trigger for that fingerprint with an
+// hex digits, the body is a journal.Trigger for that fingerprint with an
 // attempt number ≥ 1, or an announcement.
-func DecodeTrigger(s subjects.Subjects, subject string, data []byte) (dispatch.Trigger, error) {
-	stage, kind, id, ok := s.ParseStage(subject)
-	if !ok || stage != subjects.StageReconciliation || kind != subjects.KindTimer || !hexPattern.MatchString(id) {
-		return dispatch.Trigger{}, fmt.Errorf("%w: subject", errTrigger)
+func DecodeTrigger(s subjects.Subjects, subject string, data []byte) (journal.Trigger, error) {
+	_, kind, id, ok := s.ParseStage(subject)
+	if !ok || kind != subjects.KindTimer || !hexPattern.MatchString(id) {
+		return journal.Trigger{}, fmt.Errorf("%w: subject", errTrigger)
 	}
-	var tr dispatch.Trigger
+	var tr journal.Trigger
 	if err := schema.Decode(data, &tr); err != nil {
-		return dispatch.Trigger{}, fmt.Errorf("%w: %w", errTrigger, err)
+		return journal.Trigger{}, fmt.Errorf("%w: %w", errTrigger, err)
 	}
 	if tr.Fingerprint != "sha256:"+id {
-		return dispatch.Trigger{}, fmt.Errorf("%w: fingerprint", errTrigger)
+		return journal.Trigger{}, fmt.Errorf("%w: fingerprint", errTrigger)
 	}
 	if tr.Announce != (tr.Attempt == 0) || tr.Attempt < 0 || tr.Attempt > maxAttemptNumber {
-		return dispatch.Trigger{}, fmt.Errorf("%w: attempt", errTrigger)
+		return journal.Trigger{}, fmt.Errorf("%w: attempt", errTrigger)
 	}
 	return tr, nil
 }
@@ -97,7 +103,7 @@ func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 	if err != nil {
 		return stages.Result{}, fmt.Errorf("%w: %w", stages.ErrPermanent, err)
 	}
-	return s.handle(ctx, tr, true)
+	return s.run(ctx, tr, true)
 }
 
 // GiveUp ends a trigger the stage could not process. A malformed one is
@@ -113,82 +119,46 @@ func (s *Stage) GiveUp(ctx context.Context, in *stages.Input, cause error) (stag
 	}
 	s.log().Error("reconciliation gave up on a trigger; recording it without asking the provider",
 		"fingerprint", tr.Fingerprint, "attempt", tr.Attempt, "cause", cause)
-	return s.handle(ctx, tr, false)
+	return s.run(ctx, tr, false)
 }
 
-func (s *Stage) handle(ctx context.Context, tr dispatch.Trigger, mayQuery bool) (stages.Result, error) {
+// run is the shell around Step.
+func (s *Stage) run(ctx context.Context, tr journal.Trigger, mayQuery bool) (stages.Result, error) {
 	fp := tr.Fingerprint
-	unlock := s.Store.Lock(lockKey(fp))
+	unlock := s.Journal.Lock(fp)
 	defer unlock()
-	rec, found, err := s.Store.Intent(fp)
+	rec, found, err := s.Journal.Load(fp)
 	if err != nil {
-		return stages.Result{}, fmt.Errorf("reconciliation: read journal: %w", err)
+		return stages.Result{}, fmt.Errorf("reconciliation: %w", err)
 	}
-	if !found || rec.Receipt == nil {
-		s.log().Warn("reconciliation trigger for a fingerprint without a receipt; ignored", "fingerprint", fp)
-		return stages.Result{}, nil
-	}
-	if tr.Announce {
-		return s.announce(rec), nil
-	}
-	n := tr.Attempt
-	id := AttemptID(fp, n)
-	switch {
-	case n == rec.ReconcileAttempt:
-		cp, found, err := s.Store.Attempt(fp, id)
-		if err != nil {
+	f := Facts{Trigger: tr, Record: rec, Found: found, Now: stages.NowMs(s.Clock), MayQuery: mayQuery}
+	if found && !tr.Announce && tr.Attempt == rec.ReconcileAttempt {
+		if f.Checkpoint, f.CheckpointFound, err = s.Journal.Attempt(fp, journal.AttemptID(fp, tr.Attempt)); err != nil {
 			return stages.Result{}, fmt.Errorf("reconciliation: read attempt: %w", err)
 		}
-		if found && cp.Status != "" {
-			// Finished: its receipt is on disk. If it is still the latest,
-			// its outcomes may not have gone out (a crash before the ack):
-			// publish them again; the runner's message ids drop duplicates.
-			if r := rec.Receipt; r.Reconciliation != nil && r.Reconciliation.AttemptID == id {
-				return s.outcomes(rec, nil), nil
-			}
-			return stages.Result{}, nil
-		}
-		if !NeedsWork(&rec) {
-			return stages.Result{}, nil
-		}
-		// Started and never finished: the processor stopped while the
-		// provider was being asked. Never ask again for this attempt.
-		if !found {
-			cp = kv.Attempt{AttemptID: id, Number: n, StartedAtMs: stages.NowMs(s.Clock)}
-		}
-		s.log().Warn("reconciliation attempt interrupted; recorded without asking again", "fingerprint", fp, "attempt_id", id)
-		return s.finish(rec, cp, Replayed(rec.Receipt, n, s.MaxAttempts))
-	case n == rec.ReconcileAttempt+1 && NeedsWork(&rec):
-		return s.attempt(ctx, rec, n, id, mayQuery)
 	}
-	// An earlier attempt's timer fired again, or the effect was settled.
-	s.log().Debug("stale reconciliation trigger", "fingerprint", fp, "attempt", n)
-	return stages.Result{}, nil
-}
-
-// attempt runs poll n: checkpoint (Sync), ask the provider, record.
-func (s *Stage) attempt(ctx context.Context, rec kv.Intent, n int, id string, mayQuery bool) (stages.Result, error) {
-	now := stages.NowMs(s.Clock)
-	cp := kv.Attempt{AttemptID: id, Number: n, StartedAtMs: now}
-	rec.ReconcileAttempt = n
-	rec.UpdatedAtMs = now
-	if !mayQuery {
-		return s.finish(rec, cp, Abandoned(rec.Receipt, n, s.MaxAttempts))
+	r := s.rules()
+	for {
+		d := Step(f, r)
+		if err := s.Journal.Commit(fp, d.Writes); err != nil {
+			// Nothing changed on disk; a redelivery finds the attempt
+			// started and unfinished and records it without asking again.
+			return stages.Result{}, fmt.Errorf("reconciliation: %w", err)
+		}
+		if !d.Call {
+			return s.result(d), nil
+		}
+		fault.Hit(fault.ReconcileAfterCheckpoint)
+		f.Record, f.Checkpoint, f.CheckpointFound = *d.Writes.Record, *d.Writes.Attempt, true
+		f.Reply, f.CallErr = s.query(ctx, &f.Record, d.Writes.Attempt.AttemptID)
+		f.Queried = true
+		fault.Hit(fault.ReconcileAfterReply)
+		f.Now = stages.NowMs(s.Clock)
 	}
-	b := s.Store.NewBatch()
-	b.PutAttempt(rec.Fingerprint, cp)
-	b.PutIntent(rec)
-	if err := b.Commit(kv.Sync); err != nil {
-		return stages.Result{}, fmt.Errorf("reconciliation: checkpoint attempt: %w", err)
-	}
-	fault.Hit(fault.ReconcileAfterCheckpoint)
-	reply, err := s.query(ctx, &rec, id)
-	fault.Hit(fault.ReconcileAfterReply)
-	return s.finish(rec, cp, Decide(rec.Receipt, reply, err, n, s.MaxAttempts))
 }
 
 // query asks the provider, read-only, what became of the intent.
-func (s *Stage) query(ctx context.Context, rec *kv.Intent, attemptID string) (schema.AdapterReply, error) {
+func (s *Stage) query(ctx context.Context, rec *journal.Record, attemptID string) (schema.AdapterReply, error) {
 	a := s.Adapters[rec.Provider]
 	if a == nil {
 		// The provider left the configuration: nobody can be asked.
@@ -205,87 +175,35 @@ func (s *Stage) query(ctx context.Context, rec *kv.Intent, attemptID string) (sc
 	})
 }
 
-// finish records an attempt's verdict in one synced batch: the attempt
-// finished, the new receipt, the intent, the next poll or its end, and the
-// indeterminate index; then returns the outcome for every proposal.
-func (s *Stage) finish(rec kv.Intent, cp kv.Attempt, v Verdict) (stages.Result, error) {
-	now := stages.NowMs(s.Clock)
-	fp := rec.Fingerprint
-	prev := rec.Receipt
-	r := NewReceipt(prev, v, cp.AttemptID, AttemptStep(cp.AttemptID), now)
-	change := IndexChange(prev, &r)
-	Apply(&rec, r, v, now)
-	cp.Status, cp.FinishedAtMs = v.AttemptStatus, now
-
-	b := s.Store.NewBatch()
-	rec.ReconcileNextAtMs = 0
-	switch {
-	case v.Settled:
-		rec.Resolution = ResolvedByProvider
-		b.CancelTimer(dispatch.ReconcileTimerID(fp))
-	case v.Exhausted:
-		b.CancelTimer(dispatch.ReconcileTimerID(fp))
-	default:
-		rec.ReconcileNextAtMs = now + Backoff(s.Interval, cp.Number+1).Milliseconds()
-		dispatch.ScheduleReconcile(b, s.Subjects, fp, cp.Number+1, rec.ReconcileNextAtMs)
+// result turns a publishing decision into what the runner does.
+func (s *Stage) result(d Decision) stages.Result {
+	if d.Note != "" {
+		s.log().Debug("reconciliation trigger: nothing to do", "why", d.Note)
 	}
-	switch change {
-	case 1:
-		b.SetIndeterminate(fp, now)
-	case -1:
-		b.SetIndeterminate(fp, 0)
+	res := stages.Result{Outcomes: d.Outcomes, Events: d.Events}
+	if v, rc := d.Verdict, d.Writes.Receipt; v != nil && rc != nil {
+		s.Metrics.ReconcileAttempts.WithLabelValues(rc.Provider, v.AttemptStatus).Inc()
+		s.Metrics.Indeterminate.Add(float64(d.Writes.Indeterminate))
+		s.log().Info("reconciliation recorded", "fingerprint", rc.Fingerprint, "attempt_id", d.Writes.Attempt.AttemptID,
+			"attempt_status", v.AttemptStatus, "status", rc.Status, "receipt_id", rc.ReceiptID)
 	}
-	b.PutAttempt(fp, cp)
-	b.AppendReceipt(rec.ReceiptSeq, r)
-	b.PutIntent(rec)
-	if err := b.Commit(kv.Sync); err != nil {
-		// Nothing changed on disk; a redelivery finds the attempt started
-		// and unfinished and records it without asking again.
-		return stages.Result{}, fmt.Errorf("reconciliation: record attempt: %w", err)
+	if d.Activity && s.Activity != nil && len(d.Outcomes) > 0 {
+		fp := *d.Outcomes[0].Fingerprint
+		res.Done = func(ctx context.Context) error { return s.updateActivity(ctx, fp) }
 	}
-	s.Metrics.ReconcileAttempts.WithLabelValues(rec.Provider, v.AttemptStatus).Inc()
-	s.Metrics.Indeterminate.Add(float64(change))
-	s.log().Info("reconciliation recorded", "fingerprint", fp, "attempt_id", cp.AttemptID,
-		"attempt_status", v.AttemptStatus, "status", r.Status, "receipt_id", r.ReceiptID)
-	return s.outcomes(rec, v.Events), nil
-}
-
-// outcomes is the latest outcome of an intent for each of its proposals,
-// with the snapshot update after they were published.
-func (s *Stage) outcomes(rec kv.Intent, events []schema.Incident) stages.Result {
-	now := stages.NowMs(s.Clock)
-	res := stages.Result{Events: events}
-	for _, ref := range rec.Proposals {
-		res.Outcomes = append(res.Outcomes, dispatch.Outcome(&rec, ref, now))
-	}
-	res.Done = func(ctx context.Context) error { return s.updateActivity(ctx, rec) }
 	return res
-}
-
-// announce publishes an intent's latest outcome (an operator's settlement)
-// to every proposal; OPERATOR_RESOLVED goes out as an event with it.
-func (s *Stage) announce(rec kv.Intent) stages.Result {
-	var events []schema.Incident
-	if r := rec.Receipt; rec.Resolution == ResolvedByOperator && r.Reconciliation != nil && r.Reconciliation.AttemptID == OperatorAttemptID(rec.Fingerprint) {
-		events = []schema.Incident{schema.NewIncident(schema.PhaseReconciliation, schema.CodeOperatorResolved)}
-	}
-	return s.outcomes(rec, events)
 }
 
 // updateActivity writes the intent's latest state into its snapshot. It
 // reads the journal again under the snapshot's lock, so that of two late
 // writers the last always writes the newest state.
-func (s *Stage) updateActivity(ctx context.Context, fallback kv.Intent) error {
-	if s.Activity == nil {
-		return nil
-	}
-	fp := fallback.Fingerprint
+func (s *Stage) updateActivity(ctx context.Context, fp string) error {
 	return s.Activity.Update(ctx, fp, func(a *schema.Activity) {
-		rec := fallback
-		if latest, found, err := s.Store.Intent(fp); err == nil && found {
-			rec = latest
+		rec, found, err := s.Journal.Load(fp)
+		if err != nil || !found {
+			return
 		}
-		dispatch.ApplyIntent(a, nil, &rec)
+		rec.Project(a)
 		if a.Dispatch == nil || a.Dispatch.FinishedAtMs == 0 {
 			s.fillDispatch(a, fp)
 		}
@@ -296,7 +214,7 @@ func (s *Stage) updateActivity(ctx context.Context, fallback kv.Intent) error {
 // dispatch's own snapshot write never happened (a crash right after its
 // receipt).
 func (s *Stage) fillDispatch(a *schema.Activity, fp string) {
-	rs, err := s.Store.Receipts(fp)
+	rs, err := s.Journal.Receipts(fp)
 	if err != nil || len(rs) == 0 || rs[0].Reconciliation != nil {
 		return
 	}
@@ -336,11 +254,11 @@ func (s *Stage) Resolve(fp string, present bool, evidenceRef, operator string) (
 	if !schema.ValidEvidenceRef(evidenceRef) {
 		return Resolution{}, ErrInvalidEvidence
 	}
-	unlock := s.Store.Lock(lockKey(fp))
+	unlock := s.Journal.Lock(fp)
 	defer unlock()
-	rec, found, err := s.Store.Intent(fp)
+	rec, found, err := s.Journal.Load(fp)
 	if err != nil {
-		return Resolution{}, fmt.Errorf("reconciliation: read journal: %w", err)
+		return Resolution{}, fmt.Errorf("reconciliation: %w", err)
 	}
 	if !found || rec.Receipt == nil {
 		return Resolution{}, ErrNotFound
@@ -351,21 +269,16 @@ func (s *Stage) Resolve(fp string, present bool, evidenceRef, operator string) (
 	now := stages.NowMs(s.Clock)
 	prev := rec.Receipt
 	v := Operator(prev, present, evidenceRef, operator)
-	r := NewReceipt(prev, v, OperatorAttemptID(fp), OperatorStep, now)
-	Apply(&rec, r, v, now)
-	rec.Resolution, rec.ReconcileNextAtMs = ResolvedByOperator, 0
-
-	b := s.Store.NewBatch()
-	dispatch.ScheduleAnnounce(b, s.Subjects, fp, OperatorStep, now)
-	b.SetIndeterminate(fp, 0)
-	b.AppendReceipt(rec.ReceiptSeq, r)
-	b.PutIntent(rec)
-	if err := b.Commit(kv.Sync); err != nil {
+	link := &schema.ReceiptReconcileRef{AttemptID: journal.OperatorAttemptID(fp), PreviousReceiptID: prev.ReceiptID, Operator: operator}
+	r := rec.Settle(v.Verdict, OperatorStep, link, nil, now)
+	rec.ReconcileNextAtMs = 0
+	t := journal.AnnounceTimer(s.Subjects.Stage(s.Self, subjects.KindTimer, journal.Hex(fp)), fp, OperatorStep, now)
+	if err := s.Journal.Commit(fp, journal.Writes{Record: &rec, Receipt: &r, Timer: &t, Indeterminate: -1}); err != nil {
 		return Resolution{}, fmt.Errorf("reconciliation: record resolution: %w", err)
 	}
 	s.Metrics.Indeterminate.Dec()
 	s.log().Info("operator resolved an indeterminate action", "fingerprint", fp, "status", r.Status, "receipt_id", r.ReceiptID, "operator", operator)
-	return Resolution{Receipt: r, OutcomeKind: rec.OutcomeKind, Proposals: slices.Clone(rec.Proposals)}, nil
+	return Resolution{Receipt: r, OutcomeKind: rec.Latest.Kind, Proposals: slices.Clone(rec.Proposals)}, nil
 }
 
 // Pending is one action whose effect is unknown, for the operator's queue.
@@ -392,13 +305,13 @@ type Pending struct {
 
 // Indeterminate lists every action whose effect is unknown, oldest first.
 func (s *Stage) Indeterminate() ([]Pending, error) {
-	idx, err := s.Store.Indeterminates()
+	idx, err := s.Journal.Indeterminates()
 	if err != nil {
 		return nil, fmt.Errorf("reconciliation: read index: %w", err)
 	}
 	out := make([]Pending, 0, len(idx))
 	for _, e := range idx {
-		rec, found, err := s.Store.Intent(e.Fingerprint)
+		rec, found, err := s.Journal.Load(e.Fingerprint)
 		if err != nil {
 			return nil, fmt.Errorf("reconciliation: read journal: %w", err)
 		}

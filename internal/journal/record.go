@@ -1,0 +1,292 @@
+// Package journal is the intent journal: one record per fingerprint that
+// dispatch writes before and after calling a provider, reconciliation
+// advances, and every later proposal of the same intent is answered from
+// (SPEC §3 Dispatch, Reconciliation).
+//
+// It holds the record and its one transition (Settle: a new receipt
+// becomes the intent's latest), the projections of a record (the outcome a
+// proposal gets, the activity snapshot), the triggers and timers of
+// reconciliation, and the only fingerprint lock. Stages reach storage
+// through Store: Pebble on a single node (NewPebble), a replicated backend
+// on a cluster.
+package journal
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"slices"
+	"strings"
+
+	"github.com/portcullis/portcullis/schema"
+)
+
+// State is where an intent's dispatch stands.
+type State string
+
+// Journal states.
+const (
+	// StateNew: nothing was written for the fingerprint yet.
+	StateNew State = ""
+	// StateInFlight: the in-flight record was synced and the provider may
+	// have been called. Without a receipt this means a crash between
+	// "begin" and "receipt": never dispatch again.
+	StateInFlight State = "in_flight"
+	// StateNotInvoked: the last attempt provably reached nobody (NATS no
+	// responders, refused connection); dispatch may be retried.
+	StateNotInvoked State = "not_invoked"
+	// StateDone: a receipt is recorded; it is the answer from now on.
+	StateDone State = "done"
+)
+
+// Identity is what a fingerprint binds, as providers and receipts see it.
+type Identity struct {
+	Fingerprint    string `json:"fingerprint"`
+	IdempotencyKey string `json:"idempotency_key"`
+	Provider       string `json:"provider"`
+	Capability     string `json:"capability"`
+	Operation      string `json:"operation"`
+	Environment    string `json:"environment"`
+	Referent       string `json:"referent"`
+}
+
+// IdentityOf is the identity of a grounded envelope (env.Grounded set).
+func IdentityOf(env *schema.Envelope) Identity {
+	in := &env.Proposal.Intent
+	return Identity{
+		Fingerprint:    env.Grounded.Fingerprint,
+		IdempotencyKey: env.Grounded.IdempotencyKey,
+		Provider:       in.Provider,
+		Capability:     in.Capability,
+		Operation:      in.Operation,
+		Environment:    in.Environment,
+		Referent:       env.Grounded.Referent,
+	}
+}
+
+// Hex is a fingerprint's 64 hex digits (subject token, KV key).
+func Hex(fingerprint string) string { return strings.TrimPrefix(fingerprint, "sha256:") }
+
+// Record is the value-free dispatch and reconciliation state of one
+// fingerprint.
+type Record struct {
+	Identity
+	Adapter string `json:"adapter"`
+	State   State  `json:"state"`
+	// Proposals are the proposals that carried this intent (bounded): each
+	// receives every later outcome of the fingerprint.
+	Proposals []schema.ProposalRef `json:"proposals"`
+	// DispatchAttempts counts in-flight records written.
+	DispatchAttempts  int   `json:"dispatch_attempts"`
+	InFlightAtMs      int64 `json:"in_flight_at_ms,omitempty"`
+	NotInvokedSinceMs int64 `json:"not_invoked_since_ms,omitempty"`
+	// Receipt is the latest receipt; ReceiptSeq its number in the history.
+	Receipt    *schema.Receipt `json:"receipt,omitempty"`
+	ReceiptSeq uint64          `json:"receipt_seq,omitempty"`
+	// Latest is the latest outcome's kind, terminality and incidents,
+	// republished for every proposal of the intent.
+	Latest Latest `json:"latest"`
+	// Reconciliation progress: the last attempt number started, whether
+	// attempts are exhausted, and when the next poll is due.
+	ReconcileAttempt   int   `json:"reconcile_attempt,omitempty"`
+	ReconcileExhausted bool  `json:"reconcile_exhausted,omitempty"`
+	ReconcileNextAtMs  int64 `json:"reconcile_next_at_ms,omitempty"`
+	// Resolution says who settled a reconciliation: ResolvedByProvider or
+	// ResolvedByOperator.
+	Resolution  string `json:"resolution,omitempty"`
+	UpdatedAtMs int64  `json:"updated_at_ms"`
+}
+
+// Latest is the outcome an intent's latest receipt gives its proposals.
+type Latest struct {
+	Kind      schema.Kind       `json:"kind,omitempty"`
+	Terminal  bool              `json:"terminal,omitempty"`
+	Incidents []schema.Incident `json:"incidents,omitempty"`
+}
+
+// Resolutions recorded on the intent and in its activity snapshot.
+const (
+	ResolvedByProvider = "provider"
+	ResolvedByOperator = "operator"
+)
+
+// New is the record of an intent nothing was written for yet.
+func New(id Identity, adapter string, nowMs int64) Record {
+	return Record{Identity: id, Adapter: adapter, UpdatedAtMs: nowMs}
+}
+
+// AddProposal records a proposal on the intent, bounded and without repeats.
+func (r *Record) AddProposal(ref schema.ProposalRef) {
+	r.Proposals = schema.AppendProposal(r.Proposals, ref)
+}
+
+// Verdict is what one answer established about an intent: a provider's
+// reply to dispatch or reconcile, an interrupted dispatch, an operator's
+// finding. Settle turns it into the intent's next receipt.
+type Verdict struct {
+	Status     schema.Status
+	NextAction schema.NextAction
+	// Attempted is the receipt's dispatch_attempted: false only when the
+	// provider provably never received the action.
+	Attempted bool
+	// Incidents go into the outcome (and out as events); Events go out as
+	// incident events only.
+	Incidents []schema.Incident
+	Events    []schema.Incident
+	// ErrorCode is the receipt's error_code: the provider's own code when
+	// it gave one, otherwise Portcullis's closed code; "" none.
+	ErrorCode        string
+	ProviderActionID string
+	EvidenceRefs     []string
+	// Settled: the effect's truth is known; polling stops.
+	Settled bool
+	// Exhausted: the last allowed reconciliation attempt could not tell;
+	// the outcome is terminal RECONCILIATION_REQUIRED for an operator.
+	Exhausted bool
+	// Resolution, when set, records who settled the effect
+	// (ResolvedByProvider, ResolvedByOperator).
+	Resolution string
+}
+
+// ReceiptID is deterministic: the same fingerprint and step always name the
+// same receipt, so a replay writes and reports the same one.
+func ReceiptID(fingerprint, step string) string {
+	h := sha256.Sum256([]byte("receipt\x00" + fingerprint + "\x00" + step))
+	return "rcpt_" + hex.EncodeToString(h[:16])
+}
+
+// Settle makes verdict v, reached at step (ReceiptID's input), the
+// intent's latest receipt — the one transition by which receipts change a
+// record, for dispatch, reconciliation and operators alike. link ties a
+// reconciliation receipt to its attempt and predecessor (nil for the
+// dispatch receipt); disclosure is the dispatch's disclosure record, carried
+// over by later receipts. recorded_at_ms never goes backwards within a
+// fingerprint's history. It returns the new receipt.
+func (r *Record) Settle(v Verdict, step string, link *schema.ReceiptReconcileRef, disclosure *schema.DisclosureRecord, nowMs int64) schema.Receipt {
+	refs := slices.Clone(v.EvidenceRefs)
+	if refs == nil {
+		refs = []string{}
+	}
+	rc := schema.Receipt{
+		ReceiptID:         ReceiptID(r.Fingerprint, step),
+		Fingerprint:       r.Fingerprint,
+		IdempotencyKey:    r.IdempotencyKey,
+		Provider:          r.Provider,
+		Capability:        r.Capability,
+		Operation:         r.Operation,
+		Environment:       r.Environment,
+		Adapter:           r.Adapter,
+		Status:            v.Status,
+		DispatchAttempted: v.Attempted,
+		NextAction:        v.NextAction,
+		ProviderActionID:  v.ProviderActionID,
+		EvidenceRefs:      refs,
+		ErrorCode:         v.ErrorCode,
+		Disclosure:        disclosure,
+		Reconciliation:    link,
+		RecordedAtMs:      nowMs,
+	}
+	if prev := r.Receipt; prev != nil {
+		rc.RecordedAtMs = max(nowMs, prev.RecordedAtMs+1)
+		if rc.Disclosure == nil && prev.Disclosure != nil {
+			d := *prev.Disclosure
+			d.FieldClasses = slices.Clone(d.FieldClasses)
+			rc.Disclosure = &d
+		}
+	}
+	r.State = StateDone
+	r.ReceiptSeq++
+	stored := rc
+	r.Receipt = &stored
+	kind := rc.OutcomeKind()
+	r.Latest = Latest{Kind: kind, Terminal: kind.Terminal() || v.Exhausted, Incidents: slices.Clone(v.Incidents)}
+	r.ReconcileExhausted = v.Exhausted
+	if v.Resolution != "" {
+		r.Resolution = v.Resolution
+	}
+	r.UpdatedAtMs = nowMs
+	return rc
+}
+
+// Outcome is the outcome the intent's latest receipt gives a proposal.
+func (r *Record) Outcome(to schema.ProposalRef, nowMs int64) schema.Outcome {
+	o := schema.NewOutcome(to, r.Latest.Kind, nowMs, slices.Clone(r.Latest.Incidents)...)
+	o.Terminal = r.Latest.Terminal
+	o.Fingerprint = schema.StringPtr(r.Fingerprint)
+	o.Referent = schema.StringPtr(r.Referent)
+	if r.Receipt != nil {
+		rc := *r.Receipt
+		o.Receipt = &rc
+	}
+	return o
+}
+
+// Outcomes is the latest outcome for every proposal of the intent.
+func (r *Record) Outcomes(nowMs int64) []schema.Outcome {
+	out := make([]schema.Outcome, 0, len(r.Proposals))
+	for _, ref := range r.Proposals {
+		out = append(out, r.Outcome(ref, nowMs))
+	}
+	return out
+}
+
+// Indeterminate reports whether a receipt leaves the effect unknown.
+func Indeterminate(rc *schema.Receipt) bool {
+	return rc != nil && rc.Status == schema.StatusReconciliationRequired
+}
+
+// NeedsWork reports whether the intent's latest receipt is still being
+// verified or reconciled.
+func (r *Record) NeedsWork() bool {
+	return r.Receipt != nil && r.Receipt.NextAction != schema.NextNone && !r.ReconcileExhausted && r.Resolution == ""
+}
+
+// Project copies the record's value-free state into its activity
+// snapshot: proposals, identity, and once a receipt exists, the latest
+// receipt and the dispatch and reconciliation sections. A snapshot that
+// already shows a later receipt keeps it.
+func (r *Record) Project(a *schema.Activity) {
+	for _, p := range r.Proposals {
+		a.AddProposal(p)
+	}
+	a.Provider, a.Capability, a.Operation, a.Environment = r.Provider, r.Capability, r.Operation, r.Environment
+	a.Referent = r.Referent
+	rc := r.Receipt
+	if rc == nil {
+		return
+	}
+	if a.Receipt != nil && a.Receipt.RecordedAtMs > rc.RecordedAtMs {
+		return // a later receipt is there already
+	}
+	latest := *rc
+	a.Receipt = &latest
+	a.Status = string(rc.Status)
+	if a.Dispatch == nil {
+		a.Dispatch = &schema.ActivityDispatch{}
+	}
+	a.Dispatch.Adapter = r.Adapter
+	a.Dispatch.Attempted = a.Dispatch.Attempted || (rc.Reconciliation == nil && rc.DispatchAttempted)
+	if r.InFlightAtMs > 0 {
+		a.Dispatch.StartedAtMs = r.InFlightAtMs
+	}
+	if rc.Reconciliation == nil {
+		a.Dispatch.FinishedAtMs = rc.RecordedAtMs
+		a.Dispatch.Status = rc.Status
+		a.Dispatch.ErrorCode = rc.ErrorCode
+	}
+	if rc.Disclosure != nil {
+		d := *rc.Disclosure
+		a.Disclosure = &d
+	}
+	if r.ReconcileAttempt > 0 || r.ReconcileNextAtMs > 0 || r.Resolution != "" {
+		a.Reconciliation = &schema.ActivityReconciliation{
+			Attempts:   r.ReconcileAttempt,
+			NextAtMs:   r.ReconcileNextAtMs,
+			Exhausted:  r.ReconcileExhausted,
+			Resolution: r.Resolution,
+		}
+		if rc.Reconciliation != nil {
+			a.Reconciliation.LastAttemptID = rc.Reconciliation.AttemptID
+			a.Reconciliation.ResolvedBy = rc.Reconciliation.Operator
+		}
+	}
+}

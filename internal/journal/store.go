@@ -1,0 +1,160 @@
+package journal
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/schema"
+)
+
+// Writes are what one step of dispatch or reconciliation changes for a
+// fingerprint. A Store commits them atomically and durably (Sync), before
+// the step's external call or its outcomes.
+type Writes struct {
+	// Record, when set, replaces the fingerprint's record.
+	Record *Record
+	// Receipt, when set, is appended to the history as number
+	// Record.ReceiptSeq.
+	Receipt *schema.Receipt
+	// Attempt, when set, writes a reconciliation attempt's checkpoint.
+	Attempt *Attempt
+	// Timer adds (or replaces) the fingerprint's reconciliation timer;
+	// CancelTimer removes it.
+	Timer       *kv.Timer
+	CancelTimer bool
+	// Indeterminate adds (+1, since SinceMs) or removes (-1) the
+	// fingerprint from the index of actions whose effect is unknown.
+	Indeterminate int
+	SinceMs       int64
+	// Ended records a proposal this stage ended without dispatching.
+	Ended *EndedProposal
+}
+
+// EndedProposal is a proposal ended at dispatch's re-check (SPEC §3
+// Dispatch step 3): it binds the proposal, never the fingerprint.
+type EndedProposal struct {
+	Ref   schema.ProposalRef
+	Ended kv.Ended
+}
+
+// Empty reports whether there is nothing to write.
+func (w *Writes) Empty() bool {
+	return w.Record == nil && w.Receipt == nil && w.Attempt == nil && w.Timer == nil && !w.CancelTimer && w.Indeterminate == 0 && w.Ended == nil
+}
+
+// ErrBadWrites is returned by Commit for writes no step produces.
+var ErrBadWrites = errors.New("journal: inconsistent writes")
+
+func (w *Writes) check() error {
+	switch {
+	case w.Receipt != nil && w.Record == nil:
+		return fmt.Errorf("%w: a receipt without its record", ErrBadWrites)
+	case w.Receipt != nil && w.Record.ReceiptSeq == 0:
+		return fmt.Errorf("%w: a receipt numbered 0", ErrBadWrites)
+	case w.Timer != nil && w.CancelTimer:
+		return fmt.Errorf("%w: a timer both added and cancelled", ErrBadWrites)
+	}
+	return nil
+}
+
+// Store is the journal's storage. Every method is safe for concurrent use;
+// callers hold Lock(fingerprint) around each read-decide-write of one
+// fingerprint, so that dispatch, reconciliation and an operator's
+// settlement never interleave for it.
+type Store interface {
+	// Lock serializes work on one fingerprint and returns its unlock.
+	Lock(fingerprint string) (unlock func())
+	// Load returns a fingerprint's record; found is false if none.
+	Load(fingerprint string) (rec Record, found bool, err error)
+	// Commit writes w for fingerprint atomically and durably.
+	Commit(fingerprint string, w Writes) error
+	// Receipts returns a fingerprint's receipts, oldest first.
+	Receipts(fingerprint string) ([]schema.Receipt, error)
+	// Attempt returns a reconciliation attempt's checkpoint.
+	Attempt(fingerprint, attemptID string) (Attempt, bool, error)
+	// Ended returns a proposal's dispatch-time end, if any.
+	Ended(ref schema.ProposalRef) (kv.Ended, bool, error)
+	// Indeterminates lists every fingerprint whose effect is unknown.
+	Indeterminates() ([]kv.Indeterminate, error)
+}
+
+// Pebble is the journal on a processor's own Pebble store (single node).
+type Pebble struct {
+	KV *kv.Store
+}
+
+var _ Store = Pebble{}
+
+// NewPebble returns the journal on s.
+func NewPebble(s *kv.Store) Pebble { return Pebble{KV: s} }
+
+// Lock serializes on "fp/<fingerprint>": the only fingerprint lock.
+func (p Pebble) Lock(fingerprint string) func() { return p.KV.Lock("fp/" + fingerprint) }
+
+// Load reads a fingerprint's record.
+func (p Pebble) Load(fingerprint string) (Record, bool, error) {
+	var r Record
+	found, err := p.KV.Intent(fingerprint, &r)
+	if err != nil {
+		return Record{}, false, fmt.Errorf("journal: load: %w", err)
+	}
+	return r, found, nil
+}
+
+// Commit writes w in one synced batch.
+func (p Pebble) Commit(fingerprint string, w Writes) error {
+	if err := w.check(); err != nil {
+		return err
+	}
+	if w.Empty() {
+		return nil
+	}
+	b := p.KV.NewBatch()
+	if w.CancelTimer {
+		b.CancelTimer(TimerID(fingerprint))
+	}
+	if w.Timer != nil {
+		b.AddTimer(*w.Timer)
+	}
+	switch {
+	case w.Indeterminate > 0:
+		b.SetIndeterminate(fingerprint, w.SinceMs)
+	case w.Indeterminate < 0:
+		b.SetIndeterminate(fingerprint, 0)
+	}
+	if w.Attempt != nil {
+		b.PutAttempt(fingerprint, w.Attempt.AttemptID, w.Attempt)
+	}
+	if w.Receipt != nil && w.Record != nil {
+		b.AppendReceipt(w.Record.ReceiptSeq, *w.Receipt)
+	}
+	if w.Record != nil {
+		b.PutIntent(fingerprint, w.Record)
+	}
+	if w.Ended != nil {
+		b.PutEnded(w.Ended.Ref, w.Ended.Ended)
+	}
+	if err := b.Commit(kv.Sync); err != nil {
+		return fmt.Errorf("journal: commit: %w", err)
+	}
+	return nil
+}
+
+// Receipts returns a fingerprint's receipts, oldest first.
+func (p Pebble) Receipts(fingerprint string) ([]schema.Receipt, error) {
+	return p.KV.Receipts(fingerprint)
+}
+
+// Attempt returns a reconciliation attempt's checkpoint.
+func (p Pebble) Attempt(fingerprint, attemptID string) (Attempt, bool, error) {
+	var a Attempt
+	found, err := p.KV.Attempt(fingerprint, attemptID, &a)
+	return a, found, err
+}
+
+// Ended returns a proposal's dispatch-time end.
+func (p Pebble) Ended(ref schema.ProposalRef) (kv.Ended, bool, error) { return p.KV.Ended(ref) }
+
+// Indeterminates lists every fingerprint whose effect is unknown.
+func (p Pebble) Indeterminates() ([]kv.Indeterminate, error) { return p.KV.Indeterminates() }

@@ -1,0 +1,300 @@
+// Package dispatch is the stage that calls providers: exactly once per
+// fingerprint, whatever crashes, redeliveries or replays happen (SPEC §3
+// Dispatch). The journal (package journal) is written with Sync before a
+// provider is called and after it answers; a fingerprint that may have
+// reached a provider is never sent again.
+//
+// step.go is the pure part: Step decides, from what the journal holds and
+// what the last call returned, what to write, which call to make next (at
+// most one) and what to publish. stage.go only locks, loads, steps,
+// commits, calls and steps again.
+package dispatch
+
+import (
+	"errors"
+	"time"
+
+	"github.com/portcullis/portcullis/internal/adapters"
+	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/internal/journal"
+	"github.com/portcullis/portcullis/internal/policy"
+	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/stages"
+)
+
+// Facts are what one step decides from: the proposal, what the journal
+// holds for its fingerprint and proposal, and what the previous step's
+// call returned.
+type Facts struct {
+	Env *schema.Envelope
+	// Record is the fingerprint's record (journal.New when Found is false).
+	Record journal.Record
+	Found  bool
+	// Ended is this proposal's end at an earlier re-check, if any.
+	Ended *kv.Ended
+	Now   int64
+	// Provider is the intent's configured provider; Known is false when it
+	// is not configured or has no adapter. Adapter is the adapter's kind.
+	Provider config.Provider
+	Adapter  string
+	Known    bool
+	// GivingUp: the runner gave up on the input (its retries are spent):
+	// end it from the journal, never call anything.
+	GivingUp bool
+
+	// After CallDisclosure: the resolved disclosure record, or the closed
+	// code of a disclosure failure.
+	Disclosed      *schema.DisclosureRecord
+	DisclosureCode schema.Code
+	// After the in-flight write of CallProvider failed.
+	CheckpointErr error
+	// After CallProvider: the provider's reply or the call's error.
+	Dispatched bool
+	Reply      schema.AdapterReply
+	CallErr    error
+}
+
+// Call is the external call a step asks for, after its writes.
+type Call int
+
+// Calls.
+const (
+	NoCall         Call = iota
+	CallDisclosure      // resolve protected disclosure values
+	CallProvider        // the provider adapter's dispatch
+)
+
+// Decision is what the shell does for one step, in this order: commit
+// Writes (Sync), make Call, or else publish Outcome (and Events), then
+// apply Activity to the intent's snapshot, or redeliver after Retry.
+type Decision struct {
+	Writes   journal.Writes
+	Call     Call
+	Outcome  *schema.Outcome
+	Events   []schema.Incident
+	Activity func(a *schema.Activity)
+	Retry    time.Duration
+	// Verdict is the receipt's verdict when Writes holds a receipt.
+	Verdict *journal.Verdict
+}
+
+// Rules are what every step decides with.
+type Rules struct {
+	// Policy re-checks the grant window and managed policy (step 3).
+	Policy policy.Rules
+	// ReconcileInterval is the wait before the first verification or
+	// reconciliation poll.
+	ReconcileInterval time.Duration
+	// PollSubject is where the fingerprint's polls fire (the successor
+	// stage's timer subject for its hex digits).
+	PollSubject func(hex string) string
+}
+
+// Step runs SPEC §3 Dispatch for one proposal, one decision at a time:
+//  1. a receipt exists: it is the answer (the proposal is recorded on the
+//     intent, so it hears of reconciliation);
+//  2. in flight without a receipt: DISPATCH_INTERRUPTED, never sent again;
+//  3. the grant window and managed policy again, then disclosure: a denial
+//     ends this proposal only, never the fingerprint;
+//  4. the in-flight record, synced, then the provider call;
+//  5. the reply becomes the receipt.
+//
+// A reply that proves nobody received the request (no responders) marks
+// the record not-invoked and asks for a retry inside the provider's
+// unavailable_retry window, then ADAPTER_UNAVAILABLE.
+func Step(f Facts, r Rules) Decision {
+	ref := f.Env.Ref()
+	if f.Ended != nil {
+		return ended(f.Env, *f.Ended)
+	}
+	rec := f.Record
+	rec.AddProposal(ref)
+	switch {
+	case rec.Receipt != nil:
+		return Decision{
+			Writes:   journal.Writes{Record: &rec},
+			Outcome:  outcome(rec.Outcome(ref, f.Now)),
+			Activity: rec.Project,
+		}
+	case rec.State == journal.StateInFlight && !f.Dispatched:
+		return finish(f, rec, Interrupted(), "interrupted", r)
+	case f.GivingUp && rec.State == journal.StateNotInvoked:
+		return finish(f, rec, MapDispatch(schema.AdapterReply{}, adapters.ErrNotInvoked), "dispatch", r)
+	case f.GivingUp:
+		o := schema.FailureOutcome(ref, schema.NewIncident(schema.PhaseDispatch, schema.CodeProcessingFailed), f.Now)
+		o.Fingerprint, o.Referent = schema.StringPtr(rec.Fingerprint), schema.StringPtr(rec.Referent)
+		return Decision{Outcome: &o}
+	}
+	if !f.Dispatched {
+		// Step 3, before every attempt: a grant can expire and a policy
+		// tighten while a provider is unreachable.
+		if d := r.Policy.Authorize(&f.Env.Authorization.Grant, policy.TargetOf(f.Env), f.Now); !d.Permitted() {
+			return end(f, PhaseOf(d.Code), d.Code)
+		}
+		if !f.Known {
+			// Admission refuses unknown providers: the configuration
+			// changed since. Nothing was sent.
+			return finish(f, rec, MapDispatch(schema.AdapterReply{}, adapters.ErrNotInvoked), "dispatch", r)
+		}
+		if f.Env.Proposal.Intent.ProtectedDisclosure != nil {
+			switch {
+			case f.DisclosureCode != "":
+				return end(f, schema.PhaseDisclosure, f.DisclosureCode)
+			case f.Disclosed == nil:
+				return Decision{Call: CallDisclosure}
+			}
+		}
+		if f.CheckpointErr != nil {
+			inc := schema.NewIncident(schema.PhaseDispatch, schema.CodeCheckpointFailed)
+			o := schema.FailureOutcome(ref, inc, f.Now)
+			o.Fingerprint, o.Referent = schema.StringPtr(rec.Fingerprint), schema.StringPtr(rec.Referent)
+			return Decision{Outcome: &o}
+		}
+		// Step 4: the in-flight record, synced, before the provider call.
+		rec.State = journal.StateInFlight
+		rec.DispatchAttempts++
+		rec.InFlightAtMs = f.Now
+		rec.Adapter = f.Adapter
+		rec.UpdatedAtMs = f.Now
+		return Decision{Writes: journal.Writes{Record: &rec}, Call: CallProvider}
+	}
+	if errors.Is(f.CallErr, adapters.ErrNotInvoked) && !errors.Is(f.CallErr, adapters.ErrInvalidRequest) {
+		// Nobody received it: durably not-invoked, then retried inside the
+		// window (connectors reconnecting after a restart).
+		rec.State = journal.StateNotInvoked
+		if rec.NotInvokedSinceMs == 0 {
+			rec.NotInvokedSinceMs = f.Now
+		}
+		rec.UpdatedAtMs = f.Now
+		window := f.Provider.UnavailableRetry
+		if elapsed := time.Duration(f.Now-rec.NotInvokedSinceMs) * time.Millisecond; elapsed < window {
+			// Sized so that a window of any length takes a bounded number
+			// of redeliveries (stages.MaxRequestedRetries).
+			retry := max(stages.Backoff(250*time.Millisecond, 5*time.Second, rec.DispatchAttempts), window/24)
+			return Decision{Writes: journal.Writes{Record: &rec}, Retry: min(retry, window-elapsed+time.Millisecond)}
+		}
+	}
+	// Step 5: the receipt, synced; then the outcome.
+	return finish(f, rec, MapDispatch(f.Reply, f.CallErr), "dispatch", r)
+}
+
+// finish settles verdict v as the fingerprint's receipt, with its first
+// poll when the effect still needs checking and the indeterminate index.
+func finish(f Facts, rec journal.Record, v journal.Verdict, step string, r Rules) Decision {
+	rc := rec.Settle(v, step, nil, f.Disclosed, f.Now)
+	w := journal.Writes{Record: &rec, Receipt: &rc}
+	if rc.NextAction != schema.NextNone {
+		rec.ReconcileNextAtMs = f.Now + r.ReconcileInterval.Milliseconds()
+		t := journal.PollTimer(r.PollSubject(journal.Hex(rec.Fingerprint)), rec.Fingerprint, 1, rec.ReconcileNextAtMs)
+		w.Timer = &t
+	}
+	if journal.Indeterminate(&rc) {
+		w.Indeterminate, w.SinceMs = 1, f.Now
+	}
+	disclosed := f.Disclosed
+	return Decision{
+		Writes:  w,
+		Outcome: outcome(rec.Outcome(f.Env.Ref(), f.Now)),
+		Verdict: &v,
+		Activity: func(a *schema.Activity) {
+			rec.Project(a)
+			if disclosed != nil {
+				d := *disclosed
+				a.Disclosure = &d
+			}
+		},
+	}
+}
+
+// end ends one proposal with a denial at the step 3 re-check: recorded for
+// the proposal (before its outcome is published), never for the
+// fingerprint, so that a later proposal of the same intent with a fresh
+// grant is judged afresh.
+func end(f Facts, phase schema.Phase, code schema.Code) Decision {
+	e := kv.Ended{Phase: phase, Code: code, AtMs: f.Now}
+	d := ended(f.Env, e)
+	d.Writes.Ended = &journal.EndedProposal{Ref: f.Env.Ref(), Ended: e}
+	return d
+}
+
+// ended is the answer of a proposal ended at the re-check: its outcome,
+// and its mark on the intent's activity (the intent's own state is
+// untouched; a receipt another proposal got stays the picture).
+func ended(env *schema.Envelope, e kv.Ended) Decision {
+	o := schema.FailureOutcome(env.Ref(), schema.NewIncident(e.Phase, e.Code), e.AtMs)
+	o.Fingerprint, o.Referent = schema.StringPtr(env.Grounded.Fingerprint), schema.StringPtr(env.Grounded.Referent)
+	ref := env.Ref()
+	return Decision{Outcome: &o, Activity: func(a *schema.Activity) {
+		a.AddProposal(ref)
+		if a.Receipt != nil {
+			return
+		}
+		a.Status = schema.ActivityDenied
+		a.Decision = &schema.ActivityDecision{Outcome: "deny", ReasonCode: e.Code, DecidedAtMs: e.AtMs}
+	}}
+}
+
+func outcome(o schema.Outcome) *schema.Outcome { return &o }
+
+// MapDispatch turns an adapter's dispatch answer into a verdict. A timeout
+// or an unknown error after the request may have been sent is
+// indeterminate, never a failure (SPEC §3 Dispatch step 5).
+func MapDispatch(reply schema.AdapterReply, err error) journal.Verdict {
+	if err != nil {
+		code := schema.CodeAdapterError
+		switch {
+		case errors.Is(err, adapters.ErrNotInvoked):
+			return journal.Verdict{Status: schema.StatusFailedBeforeDispatch, NextAction: schema.NextNone,
+				Incidents: incidents(schema.CodeAdapterUnavailable), ErrorCode: string(schema.CodeAdapterUnavailable)}
+		case errors.Is(err, adapters.ErrTimeout):
+			code = schema.CodeAdapterTimeout
+		case errors.Is(err, adapters.ErrMalformedReply):
+			code = schema.CodeMalformedAdapterResult
+		}
+		return journal.Verdict{Status: schema.StatusReconciliationRequired, NextAction: schema.NextReconcile, Attempted: true,
+			Incidents: incidents(code), ErrorCode: string(code)}
+	}
+	v := journal.Verdict{Attempted: true, ProviderActionID: reply.ProviderActionID, EvidenceRefs: reply.EvidenceRefs, ErrorCode: reply.ErrorCode}
+	var code schema.Code
+	switch reply.Outcome {
+	case schema.ReplyConfirmed:
+		v.Status, v.NextAction = schema.StatusConfirmed, schema.NextNone
+	case schema.ReplyAcknowledged:
+		v.Status, v.NextAction = schema.StatusAcknowledged, schema.NextVerify
+	case schema.ReplyRejected:
+		v.Status, v.NextAction, code = schema.StatusRejected, schema.NextNone, schema.CodeProviderRejected
+	case schema.ReplyFailedBeforeDispatch:
+		v.Status, v.NextAction, code = schema.StatusFailedBeforeDispatch, schema.NextNone, schema.CodeProviderFailedBeforeDispatch
+		v.Attempted = false
+	default: // indeterminate; the adapters refuse anything else as malformed
+		v.Status, v.NextAction, code = schema.StatusReconciliationRequired, schema.NextReconcile, schema.CodeProviderIndeterminate
+	}
+	if code != "" {
+		v.Incidents = incidents(code)
+		if v.ErrorCode == "" {
+			v.ErrorCode = string(code)
+		}
+	}
+	return v
+}
+
+// Interrupted is the verdict for an in-flight record without a receipt: the
+// processor stopped between "begin" and "receipt", so the provider may have
+// acted. It is never dispatched again.
+func Interrupted() journal.Verdict {
+	return journal.Verdict{Status: schema.StatusReconciliationRequired, NextAction: schema.NextReconcile, Attempted: true,
+		Incidents: incidents(schema.CodeDispatchInterrupted), ErrorCode: string(schema.CodeDispatchInterrupted)}
+}
+
+func incidents(code schema.Code) []schema.Incident {
+	return []schema.Incident{schema.NewIncident(schema.PhaseDispatch, code)}
+}
+
+// PhaseOf is the phase a re-check denial code belongs to.
+func PhaseOf(code schema.Code) schema.Phase {
+	if p := schema.PhaseOf(code, schema.PhaseAuthorization, schema.PhaseDisclosure); p != "" {
+		return p
+	}
+	return schema.PhaseAuthorization
+}

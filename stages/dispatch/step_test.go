@@ -1,0 +1,258 @@
+package dispatch
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/portcullis/portcullis/internal/adapters"
+	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/internal/journal"
+	"github.com/portcullis/portcullis/internal/policy"
+	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/schema"
+)
+
+const now = int64(1_764_424_800_000)
+
+var fp = "sha256:" + strings.Repeat("ab", 32)
+
+// envelope is an authorized envelope whose grant is valid at now.
+func envelope(plan bool) *schema.Envelope {
+	env := &schema.Envelope{
+		Host: "frontdesk",
+		Proposal: schema.Proposal{ProposalID: "p-1", Intent: schema.Intent{
+			Provider: "demo", Capability: "inventory.adjust", Operation: "adjust_stock", Environment: schema.EnvTest,
+		}},
+		Grounded: &schema.Grounded{Referent: "sku-1", Fingerprint: fp, IdempotencyKey: fp[7:]},
+		Authorization: &schema.AuthorizationRecord{Grant: schema.Grant{
+			Schema: schema.SchemaGrant, IntentFingerprint: fp, AuthorizedBy: "actor:demo",
+			AuthorizationMethod: schema.MethodManual, AuthenticationAssurance: schema.AssuranceBiometric,
+			IssuedAtMs: now - 1000, ExpiresAtMs: now + 300_000,
+		}},
+	}
+	if plan {
+		env.Proposal.Intent.ProtectedDisclosure = &schema.DisclosurePlan{FieldClasses: []string{schema.ClassBirthDate}, Recipient: "r", Purpose: "p", Source: "user_profile"}
+	}
+	return env
+}
+
+func facts(mod func(f *Facts)) Facts {
+	env := envelope(false)
+	f := Facts{
+		Env: env, Record: journal.New(journal.IdentityOf(env), "fake", now), Now: now,
+		Provider: config.Provider{Name: "demo", UnavailableRetry: 30 * time.Second}, Adapter: "fake", Known: true,
+	}
+	if mod != nil {
+		mod(&f)
+	}
+	return f
+}
+
+var rules = Rules{
+	Policy:            policy.Rules{ClockSkew: 30 * time.Second, MaxGrantLifetime: 24 * time.Hour},
+	ReconcileInterval: 5 * time.Second,
+	PollSubject:       func(hex string) string { return "poll." + hex },
+}
+
+// settled is a record of fp with a receipt of status.
+func settled(status schema.Status) journal.Record {
+	r := journal.New(journal.IdentityOf(envelope(false)), "fake", now-10)
+	r.AddProposal(schema.ProposalRef{Host: "frontdesk", ProposalID: "p-0"})
+	r.Settle(journal.Verdict{Status: status, NextAction: schema.NextNone, Attempted: true}, "dispatch", nil, nil, now-10)
+	return r
+}
+
+func TestStep(t *testing.T) {
+	type want struct {
+		call      Call
+		record    journal.State // state written ("" none written)
+		receipt   schema.Status // receipt written ("" none)
+		ended     schema.Code   // proposal end written
+		kind      schema.Kind   // outcome kind ("" no outcome)
+		code      schema.Code   // outcome's first incident
+		timer     bool          // a poll scheduled
+		indet     int
+		retry     bool
+		proposals int // proposals on the written record
+	}
+	notInvoked := fmt.Errorf("adapters: demo dispatch: %w", adapters.ErrNotInvoked)
+	cases := []struct {
+		name string
+		f    Facts
+		want want
+	}{
+		{"ended before: the same answer", facts(func(f *Facts) {
+			f.Ended = &kv.Ended{Phase: schema.PhaseAuthorization, Code: schema.CodeGrantExpired, AtMs: now - 5}
+		}), want{kind: schema.KindDenied, code: schema.CodeGrantExpired}},
+		{"1: a receipt is the answer", facts(func(f *Facts) { f.Record, f.Found = settled(schema.StatusConfirmed), true }),
+			want{record: journal.StateDone, kind: schema.KindConfirmed, proposals: 2}},
+		{"2: in flight without a receipt", facts(func(f *Facts) { f.Record.State, f.Found = journal.StateInFlight, true }),
+			want{record: journal.StateDone, receipt: schema.StatusReconciliationRequired, kind: schema.KindReconciliationRequired,
+				code: schema.CodeDispatchInterrupted, timer: true, indet: 1, proposals: 1}},
+		{"3: grant expired at the re-check", facts(func(f *Facts) { f.Now = now + 300_000 }),
+			want{ended: schema.CodeGrantExpired, kind: schema.KindDenied, code: schema.CodeGrantExpired}},
+		{"3: grant window within clock skew", facts(func(f *Facts) { f.Env.Authorization.Grant.IssuedAtMs = now + 20_000 }),
+			want{call: CallProvider, record: journal.StateInFlight, proposals: 1}},
+		{"3: an unknown provider is not called", facts(func(f *Facts) { f.Known = false }),
+			want{record: journal.StateDone, receipt: schema.StatusFailedBeforeDispatch, kind: schema.KindFailedBeforeDispatch, code: schema.CodeAdapterUnavailable, proposals: 1}},
+		{"3: disclosure first", facts(func(f *Facts) { f.Env = envelope(true) }), want{call: CallDisclosure}},
+		{"3: disclosure refused", facts(func(f *Facts) { f.Env, f.DisclosureCode = envelope(true), schema.CodeDisclosureRefused }),
+			want{ended: schema.CodeDisclosureRefused, kind: schema.KindDenied, code: schema.CodeDisclosureRefused}},
+		{"4: in flight, then the call", facts(func(f *Facts) {
+			f.Env, f.Disclosed = envelope(true), &schema.DisclosureRecord{Recipient: "r"}
+		}), want{call: CallProvider, record: journal.StateInFlight, proposals: 1}},
+		{"4: the in-flight write failed", facts(func(f *Facts) { f.CheckpointErr = errors.New("disk") }),
+			want{kind: schema.KindIntegrationFailure, code: schema.CodeCheckpointFailed}},
+		{"5: confirmed", facts(func(f *Facts) { f.Dispatched, f.Reply = true, schema.AdapterReply{Outcome: "confirmed"} }),
+			want{record: journal.StateDone, receipt: schema.StatusConfirmed, kind: schema.KindConfirmed, proposals: 1}},
+		{"5: acknowledged, verified later", facts(func(f *Facts) { f.Dispatched, f.Reply = true, schema.AdapterReply{Outcome: "acknowledged"} }),
+			want{record: journal.StateDone, receipt: schema.StatusAcknowledged, kind: schema.KindAcknowledged, timer: true, proposals: 1}},
+		{"5: a timeout is indeterminate", facts(func(f *Facts) { f.Dispatched, f.CallErr = true, adapters.ErrTimeout }),
+			want{record: journal.StateDone, receipt: schema.StatusReconciliationRequired, kind: schema.KindReconciliationRequired,
+				code: schema.CodeAdapterTimeout, timer: true, indet: 1, proposals: 1}},
+		{"nobody received it: retry in the window", facts(func(f *Facts) { f.Dispatched, f.CallErr = true, notInvoked }),
+			want{record: journal.StateNotInvoked, retry: true, proposals: 1}},
+		{"nobody received it for the whole window", facts(func(f *Facts) {
+			f.Dispatched, f.CallErr = true, notInvoked
+			f.Record.State, f.Record.NotInvokedSinceMs, f.Found = journal.StateNotInvoked, now-30_000, true
+		}), want{record: journal.StateDone, receipt: schema.StatusFailedBeforeDispatch, kind: schema.KindFailedBeforeDispatch, code: schema.CodeAdapterUnavailable, proposals: 1}},
+		{"giving up before anything was written", facts(func(f *Facts) { f.GivingUp = true }),
+			want{kind: schema.KindIntegrationFailure, code: schema.CodeProcessingFailed}},
+		{"giving up while not invoked", facts(func(f *Facts) {
+			f.GivingUp, f.Record.State, f.Record.NotInvokedSinceMs, f.Found = true, journal.StateNotInvoked, now-1, true
+		}), want{record: journal.StateDone, receipt: schema.StatusFailedBeforeDispatch, kind: schema.KindFailedBeforeDispatch, code: schema.CodeAdapterUnavailable, proposals: 1}},
+		{"giving up in flight", facts(func(f *Facts) { f.GivingUp, f.Record.State, f.Found = true, journal.StateInFlight, true }),
+			want{record: journal.StateDone, receipt: schema.StatusReconciliationRequired, kind: schema.KindReconciliationRequired, code: schema.CodeDispatchInterrupted, timer: true, indet: 1, proposals: 1}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			d := Step(tc.f, rules)
+			w, got := d.Writes, want{call: d.Call, indet: d.Writes.Indeterminate, timer: d.Writes.Timer != nil, retry: d.Retry > 0}
+			if w.Record != nil {
+				got.record, got.proposals = w.Record.State, len(w.Record.Proposals)
+			}
+			if w.Receipt != nil {
+				got.receipt = w.Receipt.Status
+			}
+			if w.Ended != nil {
+				got.ended = w.Ended.Ended.Code
+			}
+			if d.Outcome != nil {
+				got.kind = d.Outcome.Kind
+				if len(d.Outcome.Incidents) > 0 {
+					got.code = d.Outcome.Incidents[0].Code
+				}
+			}
+			if got != tc.want {
+				t.Fatalf("decision %+v\n     want %+v", got, tc.want)
+			}
+			// Invariants: a call comes with its writes and nothing to
+			// publish; an in-flight write always precedes the provider call.
+			if d.Call != NoCall && (d.Outcome != nil || d.Retry > 0) {
+				t.Error("a call with something to publish")
+			}
+			if d.Call == CallProvider && (w.Record == nil || w.Record.State != journal.StateInFlight) {
+				t.Error("the provider call without its in-flight record")
+			}
+			if d.Outcome != nil && d.Outcome.Fingerprint == nil && tc.want.kind != "" {
+				t.Errorf("outcome without its fingerprint: %+v", d.Outcome)
+			}
+			if tc.want.timer && w.Timer.Subject != "poll."+journal.Hex(fp) {
+				t.Errorf("poll on %s", w.Timer.Subject)
+			}
+		})
+	}
+}
+
+// A retry of a provider nobody answered never outlasts the window, and a
+// long window takes a bounded number of retries.
+func TestNotInvokedRetryFitsTheWindow(t *testing.T) {
+	for _, window := range []time.Duration{time.Second, 30 * time.Second, time.Hour} {
+		f := facts(func(f *Facts) {
+			f.Dispatched, f.CallErr = true, adapters.ErrNotInvoked
+			f.Provider.UnavailableRetry = window
+		})
+		tries, elapsed := 0, time.Duration(0)
+		for {
+			d := Step(f, rules)
+			if d.Retry == 0 {
+				break
+			}
+			tries++
+			elapsed += d.Retry
+			f.Record = *d.Writes.Record
+			f.Record.DispatchAttempts++
+			f.Now = now + elapsed.Milliseconds()
+		}
+		if tries == 0 || tries > 40 || elapsed > window+time.Millisecond {
+			t.Errorf("window %s: %d retries over %s", window, tries, elapsed)
+		}
+	}
+}
+
+func TestMapDispatch(t *testing.T) {
+	wrap := func(err error) error { return fmt.Errorf("adapters: demo dispatch: %w", err) }
+	cases := []struct {
+		name      string
+		reply     schema.AdapterReply
+		err       error
+		status    schema.Status
+		next      schema.NextAction
+		attempted bool
+		kind      schema.Kind
+		code      schema.Code // "" no incident
+		boundary  schema.Boundary
+		errorCode string
+	}{
+		{"confirmed", schema.AdapterReply{Outcome: "confirmed", ProviderActionID: "a:1"}, nil, schema.StatusConfirmed, schema.NextNone, true, schema.KindConfirmed, "", "", ""},
+		{"acknowledged", schema.AdapterReply{Outcome: "acknowledged"}, nil, schema.StatusAcknowledged, schema.NextVerify, true, schema.KindAcknowledged, "", "", ""},
+		{"rejected", schema.AdapterReply{Outcome: "rejected", ErrorCode: "card_declined"}, nil, schema.StatusRejected, schema.NextNone, true, schema.KindRejected, schema.CodeProviderRejected, schema.BoundaryInvoked, "card_declined"},
+		{"rejected without code", schema.AdapterReply{Outcome: "rejected"}, nil, schema.StatusRejected, schema.NextNone, true, schema.KindRejected, schema.CodeProviderRejected, schema.BoundaryInvoked, string(schema.CodeProviderRejected)},
+		{"failed before dispatch", schema.AdapterReply{Outcome: "failed_before_dispatch"}, nil, schema.StatusFailedBeforeDispatch, schema.NextNone, false, schema.KindFailedBeforeDispatch, schema.CodeProviderFailedBeforeDispatch, schema.BoundaryNotInvoked, string(schema.CodeProviderFailedBeforeDispatch)},
+		{"indeterminate", schema.AdapterReply{Outcome: "indeterminate"}, nil, schema.StatusReconciliationRequired, schema.NextReconcile, true, schema.KindReconciliationRequired, schema.CodeProviderIndeterminate, schema.BoundaryInvoked, string(schema.CodeProviderIndeterminate)},
+		{"no responders", schema.AdapterReply{}, wrap(adapters.ErrNotInvoked), schema.StatusFailedBeforeDispatch, schema.NextNone, false, schema.KindFailedBeforeDispatch, schema.CodeAdapterUnavailable, schema.BoundaryNotInvoked, string(schema.CodeAdapterUnavailable)},
+		{"timeout", schema.AdapterReply{}, wrap(adapters.ErrTimeout), schema.StatusReconciliationRequired, schema.NextReconcile, true, schema.KindReconciliationRequired, schema.CodeAdapterTimeout, schema.BoundaryUnknown, string(schema.CodeAdapterTimeout)},
+		{"malformed", schema.AdapterReply{}, wrap(adapters.ErrMalformedReply), schema.StatusReconciliationRequired, schema.NextReconcile, true, schema.KindReconciliationRequired, schema.CodeMalformedAdapterResult, schema.BoundaryInvoked, string(schema.CodeMalformedAdapterResult)},
+		{"unknown error", schema.AdapterReply{}, errors.New("connection reset"), schema.StatusReconciliationRequired, schema.NextReconcile, true, schema.KindReconciliationRequired, schema.CodeAdapterError, schema.BoundaryUnknown, string(schema.CodeAdapterError)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			v := MapDispatch(tc.reply, tc.err)
+			if v.Status != tc.status || v.NextAction != tc.next || v.Attempted != tc.attempted || v.ErrorCode != tc.errorCode {
+				t.Errorf("verdict = %+v", v)
+			}
+			rec := journal.New(journal.Identity{Fingerprint: fp, Provider: "demo", Referent: "svc:1"}, "fake", 10)
+			r := rec.Settle(v, "dispatch", nil, nil, 10)
+			o := rec.Outcome(schema.ProposalRef{Host: "h", ProposalID: "p-1"}, 11)
+			if o.Kind != tc.kind || o.EffectTruth != tc.kind.EffectTruth() || o.Terminal != tc.kind.Terminal() {
+				t.Errorf("outcome = %+v", o)
+			}
+			if tc.code == "" {
+				if len(o.Incidents) != 0 {
+					t.Errorf("incidents = %+v", o.Incidents)
+				}
+			} else if len(o.Incidents) != 1 || o.Incidents[0].Code != tc.code || o.Incidents[0].DispatchBoundary != tc.boundary || o.Incidents[0].Phase != schema.PhaseDispatch {
+				t.Errorf("incidents = %+v", o.Incidents)
+			}
+			if *o.Fingerprint != fp || *o.Referent != "svc:1" || o.Receipt == nil || o.Receipt.ReceiptID != r.ReceiptID {
+				t.Errorf("outcome binding = %+v", o)
+			}
+			if journal.Indeterminate(&r) != (tc.status == schema.StatusReconciliationRequired) {
+				t.Error("indeterminate")
+			}
+		})
+	}
+}
+
+func TestPhaseOfAndInterrupted(t *testing.T) {
+	if PhaseOf(schema.CodeGrantExpired) != schema.PhaseAuthorization || PhaseOf(schema.CodeDisclosureRefused) != schema.PhaseDisclosure {
+		t.Error("phases of re-check codes")
+	}
+	v := Interrupted()
+	if v.Status != schema.StatusReconciliationRequired || !v.Attempted || v.Incidents[0].DispatchBoundary != schema.BoundaryUnknown {
+		t.Errorf("interrupted = %+v", v)
+	}
+}

@@ -1,0 +1,167 @@
+// Package reconciliation is the stage after dispatch (SPEC §3
+// Reconciliation): it verifies `acknowledged` receipts and reconciles
+// `reconciliation_required` ones through the provider adapter's read-only
+// Reconcile method, never by dispatching again. Each poll is one attempt
+// with a stable attempt_id, checkpointed before the provider is asked, so
+// that a replayed attempt is never asked twice; each result is a new
+// receipt linked to the previous one and a new outcome for every proposal
+// of the intent. What stays unknown after reconciliation.max_attempts is
+// RECONCILE_EXHAUSTED, for an operator to settle with evidence
+// (Stage.Resolve, `processor reconcile resolve`).
+//
+// step.go is the pure part: Step decides one trigger from the journal and
+// the last reply; verdict.go maps answers to verdicts. stage.go locks,
+// loads, steps, commits, calls and steps again.
+package reconciliation
+
+import (
+	"time"
+
+	"github.com/portcullis/portcullis/internal/journal"
+	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/stages"
+)
+
+// MaxBackoffFactor caps the wait between polls at this many intervals.
+const MaxBackoffFactor = 32
+
+// Backoff is the wait before poll n (n ≥ 1): interval·2^(n-1), at most
+// MaxBackoffFactor·interval. Dispatch schedules poll 1 one interval after
+// its receipt.
+func Backoff(interval time.Duration, n int) time.Duration {
+	return stages.Backoff(interval, MaxBackoffFactor*interval, n)
+}
+
+// Facts are what one step decides from.
+type Facts struct {
+	Trigger journal.Trigger
+	Record  journal.Record
+	Found   bool
+	// Checkpoint is the attempt's checkpoint when Trigger.Attempt is the
+	// record's current attempt; CheckpointFound whether it exists.
+	Checkpoint      journal.Attempt
+	CheckpointFound bool
+	Now             int64
+	// MayQuery is false when the runner gave up on the trigger: record the
+	// attempt without asking the provider.
+	MayQuery bool
+	// After CallReconcile: the provider's answer.
+	Queried bool
+	Reply   schema.AdapterReply
+	CallErr error
+}
+
+// Rules are what every step decides with.
+type Rules struct {
+	Interval    time.Duration
+	MaxAttempts int
+	// PollSubject is this stage's timer subject for a fingerprint's hex.
+	PollSubject func(hex string) string
+}
+
+// Decision is what the shell does for one step, in this order: commit
+// Writes (Sync), make the reconcile call if Call, or else publish Outcomes
+// and Events and refresh the activity snapshot (when Activity).
+type Decision struct {
+	Writes   journal.Writes
+	Call     bool
+	Outcomes []schema.Outcome
+	Events   []schema.Incident
+	Activity bool
+	// Verdict is the attempt's verdict when Writes holds its receipt.
+	Verdict *Verdict
+	// Note is a value-free reason when the step does nothing.
+	Note string
+}
+
+// Step decides one trigger: an announcement republishes the latest
+// outcome; poll n asks the provider once (checkpoint first), records an
+// attempt found started and never finished without asking again, and
+// ignores stale or settled triggers.
+func Step(f Facts, r Rules) Decision {
+	rec := f.Record
+	if !f.Found || rec.Receipt == nil {
+		return Decision{Note: "trigger for a fingerprint without a receipt"}
+	}
+	if f.Trigger.Announce {
+		var events []schema.Incident
+		if rc := rec.Receipt; rec.Resolution == journal.ResolvedByOperator && rc.Reconciliation != nil &&
+			rc.Reconciliation.AttemptID == journal.OperatorAttemptID(rec.Fingerprint) {
+			events = []schema.Incident{schema.NewIncident(schema.PhaseReconciliation, schema.CodeOperatorResolved)}
+		}
+		return Decision{Outcomes: rec.Outcomes(f.Now), Events: events, Activity: true}
+	}
+	n := f.Trigger.Attempt
+	id := journal.AttemptID(rec.Fingerprint, n)
+	switch {
+	case n == rec.ReconcileAttempt && f.CheckpointFound && f.Checkpoint.Status != "":
+		// Finished: its receipt is on disk. If it is still the latest, its
+		// outcomes may not have gone out (a crash before the ack).
+		if rc := rec.Receipt; rc.Reconciliation != nil && rc.Reconciliation.AttemptID == id {
+			return Decision{Outcomes: rec.Outcomes(f.Now), Activity: true}
+		}
+		return Decision{Note: "attempt finished before"}
+	case n == rec.ReconcileAttempt && !rec.NeedsWork():
+		return Decision{Note: "settled"}
+	case n == rec.ReconcileAttempt && !f.Queried:
+		// Started and never finished: the processor stopped while the
+		// provider was being asked. Never ask again for this attempt.
+		cp := f.Checkpoint
+		if !f.CheckpointFound {
+			cp = journal.Attempt{AttemptID: id, Number: n, StartedAtMs: f.Now}
+		}
+		return finish(f, rec, cp, Replayed(rec.Receipt, n, r.MaxAttempts), r)
+	case n == rec.ReconcileAttempt+1 && rec.NeedsWork():
+		cp := journal.Attempt{AttemptID: id, Number: n, StartedAtMs: f.Now}
+		rec.ReconcileAttempt, rec.UpdatedAtMs = n, f.Now
+		if !f.MayQuery {
+			return finish(f, rec, cp, Abandoned(rec.Receipt, n, r.MaxAttempts), r)
+		}
+		return Decision{Writes: journal.Writes{Attempt: &cp, Record: &rec}, Call: true}
+	case n == rec.ReconcileAttempt && f.Queried:
+		cp := f.Checkpoint
+		return finish(f, rec, cp, Decide(rec.Receipt, f.Reply, f.CallErr, n, r.MaxAttempts), r)
+	}
+	return Decision{Note: "stale trigger"}
+}
+
+// finish records an attempt's verdict: the attempt finished, the new
+// receipt linked to the previous one, the next poll or its end, and the
+// indeterminate index; then the outcome for every proposal.
+func finish(f Facts, rec journal.Record, cp journal.Attempt, v Verdict, r Rules) Decision {
+	prev := rec.Receipt
+	link := &schema.ReceiptReconcileRef{AttemptID: cp.AttemptID, PreviousReceiptID: prev.ReceiptID}
+	rc := rec.Settle(v.Verdict, AttemptStep(cp.AttemptID), link, nil, f.Now)
+	cp.Status, cp.FinishedAtMs = v.AttemptStatus, f.Now
+	w := journal.Writes{Record: &rec, Receipt: &rc, Attempt: &cp}
+	rec.ReconcileNextAtMs = 0
+	if v.Settled || v.Exhausted {
+		w.CancelTimer = true
+	} else {
+		rec.ReconcileNextAtMs = f.Now + Backoff(r.Interval, cp.Number+1).Milliseconds()
+		t := journal.PollTimer(r.PollSubject(journal.Hex(rec.Fingerprint)), rec.Fingerprint, cp.Number+1, rec.ReconcileNextAtMs)
+		w.Timer = &t
+	}
+	w.Indeterminate, w.SinceMs = IndexChange(prev, &rc), f.Now
+	return Decision{Writes: w, Outcomes: rec.Outcomes(f.Now), Events: v.Events, Activity: true, Verdict: &v}
+}
+
+// AttemptStep is the receipt step of attempt attemptID (ReceiptID's input).
+func AttemptStep(attemptID string) string { return "reconcile/" + attemptID }
+
+// OperatorStep is the receipt step of the operator's settlement.
+const OperatorStep = "operator"
+
+// IndexChange says how the indeterminate index (and the gauge) change when
+// next supersedes prev: +1 when the effect becomes unknown (a verification
+// exhausted), -1 when an unknown effect is settled, 0 otherwise.
+func IndexChange(prev, next *schema.Receipt) int {
+	was, is := journal.Indeterminate(prev), journal.Indeterminate(next)
+	switch {
+	case is && !was:
+		return 1
+	case was && !is:
+		return -1
+	}
+	return 0
+}

@@ -1,0 +1,122 @@
+package reconciliation_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/portcullis/portcullis/internal/journal"
+	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/stages/reconciliation"
+)
+
+func rules() reconciliation.Rules {
+	return reconciliation.Rules{Interval: time.Second, MaxAttempts: 3, PollSubject: func(hex string) string { return "t." + hex }}
+}
+
+// waiting is a record whose dispatch receipt (prev) awaits poll n+1.
+func waiting(status schema.Status, n int) journal.Record {
+	rec := journal.New(journal.Identity{Fingerprint: fpA, IdempotencyKey: fpA[7:], Provider: "demo", Capability: "inventory.adjust",
+		Operation: "adjust_stock", Environment: "test", Referent: "sku-1"}, "fake", 500)
+	rec.AddProposal(schema.ProposalRef{Host: "h", ProposalID: "p1"})
+	rec.AddProposal(schema.ProposalRef{Host: "h", ProposalID: "p2"})
+	rec.Receipt, rec.ReceiptSeq, rec.ReconcileAttempt = prevReceipt(status), 1, n
+	rec.State = journal.StateDone
+	rec.Latest = journal.Latest{Kind: rec.Receipt.OutcomeKind()}
+	return rec
+}
+
+func TestStep(t *testing.T) {
+	rc := schema.StatusReconciliationRequired
+	trigger := func(n int) journal.Trigger { return journal.Trigger{Fingerprint: fpA, Attempt: n} }
+	started := journal.Attempt{AttemptID: journal.AttemptID(fpA, 1), Number: 1, StartedAtMs: 900}
+	finished := started
+	finished.Status = "confirmed"
+	cases := []struct {
+		name string
+		f    reconciliation.Facts
+		// want: the call, a receipt written (and its status), outcomes
+		// sent, and the note of a step that does nothing.
+		call     bool
+		receipt  schema.Status
+		outcomes int
+		note     string
+	}{
+		{name: "unknown fingerprint", f: reconciliation.Facts{Trigger: trigger(1)}, note: "trigger for a fingerprint without a receipt"},
+		{name: "first poll checkpoints, then calls", f: reconciliation.Facts{Trigger: trigger(1), Record: waiting(rc, 0), Found: true, MayQuery: true, Now: 1000}, call: true},
+		{name: "the reply settles it", f: reconciliation.Facts{Trigger: trigger(1), Record: waiting(rc, 1), Found: true, Checkpoint: started, CheckpointFound: true,
+			MayQuery: true, Queried: true, Reply: schema.AdapterReply{Outcome: schema.ReplyConfirmed}, Now: 1000}, receipt: schema.StatusConfirmed, outcomes: 2},
+		{name: "started and never finished: never asked again", f: reconciliation.Facts{Trigger: trigger(1), Record: waiting(rc, 1), Found: true,
+			Checkpoint: started, CheckpointFound: true, MayQuery: true, Now: 1000}, receipt: rc, outcomes: 2},
+		{name: "runner gave up: recorded without asking", f: reconciliation.Facts{Trigger: trigger(1), Record: waiting(rc, 0), Found: true, Now: 1000}, receipt: rc, outcomes: 2},
+		{name: "finished before: nothing new", f: reconciliation.Facts{Trigger: trigger(1), Record: waiting(rc, 1), Found: true, Checkpoint: finished, CheckpointFound: true}, note: "attempt finished before"},
+		{name: "stale trigger", f: reconciliation.Facts{Trigger: trigger(5), Record: waiting(rc, 1), Found: true, MayQuery: true}, note: "stale trigger"},
+		{name: "announcement republishes", f: reconciliation.Facts{Trigger: journal.Trigger{Fingerprint: fpA, Announce: true}, Record: waiting(rc, 1), Found: true}, outcomes: 2},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d := reconciliation.Step(c.f, rules())
+			if d.Call != c.call || d.Note != c.note || len(d.Outcomes) != c.outcomes {
+				t.Fatalf("decision = %+v", d)
+			}
+			if (d.Writes.Receipt != nil) != (c.receipt != "") || (d.Writes.Receipt != nil && d.Writes.Receipt.Status != c.receipt) {
+				t.Fatalf("receipt = %+v", d.Writes.Receipt)
+			}
+			if d.Call && (d.Writes.Attempt == nil || d.Writes.Attempt.Status != "" || d.Writes.Record == nil || d.Writes.Record.ReconcileAttempt != c.f.Trigger.Attempt) {
+				t.Errorf("a call without its checkpoint first: %+v", d.Writes)
+			}
+		})
+	}
+}
+
+// TestStepLinksAndSchedules checks what a finished attempt writes: a new
+// receipt linked to its predecessor, never dated before it, the attempt
+// closed, and the next poll or none.
+func TestStepLinksAndSchedules(t *testing.T) {
+	rc := schema.StatusReconciliationRequired
+	started := journal.Attempt{AttemptID: journal.AttemptID(fpA, 1), Number: 1, StartedAtMs: 900}
+	f := reconciliation.Facts{Trigger: journal.Trigger{Fingerprint: fpA, Attempt: 1}, Record: waiting(rc, 1), Found: true,
+		Checkpoint: started, CheckpointFound: true, MayQuery: true, Queried: true, CallErr: errors.New("connection reset"), Now: 900}
+	d := reconciliation.Step(f, rules())
+	r := d.Writes.Receipt
+	prev := f.Record.Receipt
+	if r.ReceiptID == prev.ReceiptID || r.ReceiptID != journal.ReceiptID(fpA, reconciliation.AttemptStep(started.AttemptID)) ||
+		r.Reconciliation == nil || r.Reconciliation.AttemptID != started.AttemptID || r.Reconciliation.PreviousReceiptID != prev.ReceiptID {
+		t.Errorf("receipt %+v", r)
+	}
+	if r.RecordedAtMs != prev.RecordedAtMs+1 {
+		t.Errorf("recorded_at_ms = %d: a receipt never predates its predecessor", r.RecordedAtMs)
+	}
+	if r.Disclosure == nil || r.Disclosure.AuthenticationAssurance != "biometric" {
+		t.Errorf("disclosure not carried over: %+v", r.Disclosure)
+	}
+	if a := d.Writes.Attempt; a == nil || a.Status == "" || a.FinishedAtMs != 900 {
+		t.Errorf("attempt %+v", a)
+	}
+	if tm := d.Writes.Timer; tm == nil || d.Writes.Record.ReconcileNextAtMs != 900+2000 || d.Writes.Indeterminate != 0 {
+		t.Errorf("next poll %+v, next at %d", tm, d.Writes.Record.ReconcileNextAtMs)
+	}
+	if d.Writes.Record.ReceiptSeq != 2 || d.Writes.Record.Latest.Kind != schema.KindReconciliationRequired || d.Writes.Record.Latest.Terminal {
+		t.Errorf("record %+v", d.Writes.Record)
+	}
+
+	// The last attempt exhausts: terminal, no next poll.
+	f.Record, f.Trigger.Attempt = waiting(rc, 3), 3
+	f.Checkpoint = journal.Attempt{AttemptID: journal.AttemptID(fpA, 3), Number: 3}
+	d = reconciliation.Step(f, rules())
+	if !d.Writes.CancelTimer || d.Writes.Timer != nil || !d.Writes.Record.ReconcileExhausted || !d.Writes.Record.Latest.Terminal || d.Writes.Record.NeedsWork() {
+		t.Errorf("exhausted: %+v", d.Writes)
+	}
+
+	// A settled verification leaves the index; an exhausted one enters it.
+	f.Record, f.Trigger.Attempt, f.CallErr = waiting(rc, 1), 1, nil
+	f.Checkpoint, f.Reply = started, schema.AdapterReply{Outcome: schema.ReplyConfirmed}
+	if d := reconciliation.Step(f, rules()); d.Writes.Indeterminate != -1 || !d.Writes.CancelTimer {
+		t.Errorf("settled: %+v", d.Writes)
+	}
+	f.Record, f.Trigger.Attempt, f.CallErr = waiting(schema.StatusAcknowledged, 3), 3, errors.New("timeout")
+	f.Checkpoint = journal.Attempt{AttemptID: journal.AttemptID(fpA, 3), Number: 3}
+	if d := reconciliation.Step(f, rules()); d.Writes.Indeterminate != 1 {
+		t.Errorf("verify exhausted: %+v", d.Writes)
+	}
+}
