@@ -13,11 +13,17 @@
 // cross-field equalities (a grant's expiry after its issue, a reply's
 // echoed bindings, exactly the requested disclosure classes) and
 // configuration-dependent limits (grounding.max_candidates) are the
-// processor's alone. A message valid against its schema is one the
-// processor does not refuse as malformed; the schemas of input messages
-// describe the canonical form (names lowercase and trimmed, optional
-// members omitted rather than null or ""), which the processor accepts
-// with some leniency beyond it.
+// processor's alone; limits the processor counts in bytes are given as
+// maxLength in characters (the same for ASCII). Within that, a message
+// valid against its schema is one the processor does not refuse as
+// malformed. The schemas of input messages describe the canonical form
+// (names lowercase and trimmed, optional members omitted rather than null
+// or ""), which the processor accepts with some leniency beyond it.
+//
+// Patterns use only syntax that Go's regexp (RE2) and ECMA-262 read alike,
+// and "date" values are checked by pattern and by format "date": a
+// validator in another language should assert formats (Ajv: ajv-formats)
+// to refuse 2023-02-29.
 package jsonschema
 
 import (
