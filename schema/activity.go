@@ -54,13 +54,16 @@ type ActivityDecision struct {
 
 // ActivityAuthorization describes the grant without its author or signature.
 type ActivityAuthorization struct {
-	Method      string `json:"method"`
-	Assurance   string `json:"assurance"`
-	IssuedAtMs  int64  `json:"issued_at_ms"`
-	ExpiresAtMs int64  `json:"expires_at_ms"`
+	// Method, Assurance, IssuedAtMs and ExpiresAtMs are those of the
+	// well-formed grant the decision saw; all four are absent (zero) when
+	// there was none (a parked proposal, a malformed grant).
+	Method      string `json:"method,omitempty"`
+	Assurance   string `json:"assurance,omitempty"`
+	IssuedAtMs  int64  `json:"issued_at_ms,omitzero"`
+	ExpiresAtMs int64  `json:"expires_at_ms,omitzero"`
 	// ApprovalExpiresAtMs is when a parked proposal stops waiting; 0 if it
-	// never waited.
-	ApprovalExpiresAtMs int64 `json:"approval_expires_at_ms,omitempty"`
+	// never waited (and then absent).
+	ApprovalExpiresAtMs int64 `json:"approval_expires_at_ms,omitzero"`
 }
 
 // ActivityDispatch describes the dispatch attempt.
@@ -77,7 +80,7 @@ type ActivityDispatch struct {
 type ActivityReconciliation struct {
 	Attempts      int    `json:"attempts"`
 	LastAttemptID string `json:"last_attempt_id,omitempty"`
-	NextAtMs      int64  `json:"next_at_ms,omitempty"`
+	NextAtMs      int64  `json:"next_at_ms,omitzero"` // absent when no poll is due
 	Exhausted     bool   `json:"exhausted"`
 	// Resolution is "", "provider", or "operator" (processor reconcile resolve).
 	Resolution string `json:"resolution,omitempty"`

@@ -140,7 +140,7 @@ type DisclosureReply struct {
 	GrantAuthenticationAssurance string                    `json:"grant_authentication_assurance,omitempty"`
 	AuthenticationAssurance      string                    `json:"authentication_assurance,omitempty"`
 	ProtectedValues              map[string]jsontext.Value `json:"protected_values,omitempty"`
-	Refused                      bool                      `json:"refused,omitempty"`
+	Refused                      bool                      `json:"refused,omitzero"`
 	ReasonCode                   string                    `json:"reason_code,omitempty"`
 }
 

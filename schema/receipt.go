@@ -37,23 +37,25 @@ const (
 // receipt is never edited: reconciliation writes a new one linked to the
 // previous (Reconciliation.PreviousReceiptID).
 type Receipt struct {
-	ReceiptID         string               `json:"receipt_id"`
-	Fingerprint       string               `json:"fingerprint"`
-	IdempotencyKey    string               `json:"idempotency_key"`
-	Provider          string               `json:"provider"`
-	Capability        string               `json:"capability"`
-	Operation         string               `json:"operation"`
-	Environment       string               `json:"environment"`
-	Adapter           string               `json:"adapter"`
-	Status            Status               `json:"status"`
-	DispatchAttempted bool                 `json:"dispatch_attempted"`
-	NextAction        NextAction           `json:"next_action"`
-	ProviderActionID  string               `json:"provider_action_id"`
-	EvidenceRefs      []string             `json:"evidence_refs"`
-	ErrorCode         string               `json:"error_code"`
-	Disclosure        *DisclosureRecord    `json:"disclosure"`
-	Reconciliation    *ReceiptReconcileRef `json:"reconciliation"`
-	RecordedAtMs      int64                `json:"recorded_at_ms"`
+	ReceiptID         string     `json:"receipt_id"`
+	Fingerprint       string     `json:"fingerprint"`
+	IdempotencyKey    string     `json:"idempotency_key"`
+	Provider          string     `json:"provider"`
+	Capability        string     `json:"capability"`
+	Operation         string     `json:"operation"`
+	Environment       string     `json:"environment"`
+	Adapter           string     `json:"adapter"`
+	Status            Status     `json:"status"`
+	DispatchAttempted bool       `json:"dispatch_attempted"`
+	NextAction        NextAction `json:"next_action"`
+	ProviderActionID  string     `json:"provider_action_id"`
+	EvidenceRefs      []string   `json:"evidence_refs"`
+	// ErrorCode is the provider's own code when it gave one, else
+	// Portcullis's closed code; absent (never "") when there is none.
+	ErrorCode      string               `json:"error_code,omitempty"`
+	Disclosure     *DisclosureRecord    `json:"disclosure"`
+	Reconciliation *ReceiptReconcileRef `json:"reconciliation"`
+	RecordedAtMs   int64                `json:"recorded_at_ms"`
 }
 
 // ReceiptReconcileRef links a reconciliation receipt to its attempt and to

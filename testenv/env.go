@@ -210,6 +210,8 @@ func New(t testing.TB, opts ...Option) *Env {
 		f(&e.opts)
 	}
 	t.Cleanup(func() { e.Stop(t) })
+	// Runs before the processor stops (cleanups run last first).
+	t.Cleanup(func() { e.ValidateActivity(t) })
 	if !o.noStart {
 		e.Start(t)
 	}

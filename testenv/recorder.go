@@ -10,12 +10,14 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/schema/jsonschema"
 	"github.com/portcullis/portcullis/subjects"
 )
 
 // Recorder collects every outcome and incident event published under a
-// prefix, decoding each strictly: an outcome or event with a field the
-// contract does not name fails the test.
+// prefix, decoding each strictly and validating it against its JSON Schema
+// (schema/jsonschema): an outcome or event with a field the contract does
+// not name, or that breaks the schema, fails the test.
 type Recorder struct {
 	t    testing.TB
 	mu   sync.Mutex
@@ -32,6 +34,10 @@ func Record(t testing.TB, nc *nats.Conn, s subjects.Subjects) *Recorder {
 	t.Helper()
 	r := &Recorder{t: t, outcomes: map[schema.ProposalRef][]schema.Outcome{}}
 	r.cond = sync.NewCond(&r.mu)
+	v, err := jsonschema.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
 	sub1, err := nc.Subscribe(s.Outcomes(), func(m *nats.Msg) {
 		var o schema.Outcome
 		err := json.Unmarshal(m.Data, &o, json.RejectUnknownMembers(true))
@@ -41,6 +47,9 @@ func Record(t testing.TB, nc *nats.Conn, s subjects.Subjects) *Recorder {
 		if err != nil {
 			t.Errorf("outcome on %s does not decode strictly: %v: %s", m.Subject, err, m.Data)
 			return
+		}
+		if err := v.Validate(jsonschema.Outcome, m.Data); err != nil {
+			t.Errorf("outcome on %s breaks its schema: %v\n%s", m.Subject, err, m.Data)
 		}
 		h, pid, ok := s.ParseOutcome(m.Subject)
 		if !ok || pid != o.ProposalID {
@@ -63,6 +72,9 @@ func Record(t testing.TB, nc *nats.Conn, s subjects.Subjects) *Recorder {
 		if err != nil {
 			t.Errorf("incident event does not decode strictly: %v: %s", err, m.Data)
 			return
+		}
+		if err := v.Validate(jsonschema.IncidentEvent, m.Data); err != nil {
+			t.Errorf("incident event on %s breaks its schema: %v\n%s", m.Subject, err, m.Data)
 		}
 		if m.Subject != s.Incident(string(e.Phase)) {
 			t.Errorf("incident of phase %s published on %s", e.Phase, m.Subject)

@@ -115,7 +115,8 @@ export interface Receipt {
   next_action: string;
   provider_action_id: string;
   evidence_refs: string[] | null;
-  error_code: string;
+  /** Absent when there is none (confirmed or acknowledged without a provider code). */
+  error_code?: string;
   [member: string]: Json;
 }
 
