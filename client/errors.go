@@ -18,7 +18,9 @@ var (
 	// server's *jetstream.APIError), no stream captures the subject
 	// (JetStream not running, wrong subject prefix), or NATS refused the
 	// publish (a permissions violation: a subject of another host, or a
-	// login without the host role). Fix the cause before sending again.
+	// login without the host role; Propose finds that out already when it
+	// subscribes to the outcome subject, before publishing anything). Fix
+	// the cause before sending again.
 	ErrPublishRefused = errors.New("client: publish refused")
 
 	// ErrTimeout: no answer in time. For a publish this means the outcome

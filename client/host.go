@@ -208,6 +208,7 @@ func (h *Host) Track(ctx context.Context, proposalID string) (*Tracker, error) {
 // has the subscription before anything is published.
 func (h *Host) track(ctx context.Context, id string) (*Tracker, error) {
 	t := &Tracker{host: h, id: id, ch: make(chan *nats.Msg, trackerBuffer), seen: map[string]bool{}}
+	before := h.nc.LastError()
 	sub, err := h.nc.ChanSubscribe(h.subj.Outcome(h.name, id), t.ch)
 	if err != nil {
 		return nil, fmt.Errorf("client: subscribe to outcomes: %w", err)
@@ -222,7 +223,21 @@ func (h *Host) track(ctx context.Context, id string) (*Tracker, error) {
 		}
 		return nil, fmt.Errorf("client: subscribe to outcomes: %w", err)
 	}
+	// The server answers a forbidden SUB with an error before the flush's
+	// PONG, so it is known now: a login that is not this host's.
+	if h.violated(before, sub.Subject) {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("client: subscribe to %s: %w: permissions violation (is this connection logged in as host %q?)", sub.Subject, ErrPublishRefused, h.name)
+	}
 	return t, nil
+}
+
+// violated reports whether the connection's last error, if newer than
+// before, is a permissions violation on subject.
+func (h *Host) violated(before error, subject string) bool {
+	last := h.nc.LastError()
+	return last != nil && last != before && errors.Is(last, nats.ErrPermissionViolation) &&
+		strings.Contains(last.Error(), strconv.Quote(subject))
 }
 
 // bounded returns ctx limited to the host's timeout.
@@ -274,8 +289,7 @@ func (h *Host) publishError(ctx, pctx context.Context, subject string, before, e
 	}
 	// A forbidden publish is dropped by the server, which says so only
 	// asynchronously (nc.LastError); the request then runs to its deadline.
-	if last := h.nc.LastError(); last != nil && last != before && errors.Is(last, nats.ErrPermissionViolation) &&
-		strings.Contains(last.Error(), strconv.Quote(subject)) {
+	if h.violated(before, subject) {
 		return fmt.Errorf("client: publish on %s: %w: permissions violation (is this connection logged in as host %q?)", subject, ErrPublishRefused, h.name)
 	}
 	if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -39,7 +40,7 @@ type server struct {
 	subs     []*nats.Subscription
 	stopping bool
 	wg       sync.WaitGroup
-	served   func() // test hook: called after each request is handled
+	served   atomic.Pointer[func()] // test hook: called after each request is handled
 }
 
 func newServer(nc *nats.Conn, maxConcurrent int, log *slog.Logger) (*server, error) {
@@ -80,8 +81,8 @@ func (s *server) subscribe(subject, queue string, handle func(context.Context, *
 			defer s.wg.Done()
 			defer func() { <-s.sem }()
 			handle(s.ctx, m)
-			if s.served != nil {
-				s.served()
+			if f := s.served.Load(); f != nil {
+				(*f)()
 			}
 		}()
 	})
