@@ -393,3 +393,27 @@ func TestConnectorDrainAndStop(t *testing.T) {
 		t.Errorf("after Stop: %v, want no responders", err)
 	}
 }
+
+// A login may serve only its own role's subjects: serving what it may not
+// fails at once, with NATS's permissions violation; so does proposing from
+// a login that is not the host's.
+func TestServeRefusedSubscription(t *testing.T) {
+	env := testenv.New(t, testenv.WithAuth())
+	nc := connect(t, env, env.Connector)
+	_, err := client.ServeConnector(nc, client.ConnectorConfig{Providers: []string{"demo"}}, &provider{})
+	if !errors.Is(err, nats.ErrPermissionViolation) {
+		t.Errorf("ServeConnector for another connector's provider: %v, want a permissions violation", err)
+	}
+	_, err = client.ServeResolver(nc, client.ResolverConfig{}, client.DisclosureFunc(nil))
+	if !errors.Is(err, nats.ErrPermissionViolation) {
+		t.Errorf("ServeResolver as a connector: %v, want a permissions violation", err)
+	}
+	host, err := client.NewHost(nc, client.HostConfig{Name: testenv.HostName, Key: env.Host})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = host.Propose(testContext(t), proposal(t, testenv.Lumber("prop-wrong-login")))
+	if !errors.Is(err, client.ErrPublishRefused) || !errors.Is(err, nats.ErrPermissionViolation) {
+		t.Errorf("Propose from a connector's login: %v, want ErrPublishRefused", err)
+	}
+}

@@ -225,19 +225,22 @@ func (h *Host) track(ctx context.Context, id string) (*Tracker, error) {
 	}
 	// The server answers a forbidden SUB with an error before the flush's
 	// PONG, so it is known now: a login that is not this host's.
-	if h.violated(before, sub.Subject) {
+	if v := h.violation(before, sub.Subject); v != nil {
 		_ = sub.Unsubscribe()
-		return nil, fmt.Errorf("client: subscribe to %s: %w: permissions violation (is this connection logged in as host %q?)", sub.Subject, ErrPublishRefused, h.name)
+		return nil, fmt.Errorf("client: subscribe to %s: %w: %w (is this connection logged in as host %q?)", sub.Subject, ErrPublishRefused, v, h.name)
 	}
 	return t, nil
 }
 
-// violated reports whether the connection's last error, if newer than
-// before, is a permissions violation on subject.
-func (h *Host) violated(before error, subject string) bool {
+// violation returns the connection's last error if it is newer than
+// before and a permissions violation on subject.
+func (h *Host) violation(before error, subject string) error {
 	last := h.nc.LastError()
-	return last != nil && last != before && errors.Is(last, nats.ErrPermissionViolation) &&
-		strings.Contains(last.Error(), strconv.Quote(subject))
+	if last != nil && last != before && errors.Is(last, nats.ErrPermissionViolation) &&
+		strings.Contains(last.Error(), strconv.Quote(subject)) {
+		return last
+	}
+	return nil
 }
 
 // bounded returns ctx limited to the host's timeout.
@@ -260,7 +263,7 @@ func (h *Host) publish(ctx context.Context, subject, stream string, body []byte)
 		}
 	}
 	if h.msgID {
-		m.Header.Set(jetstream.MsgIDHeader, MsgID(subject, body))
+		m.Header.Set(jetstream.MsgIDHeader, msgID(subject, body))
 	}
 	before := h.nc.LastError()
 	pctx, cancel := h.bounded(ctx)
@@ -289,8 +292,8 @@ func (h *Host) publishError(ctx, pctx context.Context, subject string, before, e
 	}
 	// A forbidden publish is dropped by the server, which says so only
 	// asynchronously (nc.LastError); the request then runs to its deadline.
-	if h.violated(before, subject) {
-		return fmt.Errorf("client: publish on %s: %w: permissions violation (is this connection logged in as host %q?)", subject, ErrPublishRefused, h.name)
+	if v := h.violation(before, subject); v != nil {
+		return fmt.Errorf("client: publish on %s: %w: %w (is this connection logged in as host %q?)", subject, ErrPublishRefused, v, h.name)
 	}
 	if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return fmt.Errorf("client: publish on %s: outcome unknown: %w", subject, context.Cause(ctx))
@@ -301,9 +304,9 @@ func (h *Host) publishError(ctx, pctx context.Context, subject string, before, e
 	return fmt.Errorf("client: publish on %s: outcome unknown: %w", subject, err)
 }
 
-// MsgID is the Nats-Msg-Id a Host sends with body on subject: the lowercase
-// hex SHA-256 of the subject, a newline and the body.
-func MsgID(subject string, body []byte) string {
+// msgID is the Nats-Msg-Id a Host sends with body on subject: the
+// lowercase hex SHA-256 of the subject, a newline and the body.
+func msgID(subject string, body []byte) string {
 	s := sha256.New()
 	s.Write([]byte(subject))
 	s.Write([]byte{'\n'})

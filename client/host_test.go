@@ -425,3 +425,4 @@ func TestPublishRefused(t *testing.T) {
 		t.Errorf("Last: %v", err)
 	}
 }
+

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +42,7 @@ type server struct {
 	subs     []*nats.Subscription
 	stopping bool
 	wg       sync.WaitGroup
+	before   error // the connection's last error before subscribing
 	served   atomic.Pointer[func()] // test hook: called after each request is handled
 }
 
@@ -54,7 +57,7 @@ func newServer(nc *nats.Conn, maxConcurrent int, log *slog.Logger) (*server, err
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &server{nc: nc, log: log, sem: make(chan struct{}, maxConcurrent), ctx: ctx, stop: cancel}, nil
+	return &server{nc: nc, log: log, sem: make(chan struct{}, maxConcurrent), ctx: ctx, stop: cancel, before: nc.LastError()}, nil
 }
 
 // subscribe serves subject in queue with handle, which runs on its own
@@ -96,10 +99,22 @@ func (s *server) subscribe(subject, queue string, handle func(context.Context, *
 }
 
 // ready flushes, so the server has every subscription before the caller
-// goes on (and NATS reports a refused subscription now rather than later).
+// goes on. NATS answers a forbidden subscription with an error before the
+// flush's PONG, so a login that may not serve a subject is found now.
 func (s *server) ready() error {
 	if err := s.nc.Flush(); err != nil {
 		return fmt.Errorf("client: flush: %w", err)
+	}
+	last := s.nc.LastError()
+	if last == nil || last == s.before || !errors.Is(last, nats.ErrPermissionViolation) {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, sub := range s.subs {
+		if strings.Contains(last.Error(), strconv.Quote(sub.Subject)) {
+			return fmt.Errorf("client: subscribe %s: %w (is this connection logged in as the role that serves it?)", sub.Subject, last)
+		}
 	}
 	return nil
 }

@@ -52,13 +52,3 @@ func TestSignMatchesVerifier(t *testing.T) {
 		t.Error("Sign without a key succeeded")
 	}
 }
-
-func TestMsgID(t *testing.T) {
-	a := client.MsgID("actions.proposals.frontdesk", []byte("{}"))
-	if len(a) != 64 || a == client.MsgID("actions.proposals.elsewhere", []byte("{}")) || a == client.MsgID("actions.proposals.frontdesk", []byte("{} ")) {
-		t.Errorf("MsgID %q does not tell subjects and bodies apart", a)
-	}
-	if a != client.MsgID("actions.proposals.frontdesk", []byte("{}")) {
-		t.Error("MsgID is not deterministic")
-	}
-}
