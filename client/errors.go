@@ -38,8 +38,9 @@ var (
 	// action; await it again if you want to wait for that.
 	ErrEnded = errors.New("client: proposal ended")
 
-	// ErrInvalid: a message this package was asked to send, or a reply a
-	// handler returned, breaks the wire contract. Nothing was sent.
+	// ErrInvalid: a message this package was asked to send breaks the wire
+	// contract (a proposal admission would call malformed, a grant or
+	// decline with a field out of its format). Nothing was sent.
 	ErrInvalid = errors.New("client: invalid message")
 
 	// ErrNotParked: Grant or Decline was given an outcome that is not this

@@ -425,4 +425,3 @@ func TestPublishRefused(t *testing.T) {
 		t.Errorf("Last: %v", err)
 	}
 }
-

@@ -42,7 +42,7 @@ type server struct {
 	subs     []*nats.Subscription
 	stopping bool
 	wg       sync.WaitGroup
-	before   error // the connection's last error before subscribing
+	before   error                  // the connection's last error before subscribing
 	served   atomic.Pointer[func()] // test hook: called after each request is handled
 }
 
