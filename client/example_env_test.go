@@ -1,0 +1,77 @@
+package client_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nkeys"
+
+	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/testenv"
+)
+
+// exampleTB lets examples use testenv, which wants a testing.TB: failures
+// panic, cleanups run at stop. Only the methods testenv calls are
+// implemented.
+type exampleTB struct {
+	testing.TB
+	cleanups []func()
+}
+
+func (t *exampleTB) Helper()                           {}
+func (t *exampleTB) Cleanup(f func())                  { t.cleanups = append(t.cleanups, f) }
+func (t *exampleTB) Fatal(args ...any)                 { panic(fmt.Sprint(args...)) }
+func (t *exampleTB) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
+func (t *exampleTB) Errorf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
+func (t *exampleTB) TempDir() string {
+	dir, err := os.MkdirTemp("", "client-example-")
+	if err != nil {
+		panic(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
+func (t *exampleTB) stop() {
+	for i := len(t.cleanups) - 1; i >= 0; i-- {
+		t.cleanups[i]()
+	}
+}
+
+// exampleProcessor starts a test deployment with NATS authentication on
+// and returns its URL and host "frontdesk"'s seed.
+func exampleProcessor() (url string, hostSeed nkeys.KeyPair, stop func()) {
+	t := &exampleTB{}
+	env := testenv.New(t, testenv.WithAuth())
+	return env.Server.ClientURL(), env.Host, t.stop
+}
+
+// exampleServer starts a bare NATS server without authentication.
+func exampleServer() (url string, stop func()) {
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true, NoLog: true})
+	if err != nil {
+		panic(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		panic("nats-server did not start")
+	}
+	return s.ClientURL(), func() { s.Shutdown(); s.WaitForShutdown() }
+}
+
+// lumber is the SPEC §2.1 proposal for the fake provider "demo".
+func lumber(id string) *schema.Proposal {
+	body, err := json.Marshal(testenv.Lumber(id))
+	if err != nil {
+		panic(err)
+	}
+	p, err := schema.DecodeProposal(body, 0)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
