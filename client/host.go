@@ -365,7 +365,7 @@ func decodeOutcome(data []byte, h, id string) (schema.Outcome, error) {
 	if !schema.WithinDepth(data, schema.MaxDepth) || json.Unmarshal(data, &o) != nil {
 		return schema.Outcome{}, errors.New("outcome does not decode")
 	}
-	if _, known := schema.Kinds[o.Kind]; o.Schema != schema.SchemaOutcome || o.ProposalID != id || !known {
+	if o.Schema != schema.SchemaOutcome || o.ProposalID != id || !o.Kind.Valid() {
 		return schema.Outcome{}, errors.New("not an outcome of this proposal")
 	}
 	o.Host = h

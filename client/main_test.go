@@ -124,7 +124,7 @@ func serveInventory(t *testing.T, env *testenv.Env, h client.ProviderHandler) *c
 	return c
 }
 
-func hasIncident(o schema.Outcome, phase, code string) bool {
+func hasIncident(o schema.Outcome, phase schema.Phase, code schema.Code) bool {
 	for _, i := range o.Incidents {
 		if i.Phase == phase && i.Code == code {
 			return true
@@ -136,7 +136,7 @@ func hasIncident(o schema.Outcome, phase, code string) bool {
 func kinds(outs []schema.Outcome) string {
 	k := make([]string, len(outs))
 	for i, o := range outs {
-		k[i] = o.Kind
+		k[i] = string(o.Kind)
 	}
 	return strings.Join(k, ",")
 }

@@ -24,7 +24,7 @@ func Terminal(o schema.Outcome) bool { return o.Terminal }
 
 // Kinds accepts an outcome of one of the kinds (schema.KindNeedsApproval,
 // …).
-func Kinds(kinds ...string) Condition {
+func Kinds(kinds ...schema.Kind) Condition {
 	kinds = slices.Clone(kinds)
 	return func(o schema.Outcome) bool { return slices.Contains(kinds, o.Kind) }
 }
@@ -164,7 +164,7 @@ func (t *Tracker) await(ctx context.Context, cond Condition, endOnTerminal bool)
 // outcomeKey tells outcomes apart: a republished outcome (a repeated
 // delivery, or the same one read live and from the stream) has the same.
 func outcomeKey(o *schema.Outcome) string {
-	k := o.Kind + "|" + strconv.FormatInt(o.AtMs, 10)
+	k := string(o.Kind) + "|" + strconv.FormatInt(o.AtMs, 10)
 	if o.Receipt != nil {
 		k += "|" + o.Receipt.ReceiptID
 	}

@@ -183,7 +183,10 @@ func TestResolverReplies(t *testing.T) {
 		}
 		return req, m
 	}
-	for _, tc := range []struct{ recipient, code string }{
+	for _, tc := range []struct {
+		recipient string
+		code      schema.Code
+	}{
 		{"Duffel", ""},
 		{"refuse", schema.CodeDisclosureRefused},
 		{"refuse-badly", schema.CodeDisclosureRefused},
@@ -212,7 +215,7 @@ func TestResolverReplies(t *testing.T) {
 	}
 	logMu.Lock()
 	defer logMu.Unlock()
-	if !strings.Contains(logs.String(), schema.CodeDisclosureFieldMismatch) || strings.Contains(logs.String(), "Lovelace") {
+	if !strings.Contains(logs.String(), string(schema.CodeDisclosureFieldMismatch)) || strings.Contains(logs.String(), "Lovelace") {
 		t.Errorf("log does not name the code the processor will give, or names a value:\n%s", logs.String())
 	}
 }
