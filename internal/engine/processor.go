@@ -191,7 +191,7 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 	}
 	// The operator's API (processor receipts, processor reconcile).
 	adm := &admin.Server{Store: p.store, Reconciliation: p.recon, Subjects: subj, Clock: p.clock, Log: p.log.With("component", "admin"),
-		Operators: cfg.Operators, AllowUnsigned: cfg.Admission.AllowUnsigned}
+		JS: p.js, Operators: cfg.Operators, AllowUnsigned: cfg.Admission.AllowUnsigned}
 	if p.stopAdmin, err = adm.Serve(p.nc); err != nil {
 		return err
 	}
