@@ -183,7 +183,7 @@ const (
 // approvals.list), the soonest to expire first. Limit 0: DefaultApprovalsLimit.
 type ApprovalsRequest struct {
 	Stamp `json:",inline"`
-	Limit int `json:"limit,omitempty"`
+	Limit int `json:"limit,omitzero"`
 }
 
 // ParkedApproval is one proposal waiting for a grant. Summaries are not
@@ -220,8 +220,8 @@ type ApprovalState struct {
 	// State is parked, permitted or denied.
 	State       string `json:"state"`
 	ArrivedAtMs int64  `json:"arrived_at_ms"`
-	ExpiresAtMs int64  `json:"expires_at_ms,omitempty"`
-	DecidedAtMs int64  `json:"decided_at_ms,omitempty"`
+	ExpiresAtMs int64  `json:"expires_at_ms,omitzero"`
+	DecidedAtMs int64  `json:"decided_at_ms,omitzero"`
 	// Code is a denial's closed code.
 	Code string `json:"code,omitempty"`
 }
@@ -255,8 +255,8 @@ type Proposal struct {
 // the previous page).
 type ActivityListRequest struct {
 	Stamp  `json:",inline"`
-	Limit  int    `json:"limit,omitempty"`
-	Before uint64 `json:"before,omitempty"`
+	Limit  int    `json:"limit,omitzero"`
+	Before uint64 `json:"before,omitzero"`
 }
 
 // ActivityEntry is the gist of one intent's activity snapshot.
