@@ -1,6 +1,12 @@
 package kv
 
-import "github.com/portcullis/portcullis/schema"
+import (
+	"cmp"
+	"fmt"
+	"slices"
+
+	"github.com/portcullis/portcullis/schema"
+)
 
 // Approval states.
 const (
@@ -74,4 +80,97 @@ func (s *Store) CountParked() (int, error) {
 		return true, nil
 	})
 	return n, err
+}
+
+// Parked is one entry of the index of parked proposals.
+type Parked struct {
+	Ref         schema.ProposalRef
+	ExpiresAtMs int64
+}
+
+// readProposalKey decodes the key of a per-proposal record.
+func readProposalKey(key []byte) (schema.ProposalRef, error) {
+	if len(key) < 1 {
+		return schema.ProposalRef{}, errBadKey
+	}
+	host, rest, err := readString(key[1:])
+	if err != nil {
+		return schema.ProposalRef{}, err
+	}
+	id, rest, err := readString(rest)
+	if err != nil || len(rest) != 0 {
+		return schema.ProposalRef{}, errBadKey
+	}
+	return schema.ProposalRef{Host: host, ProposalID: id}, nil
+}
+
+// ParkedApprovals returns the authorization records of the proposals
+// waiting for a grant, the soonest to expire first (then by host and
+// proposal id), at most limit of them (limit ≤ 0: all), and how many
+// entries the index holds in all. It reads the index of parked proposals and each listed
+// proposal's record; an index entry whose record is missing or no longer
+// parked (a decision committed between the two reads) is left out.
+func (s *Store) ParkedApprovals(limit int) (parked []Approval, total int, err error) {
+	var idx []Parked
+	err = s.scan([]byte{prefixPending}, func(key, val []byte) (bool, error) {
+		ref, err := readProposalKey(key)
+		if err != nil {
+			return false, fmt.Errorf("%w: pending index: %w", ErrCorrupt, err)
+		}
+		var exp int64
+		if err := decode(val, &exp); err != nil {
+			return false, err
+		}
+		idx = append(idx, Parked{Ref: ref, ExpiresAtMs: exp})
+		return true, nil
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	slices.SortFunc(idx, func(a, b Parked) int {
+		return cmp.Or(cmp.Compare(a.ExpiresAtMs, b.ExpiresAtMs), cmp.Compare(a.Ref.Host, b.Ref.Host), cmp.Compare(a.Ref.ProposalID, b.Ref.ProposalID))
+	})
+	total = len(idx)
+	parked = []Approval{}
+	for _, p := range idx {
+		if limit > 0 && len(parked) == limit {
+			break
+		}
+		a, found, err := s.Approval(p.Ref)
+		if err != nil {
+			return nil, 0, err
+		}
+		if found && a.State == ApprovalParked {
+			parked = append(parked, a)
+		}
+	}
+	return parked, total, nil
+}
+
+// ProposalFingerprint returns the fingerprint a proposal was grounded to:
+// from its authorization record, else from the last outcome recorded for
+// it (its fingerprint, approval or receipt). found is false for a proposal
+// this store knows no fingerprint of (never admitted here, or ended before
+// grounding bound it).
+func (s *Store) ProposalFingerprint(ref schema.ProposalRef) (fingerprint string, found bool, err error) {
+	a, found, err := s.Approval(ref)
+	if err != nil {
+		return "", false, err
+	}
+	if found && a.Fingerprint != "" {
+		return a.Fingerprint, true, nil
+	}
+	o, found, err := s.LastOutcome(ref)
+	if err != nil || !found {
+		return "", false, err
+	}
+	switch {
+	case o.Fingerprint != nil && *o.Fingerprint != "":
+		return *o.Fingerprint, true, nil
+	case o.Approval != nil && o.Approval.Fingerprint != "":
+		return o.Approval.Fingerprint, true, nil
+	case o.Receipt != nil && o.Receipt.Fingerprint != "":
+		return o.Receipt.Fingerprint, true, nil
+	}
+	return "", false, nil
 }

@@ -208,7 +208,13 @@ const (
 	AdminReceipt        = "receipts.get"
 	AdminReconcileList  = "reconcile.list"
 	AdminReconcileSolve = "reconcile.resolve"
+	AdminApprovalsList  = "approvals.list"
+	AdminProposalGet    = "proposals.get"
+	AdminActivityList   = "activity.list"
 )
+
+// AdminVerbs lists every admin verb.
+var AdminVerbs = []string{AdminReceipt, AdminReconcileList, AdminReconcileSolve, AdminApprovalsList, AdminProposalGet, AdminActivityList}
 
 // Stream names.
 

@@ -7,65 +7,123 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
+	"text/tabwriter"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/internal/activity"
+	"github.com/portcullis/portcullis/internal/admin"
+	"github.com/portcullis/portcullis/schema"
 )
 
-// cmdActivity: `processor activity get <fingerprint>` prints a fingerprint's
-// value-free activity snapshot, read straight from the KV bucket
-// `<prefix>_activity` (no processor needed, only its NATS server). It logs
-// in like the other operator commands; there is no request to sign.
-func cmdActivity(args []string, _ io.Reader, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] != "get" {
-		fmt.Fprintln(stderr, "usage: processor activity get <fingerprint> [--url URL] [--nkey FILE] [--creds FILE] [--prefix P] [--config FILE]")
-		return 2
+// cmdActivityGet: `processor activity get <fingerprint|host/proposal_id>`
+// prints an intent's value-free activity snapshot, read straight from the
+// KV bucket `<prefix>_activity` (no processor needed for a fingerprint,
+// only its NATS server). It logs in like the other operator commands; a
+// proposal is first looked up by the running processor (a signed request).
+// The snapshot is JSON whatever -o says.
+func cmdActivityGet(c *cmdline, args []string, _ io.Reader) int {
+	cn, _, pos, code, done := c.operator(args)
+	if done {
+		return code
 	}
-	fs := newFlags("activity get", stderr)
-	var c conn
-	c.register(fs)
-	pos, err := parseInterspersed(fs, args[1:])
-	if err != nil {
-		return 2
-	}
-	fp, ok := fingerprintArg(stderr, "activity get", pos)
+	target, code, ok := targetArg(c, pos)
 	if !ok {
-		return 2
+		return code
 	}
-	if err := c.resolve(fs); err != nil {
-		return fail(stderr, "activity get", err)
+	if err := cn.resolve(c.fs); err != nil {
+		return c.fail(err)
 	}
-	sess, err := c.open()
+	sess, err := cn.open()
 	if err != nil {
-		return fail(stderr, "activity get", err)
+		return c.fail(err)
 	}
 	defer sess.close()
-	subj := sess.subj
+	ctx, cancel := context.WithTimeout(context.Background(), cn.timeout)
+	defer cancel()
+	fp := target.Fingerprint
+	if target.Proposal != nil {
+		cl := &admin.Client{NC: sess.nc, Subjects: sess.subj, Timeout: cn.timeout, Key: sess.key, Now: operatorNow}
+		p, err := cl.Proposal(ctx, *target.Proposal)
+		if err != nil {
+			return c.fail(err)
+		}
+		if p.Fingerprint == "" {
+			return c.fail(fmt.Errorf("%s has no fingerprint: it ended before grounding bound it (see processor proposals get %s)", target, target))
+		}
+		fp = p.Fingerprint
+	}
 	// Stream info of the bucket's stream and a direct get: all an
 	// operator may ask of JetStream (SPEC §2.8). No consumer is created.
 	js, err := jetstream.New(sess.nc)
 	if err != nil {
-		return fail(stderr, "activity get", err)
+		return c.fail(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	defer cancel()
+	subj := sess.subj
 	bucket, err := js.KeyValue(ctx, subj.ActivityBucket())
 	if err != nil {
-		return fail(stderr, "activity get", fmt.Errorf("bucket %s: %w", subj.ActivityBucket(), err))
+		return c.fail(fmt.Errorf("bucket %s: %w", subj.ActivityBucket(), err))
 	}
 	e, err := bucket.Get(ctx, activity.Key(fp))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return fail(stderr, "activity get", fmt.Errorf("no activity for %s", fp))
+		return c.fail(fmt.Errorf("no activity for %s", fp))
 	}
 	if err != nil {
-		return fail(stderr, "activity get", err)
+		return c.fail(err)
 	}
 	var out bytes.Buffer
 	if err := stdjson.Indent(&out, e.Value(), "", "  "); err != nil {
-		return fail(stderr, "activity get", fmt.Errorf("the snapshot is not JSON: %w", err))
+		return c.fail(fmt.Errorf("the snapshot is not JSON: %w", err))
 	}
 	out.WriteByte('\n')
-	_, _ = stdout.Write(out.Bytes())
+	_, _ = c.stdout.Write(out.Bytes())
 	return 0
+}
+
+// cmdActivityList: `processor activity list` prints intents, the most
+// recently changed first, a page at a time, asked of the running
+// processor (operators create no consumers, so it lists the bucket).
+func cmdActivityList(c *cmdline, args []string, _ io.Reader) int {
+	limit := c.fs.Int("limit", admin.DefaultActivityLimit, fmt.Sprintf("`N` intents per page (1–%d)", admin.MaxActivityLimit))
+	before := c.fs.Uint64("before", 0, "start below revision `REV`: the next page's value printed at the end of the previous one")
+	cn, asJSON, _, code, done := c.operator(args)
+	if done {
+		return code
+	}
+	if *limit < 1 || *limit > admin.MaxActivityLimit {
+		return c.usageError("--limit must be between 1 and %d", admin.MaxActivityLimit)
+	}
+	cl, closeFn, code, done := c.ask(cn)
+	if done {
+		return code
+	}
+	defer closeFn()
+	l, err := cl.Activity(context.Background(), *limit, *before)
+	if err != nil {
+		return c.fail(err)
+	}
+	if asJSON {
+		writeJSON(c.stdout, l)
+		return 0
+	}
+	writeActivityList(c.stdout, l, *limit)
+	return 0
+}
+
+func writeActivityList(w io.Writer, l *admin.ActivityList, limit int) {
+	if len(l.Entries) == 0 {
+		fmt.Fprintln(w, "no activity")
+	} else {
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "FINGERPRINT\tUPDATED\tSTATUS\tPROVIDER\tOPERATION\tENV\tREFERENT\tPROPOSALS")
+		for _, e := range l.Entries {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Fingerprint, formatMs(e.UpdatedAtMs), orDash(e.Status), orDash(e.Provider),
+				orDash(e.Operation), orDash(e.Environment), orDash(e.Referent), orDash(schema.JoinRefs(e.Proposals, ",")))
+		}
+		tw.Flush()
+	}
+	if l.Next != 0 {
+		fmt.Fprintf(w, "next page: processor activity list --before %s --limit %d\n", strconv.FormatUint(l.Next, 10), limit)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -41,17 +42,46 @@ var operatorNow = time.Now
 type conn struct {
 	url, creds, nkey, prefix, config string
 	timeout                          time.Duration
-	json                             bool
+	output
 }
 
 func (c *conn) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.url, "url", "", "NATS URL of the running processor (default $"+EnvNATSURL+", else "+DefaultAdminURL+")")
-	fs.StringVar(&c.creds, "creds", "", "NATS login: a credentials file (.creds) or an nkey seed file (SU…)")
-	fs.StringVar(&c.nkey, "nkey", "", "the operator's nkey seed file: logs in to NATS with it (unless --creds) and signs every request (default $"+EnvOperatorNkey+"; without either, requests go unsigned and only a --dev processor answers them)")
-	fs.StringVar(&c.prefix, "prefix", subjects.DefaultPrefix, "subject prefix of the processor")
-	fs.StringVar(&c.config, "config", "", "take --url, --creds and --prefix from the processor's configuration file (flags given explicitly win)")
+	fs.StringVar(&c.url, "url", "", "`URL` of the running processor's NATS server (default $"+EnvNATSURL+", else "+DefaultAdminURL+")")
+	fs.StringVar(&c.creds, "creds", "", "NATS login: a credentials `FILE` (.creds) or an nkey seed file (SU…)")
+	fs.StringVar(&c.nkey, "nkey", "", "the operator's nkey seed `FILE`: logs in to NATS with it (unless --creds) and signs every request (default $"+EnvOperatorNkey+"; without either, requests go unsigned and only a --dev processor answers them)")
+	fs.StringVar(&c.prefix, "prefix", subjects.DefaultPrefix, "subject `PREFIX` of the processor")
+	fs.StringVar(&c.config, "config", "", "take --url, --creds and --prefix from the processor's configuration `FILE` (flags given explicitly win)")
 	fs.DurationVar(&c.timeout, "timeout", admin.DefaultTimeout, "how long to wait for the processor's answer")
-	fs.BoolVar(&c.json, "json", false, "print the processor's answer as JSON")
+	c.output.register(fs)
+}
+
+// output is the -o flag of the commands that print what they read.
+type output struct {
+	format string
+	isJSON bool
+}
+
+// Output formats.
+const (
+	formatText = "text"
+	formatJSON = "json"
+)
+
+func (o *output) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.format, "o", formatText, "output `FORMAT`: text or json")
+	fs.StringVar(&o.format, "output", formatText, "the same as -o (`FORMAT`: text or json)")
+	fs.BoolVar(&o.isJSON, "json", false, "the same as -o json")
+}
+
+// json reports whether JSON was asked for; an unknown format is an error.
+func (o *output) json() (bool, error) {
+	switch o.format {
+	case formatText:
+		return o.isJSON, nil
+	case formatJSON:
+		return true, nil
+	}
+	return false, fmt.Errorf("-o %q: the formats are text and json", o.format)
 }
 
 // resolve fills what the flags left open: from --config first, then from
@@ -206,22 +236,6 @@ func (c *conn) client() (*admin.Client, func(), error) {
 	return &admin.Client{NC: s.nc, Subjects: s.subj, Timeout: c.timeout, Key: s.key, Now: operatorNow}, s.close, nil
 }
 
-// parseInterspersed parses flags that may come before or after the
-// positional arguments, and returns the positional ones.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for rest := args; ; {
-		if err := fs.Parse(rest); err != nil {
-			return nil, err
-		}
-		if fs.NArg() == 0 {
-			return pos, nil
-		}
-		pos = append(pos, fs.Arg(0))
-		rest = fs.Args()[1:]
-	}
-}
-
 // fail prints an operator command's error and returns its exit status.
 func fail(stderr io.Writer, cmd string, err error) int {
 	switch {
@@ -237,19 +251,54 @@ func fail(stderr io.Writer, cmd string, err error) int {
 	return 1
 }
 
-// fingerprintArg reads a fingerprint argument ("sha256:<hex>" or the hex
-// digits alone).
-func fingerprintArg(stderr io.Writer, cmd string, pos []string) (string, bool) {
+// targetArg reads the argument that names an intent: a fingerprint
+// ("sha256:<hex>" or the hex digits alone), or a proposal
+// ("<host>/<proposal_id>") whose fingerprint the processor looks up.
+func targetArg(c *cmdline, pos []string) (admin.Target, int, bool) {
 	if len(pos) != 1 {
-		fmt.Fprintf(stderr, "processor %s: give exactly one fingerprint\n", cmd)
-		return "", false
+		return admin.Target{}, c.usageError("give a fingerprint or <host>/<proposal_id>"), false
+	}
+	if strings.Contains(pos[0], "/") {
+		ref, ok := admin.ParseProposalRef(pos[0])
+		if !ok {
+			return admin.Target{}, c.usageError("%q is not <host>/<proposal_id> (host: A-Z a-z 0-9 _ -; proposal id: also :)", pos[0]), false
+		}
+		return admin.Target{Proposal: &ref}, 0, true
 	}
 	fp, ok := admin.NormalizeFingerprint(pos[0])
 	if !ok {
-		fmt.Fprintf(stderr, "processor %s: %q is not a fingerprint (sha256:<64 hex digits>)\n", cmd, pos[0])
-		return "", false
+		return admin.Target{}, c.usageError("%q is not a fingerprint (sha256:<64 hex digits>) or <host>/<proposal_id>", pos[0]), false
 	}
-	return fp, true
+	return admin.Target{Fingerprint: fp}, 0, true
+}
+
+// operator parses an operator command's flags (its own are registered on
+// c.fs already) and checks the output format. done: return code.
+func (c *cmdline) operator(args []string) (cn *conn, asJSON bool, pos []string, code int, done bool) {
+	cn = &conn{}
+	cn.register(c.fs)
+	pos, code, done = c.parse(args)
+	if done {
+		return nil, false, nil, code, true
+	}
+	asJSON, err := cn.json()
+	if err != nil {
+		return nil, false, nil, c.usageError("%v", err), true
+	}
+	return cn, asJSON, pos, 0, false
+}
+
+// ask connects as the operator and returns the client of the processor's
+// API. done: return code (the failure is reported).
+func (c *cmdline) ask(cn *conn) (cl *admin.Client, closeFn func(), code int, done bool) {
+	if err := cn.resolve(c.fs); err != nil {
+		return nil, nil, c.fail(err), true
+	}
+	cl, closeFn, err := cn.client()
+	if err != nil {
+		return nil, nil, c.fail(err), true
+	}
+	return cl, closeFn, 0, false
 }
 
 func formatMs(ms int64) string {

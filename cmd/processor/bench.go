@@ -23,19 +23,18 @@ import (
 // cmdBench measures the whole pipeline on the embedded default: N distinct
 // granted proposals through admission, grounding, authorization and
 // dispatch to a fake provider, timed from publish to the terminal outcome.
-func cmdBench(args []string, _ io.Reader, stdout, stderr io.Writer) int {
-	fs := newFlags("bench", stderr)
+func cmdBench(c *cmdline, args []string, _ io.Reader) int {
+	fs, stdout, stderr := c.fs, c.stdout, c.stderr
 	n := fs.Int("n", 2000, "proposals to send")
 	window := fs.Int("inflight", 500, "proposals in flight at most")
 	syncAlways := fs.Bool("sync-always", false, "embedded server fsyncs every write (nats.sync_always)")
 	dir := fs.String("data", "", "data directory (default: a temporary one, removed afterwards)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if _, code, done := c.parse(args); done {
+		return code
 	}
 	if *n < 1 || *window < 1 {
-		fmt.Fprintln(stderr, "processor bench: -n and -inflight must be positive")
-		return 2
+		return c.usageError("-n and -inflight must be positive")
 	}
 	if *dir == "" {
 		d, err := os.MkdirTemp("", "portcullis-bench-")

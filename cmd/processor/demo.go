@@ -63,15 +63,11 @@ var demoSecrets = []string{"Testy", "Fixturesson", "1990-01-01", "testy.fixtures
 // server (random loopback port, temporary data directory) with in-process
 // provider connectors and disclosure resolver, prints a timeline, and
 // leaves nothing behind.
-func cmdDemo(args []string, _ io.Reader, stdout, stderr io.Writer) int {
-	fs := newFlags("demo", stderr)
-	verbose := fs.Bool("verbose", false, "also print the processor's JSON log on standard error")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "processor demo: no arguments expected")
-		return 2
+func cmdDemo(c *cmdline, args []string, _ io.Reader) int {
+	stdout, stderr := c.stdout, c.stderr
+	verbose := c.fs.Bool("verbose", false, "also print the processor's JSON log on standard error")
+	if _, code, done := c.parse(args); done {
+		return code
 	}
 	d, err := startDemo(stdout, stderr, *verbose)
 	if err != nil {

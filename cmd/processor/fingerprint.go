@@ -33,33 +33,14 @@ type fingerprintOutput struct {
 // replaced by the given referent; subject and scope are still checked. A
 // proposal naming a candidate_source needs --referent: the command does not
 // connect to NATS.
-func cmdFingerprint(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := newFlags("fingerprint", stderr)
-	referent := fs.String("referent", "", "fingerprint for this referent instead of grounding the inline candidates (required with candidate_source)")
-	cfgPath := fs.String("config", "", "configuration file: its admission.max_payload_bytes and grounding.max_candidates apply")
+func cmdFingerprint(c *cmdline, args []string, stdin io.Reader) int {
+	stdout, stderr, fs := c.stdout, c.stderr, c.fs
+	referent := fs.String("referent", "", "fingerprint for referent `R` instead of grounding the inline candidates (required with candidate_source)")
+	cfgPath := fs.String("config", "", "configuration `FILE`: its admission.max_payload_bytes and grounding.max_candidates apply")
 	canonical := fs.Bool("canonical", false, "also print the canonical JSON that was hashed")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: processor fingerprint [--referent R] [--config FILE] [--canonical] [FILE|-]")
-		fmt.Fprintln(stderr, "Reads a proposal (FILE, or standard input for - or none) and prints its grounded referent, fingerprint v2 and idempotency key.")
-		fmt.Fprintf(stderr, "Fingerprint v2 (SPEC §2.3): \"sha256:\" + hex SHA-256 of the RFC 8785 (JCS) JSON of {\"schema\": %q, tenant_ref, security_domain_ref,\n", schema.SchemaFingerprint)
-		fmt.Fprintln(stderr, "actor_ref, provider, capability, operation, environment, referent, payload, protected_disclosure, external_spend}; the idempotency key is its 64 hex digits.")
-		fs.PrintDefaults()
-	}
-	// Flags may follow the file name too.
-	var files []string
-	for rest := args; ; {
-		if err := fs.Parse(rest); err != nil {
-			return 2
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		files = append(files, fs.Arg(0))
-		rest = fs.Args()[1:]
-	}
-	if len(files) > 1 {
-		fmt.Fprintln(stderr, "processor fingerprint: one proposal at a time")
-		return 2
+	files, code, done := c.parse(args)
+	if done {
+		return code
 	}
 	referentSet := false
 	fs.Visit(func(f *flag.Flag) {
@@ -68,17 +49,16 @@ func cmdFingerprint(args []string, stdin io.Reader, stdout, stderr io.Writer) in
 		}
 	})
 	if referentSet && !(&schema.Candidate{Referent: *referent}).Valid() {
-		fmt.Fprintln(stderr, "processor fingerprint: --referent must be a non-empty single line of at most 512 bytes")
-		return 2
+		return c.usageError("--referent must be a non-empty single line of at most 512 bytes")
 	}
 	cfg := config.Defaults()
 	if *cfgPath != "" {
-		c, err := config.Load(*cfgPath)
+		loaded, err := config.Load(*cfgPath)
 		if err != nil {
 			fmt.Fprintln(stderr, err)
 			return 1
 		}
-		cfg = c
+		cfg = loaded
 	}
 
 	in, name := stdin, "standard input"
@@ -121,8 +101,7 @@ func cmdFingerprint(args []string, stdin io.Reader, stdout, stderr io.Writer) in
 			verdict = grounding.Verdict{Incident: inc}
 		}
 	case p.Grounding.CandidateSource != "":
-		fmt.Fprintln(stderr, "processor fingerprint: the proposal names a candidate_source; give the referent it grounds to with --referent")
-		return 2
+		return c.usageError("the proposal names a candidate_source; give the referent it grounds to with --referent")
 	default:
 		verdict = grounding.Decide(p, p.Grounding.Candidates, cfg.Grounding.MaxCandidates)
 	}
@@ -143,6 +122,15 @@ func cmdFingerprint(args []string, stdin io.Reader, stdout, stderr io.Writer) in
 	}
 	writeJSON(stdout, out)
 	return 0
+}
+
+// fingerprintAbout is the help of `processor fingerprint`.
+func fingerprintAbout() string {
+	return "Reads a proposal (FILE, or standard input for - or none) and prints its grounded referent, fingerprint v2 and\n" +
+		"idempotency key as JSON (exit 0), or the outcome that ends it (exit 1). Offline: it does not connect to NATS.\n" +
+		fmt.Sprintf("Fingerprint v2 (SPEC §2.3): \"sha256:\" + hex SHA-256 of the RFC 8785 (JCS) JSON of {\"schema\": %q, tenant_ref,\n", schema.SchemaFingerprint) +
+		"security_domain_ref, actor_ref, provider, capability, operation, environment, referent, payload,\n" +
+		"protected_disclosure, external_spend}; the idempotency key is its 64 hex digits."
 }
 
 func writeJSON(w io.Writer, v any) {

@@ -18,34 +18,25 @@ import (
 // advice printed.
 var keygenKinds = []string{config.KindHost, config.KindConnector, config.KindResolver, config.KindSource, config.KindOperator, "processor"}
 
-const keygenUsage = "usage: processor keygen host|connector|resolver|source|operator|processor --out FILE | --stdout\n" +
-	"       processor keygen internal --out FILE"
-
 // cmdKeygen makes a new user nkey and prints its public key (one line, for
 // the block's public_key); the seed goes to --out FILE (created with mode
 // 0600, never overwritten) or, with --stdout, is printed after it.
 // `keygen internal --out FILE` makes an internal HMAC key file.
-func cmdKeygen(args []string, _ io.Reader, stdout, stderr io.Writer) int {
-	fs := newFlags("keygen", stderr)
-	out := fs.String("out", "", "write the secret to FILE (mode 0600; an existing file is never overwritten)")
-	toStdout := fs.Bool("stdout", false, "print the seed on standard output too, after the public key")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, keygenUsage)
-		fs.PrintDefaults()
-	}
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return 2
+func cmdKeygen(c *cmdline, args []string, _ io.Reader) int {
+	stdout, stderr := c.stdout, c.stderr
+	out := c.fs.String("out", "", "write the secret to `FILE` (mode 0600; an existing file is never overwritten)")
+	toStdout := c.fs.Bool("stdout", false, "print the seed on standard output too, after the public key")
+	pos, code, done := c.parse(args)
+	if done {
+		return code
 	}
 	if len(pos) != 1 {
-		fmt.Fprintln(stderr, keygenUsage)
-		return 2
+		return c.usageError("give the kind of key")
 	}
 	kind := pos[0]
 	if kind == "internal" {
 		if *toStdout || *out == "" {
-			fmt.Fprintln(stderr, "processor keygen internal: give --out FILE (the key is never printed)")
-			return 2
+			return c.usageError("keygen internal: give --out FILE (the key is never printed)")
 		}
 		if _, err := keyfile.CreateInternal(*out); err != nil {
 			return keygenFailed(stderr, *out, err)
@@ -58,12 +49,10 @@ func cmdKeygen(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		known = known || k == kind
 	}
 	if !known {
-		fmt.Fprintf(stderr, "processor keygen: unknown kind %q\n%s\n", kind, keygenUsage)
-		return 2
+		return c.usageError("unknown kind %q", kind)
 	}
 	if (*out != "") == *toStdout {
-		fmt.Fprintf(stderr, "processor keygen %s: give exactly one of --out FILE and --stdout\n", kind)
-		return 2
+		return c.usageError("keygen %s: give exactly one of --out FILE and --stdout", kind)
 	}
 
 	kp, err := nkeys.CreateUser()

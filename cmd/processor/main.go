@@ -2,15 +2,20 @@
 //
 //	processor run --dev                 embedded NATS, unsigned input, fake provider "demo"
 //	processor run --config FILE.hcl     as configured
-//	processor validate --config FILE    check a configuration
+//	processor validate FILE             check a configuration (every problem, sorted)
 //	processor fingerprint [FILE|-]      a proposal's referent, fingerprint (v2) and idempotency key
 //	processor demo                      the seed scenarios end to end, as a timeline
-//	processor receipts get FP           a fingerprint's receipts (asks the running processor over NATS)
-//	processor activity get FP           a fingerprint's activity snapshot (reads the KV bucket)
+//	processor receipts get FP|H/ID      an intent's receipts (asks the running processor over NATS)
+//	processor activity get FP|H/ID      an intent's activity snapshot (reads the KV bucket)
+//	processor activity list             intents, the most recently changed first (asks the processor)
+//	processor approvals list            proposals parked for approval
+//	processor proposals get H ID        a proposal's outcome history, fingerprint and latest receipt
 //	processor reconcile list            actions whose effect is unknown
-//	processor reconcile resolve FP --present|--absent --evidence REF
+//	processor reconcile resolve FP|H/ID --present|--absent --evidence REF
 //	processor keygen KIND --out FILE    a new nkey for a role (or internal: the HMAC key file)
-//	processor nats-permissions --config FILE   the authorization block for external servers
+//	processor nats-permissions --config FILE   the accounts block for external servers
+//	processor version                   the build's module version and VCS revision
+//	processor help [COMMAND]            a command's usage (so does COMMAND -h)
 //
 // See README.md for every subcommand.
 package main
@@ -27,107 +32,141 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/portcullis/portcullis/internal/admin"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/engine"
+	"github.com/portcullis/portcullis/internal/version"
 )
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
-type command struct {
-	name    string
-	summary string
-	run     func(args []string, stdin io.Reader, stdout, stderr io.Writer) int
-}
-
 func commands() []command {
+	ref := "<fingerprint|host/proposal_id>"
 	return []command{
-		{"run", "run the processor (--dev, or --config FILE)", cmdRun},
-		{"validate", "check a configuration file (--config FILE)", cmdValidate},
-		{"bench", "measure the pipeline end to end on the embedded default", cmdBench},
-		{"fingerprint", "print a proposal's grounded referent, fingerprint v2 and idempotency key ([--referent R] [FILE|-])", cmdFingerprint},
-		{"demo", "play the seed scenarios end to end on a throwaway embedded server and print the timeline", cmdDemo},
-		{"receipts", "receipts get <fingerprint>: a fingerprint's receipt history (asks the running processor)", cmdReceipts},
-		{"activity", "activity get <fingerprint>: a fingerprint's value-free activity snapshot (reads the KV bucket)", cmdActivity},
-		{"reconcile", "reconcile list | resolve <fingerprint> --present|--absent --evidence REF: the indeterminate queue", cmdReconcile},
-		{"keygen", "keygen host|connector|resolver|source|operator|processor --out FILE|--stdout, or keygen internal --out FILE: new keys", cmdKeygen},
-		{"nats-permissions", "print the nats-server authorization block for an external server's users (--config FILE)", cmdNATSPermissions},
+		{name: "run", synopsis: "--dev [--listen ADDR] [--metrics-listen ADDR] [--data DIR] | --config FILE", summary: "run the processor (--dev, or --config FILE)", run: cmdRun,
+			about: "Runs Portcullis until SIGTERM or SIGINT, then drains. --dev needs no configuration: an embedded NATS server\nwithout authentication on 127.0.0.1:4222, data under ./data, unsigned input admitted, a fake provider \"demo\"."},
+		{name: "validate", synopsis: "FILE | --config FILE", summary: "check a configuration file: every problem, with file:line", run: cmdValidate, maxArgs: 1,
+			about: "Parses and checks a configuration as `run --config` would and reports every problem found, sorted by position.\nExit 0: valid; 1: invalid; 2: usage."},
+		{name: "bench", synopsis: "[flags]", summary: "measure the pipeline end to end on the embedded default", run: cmdBench,
+			about: "Sends -n distinct granted proposals through admission, grounding, authorization and dispatch to a fake\nprovider on a throwaway embedded server, and prints throughput and publish → CONFIRMED latency."},
+		{name: "fingerprint", synopsis: "[--referent R] [--config FILE] [--canonical] [FILE|-]", summary: "a proposal's grounded referent, fingerprint v2 and idempotency key (offline)", run: cmdFingerprint, maxArgs: 1,
+			about: fingerprintAbout()},
+		{name: "demo", synopsis: "[--verbose]", summary: "play the seed scenarios end to end on a throwaway embedded server", run: cmdDemo},
+		{name: "receipts", summary: "receipt histories", subs: []command{
+			{name: "get", synopsis: ref + " [flags]", summary: "an intent's receipt history (asks the running processor)", run: cmdReceiptsGet, maxArgs: 1,
+				about: "Prints the receipt history of a fingerprint (sha256:<hex> or the bare hex), or of the fingerprint a\nproposal was grounded to (<host>/<proposal_id>), and the outcome its latest receipt gives.\n" + operatorAbout},
+		}},
+		{name: "activity", summary: "activity snapshots", subs: []command{
+			{name: "get", synopsis: ref + " [flags]", summary: "an intent's value-free activity snapshot (reads the KV bucket)", run: cmdActivityGet, maxArgs: 1,
+				about: "Prints an intent's activity snapshot as JSON, read from the activity bucket with a direct get (no consumer).\nA proposal (<host>/<proposal_id>) is first looked up by the running processor.\n" + operatorAbout},
+			{name: "list", synopsis: "[--limit N] [--before REV] [flags]", summary: "intents, the most recently changed first, a page at a time (asks the running processor)", run: cmdActivityList,
+				about: "Lists activity snapshots, the most recently changed first. Operators may not create consumers, so the running\nprocessor reads the bucket for them. A page ends with the --before of the next one.\n" + operatorAbout},
+		}},
+		{name: "approvals", summary: "proposals parked for approval", subs: []command{
+			{name: "list", synopsis: "[--limit N] [flags]", summary: "proposals waiting for a grant, the soonest to expire first (asks the running processor)", run: cmdApprovalsList,
+				about: "Lists the proposals parked until a grant for their fingerprint arrives or their approval expires: host,\nproposal id, fingerprint, referent, provider, when it arrived and when it expires. Summaries are not stored by\nthe processor (the NEEDS_APPROVAL outcome carries them).\n" + operatorAbout},
+		}},
+		{name: "proposals", summary: "single proposals", subs: []command{
+			{name: "get", synopsis: "<host> <proposal_id> | <host>/<proposal_id> [flags]", summary: "a proposal's outcome history, fingerprint and latest receipt (asks the running processor)", run: cmdProposalsGet, maxArgs: 2,
+				about: fmt.Sprintf("Prints every outcome of the proposal still in the outcome stream (at most %d: the first ones, then the\nlast), oldest first; the fingerprint it was grounded to; its authorization record; the latest receipt.\n", admin.MaxProposalOutcomes) + operatorAbout},
+		}},
+		{name: "reconcile", summary: "actions whose effect is unknown", subs: []command{
+			{name: "list", synopsis: "[flags]", summary: "actions whose effect is unknown, oldest first (asks the running processor)", run: cmdReconcileList,
+				about: "Lists the indeterminate actions with their ages, attempts and next poll.\n" + operatorAbout},
+			{name: "resolve", synopsis: ref + " --present|--absent --evidence REF [flags]", summary: "settle an indeterminate action (asks the running processor)", run: cmdReconcileResolve, maxArgs: 1,
+				about: "Records that the effect of an indeterminate action is present (CONFIRMED) or absent (REJECTED), with the\nevidence where the finding can be checked; every proposal of the intent gets the outcome.\n" + operatorAbout},
+		}},
+		{name: "keygen", synopsis: "host|connector|resolver|source|operator|processor --out FILE | --stdout\n       processor keygen internal --out FILE", summary: "a new nkey for a role, or the internal HMAC key file", run: cmdKeygen, maxArgs: 1,
+			about: "Makes a user nkey: the seed goes to --out FILE (mode 0600, never overwritten), the public key to standard\noutput for the role block's public_key. `keygen internal --out FILE` makes an internal HMAC key file."},
+		{name: "nats-permissions", synopsis: "--config FILE", summary: "print the nats-server accounts block for an external server", run: cmdNATSPermissions},
+		{name: "version", synopsis: "[-o text|json]", summary: "the module version and VCS revision and time of this build", run: cmdVersion},
+		{name: "help", synopsis: "[command [subcommand]]", summary: "a command's usage", run: cmdHelp, maxArgs: -1},
 	}
 }
+
+// operatorAbout is the part of every operator command's help about how it
+// reaches the processor.
+const operatorAbout = `
+It asks over NATS (request-reply on <prefix>.admin.>), each request signed by the operator key of --nkey (else
+$` + EnvOperatorNkey + `) and stamped; without a key only a --dev processor answers. The URL is --url, else the
+--config file's, else $` + EnvNATSURL + `, else ` + DefaultAdminURL + `. Exit 1: refused or failed; 2: usage.`
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	switch {
+	case len(args) == 0:
 		usage(stderr)
-		if len(args) == 0 {
-			return 2
-		}
+		return 2
+	case isHelp(args[0]):
+		usage(stdout)
 		return 0
 	}
-	for _, c := range commands() {
-		if c.name == args[0] {
-			return c.run(args[1:], stdin, stdout, stderr)
-		}
-	}
-	fmt.Fprintf(stderr, "processor: unknown command %q\n\n", args[0])
-	usage(stderr)
-	return 2
+	return dispatch("", commands(), args, stdin, stdout, stderr)
 }
 
-func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: processor <command> [flags]")
-	fmt.Fprintln(w)
-	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-17s %s\n", c.name, c.summary)
+func cmdValidate(c *cmdline, args []string, _ io.Reader) int {
+	path := c.fs.String("config", "", "configuration `FILE` (HCL); or give it as the argument")
+	pos, code, done := c.parse(args)
+	if done {
+		return code
 	}
-	fmt.Fprintln(w, "\nprocessor <command> -h shows a command's flags.")
-}
-
-func newFlags(name string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("processor "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	return fs
-}
-
-func cmdValidate(args []string, _ io.Reader, stdout, stderr io.Writer) int {
-	fs := newFlags("validate", stderr)
-	path := fs.String("config", "", "configuration file (HCL)")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if *path == "" {
-		fmt.Fprintln(stderr, "processor validate: --config is required")
-		return 2
+	switch {
+	case len(pos) == 1 && *path != "" && pos[0] != *path:
+		return c.usageError("give the file once: as the argument or as --config")
+	case len(pos) == 1:
+		*path = pos[0]
+	case *path == "":
+		return c.usageError("give the configuration file")
 	}
 	if _, err := config.Load(*path); err != nil {
-		fmt.Fprintln(stderr, err)
+		fmt.Fprintln(c.stderr, err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "%s: ok\n", *path)
+	fmt.Fprintf(c.stdout, "%s: ok\n", *path)
 	return 0
 }
 
-func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
-	fs := newFlags("run", stderr)
+// cmdVersion: the build's module version, VCS revision and time.
+func cmdVersion(c *cmdline, args []string, _ io.Reader) int {
+	var out output
+	out.register(c.fs)
+	if _, code, done := c.parse(args); done {
+		return code
+	}
+	asJSON, err := out.json()
+	if err != nil {
+		return c.usageError("%v", err)
+	}
+	v := version.Get()
+	if asJSON {
+		writeJSON(c.stdout, v)
+		return 0
+	}
+	rev := v.Revision
+	if v.Modified {
+		rev += " (modified)"
+	}
+	fmt.Fprintf(c.stdout, "processor %s\nrevision  %s\ntime      %s\ngo        %s\n", v.Version, rev, v.Time, v.GoVersion)
+	return 0
+}
+
+func cmdRun(c *cmdline, args []string, _ io.Reader) int {
+	fs, stdout, stderr := c.fs, c.stdout, c.stderr
 	dev := fs.Bool("dev", false, "development mode: embedded NATS without authentication, data under --data, unsigned input allowed, fake provider \"demo\"")
 	data := fs.String("data", "data", "data directory for --dev")
 	listen := fs.String("listen", config.DefaultListen, "with --dev: the embedded NATS server's address")
 	metricsListen := fs.String("metrics-listen", config.DefaultMetricsListen, "with --dev: the /metrics address (\"\" disables it)")
-	path := fs.String("config", "", "configuration file (HCL)")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "processor run: unexpected argument %q\n", fs.Arg(0))
-		return 2
+	path := fs.String("config", "", "configuration `FILE` (HCL)")
+	if _, code, done := c.parse(args); done {
+		return code
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var cfg *config.Config
 	switch {
 	case *dev && *path != "":
-		fmt.Fprintln(stderr, "processor run: --dev and --config exclude each other")
-		return 2
+		return c.usageError("--dev and --config exclude each other")
 	case *dev:
 		cfg = config.Dev(*data)
 		cfg.NATS.Listen, cfg.Metrics.Listen = *listen, *metricsListen
@@ -137,8 +176,7 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		}
 	case *path != "":
 		if set["listen"] || set["metrics-listen"] || set["data"] {
-			fmt.Fprintln(stderr, "processor run: --listen, --metrics-listen and --data go with --dev; set nats.listen and metrics.listen in the configuration")
-			return 2
+			return c.usageError("--listen, --metrics-listen and --data go with --dev; set nats.listen and metrics.listen in the configuration")
 		}
 		c, err := config.Load(*path)
 		if err != nil {
@@ -147,8 +185,7 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		}
 		cfg = c
 	default:
-		fmt.Fprintln(stderr, "processor run: give --dev or --config FILE")
-		return 2
+		return c.usageError("give --dev or --config FILE")
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)

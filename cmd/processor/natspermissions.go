@@ -15,15 +15,14 @@ import (
 // own nkey user (the key of nats.credentials), for the servers of an
 // external deployment: each role an account of its own, importing only its
 // subjects from the processor's account, which alone has JetStream.
-func cmdNATSPermissions(args []string, _ io.Reader, stdout, stderr io.Writer) int {
-	fs := newFlags("nats-permissions", stderr)
-	path := fs.String("config", "", "the processor's configuration file (HCL), with nats.url and nats.credentials")
-	if err := fs.Parse(args); err != nil {
-		return 2
+func cmdNATSPermissions(c *cmdline, args []string, _ io.Reader) int {
+	stdout, stderr := c.stdout, c.stderr
+	path := c.fs.String("config", "", "the processor's configuration `FILE` (HCL), with nats.url and nats.credentials")
+	if _, code, done := c.parse(args); done {
+		return code
 	}
-	if *path == "" || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "usage: processor nats-permissions --config FILE")
-		return 2
+	if *path == "" {
+		return c.usageError("--config is required")
 	}
 	const cmd = "processor nats-permissions"
 	cfg, err := config.Load(*path)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -154,5 +155,125 @@ func TestOperatorCommands(t *testing.T) {
 	}
 	if n := fake.Dispatches(); n != 2 {
 		t.Errorf("dispatches = %d", n)
+	}
+}
+
+// TestOperatorReadCommands drives `processor approvals list`, `proposals
+// get`, `activity list` and the <host>/<proposal_id> form of `receipts
+// get`, `activity get` and `reconcile resolve` against a running processor.
+func TestOperatorReadCommands(t *testing.T) {
+	clock := stages.NewManualClock(time.UnixMilli(1_764_424_800_000))
+	env := testenv.New(t, testenv.WithClock(clock), testenv.WithConfig(func(c *config.Config) {
+		c.Reconciliation.MaxAttempts = 1
+	}))
+	useClock(t, clock)
+	t.Setenv(EnvOperatorNkey, writeSeed(t, env.Operator))
+	t.Setenv(EnvNATSURL, env.Server.ClientURL())
+
+	parked := testenv.Lumber("prop-park")
+	env.PublishSigned(t, parked, env.Host)
+	env.Recorder.Wait(t, "prop-park", lastKind(schema.KindNeedsApproval))
+	fpPark := testenv.FingerprintOf(t, parked, "sku-1001")
+	fpOK := signedLumber(t, env, clock, "prop-ok", 30)
+	env.Recorder.Wait(t, "prop-ok", lastKind(schema.KindConfirmed))
+	waitActivity(t, env, fpPark, func(a *schema.Activity) bool { return a.Status == schema.ActivityAwaitingApproval })
+	waitActivity(t, env, fpOK, func(a *schema.Activity) bool { return a.Status == string(schema.StatusConfirmed) })
+	fake := env.Fakes["demo"]
+	fake.OnDispatch(func(context.Context, schema.DispatchRequest) (schema.AdapterReply, error) {
+		return schema.AdapterReply{}, adapters.ErrTimeout
+	})
+	fpInd := signedLumber(t, env, clock, "prop-ind", 40)
+	env.Recorder.Wait(t, "prop-ind", lastKind(schema.KindReconciliationRequired))
+
+	decode := func(v any) func(t *testing.T, out string) {
+		return func(t *testing.T, out string) {
+			t.Helper()
+			if err := schema.Decode([]byte(strings.TrimSpace(out)), v); err != nil {
+				t.Fatalf("%v: %s", err, out)
+			}
+		}
+	}
+	var approvals admin.Approvals
+	var proposal admin.Proposal
+	var page admin.ActivityList
+	type step struct {
+		name   string
+		args   []string
+		code   int
+		stdout []string
+		stderr []string
+		after  func(t *testing.T, stdout string)
+	}
+	steps := []step{
+		{name: "approvals", args: []string{"approvals", "list"},
+			stdout: []string{"1 proposal waits for approval", "frontdesk", "prop-park", fpPark, "sku-1001", "demo", "2025-11-29T14:00:00.000Z", "(in 10m0s)"}},
+		{name: "approvals json", args: []string{"approvals", "list", "-o", "json"}, after: func(t *testing.T, out string) {
+			decode(&approvals)(t, out)
+			if approvals.Total != 1 || approvals.Approvals[0].Fingerprint != fpPark || approvals.Approvals[0].Provider != "demo" {
+				t.Errorf("approvals = %+v", approvals)
+			}
+		}},
+		{name: "approvals bad limit", args: []string{"approvals", "list", "--limit", "0"}, code: 2, stderr: []string{"--limit"}},
+		{name: "proposal", args: []string{"proposals", "get", "frontdesk", "prop-ok"},
+			stdout: []string{"frontdesk/prop-ok", fpOK, "permitted", "confirmed (next none)", "CONFIRMED", "PRESENT"}},
+		{name: "proposal parked, one argument, json", args: []string{"proposals", "get", "frontdesk/prop-park", "--output", "json"}, after: func(t *testing.T, out string) {
+			decode(&proposal)(t, out)
+			if proposal.Fingerprint != fpPark || proposal.Approval.State != "parked" || len(proposal.Outcomes) != 1 || proposal.Receipt != nil {
+				t.Errorf("proposal = %+v", proposal)
+			}
+		}},
+		{name: "proposal unknown", args: []string{"proposals", "get", "frontdesk", "prop-none"}, code: 1, stderr: []string{"not_found", "frontdesk/prop-none"}},
+		{name: "proposal without id", args: []string{"proposals", "get", "frontdesk"}, code: 2, stderr: []string{"not <host>/<proposal_id>"}},
+		{name: "proposal bad host", args: []string{"proposals", "get", "front.desk", "prop-ok"}, code: 2},
+		{name: "receipts by proposal", args: []string{"receipts", "get", "frontdesk/prop-ok"}, stdout: []string{fpOK, "CONFIRMED (terminal)", "prop-ok"}},
+		{name: "receipts of a parked proposal", args: []string{"receipts", "get", "frontdesk/prop-park"}, code: 1, stderr: []string{"no receipt for " + fpPark}},
+		{name: "receipts bad proposal", args: []string{"receipts", "get", "front.desk/prop-ok"}, code: 2, stderr: []string{"not <host>/<proposal_id>"}},
+		{name: "activity by proposal", args: []string{"activity", "get", "frontdesk/prop-park"}, stdout: []string{`"status": "awaiting_approval"`, fpPark}},
+		{name: "activity of an unknown proposal", args: []string{"activity", "get", "frontdesk/prop-none"}, code: 1, stderr: []string{"not_found"}},
+		{name: "activity list", args: []string{"activity", "list"}, stdout: []string{fpPark, fpOK, fpInd, "awaiting_approval", "confirmed", "frontdesk/prop-ok"}},
+		{name: "activity list page", args: []string{"activity", "list", "--limit", "2", "--json"}, after: func(t *testing.T, out string) {
+			decode(&page)(t, out)
+			if len(page.Entries) != 2 || page.Next == 0 {
+				t.Fatalf("page = %+v", page)
+			}
+		}},
+		{name: "activity list bad format", args: []string{"activity", "list", "-o", "yaml"}, code: 2, stderr: []string{"text and json"}},
+		{name: "resolve by proposal", args: []string{"reconcile", "resolve", "frontdesk/prop-ind", "--absent", "--evidence", "ticket:OPS-5"},
+			stdout: []string{"resolved " + fpInd, "effect absent → REJECTED", "operator   " + testenv.OperatorName}},
+	}
+	for _, s := range steps {
+		var out, errb bytes.Buffer
+		code := run(s.args, nil, &out, &errb)
+		if code != s.code {
+			t.Errorf("%s: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", s.name, code, s.code, out.String(), errb.String())
+			continue
+		}
+		for _, want := range s.stdout {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("%s: stdout lacks %q:\n%s", s.name, want, out.String())
+			}
+		}
+		for _, want := range s.stderr {
+			if !strings.Contains(errb.String(), want) {
+				t.Errorf("%s: stderr lacks %q:\n%s", s.name, want, errb.String())
+			}
+		}
+		if s.after != nil {
+			s.after(t, out.String())
+		}
+	}
+	// The next page carries on where the first ended.
+	var out, errb bytes.Buffer
+	if code := run([]string{"activity", "list", "--limit", "2", "--before", fmt.Sprint(page.Next)}, nil, &out, &errb); code != 0 {
+		t.Fatalf("page 2: exit %d: %s", code, errb.String())
+	}
+	seen := strings.Count(out.String(), "sha256:")
+	for _, e := range page.Entries {
+		if strings.Contains(out.String(), e.Fingerprint) {
+			t.Errorf("page 2 repeats %s", e.Fingerprint)
+		}
+	}
+	if seen != 1 {
+		t.Errorf("page 2 lists %d intents:\n%s", seen, out.String())
 	}
 }

@@ -11,41 +11,31 @@ import (
 	"github.com/portcullis/portcullis/schema"
 )
 
-// cmdReceipts: `processor receipts get <fingerprint>` prints a fingerprint's
-// receipt history, asked of the running processor.
-func cmdReceipts(args []string, _ io.Reader, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] != "get" {
-		fmt.Fprintln(stderr, "usage: processor receipts get <fingerprint> [--url URL] [--nkey FILE] [--creds FILE] [--prefix P] [--config FILE] [--json]")
-		return 2
+// cmdReceiptsGet: `processor receipts get <fingerprint|host/proposal_id>`
+// prints an intent's receipt history, asked of the running processor.
+func cmdReceiptsGet(c *cmdline, args []string, _ io.Reader) int {
+	cn, asJSON, pos, code, done := c.operator(args)
+	if done {
+		return code
 	}
-	fs := newFlags("receipts get", stderr)
-	var c conn
-	c.register(fs)
-	pos, err := parseInterspersed(fs, args[1:])
-	if err != nil {
-		return 2
-	}
-	fp, ok := fingerprintArg(stderr, "receipts get", pos)
+	target, code, ok := targetArg(c, pos)
 	if !ok {
-		return 2
+		return code
 	}
-	if err := c.resolve(fs); err != nil {
-		return fail(stderr, "receipts get", err)
+	cl, closeFn, code, done := c.ask(cn)
+	if done {
+		return code
 	}
-	cl, done, err := c.client()
+	defer closeFn()
+	r, err := cl.ReceiptsOf(context.Background(), target)
 	if err != nil {
-		return fail(stderr, "receipts get", err)
+		return c.fail(err)
 	}
-	defer done()
-	r, err := cl.Receipts(context.Background(), fp)
-	if err != nil {
-		return fail(stderr, "receipts get", err)
-	}
-	if c.json {
-		writeJSON(stdout, r)
+	if asJSON {
+		writeJSON(c.stdout, r)
 		return 0
 	}
-	writeReceipts(stdout, r)
+	writeReceipts(c.stdout, r)
 	return 0
 }
 

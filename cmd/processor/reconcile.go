@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-
 	"fmt"
 	"io"
 	"strings"
@@ -13,58 +12,27 @@ import (
 	"github.com/portcullis/portcullis/schema"
 )
 
-func reconcileUsage(w io.Writer) {
-	fmt.Fprintln(w, "usage: processor reconcile list [flags]")
-	fmt.Fprintln(w, "       processor reconcile resolve <fingerprint> --present|--absent --evidence REF [flags]")
-	fmt.Fprintln(w, "flags: --url URL (default $"+EnvNATSURL+", else "+DefaultAdminURL+") --nkey FILE (default $"+EnvOperatorNkey+") --creds FILE --prefix P --config FILE --timeout D --json")
-}
-
-// cmdReconcile: the operator's queue of actions whose effect is unknown,
-// and their settlement. Both ask the running processor.
-func cmdReconcile(args []string, _ io.Reader, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		reconcileUsage(stderr)
-		return 2
+// cmdReconcileList: the operator's queue of actions whose effect is
+// unknown, asked of the running processor.
+func cmdReconcileList(c *cmdline, args []string, _ io.Reader) int {
+	cn, asJSON, _, code, done := c.operator(args)
+	if done {
+		return code
 	}
-	switch args[0] {
-	case "list":
-		return reconcileList(args[1:], stdout, stderr)
-	case "resolve":
-		return reconcileResolve(args[1:], stdout, stderr)
+	cl, closeFn, code, done := c.ask(cn)
+	if done {
+		return code
 	}
-	reconcileUsage(stderr)
-	return 2
-}
-
-func reconcileList(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("reconcile list", stderr)
-	var c conn
-	c.register(fs)
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return 2
-	}
-	if len(pos) != 0 {
-		fmt.Fprintln(stderr, "processor reconcile list: no arguments expected")
-		return 2
-	}
-	if err := c.resolve(fs); err != nil {
-		return fail(stderr, "reconcile list", err)
-	}
-	cl, done, err := c.client()
-	if err != nil {
-		return fail(stderr, "reconcile list", err)
-	}
-	defer done()
+	defer closeFn()
 	l, err := cl.List(context.Background())
 	if err != nil {
-		return fail(stderr, "reconcile list", err)
+		return c.fail(err)
 	}
-	if c.json {
-		writeJSON(stdout, l)
+	if asJSON {
+		writeJSON(c.stdout, l)
 		return 0
 	}
-	writeList(stdout, l)
+	writeList(c.stdout, l)
 	return 0
 }
 
@@ -102,47 +70,39 @@ func writeList(w io.Writer, l *admin.List) {
 	tw.Flush()
 }
 
-func reconcileResolve(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("reconcile resolve", stderr)
-	var c conn
-	c.register(fs)
-	present := fs.Bool("present", false, "the effect happened: record CONFIRMED")
-	absent := fs.Bool("absent", false, "the effect did not happen: record REJECTED")
-	evidence := fs.String("evidence", "", "where the finding can be checked (a ticket, a provider console reference): one line with ':', at most 512 characters")
-	fs.Usage = func() { reconcileUsage(stderr); fs.PrintDefaults() }
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return 2
+// cmdReconcileResolve settles an indeterminate action.
+func cmdReconcileResolve(c *cmdline, args []string, _ io.Reader) int {
+	present := c.fs.Bool("present", false, "the effect happened: record CONFIRMED")
+	absent := c.fs.Bool("absent", false, "the effect did not happen: record REJECTED")
+	evidence := c.fs.String("evidence", "", "`REF`: where the finding can be checked (a ticket, a provider console reference): one line with ':', at most 512 characters")
+	cn, asJSON, pos, code, done := c.operator(args)
+	if done {
+		return code
 	}
-	fp, ok := fingerprintArg(stderr, "reconcile resolve", pos)
+	target, code, ok := targetArg(c, pos)
 	if !ok {
-		return 2
+		return code
 	}
 	if *present == *absent {
-		fmt.Fprintln(stderr, "processor reconcile resolve: give exactly one of --present and --absent")
-		return 2
+		return c.usageError("give exactly one of --present and --absent")
 	}
 	if !schema.ValidEvidenceRef(*evidence) {
-		fmt.Fprintln(stderr, "processor reconcile resolve: --evidence must be one line of at most 512 characters containing ':' (e.g. ticket:OPS-1234)")
-		return 2
+		return c.usageError("--evidence must be one line of at most 512 characters containing ':' (e.g. ticket:OPS-1234)")
 	}
-	if err := c.resolve(fs); err != nil {
-		return fail(stderr, "reconcile resolve", err)
+	cl, closeFn, code, done := c.ask(cn)
+	if done {
+		return code
 	}
-	cl, done, err := c.client()
+	defer closeFn()
+	r, err := cl.ResolveTarget(context.Background(), target, *present, *evidence)
 	if err != nil {
-		return fail(stderr, "reconcile resolve", err)
+		return c.fail(err)
 	}
-	defer done()
-	r, err := cl.Resolve(context.Background(), fp, *present, *evidence)
-	if err != nil {
-		return fail(stderr, "reconcile resolve", err)
-	}
-	if c.json {
-		writeJSON(stdout, r)
+	if asJSON {
+		writeJSON(c.stdout, r)
 		return 0
 	}
-	writeResolved(stdout, r)
+	writeResolved(c.stdout, r)
 	return 0
 }
 

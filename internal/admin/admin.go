@@ -1,9 +1,19 @@
 // Package admin is the operator's request-reply API of a running processor
-// (core NATS on `<prefix>.admin.<verb>`) and its client, which the
-// `processor receipts`, `processor reconcile` commands use.
+// and its client, which the `processor receipts|activity|approvals|proposals|
+// reconcile` commands use.
+//
+// The API is a NATS micro service (github.com/nats-io/nats.go/micro) named
+// ServiceName, whose version is the processor's module version: one
+// endpoint per verb on `<prefix>.admin.<verb>`, all in the queue group
+// QueueGroup so that one of several processors answers each request, and
+// the service's discovery and statistics on $SRV.PING, $SRV.INFO and
+// $SRV.STATS (with NATS authentication on, only the processor's own
+// account sees $SRV).
 //
 // The processor owns its Pebble store (Pebble allows one process), so
-// operator tools ask the running processor instead of opening the store.
+// operator tools ask the running processor instead of opening the store,
+// and it reads for them what operators may not (they create no consumers:
+// the activity bucket's listing goes through the processor too).
 //
 // Every request is signed by a configured operator (SPEC §2.8; auth.go):
 // headers Actions-Operator-Key (the operator's nkey, U…) and
@@ -12,15 +22,18 @@
 // fields. The server refuses a request that is not signed by a configured
 // operator (unauthenticated), that was made more than MaxRequestSkew before
 // or after the processor's clock (stale), or whose nonce it has seen before
-// (replayed, remembered in Pebble across restarts). A processor that
+// (replayed, remembered in Pebble across restarts). These checks run in a
+// middleware around every endpoint, before the verb acts. A processor that
 // accepts unsigned input (admission.allow_unsigned, as `processor run --dev`)
 // also accepts unsigned operator requests; a signed one is checked in full
 // even then. NATS permissions (only operators may publish on
 // `<prefix>.admin.>`) are the second door.
 //
 // Every request and reply is strict JSON; replies are
-// {"result": …} or {"error": {"code", "message"}}. Nothing here carries a
-// payload or protected value: receipts and the queue are value-free.
+// {"result": …} or {"error": {"code", "message"}} (an error reply also
+// carries the micro error headers, so $SRV.STATS counts it). Nothing here
+// carries a payload or protected value: receipts, outcomes, approvals and
+// activity are value-free.
 package admin
 
 import (
@@ -29,6 +42,7 @@ import (
 
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages/reconciliation"
+	"github.com/portcullis/portcullis/subjects"
 )
 
 // Error codes of a reply.
@@ -92,10 +106,13 @@ func (s *Stamp) stamp() *Stamp { return s }
 // stamped is a request with a Stamp.
 type stamped interface{ stamp() *Stamp }
 
-// ReceiptsRequest asks for a fingerprint's receipts (verb receipts.get).
+// ReceiptsRequest asks for a fingerprint's receipts (verb receipts.get):
+// give exactly one of Fingerprint and Proposal (the fingerprint the
+// proposal was grounded to).
 type ReceiptsRequest struct {
 	Stamp       `json:",inline"`
-	Fingerprint string `json:"fingerprint"`
+	Fingerprint string              `json:"fingerprint,omitempty"`
+	Proposal    *schema.ProposalRef `json:"proposal,omitempty"`
 }
 
 // Receipts is a fingerprint's receipt history, oldest first, and the
@@ -127,10 +144,13 @@ const (
 	EffectAbsent  = "absent"
 )
 
-// ResolveRequest records an operator's finding (verb reconcile.resolve).
+// ResolveRequest records an operator's finding (verb reconcile.resolve)
+// about exactly one of Fingerprint and Proposal (the fingerprint the
+// proposal was grounded to).
 type ResolveRequest struct {
 	Stamp       `json:",inline"`
-	Fingerprint string `json:"fingerprint"`
+	Fingerprint string              `json:"fingerprint,omitempty"`
+	Proposal    *schema.ProposalRef `json:"proposal,omitempty"`
 	// Effect is "present" or "absent".
 	Effect string `json:"effect"`
 	// EvidenceRef is where the finding can be checked (a ticket, a provider
@@ -145,6 +165,134 @@ type Resolved struct {
 	OutcomeKind schema.Kind          `json:"outcome_kind"`
 	Receipt     schema.Receipt       `json:"receipt"`
 	Proposals   []schema.ProposalRef `json:"proposals"`
+}
+
+// List sizes: a request's limit defaults to the first and is at most the
+// second.
+const (
+	DefaultApprovalsLimit = 100
+	MaxApprovalsLimit     = 1000
+	DefaultActivityLimit  = 20
+	MaxActivityLimit      = 100
+	// MaxProposalOutcomes bounds the outcomes proposals.get returns: the
+	// first ones in order, then the last one.
+	MaxProposalOutcomes = 100
+)
+
+// ApprovalsRequest lists the proposals parked for approval (verb
+// approvals.list), the soonest to expire first. Limit 0: DefaultApprovalsLimit.
+type ApprovalsRequest struct {
+	Stamp `json:",inline"`
+	Limit int `json:"limit,omitzero"`
+}
+
+// ParkedApproval is one proposal waiting for a grant. Summaries are not
+// stored by the processor; the proposal's outcome carries it.
+type ParkedApproval struct {
+	Host        string `json:"host"`
+	ProposalID  string `json:"proposal_id"`
+	Fingerprint string `json:"fingerprint"`
+	Referent    string `json:"referent"`
+	// Provider is from the intent's activity snapshot ("" if it has none).
+	Provider    string `json:"provider"`
+	ArrivedAtMs int64  `json:"arrived_at_ms"`
+	ExpiresAtMs int64  `json:"expires_at_ms"`
+}
+
+// Approvals are parked proposals at the processor's time: Total are parked
+// in all, Approvals the first Limit of them.
+type Approvals struct {
+	NowMs     int64            `json:"now_ms"`
+	Total     int              `json:"total"`
+	Approvals []ParkedApproval `json:"approvals"`
+}
+
+// ProposalRequest asks for one proposal (verb proposals.get).
+type ProposalRequest struct {
+	Stamp      `json:",inline"`
+	Host       string `json:"host"`
+	ProposalID string `json:"proposal_id"`
+}
+
+// ApprovalState is the authorization stage's record of a proposal, without
+// its policy evaluations.
+type ApprovalState struct {
+	// State is parked, permitted or denied.
+	State       string `json:"state"`
+	ArrivedAtMs int64  `json:"arrived_at_ms"`
+	ExpiresAtMs int64  `json:"expires_at_ms,omitzero"`
+	DecidedAtMs int64  `json:"decided_at_ms,omitzero"`
+	// Code is a denial's closed code.
+	Code schema.Code `json:"code,omitempty"`
+}
+
+// StoredOutcome is an outcome message and its sequence in the outcome
+// stream.
+type StoredOutcome struct {
+	Seq     uint64         `json:"seq"`
+	Outcome schema.Outcome `json:"outcome"`
+}
+
+// Proposal is what the processor knows of one proposal: the outcomes on
+// `<prefix>.outcomes.<h>.<proposal_id>` still in the outcome stream, oldest
+// first (at most MaxProposalOutcomes: the first ones, then the last;
+// Truncated says some were left out), the fingerprint it was grounded to
+// ("" if none), its authorization record and the fingerprint's latest
+// receipt.
+type Proposal struct {
+	Host        string          `json:"host"`
+	ProposalID  string          `json:"proposal_id"`
+	Fingerprint string          `json:"fingerprint"`
+	Approval    *ApprovalState  `json:"approval"`
+	Receipt     *schema.Receipt `json:"receipt"`
+	Outcomes    []StoredOutcome `json:"outcomes"`
+	Truncated   bool            `json:"truncated"`
+}
+
+// ActivityListRequest lists activity snapshots, the most recently changed
+// first (verb activity.list). Limit 0: DefaultActivityLimit. Before, when
+// not 0, lists only snapshots written before that revision (the Next of
+// the previous page).
+type ActivityListRequest struct {
+	Stamp  `json:",inline"`
+	Limit  int    `json:"limit,omitzero"`
+	Before uint64 `json:"before,omitzero"`
+}
+
+// ActivityEntry is the gist of one intent's activity snapshot.
+type ActivityEntry struct {
+	Fingerprint string               `json:"fingerprint"`
+	Status      string               `json:"status"`
+	Provider    string               `json:"provider"`
+	Capability  string               `json:"capability"`
+	Operation   string               `json:"operation"`
+	Environment string               `json:"environment"`
+	Referent    string               `json:"referent"`
+	Proposals   []schema.ProposalRef `json:"proposals"`
+	UpdatedAtMs int64                `json:"updated_at_ms"`
+	// Revision is the snapshot's revision in the bucket.
+	Revision uint64 `json:"revision"`
+}
+
+// ActivityList is one page of snapshots, the most recently changed first.
+// Next, when not 0, is the Before of the next page.
+type ActivityList struct {
+	NowMs   int64           `json:"now_ms"`
+	Entries []ActivityEntry `json:"entries"`
+	Next    uint64          `json:"next"`
+}
+
+// ParseProposalRef reads "<host>/<proposal_id>".
+func ParseProposalRef(s string) (schema.ProposalRef, bool) {
+	host, id, ok := strings.Cut(strings.TrimSpace(s), "/")
+	ref := schema.ProposalRef{Host: host, ProposalID: id}
+	return ref, ok && ValidProposalRef(ref)
+}
+
+// ValidProposalRef reports whether ref names a host and proposal id that
+// can exist.
+func ValidProposalRef(ref schema.ProposalRef) bool {
+	return subjects.ValidHost(ref.Host) && schema.ValidProposalID(ref.ProposalID)
 }
 
 // NormalizeFingerprint accepts "sha256:<64 hex>" or the 64 hex digits alone

@@ -88,9 +88,30 @@ func call[T any](ctx context.Context, c *Client, verb string, req stamped) (*T, 
 	return r.Result, nil
 }
 
+// Target names an intent: by its fingerprint, or by one of its proposals
+// (the processor looks up the fingerprint it was grounded to).
+type Target struct {
+	Fingerprint string
+	Proposal    *schema.ProposalRef
+}
+
+// String is the fingerprint, or "<host>/<proposal_id>".
+func (t Target) String() string {
+	if t.Proposal != nil {
+		return t.Proposal.String()
+	}
+	return t.Fingerprint
+}
+
 // Receipts returns a fingerprint's receipt history.
 func (c *Client) Receipts(ctx context.Context, fingerprint string) (*Receipts, error) {
-	return call[Receipts](ctx, c, subjects.AdminReceipt, &ReceiptsRequest{Fingerprint: fingerprint})
+	return c.ReceiptsOf(ctx, Target{Fingerprint: fingerprint})
+}
+
+// ReceiptsOf returns the receipt history of a fingerprint or of the
+// fingerprint a proposal was grounded to.
+func (c *Client) ReceiptsOf(ctx context.Context, t Target) (*Receipts, error) {
+	return call[Receipts](ctx, c, subjects.AdminReceipt, &ReceiptsRequest{Fingerprint: t.Fingerprint, Proposal: t.Proposal})
 }
 
 // List returns the indeterminate queue.
@@ -100,9 +121,34 @@ func (c *Client) List(ctx context.Context) (*List, error) {
 
 // Resolve records that an indeterminate effect is present or absent.
 func (c *Client) Resolve(ctx context.Context, fingerprint string, present bool, evidenceRef string) (*Resolved, error) {
+	return c.ResolveTarget(ctx, Target{Fingerprint: fingerprint}, present, evidenceRef)
+}
+
+// ResolveTarget records that the indeterminate effect of a fingerprint, or
+// of the fingerprint a proposal was grounded to, is present or absent.
+func (c *Client) ResolveTarget(ctx context.Context, t Target, present bool, evidenceRef string) (*Resolved, error) {
 	effect := EffectAbsent
 	if present {
 		effect = EffectPresent
 	}
-	return call[Resolved](ctx, c, subjects.AdminReconcileSolve, &ResolveRequest{Fingerprint: fingerprint, Effect: effect, EvidenceRef: evidenceRef})
+	return call[Resolved](ctx, c, subjects.AdminReconcileSolve, &ResolveRequest{Fingerprint: t.Fingerprint, Proposal: t.Proposal, Effect: effect, EvidenceRef: evidenceRef})
+}
+
+// Approvals lists the proposals parked for approval, the soonest to expire
+// first; limit 0: DefaultApprovalsLimit.
+func (c *Client) Approvals(ctx context.Context, limit int) (*Approvals, error) {
+	return call[Approvals](ctx, c, subjects.AdminApprovalsList, &ApprovalsRequest{Limit: limit})
+}
+
+// Proposal returns what the processor knows of one proposal: its outcome
+// history, fingerprint, authorization record and latest receipt.
+func (c *Client) Proposal(ctx context.Context, ref schema.ProposalRef) (*Proposal, error) {
+	return call[Proposal](ctx, c, subjects.AdminProposalGet, &ProposalRequest{Host: ref.Host, ProposalID: ref.ProposalID})
+}
+
+// Activity lists activity snapshots, the most recently changed first:
+// limit 0 is DefaultActivityLimit; before 0 starts at the newest, else at
+// the Next of a previous page.
+func (c *Client) Activity(ctx context.Context, limit int, before uint64) (*ActivityList, error) {
+	return call[ActivityList](ctx, c, subjects.AdminActivityList, &ActivityListRequest{Limit: limit, Before: before})
 }

@@ -1,16 +1,23 @@
 package admin
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/journal"
+	"github.com/portcullis/portcullis/internal/version"
+	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/stages/reconciliation"
@@ -26,15 +33,34 @@ type Nonces interface {
 // MaxRequestBytes bounds a request body.
 const MaxRequestBytes = 4096
 
+// The micro service.
+const (
+	// ServiceName is the service's name on $SRV.PING|INFO|STATS.
+	ServiceName = "portcullis-admin"
+	// QueueGroup is every endpoint's queue group: of several processors
+	// on one NATS system, one answers each request.
+	QueueGroup = "portcullis-admin"
+)
+
+// readTimeout bounds what one request reads from JetStream.
+const readTimeout = 10 * time.Second
+
 // Server answers operator requests from the processor's own state.
 type Server struct {
 	Journal journal.Store
 	// Nonces remembers operator request nonces (the processor's store).
-	Nonces         Nonces
+	Nonces Nonces
+	// Store is the processor's store: parked approvals and proposal
+	// records.
+	Store          *kv.Store
 	Reconciliation *reconciliation.Stage
 	Subjects       subjects.Subjects
 	Clock          stages.Clock
 	Log            *slog.Logger
+	// JS reads the outcome stream (proposals.get) and the activity bucket
+	// (activity.list, the providers of approvals.list). nil: those verbs
+	// answer internal.
+	JS jetstream.JetStream
 	// Operators are the configured operators: only their signatures count.
 	Operators []config.Role
 	// AllowUnsigned accepts requests without signature headers, from an
@@ -51,17 +77,66 @@ func (s *Server) log() *slog.Logger {
 	return s.Log
 }
 
-// Serve subscribes to the admin subjects on nc. stop unsubscribes and waits
-// for requests being answered.
+// route is one endpoint: the verb (its subject is <prefix>.admin.<verb>),
+// the micro endpoint name, and the verb's handler behind the middleware.
+type route struct {
+	verb, name string
+	serve      func(hdr nats.Header, data []byte) ([]byte, *Error)
+}
+
+func (s *Server) routes() []route {
+	return []route{
+		{subjects.AdminReceipt, "receipts-get", endpoint(s, subjects.AdminReceipt, s.receipts)},
+		{subjects.AdminReconcileList, "reconcile-list", endpoint(s, subjects.AdminReconcileList, s.list)},
+		{subjects.AdminReconcileSolve, "reconcile-resolve", endpoint(s, subjects.AdminReconcileSolve, s.resolve)},
+		{subjects.AdminApprovalsList, "approvals-list", endpoint(s, subjects.AdminApprovalsList, s.approvals)},
+		{subjects.AdminProposalGet, "proposals-get", endpoint(s, subjects.AdminProposalGet, s.proposal)},
+		{subjects.AdminActivityList, "activity-list", endpoint(s, subjects.AdminActivityList, s.activityList)},
+	}
+}
+
+// endpoint is the middleware around every verb: the verb's handler runs
+// only for a request that admit let through, with the signing operator's
+// name. It returns the reply and, for a refusal or failure, its error.
+func endpoint[Req, Res any, P interface {
+	*Req
+	stamped
+}](s *Server, verb string, h func(operator string, req P) (*Res, *Error)) func(nats.Header, []byte) ([]byte, *Error) {
+	return func(hdr nats.Header, data []byte) ([]byte, *Error) {
+		var req Req
+		operator, e := s.admit(verb, hdr, data, P(&req))
+		if e == nil {
+			var res *Res
+			if res, e = h(operator, &req); e == nil {
+				return answer(res, nil), nil
+			}
+		}
+		return answer[Res](nil, e), e
+	}
+}
+
+// Serve adds the operator API to nc as the micro service ServiceName: one
+// endpoint per verb, in queue group QueueGroup. stop stops the service and
+// waits for requests being answered.
 func (s *Server) Serve(nc *nats.Conn) (stop func(), err error) {
 	var (
 		mu      sync.Mutex
 		wg      sync.WaitGroup
 		stopped bool
-		subs    []*nats.Subscription
 	)
-	handle := func(fn func(hdr nats.Header, data []byte) []byte) nats.MsgHandler {
-		return func(m *nats.Msg) {
+	build := version.Get()
+	svc, err := micro.AddService(nc, micro.Config{
+		Name:        ServiceName,
+		Version:     build.SemVer(),
+		Description: "Portcullis operator API: signed, stamped, single-use requests on " + s.Subjects.Admins(),
+		Metadata:    map[string]string{"prefix": s.Subjects.Prefix(), "revision": build.Revision},
+		QueueGroup:  QueueGroup,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("admin: service: %w", err)
+	}
+	for _, r := range s.routes() {
+		h := micro.HandlerFunc(func(req micro.Request) {
 			mu.Lock()
 			if stopped {
 				mu.Unlock()
@@ -70,39 +145,31 @@ func (s *Server) Serve(nc *nats.Conn) (stop func(), err error) {
 			wg.Add(1)
 			mu.Unlock()
 			defer wg.Done()
-			if m.Reply == "" {
+			if req.Reply() == "" {
 				return
 			}
-			_ = m.Respond(fn(m.Header, m.Data))
-		}
-	}
-	routes := []struct {
-		verb string
-		fn   func(nats.Header, []byte) []byte
-	}{
-		{subjects.AdminReceipt, s.receipts},
-		{subjects.AdminReconcileList, s.list},
-		{subjects.AdminReconcileSolve, s.resolve},
-	}
-	unsubscribe := func() {
-		for _, sub := range subs {
-			_ = sub.Unsubscribe()
-		}
-	}
-	for _, r := range routes {
-		sub, err := nc.Subscribe(s.Subjects.Admin(r.verb), handle(r.fn))
+			out, e := r.serve(nats.Header(req.Headers()), req.Data())
+			if e != nil {
+				// The micro error headers let $SRV.STATS count refusals;
+				// the body is the reply as always.
+				_ = req.Error(e.Code, headerText(e.Message, e.Code), out)
+				return
+			}
+			_ = req.Respond(out)
+		})
+		err := svc.AddEndpoint(r.name, h, micro.WithEndpointSubject(s.Subjects.Admin(r.verb)),
+			micro.WithEndpointMetadata(map[string]string{"verb": r.verb}))
 		if err != nil {
-			unsubscribe()
-			return nil, fmt.Errorf("admin: subscribe: %w", err)
+			_ = svc.Stop()
+			return nil, fmt.Errorf("admin: endpoint %s: %w", r.verb, err)
 		}
-		subs = append(subs, sub)
 	}
 	if err := nc.Flush(); err != nil {
-		unsubscribe()
+		_ = svc.Stop()
 		return nil, fmt.Errorf("admin: subscribe: %w", err)
 	}
 	return func() {
-		unsubscribe()
+		_ = svc.Stop()
 		mu.Lock()
 		stopped = true
 		mu.Unlock()
@@ -110,11 +177,28 @@ func (s *Server) Serve(nc *nats.Conn) (stop func(), err error) {
 	}, nil
 }
 
+// headerText makes an error message fit a header value: one line, never
+// empty.
+func headerText(msg, fallback string) string {
+	msg = strings.Map(func(r rune) rune {
+		if r < ' ' || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, msg)
+	if strings.TrimSpace(msg) == "" {
+		return fallback
+	}
+	return msg
+}
+
 func answer[T any](v *T, e *Error) []byte {
 	return schema.MustMarshal(reply[T]{Result: v, Error: e})
 }
 
 func bad(msg string) *Error { return &Error{Code: CodeBadRequest, Message: msg} }
+
+func notFound(msg string) *Error { return &Error{Code: CodeNotFound, Message: msg} }
 
 // refuse logs a refused request, value-free (the verb, the code and the
 // check that failed), and returns its error.
@@ -185,62 +269,334 @@ func decode(data []byte, v any) *Error {
 	return nil
 }
 
-func (s *Server) receipts(hdr nats.Header, data []byte) []byte {
-	var req ReceiptsRequest
-	if _, e := s.admit(subjects.AdminReceipt, hdr, data, &req); e != nil {
-		return answer[Receipts](nil, e)
+// target is the fingerprint a request names: its fingerprint, or the one
+// its proposal was grounded to. Exactly one of the two must be given. A
+// fingerprint is returned as given (the verb checks its form).
+func (s *Server) target(fingerprint string, proposal *schema.ProposalRef) (string, *Error) {
+	switch {
+	case (fingerprint == "") == (proposal == nil):
+		return "", bad("give exactly one of fingerprint and proposal")
+	case proposal == nil:
+		return fingerprint, nil
+	case !ValidProposalRef(*proposal):
+		return "", bad("proposal must be a host name and a proposal_id")
 	}
-	if !schema.ValidFingerprint(req.Fingerprint) {
-		return answer[Receipts](nil, bad("fingerprint must be sha256:<64 lowercase hex>"))
-	}
-	rec, found, err := s.Journal.Load(req.Fingerprint)
+	fp, found, err := s.Store.ProposalFingerprint(*proposal)
 	if err != nil {
-		return answer[Receipts](nil, s.internal("reading the journal", err))
+		return "", s.internal("reading the proposal's records", err)
+	}
+	if !found {
+		return "", notFound("no fingerprint for " + proposal.String() + ": unknown here, or it ended before grounding")
+	}
+	return fp, nil
+}
+
+func (s *Server) receipts(_ string, req *ReceiptsRequest) (*Receipts, *Error) {
+	fp, e := s.target(req.Fingerprint, req.Proposal)
+	if e != nil {
+		return nil, e
+	}
+	if !schema.ValidFingerprint(fp) {
+		return nil, bad("fingerprint must be sha256:<64 lowercase hex>")
+	}
+	rec, found, err := s.Journal.Load(fp)
+	if err != nil {
+		return nil, s.internal("reading the journal", err)
 	}
 	if !found || rec.Receipt == nil {
-		return answer[Receipts](nil, &Error{Code: CodeNotFound, Message: "no receipt for " + req.Fingerprint})
+		return nil, notFound("no receipt for " + fp)
 	}
-	rs, err := s.Journal.Receipts(req.Fingerprint)
+	rs, err := s.Journal.Receipts(fp)
 	if err != nil {
-		return answer[Receipts](nil, s.internal("reading receipts", err))
+		return nil, s.internal("reading receipts", err)
 	}
-	return answer(&Receipts{
+	return &Receipts{
 		Fingerprint: rec.Fingerprint, Referent: rec.Referent, Proposals: slices.Clone(rec.Proposals),
 		OutcomeKind: rec.Latest.Kind, Terminal: rec.Latest.Terminal, Resolution: rec.Resolution, Receipts: rs,
-	}, nil)
+	}, nil
 }
 
-func (s *Server) list(hdr nats.Header, data []byte) []byte {
-	var req ListRequest
-	if _, e := s.admit(subjects.AdminReconcileList, hdr, data, &req); e != nil {
-		return answer[List](nil, e)
-	}
+func (s *Server) list(_ string, _ *ListRequest) (*List, *Error) {
 	actions, err := s.Reconciliation.Indeterminate()
 	if err != nil {
-		return answer[List](nil, s.internal("reading the indeterminate index", err))
+		return nil, s.internal("reading the indeterminate index", err)
 	}
-	return answer(&List{NowMs: stages.NowMs(s.Clock), Actions: actions}, nil)
+	return &List{NowMs: stages.NowMs(s.Clock), Actions: actions}, nil
 }
 
-func (s *Server) resolve(hdr nats.Header, data []byte) []byte {
-	var req ResolveRequest
-	operator, e := s.admit(subjects.AdminReconcileSolve, hdr, data, &req)
-	if e != nil {
-		return answer[Resolved](nil, e)
-	}
+func (s *Server) resolve(operator string, req *ResolveRequest) (*Resolved, *Error) {
 	if req.Effect != EffectPresent && req.Effect != EffectAbsent {
-		return answer[Resolved](nil, bad(`effect must be "present" or "absent"`))
+		return nil, bad(`effect must be "present" or "absent"`)
 	}
-	res, err := s.Reconciliation.Resolve(req.Fingerprint, req.Effect == EffectPresent, req.EvidenceRef, operator)
+	fp, e := s.target(req.Fingerprint, req.Proposal)
+	if e != nil {
+		return nil, e
+	}
+	res, err := s.Reconciliation.Resolve(fp, req.Effect == EffectPresent, req.EvidenceRef, operator)
 	switch {
 	case errors.Is(err, reconciliation.ErrInvalidFingerprint), errors.Is(err, reconciliation.ErrInvalidEvidence):
-		return answer[Resolved](nil, bad(err.Error()))
+		return nil, bad(err.Error())
 	case errors.Is(err, reconciliation.ErrNotFound):
-		return answer[Resolved](nil, &Error{Code: CodeNotFound, Message: "no receipt for " + req.Fingerprint})
+		return nil, notFound("no receipt for " + fp)
 	case errors.Is(err, reconciliation.ErrNotIndeterminate):
-		return answer[Resolved](nil, &Error{Code: CodeNotIndeterminate, Message: err.Error()})
+		return nil, &Error{Code: CodeNotIndeterminate, Message: err.Error()}
 	case err != nil:
-		return answer[Resolved](nil, s.internal("recording the resolution", err))
+		return nil, s.internal("recording the resolution", err)
 	}
-	return answer(&Resolved{Fingerprint: req.Fingerprint, OutcomeKind: res.OutcomeKind, Receipt: res.Receipt, Proposals: res.Proposals}, nil)
+	return &Resolved{Fingerprint: fp, OutcomeKind: res.OutcomeKind, Receipt: res.Receipt, Proposals: res.Proposals}, nil
+}
+
+// limit checks a request's list size.
+func limit(n, def, most int) (int, *Error) {
+	switch {
+	case n == 0:
+		return def, nil
+	case n < 0 || n > most:
+		return 0, bad(fmt.Sprintf("limit must be between 1 and %d", most))
+	}
+	return n, nil
+}
+
+func (s *Server) approvals(_ string, req *ApprovalsRequest) (*Approvals, *Error) {
+	n, e := limit(req.Limit, DefaultApprovalsLimit, MaxApprovalsLimit)
+	if e != nil {
+		return nil, e
+	}
+	parked, total, err := s.Store.ParkedApprovals(n)
+	if err != nil {
+		return nil, s.internal("reading the parked approvals", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
+	defer cancel()
+	providers := s.providers(ctx, parked)
+	out := &Approvals{NowMs: stages.NowMs(s.Clock), Total: total, Approvals: make([]ParkedApproval, 0, len(parked))}
+	for _, a := range parked {
+		out.Approvals = append(out.Approvals, ParkedApproval{
+			Host: a.Host, ProposalID: a.ProposalID, Fingerprint: a.Fingerprint, Referent: a.Referent,
+			Provider: providers[a.Fingerprint], ArrivedAtMs: a.ArrivedAtMs, ExpiresAtMs: a.ExpiresAtMs,
+		})
+	}
+	return out, nil
+}
+
+// providers reads the provider of each approval's intent from its activity
+// snapshot (the authorization record does not name it). What cannot be
+// read stays "": the list is still worth having.
+func (s *Server) providers(ctx context.Context, parked []kv.Approval) map[string]string {
+	out := map[string]string{}
+	if len(parked) == 0 || s.JS == nil {
+		return out
+	}
+	bucket, err := s.JS.KeyValue(ctx, s.Subjects.ActivityBucket())
+	if err != nil {
+		s.log().Warn("admin: activity bucket unavailable; providers left out", "err", err)
+		return out
+	}
+	for _, a := range parked {
+		if _, done := out[a.Fingerprint]; done {
+			continue
+		}
+		out[a.Fingerprint] = ""
+		e, err := bucket.Get(ctx, strings.TrimPrefix(a.Fingerprint, "sha256:"))
+		if err != nil {
+			continue
+		}
+		var act schema.Activity
+		if schema.Decode(e.Value(), &act) == nil {
+			out[a.Fingerprint] = act.Provider
+		}
+	}
+	return out
+}
+
+func (s *Server) proposal(_ string, req *ProposalRequest) (*Proposal, *Error) {
+	ref := schema.ProposalRef{Host: req.Host, ProposalID: req.ProposalID}
+	if !ValidProposalRef(ref) {
+		return nil, bad("host and proposal_id must name a proposal")
+	}
+	out := &Proposal{Host: ref.Host, ProposalID: ref.ProposalID, Outcomes: []StoredOutcome{}}
+	fp, _, err := s.Store.ProposalFingerprint(ref)
+	if err != nil {
+		return nil, s.internal("reading the proposal's records", err)
+	}
+	a, found, err := s.Store.Approval(ref)
+	if err != nil {
+		return nil, s.internal("reading the proposal's records", err)
+	}
+	if found {
+		out.Approval = &ApprovalState{State: a.State, ArrivedAtMs: a.ArrivedAtMs, ExpiresAtMs: a.ExpiresAtMs, DecidedAtMs: a.DecidedAtMs, Code: a.Code}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
+	defer cancel()
+	if out.Outcomes, out.Truncated, err = s.outcomes(ctx, ref); err != nil {
+		return nil, s.internal("reading the outcome stream", err)
+	}
+	if fp == "" {
+		fp = outcomesFingerprint(out.Outcomes)
+	}
+	if fp == "" && out.Approval == nil && len(out.Outcomes) == 0 {
+		return nil, notFound("nothing known of " + ref.String() + " (no record, no outcome in the stream)")
+	}
+	out.Fingerprint = fp
+	if fp != "" {
+		in, found, err := s.Journal.Load(fp)
+		if err != nil {
+			return nil, s.internal("reading the journal", err)
+		}
+		if found {
+			out.Receipt = in.Receipt
+		}
+	}
+	return out, nil
+}
+
+// outcomesFingerprint is the fingerprint the latest outcome that names one
+// names.
+func outcomesFingerprint(outs []StoredOutcome) string {
+	for i := len(outs) - 1; i >= 0; i-- {
+		o := outs[i].Outcome
+		switch {
+		case o.Fingerprint != nil && *o.Fingerprint != "":
+			return *o.Fingerprint
+		case o.Approval != nil && o.Approval.Fingerprint != "":
+			return o.Approval.Fingerprint
+		case o.Receipt != nil && o.Receipt.Fingerprint != "":
+			return o.Receipt.Fingerprint
+		}
+	}
+	return ""
+}
+
+// outcomes reads the messages on a proposal's outcome subject from the
+// outcome stream, oldest first, by direct gets of the next message for the
+// subject: the first MaxProposalOutcomes-1, then the last (truncated says
+// some between were left out).
+func (s *Server) outcomes(ctx context.Context, ref schema.ProposalRef) ([]StoredOutcome, bool, error) {
+	if s.JS == nil {
+		return nil, false, errors.New("admin: no JetStream")
+	}
+	stream, err := s.JS.Stream(ctx, s.Subjects.OutcomesStream())
+	if err != nil {
+		return nil, false, err
+	}
+	subject := s.Subjects.Outcome(ref.Host, ref.ProposalID)
+	var out []StoredOutcome
+	add := func(m *jetstream.RawStreamMsg) {
+		var o schema.Outcome
+		if err := schema.Decode(m.Data, &o); err != nil {
+			s.log().Warn("admin: an outcome message does not decode; left out", "seq", m.Sequence)
+			return
+		}
+		o.Host = ref.Host
+		out = append(out, StoredOutcome{Seq: m.Sequence, Outcome: o})
+	}
+	seq := uint64(1)
+	for n := 0; n < MaxProposalOutcomes-1; n++ {
+		m, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return orEmpty(out), false, nil
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		add(m)
+		seq = m.Sequence + 1
+	}
+	// The rest: the last one, and whether any lie between.
+	next, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return orEmpty(out), false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	last, err := stream.GetLastMsgForSubject(ctx, subject)
+	if err != nil {
+		return nil, false, err
+	}
+	add(last)
+	return out, last.Sequence != next.Sequence, nil
+}
+
+func orEmpty[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+// kvOperation is the header that marks a KV delete or purge.
+const kvOperation = "KV-Operation"
+
+func (s *Server) activityList(_ string, req *ActivityListRequest) (*ActivityList, *Error) {
+	n, e := limit(req.Limit, DefaultActivityLimit, MaxActivityLimit)
+	if e != nil {
+		return nil, e
+	}
+	if s.JS == nil {
+		return nil, s.internal("reading the activity bucket", errors.New("admin: no JetStream"))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
+	defer cancel()
+	bucket := s.Subjects.ActivityBucket()
+	stream, err := s.JS.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return nil, s.internal("reading the activity bucket", err)
+	}
+	entries, next, err := latestEntries(ctx, stream, "$KV."+bucket+".", req.Before, n, s.log())
+	if err != nil {
+		return nil, s.internal("reading the activity bucket", err)
+	}
+	return &ActivityList{NowMs: stages.NowMs(s.Clock), Entries: entries, Next: next}, nil
+}
+
+// probesPerEntry bounds the direct gets of one activity page: a sequence
+// superseded by a later revision of its key is a gap that costs one.
+const probesPerEntry = 64
+
+// latestEntries walks the bucket's stream down from before-1 (0: from its
+// last message) by direct gets, collecting up to n live snapshots: with
+// History 1 every message still in the stream is its key's latest
+// revision, so the walk meets the most recently changed first. It stops
+// after n entries or n*probesPerEntry gets and returns where the next page
+// starts (0: the stream is exhausted).
+func latestEntries(ctx context.Context, stream jetstream.Stream, keyPrefix string, before uint64, n int, log *slog.Logger) ([]ActivityEntry, uint64, error) {
+	st := stream.CachedInfo().State
+	entries := []ActivityEntry{}
+	seq := st.LastSeq
+	if before > 0 && before-1 < seq {
+		seq = before - 1
+	}
+	first := max(st.FirstSeq, 1)
+	for probes := 0; seq >= first && len(entries) < n && probes < n*probesPerEntry; probes++ {
+		m, err := stream.GetMsg(ctx, seq)
+		seq--
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		if op := m.Header.Get(kvOperation); op != "" {
+			continue // a delete or purge marker
+		}
+		var a schema.Activity
+		if err := schema.Decode(m.Data, &a); err != nil {
+			log.Warn("admin: an activity snapshot does not decode; left out", "seq", m.Sequence)
+			continue
+		}
+		fp := a.Fingerprint
+		if fp == "" {
+			fp = "sha256:" + strings.TrimPrefix(m.Subject, keyPrefix)
+		}
+		entries = append(entries, ActivityEntry{
+			Fingerprint: fp, Status: a.Status, Provider: a.Provider, Capability: a.Capability, Operation: a.Operation,
+			Environment: a.Environment, Referent: a.Referent, Proposals: orEmpty(a.Proposals), UpdatedAtMs: a.UpdatedAtMs, Revision: m.Sequence,
+		})
+	}
+	var next uint64
+	if seq >= first && seq > 0 {
+		next = seq + 1
+	}
+	return entries, next, nil
 }

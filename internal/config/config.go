@@ -365,20 +365,82 @@ func Load(path string) (*Config, error) {
 }
 
 // Parse parses and validates HCL source; filename is used in diagnostics.
+// Every problem it can find is reported, sorted by position: a syntax
+// error ends parsing, but a value of the wrong type or an unknown key does
+// not stop the checks of everything else (what failed to decode takes its
+// default, and a check that would only repeat the decoding's complaint
+// about the same key is left out).
 func Parse(src []byte, filename string) (*Config, error) {
 	f, diags := hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
 	if diags.HasErrors() {
-		return nil, &Error{diags}
+		return nil, newError(diags)
 	}
 	var raw fileHCL
-	if diags := gohcl.DecodeBody(f.Body, nil, &raw); diags.HasErrors() {
-		return nil, &Error{diags}
-	}
-	c, diags := raw.build()
+	decoded := gohcl.DecodeBody(f.Body, nil, &raw)
+	c, built := raw.build()
+	diags = append(decoded, unrepeated(built, decoded)...)
 	if diags.HasErrors() {
-		return nil, &Error{diags}
+		return nil, newError(diags)
 	}
 	return c, nil
+}
+
+// newError sorts diagnostics by file and position (those without a
+// position last) into an Error.
+func newError(diags hcl.Diagnostics) *Error {
+	diags = slices.Clone(diags)
+	slices.SortStableFunc(diags, func(a, b *hcl.Diagnostic) int {
+		switch {
+		case a.Subject == nil && b.Subject == nil:
+			return 0
+		case a.Subject == nil:
+			return 1
+		case b.Subject == nil:
+			return -1
+		}
+		if c := strings.Compare(a.Subject.Filename, b.Subject.Filename); c != 0 {
+			return c
+		}
+		if c := a.Subject.Start.Line - b.Subject.Start.Line; c != 0 {
+			return c
+		}
+		return a.Subject.Start.Column - b.Subject.Start.Column
+	})
+	return &Error{diags}
+}
+
+// unrepeated drops the checks' diagnostics that repeat one of decoding's
+// about the same attribute: a complaint about a value decoding found of
+// the wrong type (the check saw the default or nothing), or about an
+// attribute decoding reported missing.
+func unrepeated(checks, decoded hcl.Diagnostics) hcl.Diagnostics {
+	var out hcl.Diagnostics
+	for _, c := range checks {
+		if !slices.ContainsFunc(decoded, func(d *hcl.Diagnostic) bool { return repeats(c, d) }) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func repeats(check, decoded *hcl.Diagnostic) bool {
+	c, d := check.Subject, decoded.Subject
+	if c == nil || d == nil || c.Filename != d.Filename {
+		return false
+	}
+	within := c.Start.Byte <= d.Start.Byte && d.End.Byte <= c.End.Byte
+	if c.Start.Byte == d.Start.Byte && c.End.Byte == d.End.Byte {
+		return true
+	}
+	at, ok := check.Extra.(attrAt)
+	switch {
+	case !ok || !within:
+		return false
+	case at.written:
+		// Decoding complained about this attribute's value.
+		return true
+	}
+	return decoded.Summary == "Missing required argument" && strings.Contains(decoded.Detail, fmt.Sprintf("%q", at.name))
 }
 
 var (

@@ -186,3 +186,63 @@ func TestManagedPolicyAbsentAndEmpty(t *testing.T) {
 		t.Errorf("empty keys = %+v", shut)
 	}
 }
+
+// TestEveryDiagnosticSorted: a file with many mistakes reports each of
+// them, sorted by position: values of the wrong type and unknown keys do
+// not hide the checks of everything else, and a key that failed to decode
+// is not reported twice.
+func TestEveryDiagnosticSorted(t *testing.T) {
+	src := `nats {
+  listen = 4222
+  frob = 1
+}
+admission {
+  max_payload_bytes = "big"
+}
+approval {
+  ttl = "soon"
+}
+provider "p" {
+  adapter = "smoke"
+  max_in_flight = "x"
+}
+grounding {
+  max_candidates = 0
+}
+host "h" {
+  tenants = ["t"]
+}
+tenant "u" {
+  security_domains = "d"
+}
+`
+	_, err := config.Parse([]byte(src), "many.hcl")
+	if err == nil || !errors.Is(err, config.ErrInvalid) {
+		t.Fatalf("err = %v", err)
+	}
+	want := []string{
+		`many.hcl:2,12-16: Invalid value for listen`,
+		`many.hcl:3,3-7: Unsupported argument; An argument named "frob"`,
+		`many.hcl:6,24-27: Unsuitable value type`,
+		`many.hcl:9,9-15: Invalid value for ttl`,
+		`many.hcl:12,13-20: Invalid value for adapter`,
+		`many.hcl:13,20-21: Unsuitable value type`,
+		`many.hcl:16,20-21: Invalid value for max_candidates`,
+		`many.hcl:18,10-10: Missing required argument; The argument "public_key" is required`,
+		`many.hcl:19,13-18: Invalid value for tenants; tenant "t" has no tenant block`,
+		`many.hcl:22,23-24: Unsuitable value type; Unsuitable value: list of string required`,
+	}
+	lines := strings.Split(err.Error(), "\n")
+	if len(lines) != len(want) {
+		t.Errorf("%d diagnostics, want %d:\n%s", len(lines), len(want), err)
+	}
+	for i := range min(len(lines), len(want)) {
+		if !strings.HasPrefix(lines[i], want[i]) {
+			t.Errorf("diagnostic %d: %q, want it to begin %q", i+1, lines[i], want[i])
+		}
+	}
+	var cerr *config.Error
+	if !errors.As(err, &cerr) || len(cerr.Diags) != len(lines) {
+		t.Errorf("Diags hold %d, the message %d", len(cerr.Diags), len(lines))
+	}
+}

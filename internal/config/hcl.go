@@ -187,13 +187,22 @@ type blockAt struct {
 type diags struct{ hcl.Diagnostics }
 
 func (d *diags) at(body hcl.Body, attr string, format string, args ...any) {
-	r := attrRange(body, attr)
+	r, written := attrRange(body, attr)
 	d.Diagnostics = append(d.Diagnostics, &hcl.Diagnostic{
 		Severity: hcl.DiagError,
 		Summary:  "Invalid value for " + attr,
 		Detail:   fmt.Sprintf(format, args...),
 		Subject:  r,
+		Extra:    attrAt{name: attr, written: written},
 	})
+}
+
+// attrAt is the Extra of a diagnostic about an attribute: written is true
+// when its Subject is the attribute's value, false when the attribute is
+// absent and the Subject is its block's body.
+type attrAt struct {
+	name    string
+	written bool
 }
 
 func (d *diags) atRange(r hcl.Range, summary, format string, args ...any) {
@@ -205,19 +214,19 @@ func (d *diags) atRange(r hcl.Range, summary, format string, args ...any) {
 	})
 }
 
-// attrRange finds an attribute's source range in a native-syntax body, or
-// the body's own range if it is not there.
-func attrRange(body hcl.Body, name string) *hcl.Range {
+// attrRange finds an attribute's source range in a native-syntax body
+// (written), or the body's own range if it is not there.
+func attrRange(body hcl.Body, name string) (r *hcl.Range, written bool) {
 	sb, ok := body.(*hclsyntax.Body)
 	if !ok {
-		return nil
+		return nil, false
 	}
 	if a, ok := sb.Attributes[name]; ok {
 		r := a.Expr.Range()
-		return &r
+		return &r, true
 	}
-	r := sb.Range()
-	return &r
+	br := sb.Range()
+	return &br, false
 }
 
 func (d *diags) duration(body hcl.Body, attr string, v *string, def time.Duration) time.Duration {

@@ -191,8 +191,8 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 		return err
 	}
 	// The operator's API (processor receipts, processor reconcile).
-	adm := &admin.Server{Journal: journal.NewPebble(p.store), Nonces: p.store, Reconciliation: p.recon, Subjects: subj, Clock: p.clock, Log: p.log.With("component", "admin"),
-		Operators: cfg.Operators, AllowUnsigned: cfg.Admission.AllowUnsigned}
+	adm := &admin.Server{Journal: journal.NewPebble(p.store), Nonces: p.store, Store: p.store, Reconciliation: p.recon, Subjects: subj, Clock: p.clock,
+		Log: p.log.With("component", "admin"), JS: p.js, Operators: cfg.Operators, AllowUnsigned: cfg.Admission.AllowUnsigned}
 	if p.stopAdmin, err = adm.Serve(p.nc); err != nil {
 		return err
 	}

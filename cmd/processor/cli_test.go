@@ -1,0 +1,159 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/portcullis/portcullis/internal/version"
+	"github.com/portcullis/portcullis/schema"
+)
+
+func runArgs(args ...string) (code int, stdout, stderr string) {
+	var out, errb bytes.Buffer
+	code = run(args, bytes.NewReader(nil), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// strayArgs gives, for every command that runs, arguments it accepts
+// with one argument too many ("stray") among them.
+var strayArgs = map[string][]string{
+	"run":               {"--dev", "stray"},
+	"validate":          {"a.hcl", "stray"},
+	"bench":             {"stray", "-n", "1"},
+	"fingerprint":       {"a.json", "stray"},
+	"demo":              {"stray"},
+	"receipts get":      {"sha256:" + strings.Repeat("ab", 32), "stray"},
+	"activity get":      {"frontdesk/prop-1", "stray"},
+	"activity list":     {"stray"},
+	"approvals list":    {"--limit", "5", "stray"},
+	"proposals get":     {"frontdesk", "prop-1", "stray"},
+	"reconcile list":    {"stray"},
+	"reconcile resolve": {strings.Repeat("ab", 32), "stray", "--present", "--evidence", "t:1"},
+	"keygen":            {"host", "stray", "--stdout"},
+	"nats-permissions":  {"--config", "x.hcl", "stray"},
+	"version":           {"stray"},
+	"help":              {"run", "stray"},
+}
+
+// TestEveryCommandHelpAndStrayArguments: every command, and every group of
+// subcommands, prints its usage on standard output with exit 0 for --help
+// and -h (and for `processor help <command>`), and refuses a stray
+// positional argument with exit 2 before doing anything.
+func TestEveryCommandHelpAndStrayArguments(t *testing.T) {
+	paths := leaves(commands(), "")
+	groups := []string{}
+	for _, c := range commands() {
+		if c.run == nil {
+			groups = append(groups, c.name)
+		}
+	}
+	if len(paths) < 16 || len(groups) < 5 {
+		t.Fatalf("commands %q, groups %q", paths, groups)
+	}
+	for _, path := range append(append([]string{}, paths...), groups...) {
+		words := strings.Fields(path)
+		for _, h := range []string{"--help", "-h"} {
+			code, out, errs := runArgs(append(words, h)...)
+			if code != 0 || out == "" || errs != "" {
+				t.Errorf("%s %s: exit %d, stdout %d bytes, stderr %q", path, h, code, len(out), errs)
+			}
+			if !strings.HasPrefix(out, "usage: processor "+path) {
+				t.Errorf("%s %s: stdout begins %q", path, h, strings.SplitN(out, "\n", 2)[0])
+			}
+		}
+		viaHelp, out, errs := runArgs(append([]string{"help"}, words...)...)
+		_, direct, _ := runArgs(append(words, "-h")...)
+		if viaHelp != 0 || out != direct || errs != "" {
+			t.Errorf("help %s: exit %d, stderr %q, same as -h: %v", path, viaHelp, errs, out == direct)
+		}
+	}
+	for _, path := range paths {
+		args, ok := strayArgs[path]
+		if !ok {
+			t.Errorf("%s: no stray-argument case", path)
+			continue
+		}
+		code, out, errs := runArgs(append(strings.Fields(path), args...)...)
+		if code != 2 || out != "" || !strings.Contains(errs, `unexpected argument "stray"`) || !strings.Contains(errs, "usage: processor "+path) {
+			t.Errorf("%s with a stray argument: exit %d, stdout %q, stderr %q", path, code, out, errs)
+		}
+	}
+	for _, g := range groups {
+		if code, out, errs := runArgs(g, "stray"); code != 2 || out != "" || !strings.Contains(errs, `unknown command "stray"`) || !strings.Contains(errs, "usage: processor "+g+" ") {
+			t.Errorf("%s stray: exit %d, stdout %q, stderr %q", g, code, out, errs)
+		}
+		if code, out, errs := runArgs(g); code != 2 || out != "" || !strings.Contains(errs, "usage: processor "+g+" ") {
+			t.Errorf("%s alone: exit %d, stdout %q, stderr %q", g, code, out, errs)
+		}
+	}
+	// The top level.
+	for _, args := range [][]string{{"-h"}, {"--help"}, {"help"}} {
+		code, out, errs := runArgs(args...)
+		if code != 0 || errs != "" || !strings.Contains(out, "usage: processor <command>") || !strings.Contains(out, "approvals list") {
+			t.Errorf("%q: exit %d, stderr %q", args, code, errs)
+		}
+	}
+	if code, out, errs := runArgs(); code != 2 || out != "" || !strings.Contains(errs, "usage: processor") {
+		t.Errorf("no command: exit %d, stdout %q", code, out)
+	}
+	for _, args := range [][]string{{"frobnicate"}, {"help", "frobnicate"}, {"help", "receipts", "frob"}} {
+		if code, out, _ := runArgs(args...); code != 2 || out != "" {
+			t.Errorf("%q: exit %d, stdout %q", args, code, out)
+		}
+	}
+	// -h anywhere among the arguments; "--" ends the flags.
+	if code, out, _ := runArgs("receipts", "get", "frontdesk/p", "--url", "nats://127.0.0.1:1", "-h"); code != 0 || !strings.HasPrefix(out, "usage: processor receipts get") {
+		t.Errorf("-h after arguments: exit %d", code)
+	}
+	if code, _, errs := runArgs("reconcile", "list", "--", "--url"); code != 2 || !strings.Contains(errs, `unexpected argument "--url"`) {
+		t.Errorf("after --: exit %d, %q", code, errs)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	code, out, errs := runArgs("version")
+	v := version.Get()
+	if code != 0 || errs != "" || !strings.HasPrefix(out, "processor "+v.Version+"\n") || !strings.Contains(out, "revision  "+v.Revision) ||
+		!strings.Contains(out, "time      "+v.Time) || !strings.Contains(out, "go        "+v.GoVersion) {
+		t.Errorf("exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	for _, args := range [][]string{{"version", "-o", "json"}, {"version", "--json"}} {
+		code, out, _ = runArgs(args...)
+		var got version.Info
+		if err := schema.Decode([]byte(strings.TrimSpace(out)), &got); code != 0 || err != nil || got != v {
+			t.Errorf("%q: exit %d, %+v %v", args, code, got, err)
+		}
+	}
+	if code, _, errs := runArgs("version", "-o", "yaml"); code != 2 || !strings.Contains(errs, "text and json") {
+		t.Errorf("-o yaml: exit %d, %q", code, errs)
+	}
+}
+
+// TestValidateForms: the file as the argument or as --config; every
+// problem of a bad file, sorted.
+func TestValidateForms(t *testing.T) {
+	example := "../../config.example.hcl"
+	for _, args := range [][]string{{"validate", example}, {"validate", "--config", example}, {"validate", example, "--config", example}} {
+		if code, out, errs := runArgs(args...); code != 0 || out != example+": ok\n" {
+			t.Errorf("%q: exit %d, %q %q", args, code, out, errs)
+		}
+	}
+	if code, _, errs := runArgs("validate", example, "--config", "other.hcl"); code != 2 || !strings.Contains(errs, "give the file once") {
+		t.Errorf("two files: exit %d, %q", code, errs)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.hcl")
+	os.WriteFile(bad, []byte("approval {\n  ttl = \"soon\"\n}\nnats {\n  replicas = \"three\"\n  frob = 1\n}\ngrounding {\n  max_candidates = 0\n}\n"), 0o600)
+	code, out, errs := runArgs("validate", bad)
+	lines := strings.Split(strings.TrimSpace(errs), "\n")
+	if code != 1 || out != "" || len(lines) != 4 {
+		t.Fatalf("exit %d, stdout %q, stderr:\n%s", code, out, errs)
+	}
+	for i, want := range []string{"bad.hcl:2,", "bad.hcl:5,", "bad.hcl:6,", "bad.hcl:9,"} {
+		if !strings.Contains(lines[i], want) {
+			t.Errorf("line %d %q lacks %q", i+1, lines[i], want)
+		}
+	}
+}
