@@ -74,12 +74,7 @@ func (b *Batch) PutApproval(a Approval) {
 
 // CountParked counts the proposals waiting for a grant.
 func (s *Store) CountParked() (int, error) {
-	n := 0
-	err := s.scan([]byte{prefixPending}, func(_, _ []byte) (bool, error) {
-		n++
-		return true, nil
-	})
-	return n, err
+	return s.count([]byte{prefixPending})
 }
 
 // Parked is one entry of the index of parked proposals.

@@ -115,6 +115,9 @@ func (b *Batch) SetIndeterminate(fingerprint string, sinceMs int64) {
 	}
 }
 
+// CountIndeterminate counts the fingerprints whose effect is unknown.
+func (s *Store) CountIndeterminate() (int, error) { return s.count([]byte{prefixIndeterminate}) }
+
 // Indeterminate is one entry of the indeterminate index.
 type Indeterminate struct {
 	Fingerprint string

@@ -185,6 +185,16 @@ func (s *Store) scanRange(lower, upper []byte, fn func(key, val []byte) (bool, e
 	return it.Error()
 }
 
+// count counts the keys under prefix.
+func (s *Store) count(prefix []byte) (int, error) {
+	n := 0
+	err := s.scan(prefix, func(_, _ []byte) (bool, error) {
+		n++
+		return true, nil
+	})
+	return n, err
+}
+
 // Batch collects writes committed atomically.
 type Batch struct {
 	s   *Store

@@ -78,7 +78,7 @@ const upSelector = `up{job="portcullis"}`
 // a real Gather() of the registry, and carries a severity, a summary, a
 // description and its runbook's README anchor.
 func TestAlertsQueryExistingMetrics(t *testing.T) {
-	g := gather(t, metrics.New([]string{"demo"}))
+	g := gather(t, metrics.New(pipeline(), []string{"demo"}))
 	seen := map[string]bool{}
 	for _, r := range alertRules(t) {
 		where := "alert " + r.Alert
@@ -134,7 +134,7 @@ func TestAlertTestsCoverEveryAlert(t *testing.T) {
 	if !slices.Contains(rt.RuleFiles, "alerts.yml") {
 		t.Errorf("rule_files %v lacks alerts.yml", rt.RuleFiles)
 	}
-	g := gather(t, metrics.New([]string{"demo"}))
+	g := gather(t, metrics.New(pipeline(), []string{"demo"}))
 	fires, silent := map[string]bool{}, map[string]bool{}
 	for i, tc := range rt.Tests {
 		for _, s := range tc.InputSeries {

@@ -16,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/portcullis/portcullis/schema"
-	"github.com/portcullis/portcullis/subjects"
 )
 
 // Results of one stage message (label `result`).
@@ -65,8 +64,9 @@ type Metrics struct {
 	// ReconcileAttempts counts reconciliation and verification queries.
 	ReconcileAttempts *prometheus.CounterVec
 	// Indeterminate is the number of fingerprints whose effect is unknown
-	// (reconciliation_required receipts, exhausted ones included).
-	Indeterminate prometheus.Gauge
+	// (reconciliation_required receipts, exhausted ones included), read
+	// from the journal at each scrape (SetIndeterminateSource).
+	Indeterminate prometheus.GaugeFunc
 	// ApprovalsPending is the number of proposals parked for a grant.
 	ApprovalsPending prometheus.Gauge
 
@@ -85,12 +85,14 @@ type Metrics struct {
 	// else 0; it asks the function given to SetReadiness at each scrape.
 	Ready prometheus.GaugeFunc
 
-	ready atomic.Pointer[func() bool]
+	ready             atomic.Pointer[func() bool]
+	indeterminate     atomic.Pointer[func() (int, error)]
+	lastIndeterminate atomic.Int64
 }
 
-// New creates the metrics on a new registry, with series for the given
-// provider names.
-func New(providers []string) *Metrics {
+// New creates the metrics on a new registry, with every series of the
+// given stages (the pipeline's names) and providers created at zero.
+func New(stages, providers []string) *Metrics {
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
 		StageMessages: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -119,10 +121,6 @@ func New(providers []string) *Metrics {
 			Name: "actions_reconciliation_attempts_total",
 			Help: "Reconciliation and verification attempts by provider and status.",
 		}, []string{"provider", "status"}),
-		Indeterminate: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "actions_indeterminate_actions",
-			Help: "Fingerprints whose provider effect is unknown (reconciliation required).",
-		}),
 		ApprovalsPending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "actions_approvals_pending",
 			Help: "Proposals parked waiting for a grant.",
@@ -144,6 +142,17 @@ func New(providers []string) *Metrics {
 			Help: "Always 1; labelled with the processor's module version, VCS revision and Go version.",
 		}, []string{"version", "revision", "go_version"}),
 	}
+	m.Indeterminate = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "actions_indeterminate_actions",
+		Help: "Fingerprints whose provider effect is unknown (reconciliation required).",
+	}, func() float64 {
+		if f := m.indeterminate.Load(); f != nil {
+			if n, err := (*f)(); err == nil {
+				m.lastIndeterminate.Store(int64(n))
+			}
+		}
+		return float64(m.lastIndeterminate.Load())
+	})
 	m.Ready = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "actions_ready",
 		Help: "1 while the processor is ready (/readyz answers 200: NATS connected, store open, every stage consuming), else 0.",
@@ -164,7 +173,7 @@ func New(providers []string) *Metrics {
 	for _, k := range schema.Kinds() {
 		m.Outcomes.WithLabelValues(string(k))
 	}
-	for _, st := range subjects.Stages {
+	for _, st := range stages {
 		m.ConsumerPending.WithLabelValues(st)
 		m.ConsumerAckPending.WithLabelValues(st)
 		m.StageDuration.WithLabelValues(st)
@@ -191,6 +200,12 @@ func New(providers []string) *Metrics {
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry})
 }
+
+// SetIndeterminateSource makes Indeterminate report f's count at each
+// scrape (until then, and after a failed count, the last one; 0 at first).
+// f reads the journal's own index: it must be cheap and must not wait on
+// the network.
+func (m *Metrics) SetIndeterminateSource(f func() (int, error)) { m.indeterminate.Store(&f) }
 
 // SetReadiness makes Ready report f's answer at each scrape (until then it
 // reports 0). f must be cheap and must not block: no network calls.

@@ -14,9 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 
+	"github.com/portcullis/portcullis/internal/engine"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
-	"github.com/portcullis/portcullis/subjects"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -35,7 +35,7 @@ func names(t *testing.T, m *metrics.Metrics) map[string]bool {
 }
 
 func TestLint(t *testing.T) {
-	m := metrics.New([]string{"demo", "inventory"})
+	m := metrics.New(pipeline(), []string{"demo", "inventory"})
 	problems, err := testutil.GatherAndLint(m.Registry)
 	if err != nil {
 		t.Fatal(err)
@@ -45,8 +45,19 @@ func TestLint(t *testing.T) {
 	}
 }
 
+// pipeline is the stage names of the processor's pipeline table: metrics
+// pre-creates the series of the stages it is given, and the dashboard and
+// alerts are checked against those.
+func pipeline() []string {
+	var out []string
+	for _, s := range engine.Pipeline() {
+		out = append(out, s.Name)
+	}
+	return out
+}
+
 func TestSpecMetricsExistAndStartAtZero(t *testing.T) {
-	m := metrics.New([]string{"demo"})
+	m := metrics.New(pipeline(), []string{"demo"})
 	got := names(t, m)
 	for _, n := range []string{
 		"actions_stage_messages_total", "actions_incidents_total", "actions_stage_duration_seconds",
@@ -60,7 +71,7 @@ func TestSpecMetricsExistAndStartAtZero(t *testing.T) {
 		}
 	}
 	// Pre-created series: every stage × result, phase × code, provider × status.
-	if n := testutil.CollectAndCount(m.StageMessages); n != len(subjects.Stages)*len(metrics.Results) {
+	if n := testutil.CollectAndCount(m.StageMessages); n != len(pipeline())*len(metrics.Results) {
 		t.Errorf("stage message series = %d", n)
 	}
 	if n := testutil.CollectAndCount(m.Incidents); n != len(schema.Codes()) {
@@ -72,21 +83,21 @@ func TestSpecMetricsExistAndStartAtZero(t *testing.T) {
 	if n := testutil.CollectAndCount(m.Outcomes); n != len(schema.Kinds()) {
 		t.Errorf("outcome series = %d, want one per kind (%d)", n, len(schema.Kinds()))
 	}
-	for _, st := range subjects.Stages {
+	for _, st := range pipeline() {
 		for _, g := range []*prometheus.GaugeVec{m.ConsumerPending, m.ConsumerAckPending} {
 			if v := testutil.ToFloat64(g.WithLabelValues(st)); v != 0 {
 				t.Errorf("consumer gauge of %s starts at %v", st, v)
 			}
 		}
 	}
-	if n := testutil.CollectAndCount(m.ConsumerPending); n != len(subjects.Stages) {
+	if n := testutil.CollectAndCount(m.ConsumerPending); n != len(pipeline()) {
 		t.Errorf("consumer pending series = %d", n)
 	}
 }
 
 // actions_build_info is one series, 1, labelled with this binary's build.
 func TestBuildInfo(t *testing.T) {
-	m := metrics.New(nil)
+	m := metrics.New(nil, nil)
 	version, revision, goVersion := metrics.Build()
 	if goVersion != runtime.Version() || version == "" || revision == "" {
 		t.Errorf("Build() = %q, %q, %q", version, revision, goVersion)
@@ -104,7 +115,7 @@ actions_build_info{go_version=%q,revision=%q,version=%q} 1
 // actions_ready is 0 until readiness is wired, then follows it at each
 // scrape.
 func TestReady(t *testing.T) {
-	m := metrics.New(nil)
+	m := metrics.New(nil, nil)
 	if v := testutil.ToFloat64(m.Ready); v != 0 {
 		t.Errorf("actions_ready = %v before SetReadiness", v)
 	}
@@ -141,7 +152,7 @@ func TestDashboardQueriesExistingMetrics(t *testing.T) {
 	if err := json.Unmarshal(metrics.Dashboard, &dash); err != nil {
 		t.Fatal(err)
 	}
-	g := gather(t, metrics.New([]string{"demo"}))
+	g := gather(t, metrics.New(pipeline(), []string{"demo"}))
 	vars := map[string]bool{}
 	for _, v := range dash.Templating.List {
 		vars[v.Name] = true

@@ -132,7 +132,7 @@ func (e *errors) Errorf(format string, args ...any) {
 
 // The expression checker itself catches what it is for.
 func TestCheckExprCatches(t *testing.T) {
-	g := gather(t, metrics.New([]string{"demo"}))
+	g := gather(t, metrics.New(pipeline(), []string{"demo"}))
 	for _, expr := range []string{
 		`sum(actions_no_such_metric)`,
 		`sum(actions_incidents_total{code="NO_SUCH_CODE"})`,

@@ -78,7 +78,7 @@ func newRig(t *testing.T) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &rig{seal: sealer, js: js, subj: subj, store: store, metrics: metrics.New(nil), rec: testenv.Record(t, nc, subj)}
+	return &rig{seal: sealer, js: js, subj: subj, store: store, metrics: metrics.New(nil, nil), rec: testenv.Record(t, nc, subj)}
 }
 
 // run starts a runner for stage "grounding" on stream IN and returns a

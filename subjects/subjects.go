@@ -55,9 +55,6 @@ const (
 	StageReconciliation = "reconciliation"
 )
 
-// Stages lists every stage consumer.
-var Stages = []string{StageAdmission, StageGrounding, StageAuthorization, StageGrants, StageDispatch, StageReconciliation}
-
 // Message kinds on stage subjects.
 const (
 	KindProposal = "proposal" // an envelope handed on by the previous stage

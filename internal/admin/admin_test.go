@@ -167,7 +167,7 @@ func FuzzRequests(f *testing.F) {
 	opPub, _ := op.PublicKey()
 	const nowMs = 1_700_000_000_000
 	clock := stages.NewManualClock(time.UnixMilli(nowMs))
-	rec := &reconciliation.Stage{Journal: journal.NewPebble(st), Self: "reconciliation", Subjects: subjects.Default(), Clock: clock, Metrics: metrics.New(nil), MaxAttempts: 3}
+	rec := &reconciliation.Stage{Journal: journal.NewPebble(st), Route: stages.Route{Subjects: subjects.Default(), Self: "reconciliation"}, Clock: clock, Metrics: metrics.New(nil, nil), MaxAttempts: 3}
 	signedOnly := &Server{Journal: journal.NewPebble(st), Nonces: st, Store: st, Reconciliation: rec, Subjects: subjects.Default(), Clock: clock, Operators: []config.Role{{Name: "oncall", PublicKey: opPub}}}
 	dev := &Server{Journal: journal.NewPebble(st), Nonces: st, Store: st, Reconciliation: rec, Subjects: subjects.Default(), Clock: clock, AllowUnsigned: true}
 	fp := "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"

@@ -140,7 +140,7 @@ func TestQueueGroup(t *testing.T) {
 	op, _ := nkeys.CreateUser()
 	opPub, _ := op.PublicKey()
 	subj := subjects.Default()
-	rec := &reconciliation.Stage{Journal: journal.NewPebble(st), Self: subjects.StageReconciliation, Subjects: subj, Clock: clock, Metrics: metrics.New(nil), MaxAttempts: 3}
+	rec := &reconciliation.Stage{Journal: journal.NewPebble(st), Route: stages.Route{Subjects: subj, Self: "reconciliation"}, Clock: clock, Metrics: metrics.New(nil, nil), MaxAttempts: 3}
 	var conns []*nats.Conn
 	for range 2 {
 		nc, err := nats.Connect(ns.ClientURL())

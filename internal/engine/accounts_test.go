@@ -186,7 +186,7 @@ func TestSignedProposalThroughAnExternalServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := acc.JetStreamUsage().Streams; n != len(engine.StreamConfigs(p.Subjects(), cfg))+1 {
+	if n := acc.JetStreamUsage().Streams; n != len(engine.StreamConfigs(p.Subjects(), cfg, nil))+1 {
 		t.Errorf("%d streams in %s", n, natsauth.ProcessorAccount)
 	}
 }

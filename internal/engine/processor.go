@@ -23,16 +23,10 @@ import (
 	"github.com/portcullis/portcullis/internal/admin"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/journal"
-	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/internal/seal"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
-	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
-	"github.com/portcullis/portcullis/stages/admission"
-	"github.com/portcullis/portcullis/stages/authorization"
-	"github.com/portcullis/portcullis/stages/dispatch"
-	"github.com/portcullis/portcullis/stages/grounding"
 	"github.com/portcullis/portcullis/stages/reconciliation"
 	"github.com/portcullis/portcullis/subjects"
 )
@@ -59,6 +53,9 @@ type Options struct {
 	// LagPoll is how often each stage consumer's pending counts are read
 	// from JetStream (actions_consumer_*_messages; readiness). Default 5s.
 	LagPoll time.Duration
+	// Pipeline replaces the stage table (tests insert stages this way).
+	// nil: Pipeline().
+	Pipeline []Spec
 }
 
 // Processor is a running Portcullis.
@@ -104,6 +101,11 @@ func Start(ctx context.Context, o Options) (*Processor, error) {
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if o.Pipeline != nil {
+		if err := checkPipeline(o.Pipeline); err != nil {
+			return nil, err
+		}
 	}
 	subj, err := subjects.New(cfg.Prefix)
 	if err != nil {
@@ -157,7 +159,11 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 	if err := p.connect(); err != nil {
 		return err
 	}
-	bucket, err := EnsureStreams(ctx, p.js, subj, cfg)
+	pipeline := o.Pipeline
+	if pipeline == nil {
+		pipeline = Pipeline()
+	}
+	bucket, err := ensureStreams(ctx, p.js, subj, cfg, pipeline)
 	if err != nil {
 		return err
 	}
@@ -170,7 +176,7 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 	for _, pr := range cfg.Providers {
 		providers = append(providers, pr.Name)
 	}
-	p.metrics = metrics.New(providers)
+	p.metrics = metrics.New(names(pipeline), providers)
 	p.serveMetrics()
 
 	p.adapters = map[string]adapters.Adapter{}
@@ -186,12 +192,19 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 		p.adapters[pr.Name] = a
 	}
 	deps := stages.Deps{JS: p.js, Seal: p.seal, Subjects: subj, Metrics: p.metrics, Outcomes: p.store, Clock: p.clock, Log: p.log}
-	runners, err := p.runners(deps)
+	jr := journal.NewPebble(p.store)
+	parts := &Parts{
+		Config: cfg, Subjects: subj, Clock: p.clock, Metrics: p.metrics, Log: p.log, NC: p.nc, JS: p.js,
+		Store: p.store, Journal: jr, Activity: p.activity, Adapters: p.adapters,
+	}
+	runners, err := p.runners(pipeline, parts, deps)
 	if err != nil {
 		return err
 	}
+	p.recon = parts.recon
+	p.metrics.SetIndeterminateSource(jr.CountIndeterminate)
 	// The operator's API (processor receipts, processor reconcile).
-	adm := &admin.Server{Journal: journal.NewPebble(p.store), Nonces: p.store, Store: p.store, Reconciliation: p.recon, Subjects: subj, Clock: p.clock,
+	adm := &admin.Server{Journal: jr, Nonces: p.store, Store: p.store, Reconciliation: p.recon, Subjects: subj, Clock: p.clock,
 		Log: p.log.With("component", "admin"), JS: p.js, Operators: cfg.Operators, AllowUnsigned: cfg.Admission.AllowUnsigned}
 	if p.stopAdmin, err = adm.Serve(p.nc); err != nil {
 		return err
@@ -217,95 +230,6 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 	p.wg.Go(func() { _ = sched.Run(fetchCtx) })
 	p.log.Info("processor started", "nats", p.NATSURL(), "metrics", p.MetricsAddr(), "store", cfg.Store.Dir, "prefix", subj.Prefix())
 	return nil
-}
-
-// runners builds one runner per stage that exists.
-func (p *Processor) runners(deps stages.Deps) ([]*stages.Runner, error) {
-	var providers []string
-	for _, pr := range p.cfg.Providers {
-		providers = append(providers, pr.Name)
-	}
-	adm := &admission.Stage{
-		Policy: admission.Policy{
-			AllowUnsigned:   p.cfg.Admission.AllowUnsigned,
-			MaxPayloadBytes: p.cfg.Admission.MaxPayloadBytes,
-			Hosts:           p.cfg.Hosts,
-			Tenants:         p.cfg.Tenants,
-			Providers:       providers,
-		},
-		Store: p.store, Subjects: p.subj, Clock: p.clock,
-		Log: p.log.With("stage", subjects.StageAdmission),
-	}
-	rules := policy.Rules{Managed: p.cfg.Policies, ClockSkew: p.cfg.Approval.ClockSkew, MaxGrantLifetime: p.cfg.Approval.MaxGrantLifetime}
-	gr := &grounding.Stage{
-		Subjects: p.subj, Clock: p.clock, Store: p.store,
-		Source:        &grounding.Source{Conn: p.nc, Subjects: p.subj, Timeout: p.cfg.Grounding.SourceTimeout},
-		MaxCandidates: p.cfg.Grounding.MaxCandidates,
-	}
-	authz := &authorization.Stage{
-		Policy: authorization.Policy{
-			Rules:         rules,
-			ApprovalTTL:   p.cfg.Approval.TTL,
-			AllowUnsigned: p.cfg.Admission.AllowUnsigned,
-			MaxGrantBytes: p.cfg.Admission.MaxPayloadBytes,
-			Hosts:         p.cfg.Hosts,
-			Tenants:       p.cfg.Tenants,
-		},
-		Store: p.store, Activity: p.activity, Metrics: p.metrics, Subjects: p.subj, Clock: p.clock, JS: p.js,
-		Log: p.log.With("stage", subjects.StageAuthorization),
-	}
-	if err := authz.RestorePending(); err != nil {
-		return nil, err
-	}
-	jr := journal.NewPebble(p.store)
-	disp := &dispatch.Stage{
-		Journal: jr, Adapters: p.adapters, Providers: p.cfg.Providers, Policy: rules,
-		NC: p.nc, Subjects: p.subj, Clock: p.clock, Metrics: p.metrics, Activity: p.activity,
-		Log:               p.log.With("stage", subjects.StageDispatch),
-		ReconcileInterval: p.cfg.Reconciliation.Interval,
-		Next:              subjects.StageReconciliation,
-	}
-	p.recon = &reconciliation.Stage{
-		Journal: jr, Adapters: p.adapters, Subjects: p.subj, Clock: p.clock, Metrics: p.metrics, Activity: p.activity,
-		Log:      p.log.With("stage", subjects.StageReconciliation),
-		Interval: p.cfg.Reconciliation.Interval, MaxAttempts: p.cfg.Reconciliation.MaxAttempts,
-		Self: subjects.StageReconciliation,
-	}
-	ind, err := p.store.Indeterminates()
-	if err != nil {
-		return nil, err
-	}
-	p.metrics.Indeterminate.Set(float64(len(ind)))
-	return []*stages.Runner{
-		stages.NewRunner(stages.RunnerConfig{
-			Stage: subjects.StageDispatch, Stream: p.subj.StageStream(subjects.StageDispatch),
-			FilterSubject: p.subj.StageAll(subjects.StageDispatch), Workers: 16,
-			Internal: true, Phase: schema.PhaseDispatch,
-		}, deps, disp),
-		stages.NewRunner(stages.RunnerConfig{
-			Stage: subjects.StageAdmission, Stream: p.subj.ProposalsStream(), FilterSubject: p.subj.Proposals(), Workers: 8,
-		}, deps, adm),
-		// Workers may wait up to source_timeout on a candidate source.
-		stages.NewRunner(stages.RunnerConfig{
-			Stage: subjects.StageGrounding, Stream: p.subj.StageStream(subjects.StageGrounding),
-			FilterSubject: p.subj.Stage(subjects.StageGrounding, subjects.KindProposal, "*.*"), Workers: 8,
-			Internal: true, Phase: schema.PhaseGrounding,
-		}, deps, gr),
-		stages.NewRunner(stages.RunnerConfig{
-			Stage: subjects.StageAuthorization, Stream: p.subj.StageStream(subjects.StageAuthorization),
-			FilterSubject: p.subj.StageAll(subjects.StageAuthorization),
-			Internal:      true, Phase: schema.PhaseAuthorization,
-		}, deps, authz),
-		stages.NewRunner(stages.RunnerConfig{
-			Stage: subjects.StageGrants, Stream: p.subj.GrantsStream(), FilterSubject: p.subj.Grants(),
-		}, deps, authz.Grants()),
-		// Workers may wait up to a provider's timeout on a reconcile.
-		stages.NewRunner(stages.RunnerConfig{
-			Stage: subjects.StageReconciliation, Stream: p.subj.StageStream(subjects.StageReconciliation),
-			FilterSubject: p.subj.StageAll(subjects.StageReconciliation), Workers: 8,
-			Internal: true, Phase: schema.PhaseReconciliation,
-		}, deps, p.recon),
-	}, nil
 }
 
 // watchStore stops the processor once Pebble reported a fatal error (a

@@ -32,7 +32,12 @@ const headerAllowance = 4096
 //
 // MaxAge is at least twice the approval TTL: a parked proposal's envelope
 // is re-read from the authorization stream when its grant arrives.
-func StreamConfigs(s subjects.Subjects, c *config.Config) []jetstream.StreamConfig {
+//
+// pipeline's internal stages each get a stream; nil: Pipeline().
+func StreamConfigs(s subjects.Subjects, c *config.Config, pipeline []Spec) []jetstream.StreamConfig {
+	if pipeline == nil {
+		pipeline = Pipeline()
+	}
 	lim := c.Streams
 	maxAge := max(lim.MaxAge, 2*c.Approval.TTL)
 	mk := func(name, desc string, maxBytes int64, discard jetstream.DiscardPolicy, subj ...string) jetstream.StreamConfig {
@@ -63,7 +68,7 @@ func StreamConfigs(s subjects.Subjects, c *config.Config) []jetstream.StreamConf
 		history(mk(s.OutcomesStream(), "Portcullis outcomes, one subject per proposal", lim.HistoryMaxBytes, jetstream.DiscardOld, s.Outcomes())),
 		history(mk(s.IncidentsStream(), "Portcullis value-free incident events", lim.HistoryMaxBytes, jetstream.DiscardOld, s.Incidents())),
 	}
-	for _, st := range []string{subjects.StageGrounding, subjects.StageAuthorization, subjects.StageDispatch, subjects.StageReconciliation} {
+	for _, st := range internalStages(pipeline) {
 		out = append(out, mk(s.StageStream(st), "Portcullis hand-off to the "+st+" stage", lim.StageMaxBytes, jetstream.DiscardNew, s.StageAll(st)))
 	}
 	return out
@@ -85,10 +90,14 @@ func ActivityConfig(s subjects.Subjects, c *config.Config) jetstream.KeyValueCon
 	}
 }
 
-// EnsureStreams creates or updates every stream and the activity bucket.
-// It is idempotent: every start runs it.
+// EnsureStreams creates or updates every stream of the default pipeline
+// and the activity bucket. It is idempotent: every start runs it.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, s subjects.Subjects, c *config.Config) (jetstream.KeyValue, error) {
-	for _, cfg := range StreamConfigs(s, c) {
+	return ensureStreams(ctx, js, s, c, Pipeline())
+}
+
+func ensureStreams(ctx context.Context, js jetstream.JetStream, s subjects.Subjects, c *config.Config, pipeline []Spec) (jetstream.KeyValue, error) {
+	for _, cfg := range StreamConfigs(s, c, pipeline) {
 		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
 			return nil, fmt.Errorf("engine: stream %s: %w", cfg.Name, err)
 		}

@@ -77,6 +77,9 @@ type Store interface {
 	Ended(ref schema.ProposalRef) (kv.Ended, bool, error)
 	// Indeterminates lists every fingerprint whose effect is unknown.
 	Indeterminates() ([]kv.Indeterminate, error)
+	// CountIndeterminate counts them (actions_indeterminate_actions reads
+	// it at each scrape: cheap, no network wait).
+	CountIndeterminate() (int, error)
 }
 
 // Pebble is the journal on a processor's own Pebble store (single node).
@@ -158,3 +161,6 @@ func (p Pebble) Ended(ref schema.ProposalRef) (kv.Ended, bool, error) { return p
 
 // Indeterminates lists every fingerprint whose effect is unknown.
 func (p Pebble) Indeterminates() ([]kv.Indeterminate, error) { return p.KV.Indeterminates() }
+
+// CountIndeterminate counts every fingerprint whose effect is unknown.
+func (p Pebble) CountIndeterminate() (int, error) { return p.KV.CountIndeterminate() }

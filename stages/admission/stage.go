@@ -15,11 +15,12 @@ import (
 
 // Stage is the admission stage's handler.
 type Stage struct {
-	Policy   Policy
-	Store    *kv.Store
-	Subjects subjects.Subjects
-	Clock    stages.Clock
-	Log      *slog.Logger
+	Policy Policy
+	Store  *kv.Store
+	// Route: the hosts' proposals stream in, the next stage out.
+	Route stages.Route
+	Clock stages.Clock
+	Log   *slog.Logger
 }
 
 var _ stages.Handler = (*Stage)(nil)
@@ -34,7 +35,7 @@ func (s *Stage) log() *slog.Logger {
 // Handle admits or refuses one proposal.
 func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, error) {
 	now := stages.NowMs(s.Clock)
-	h, _ := s.Subjects.IngressHost(in.Subject)
+	h, _ := s.Route.Subjects.IngressHost(in.Subject)
 	v := Decide(s.Policy, h, in.Data, in.Header)
 	if !v.Authenticated() {
 		// Nothing proves who sent it: an event and a log line saying which
@@ -105,7 +106,7 @@ func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 	}
 	return stages.Result{
 		Next: []stages.Message{{
-			Subject: s.Subjects.Stage(subjects.StageGrounding, subjects.KindProposal, subjects.ProposalToken(ref.Host, ref.ProposalID)),
+			Subject: s.Route.HandOff(subjects.ProposalToken(ref.Host, ref.ProposalID)),
 			Data:    data,
 		}},
 		Done: func(context.Context) error {
@@ -174,7 +175,7 @@ func (s *Stage) logRefusal(v Verdict, in *stages.Input) {
 // only when the message is authenticated and its id readable.
 func (s *Stage) GiveUp(_ context.Context, in *stages.Input, _ error) (stages.Result, error) {
 	inc := schema.NewIncident(schema.PhaseAdmission, schema.CodeProcessingFailed)
-	h, _ := s.Subjects.IngressHost(in.Subject)
+	h, _ := s.Route.Subjects.IngressHost(in.Subject)
 	if _, _, err := (trust.Verifier{Hosts: s.Policy.Hosts, AllowUnsigned: s.Policy.AllowUnsigned}).Authenticate(h, in.Data, in.Header); err != nil {
 		return stages.Result{Events: []schema.Incident{inc}}, nil
 	}

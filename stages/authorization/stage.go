@@ -33,8 +33,10 @@ type Stage struct {
 	Store    *kv.Store
 	Activity *activity.Store // nil: no activity snapshots
 	Metrics  *metrics.Metrics
-	Subjects subjects.Subjects
-	Clock    stages.Clock
+	// Route: the stage's own stream (proposals and approval timers) in,
+	// the next stage out — for the grants consumer's decisions too.
+	Route stages.Route
+	Clock stages.Clock
 	// JS reads parked envelopes back from the authorization stream.
 	JS  jetstream.JetStream
 	Log *slog.Logger
@@ -85,9 +87,9 @@ func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 
 // parseSubject reads `<prefix>.stage.authorization.<kind>.<h>.<proposal_id>`.
 func (s *Stage) parseSubject(subject string) (schema.ProposalRef, string, bool) {
-	stage, kind, tok, ok := s.Subjects.ParseStage(subject)
+	stage, kind, tok, ok := s.Route.Subjects.ParseStage(subject)
 	h, id, okTok := subjects.ParseProposalToken(tok)
-	if !ok || !okTok || stage != subjects.StageAuthorization || !schema.ValidProposalID(id) {
+	if !ok || !okTok || stage != s.Route.Self || !schema.ValidProposalID(id) {
 		return schema.ProposalRef{}, "", false
 	}
 	return schema.ProposalRef{Host: h, ProposalID: id}, kind, true
@@ -161,7 +163,7 @@ func (s *Stage) expiryTimer(ref schema.ProposalRef, dueMs int64, msgID string) k
 	return kv.Timer{
 		ID:      timerID(ref),
 		DueMs:   dueMs,
-		Subject: s.Subjects.Stage(subjects.StageAuthorization, subjects.KindTimer, token(ref)),
+		Subject: s.Route.Timer(token(ref)),
 		Data:    []byte(token(ref)),
 		MsgID:   msgID,
 	}
@@ -205,7 +207,7 @@ func (s *Stage) result(a kv.Approval, v Verdict, env *schema.Envelope) stages.Re
 	case v.Decision == Permit && env != nil && v.Grant != nil:
 		out := HandOff(env, v, at)
 		res.Next = []stages.Message{{
-			Subject: s.Subjects.Stage(subjects.StageDispatch, subjects.KindProposal, token(a.Ref())),
+			Subject: s.Route.HandOff(token(a.Ref())),
 			Data:    schema.MustMarshal(out),
 		}}
 	case v.Decision == Permit:
@@ -265,7 +267,7 @@ func (s *Stage) handleTimer(ctx context.Context, in *stages.Input, ref schema.Pr
 // parkedEnvelope re-reads a parked proposal's envelope from the
 // authorization stream (Pebble does not hold it).
 func (s *Stage) parkedEnvelope(ctx context.Context, a kv.Approval) (*schema.Envelope, error) {
-	stream, err := s.JS.Stream(ctx, s.Subjects.StageStream(subjects.StageAuthorization))
+	stream, err := s.JS.Stream(ctx, s.Route.Subjects.StageStream(s.Route.Self))
 	if err != nil {
 		return nil, fmt.Errorf("authorization: stream: %w", err)
 	}
@@ -303,7 +305,7 @@ func unmatched() stages.Result {
 // changes nothing and gets only an incident event.
 func (g grants) Handle(ctx context.Context, in *stages.Input) (stages.Result, error) {
 	s := g.s
-	h, _ := s.Subjects.IngressHost(in.Subject)
+	h, _ := s.Route.Subjects.IngressHost(in.Subject)
 	m, inc, authErr := ReadStandalone(s.Policy, h, in.Data, in.Header)
 	if inc != nil {
 		s.log().Info("authorization: unauthenticated grant refused", "seq", in.StreamSeq, "check", trust.Reason(authErr))
@@ -358,7 +360,7 @@ func (g grants) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 // grant had decided already, that decision is republished instead.
 func (g grants) GiveUp(ctx context.Context, in *stages.Input, cause error) (stages.Result, error) {
 	s := g.s
-	h, _ := s.Subjects.IngressHost(in.Subject)
+	h, _ := s.Route.Subjects.IngressHost(in.Subject)
 	if m, inc, _ := ReadStandalone(s.Policy, h, in.Data, in.Header); inc == nil && m.ProposalID != "" {
 		ref := schema.ProposalRef{Host: m.Host.Name, ProposalID: m.ProposalID}
 		if a, found, err := s.Store.Approval(ref); err == nil && found && a.DecidedBy == inputID(in) {

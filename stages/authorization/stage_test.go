@@ -49,7 +49,7 @@ func newHarness(t *testing.T) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	m := metrics.New(nil)
+	m := metrics.New(nil, nil)
 	h := &harness{env: env, clock: clock, store: store, metrics: m}
 	h.stage = &authorization.Stage{
 		Policy: authorization.Policy{
@@ -58,7 +58,8 @@ func newHarness(t *testing.T) *harness {
 		},
 		Store:    store,
 		Activity: &activity.Store{KV: bucket, Now: func() int64 { return stages.NowMs(clock) }},
-		Metrics:  m, Subjects: env.Subjects, Clock: clock, JS: env.JS,
+		Metrics:  m, Clock: clock, JS: env.JS,
+		Route: stages.Route{Subjects: env.Subjects, Self: subjects.StageAuthorization, Next: subjects.StageDispatch},
 	}
 	return h
 }

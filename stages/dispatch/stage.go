@@ -33,8 +33,10 @@ type Stage struct {
 	// Policy re-checks the grant and managed policy (SPEC §3 step 3).
 	Policy policy.Rules
 	// NC carries disclosure requests (core NATS request-reply).
-	NC       *nats.Conn
-	Subjects subjects.Subjects
+	NC *nats.Conn
+	// Route: the stage's own stream in; Next is the stage that verifies
+	// and reconciles, whose first poll fires on its timer subject.
+	Route    stages.Route
 	Clock    stages.Clock
 	Metrics  *metrics.Metrics
 	Activity *activity.Store
@@ -42,9 +44,6 @@ type Stage struct {
 	// ReconcileInterval is the wait before the first reconciliation or
 	// verification poll.
 	ReconcileInterval time.Duration
-	// Next is the stage that verifies and reconciles (the pipeline's
-	// successor): the first poll fires on its timer subject.
-	Next string
 }
 
 var _ stages.Handler = (*Stage)(nil)
@@ -53,7 +52,7 @@ func (s *Stage) rules() Rules {
 	return Rules{
 		Policy:            s.Policy,
 		ReconcileInterval: s.ReconcileInterval,
-		PollSubject:       func(hex string) string { return s.Subjects.Stage(s.Next, subjects.KindTimer, hex) },
+		PollSubject:       s.Route.NextTimer,
 	}
 }
 
@@ -73,7 +72,7 @@ func (s *Stage) decodeEnvelope(in *stages.Input) (*schema.Envelope, error) {
 	if err := schema.DecodeEnvelope(in.Data, &env); err != nil {
 		return nil, fmt.Errorf("dispatch: envelope: %w: %w", stages.ErrPermanent, err)
 	}
-	_, _, tok, ok := s.Subjects.ParseStage(in.Subject)
+	_, _, tok, ok := s.Route.Subjects.ParseStage(in.Subject)
 	if !ok || env.Grounded == nil || env.Authorization == nil || !schema.ValidFingerprint(env.Grounded.Fingerprint) ||
 		tok != subjects.ProposalToken(env.Host, env.Proposal.ProposalID) {
 		return nil, fmt.Errorf("dispatch: envelope not grounded and authorized, or not for its subject: %w", stages.ErrPermanent)
@@ -114,7 +113,7 @@ func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 func (s *Stage) GiveUp(ctx context.Context, in *stages.Input, cause error) (stages.Result, error) {
 	env, err := s.decodeEnvelope(in)
 	if err != nil {
-		_, _, tok, _ := s.Subjects.ParseStage(in.Subject)
+		_, _, tok, _ := s.Route.Subjects.ParseStage(in.Subject)
 		h, id, ok := subjects.ParseProposalToken(tok)
 		inc := schema.NewIncident(schema.PhaseDispatch, schema.CodeProcessingFailed)
 		if !ok || !schema.ValidProposalID(id) {
@@ -221,7 +220,7 @@ func (s *Stage) resolve(ctx context.Context, env *schema.Envelope, prov config.P
 	if err != nil {
 		return nil, "", fmt.Errorf("dispatch: disclosure request: %w: %w", stages.ErrPermanent, err)
 	}
-	got, err := disclosure.Resolve(ctx, s.NC, s.Subjects.DisclosureResolve(), req, prov.Timeout)
+	got, err := disclosure.Resolve(ctx, s.NC, s.Route.Subjects.DisclosureResolve(), req, prov.Timeout)
 	if code, ok := disclosure.Code(err); ok {
 		return nil, code, nil
 	}
@@ -265,9 +264,6 @@ func (s *Stage) result(env *schema.Envelope, d Decision) stages.Result {
 	if rc := d.Writes.Receipt; rc != nil {
 		fault.Hit(fault.DispatchAfterReceipt)
 		s.Metrics.Dispatches.WithLabelValues(rc.Provider, string(rc.Status)).Inc()
-		if journal.Indeterminate(rc) {
-			s.Metrics.Indeterminate.Inc()
-		}
 		s.Log.Info("dispatch recorded", "host", env.Host, "proposal_id", env.Proposal.ProposalID, "fingerprint", rc.Fingerprint,
 			"status", rc.Status, "receipt_id", rc.ReceiptID)
 	}

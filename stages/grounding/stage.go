@@ -16,8 +16,8 @@ import (
 // proposal to `<prefix>.stage.authorization.proposal.<h>.<proposal_id>` with
 // its Grounded record, or ends it with a grounding outcome.
 type Stage struct {
-	Subjects subjects.Subjects
-	Clock    stages.Clock
+	Route stages.Route
+	Clock stages.Clock
 	// Store keeps the decisions that asked a candidate source.
 	Store *kv.Store
 	// Source asks candidate sources.
@@ -30,7 +30,7 @@ var _ stages.Handler = (*Stage)(nil)
 
 // Handle grounds one proposal.
 func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, error) {
-	_, kind, token, ok := s.Subjects.ParseStage(in.Subject)
+	_, kind, token, ok := s.Route.Subjects.ParseStage(in.Subject)
 	if !ok || kind != subjects.KindProposal {
 		return stages.Result{}, fmt.Errorf("grounding: unexpected subject: %w", stages.ErrPermanent)
 	}
@@ -82,7 +82,7 @@ func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 		return stages.Result{}, fmt.Errorf("grounding: encode envelope: %w", err)
 	}
 	return stages.Result{Next: []stages.Message{{
-		Subject: s.Subjects.Stage(subjects.StageAuthorization, subjects.KindProposal, token),
+		Subject: s.Route.HandOff(token),
 		Data:    data,
 	}}}, nil
 }
@@ -138,7 +138,7 @@ func (s *Stage) fromSource(ctx context.Context, in *stages.Input, p *schema.Prop
 // incident event.
 func (s *Stage) GiveUp(_ context.Context, in *stages.Input, _ error) (stages.Result, error) {
 	inc := schema.NewIncident(schema.PhaseGrounding, schema.CodeProcessingFailed)
-	_, _, token, ok := s.Subjects.ParseStage(in.Subject)
+	_, _, token, ok := s.Route.Subjects.ParseStage(in.Subject)
 	h, id, okToken := subjects.ParseProposalToken(token)
 	if !ok || !okToken || !schema.ValidProposalID(id) {
 		return stages.Result{Events: []schema.Incident{inc}}, nil

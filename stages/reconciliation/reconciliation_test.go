@@ -577,8 +577,8 @@ func TestGiveUpRecordsWithoutAsking(t *testing.T) {
 	env.Recorder.Wait(t, "prop-g", last(schema.KindReconciliationRequired))
 	p := env.Processor()
 	st := &reconciliation.Stage{
-		Journal: journal.NewPebble(p.Store()), Adapters: map[string]adapters.Adapter{"demo": fake}, Subjects: env.Subjects, Clock: clock,
-		Self:    subjects.StageReconciliation,
+		Journal: journal.NewPebble(p.Store()), Adapters: map[string]adapters.Adapter{"demo": fake}, Clock: clock,
+		Route:   stages.Route{Subjects: env.Subjects, Self: subjects.StageReconciliation},
 		Metrics: p.Metrics(), MaxAttempts: maxAttempts, Interval: interval,
 	}
 	in := &stages.Input{

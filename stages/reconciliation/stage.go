@@ -30,7 +30,8 @@ import (
 type Stage struct {
 	Journal  journal.Store
 	Adapters map[string]adapters.Adapter // by provider name
-	Subjects subjects.Subjects
+	// Route: the stage consumes its own timers (Self); it has no successor.
+	Route    stages.Route
 	Clock    stages.Clock
 	Metrics  *metrics.Metrics
 	Activity *activity.Store // nil: no activity snapshots
@@ -39,8 +40,6 @@ type Stage struct {
 	Interval time.Duration
 	// MaxAttempts is reconciliation.max_attempts.
 	MaxAttempts int
-	// Self is this stage's name: its polls fire on its own timer subjects.
-	Self string
 }
 
 var _ stages.Handler = (*Stage)(nil)
@@ -72,7 +71,7 @@ func (s *Stage) log() *slog.Logger {
 func (s *Stage) rules() Rules {
 	return Rules{
 		Interval: s.Interval, MaxAttempts: s.MaxAttempts,
-		PollSubject: func(hex string) string { return s.Subjects.Stage(s.Self, subjects.KindTimer, hex) },
+		PollSubject: s.Route.Timer,
 	}
 }
 
@@ -99,7 +98,7 @@ func DecodeTrigger(s subjects.Subjects, subject string, data []byte) (journal.Tr
 
 // Handle runs one poll (or announcement) of a fingerprint.
 func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, error) {
-	tr, err := DecodeTrigger(s.Subjects, in.Subject, in.Data)
+	tr, err := DecodeTrigger(s.Route.Subjects, in.Subject, in.Data)
 	if err != nil {
 		return stages.Result{}, fmt.Errorf("%w: %w", stages.ErrPermanent, err)
 	}
@@ -112,7 +111,7 @@ func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 // polling moves on to the next attempt or to exhaustion instead of stopping
 // without a word; the provider is never asked from here.
 func (s *Stage) GiveUp(ctx context.Context, in *stages.Input, cause error) (stages.Result, error) {
-	tr, err := DecodeTrigger(s.Subjects, in.Subject, in.Data)
+	tr, err := DecodeTrigger(s.Route.Subjects, in.Subject, in.Data)
 	if err != nil {
 		s.log().Error("malformed reconciliation trigger dropped", "seq", in.StreamSeq)
 		return stages.Result{Events: []schema.Incident{schema.NewIncident(schema.PhaseReconciliation, schema.CodeProcessingFailed)}}, nil
@@ -183,7 +182,6 @@ func (s *Stage) result(d Decision) stages.Result {
 	res := stages.Result{Outcomes: d.Outcomes, Events: d.Events}
 	if v, rc := d.Verdict, d.Writes.Receipt; v != nil && rc != nil {
 		s.Metrics.ReconcileAttempts.WithLabelValues(rc.Provider, v.AttemptStatus).Inc()
-		s.Metrics.Indeterminate.Add(float64(d.Writes.Indeterminate))
 		s.log().Info("reconciliation recorded", "fingerprint", rc.Fingerprint, "attempt_id", d.Writes.Attempt.AttemptID,
 			"attempt_status", v.AttemptStatus, "status", rc.Status, "receipt_id", rc.ReceiptID)
 	}
@@ -272,11 +270,10 @@ func (s *Stage) Resolve(fp string, present bool, evidenceRef, operator string) (
 	link := &schema.ReceiptReconcileRef{AttemptID: journal.OperatorAttemptID(fp), PreviousReceiptID: prev.ReceiptID, Operator: operator}
 	r := rec.Settle(v.Verdict, OperatorStep, link, nil, now)
 	rec.ReconcileNextAtMs = 0
-	t := journal.AnnounceTimer(s.Subjects.Stage(s.Self, subjects.KindTimer, journal.Hex(fp)), fp, OperatorStep, now)
+	t := journal.AnnounceTimer(s.Route.Timer(journal.Hex(fp)), fp, OperatorStep, now)
 	if err := s.Journal.Commit(fp, journal.Writes{Record: &rec, Receipt: &r, Timer: &t, Indeterminate: -1}); err != nil {
 		return Resolution{}, fmt.Errorf("reconciliation: record resolution: %w", err)
 	}
-	s.Metrics.Indeterminate.Dec()
 	s.log().Info("operator resolved an indeterminate action", "fingerprint", fp, "status", r.Status, "receipt_id", r.ReceiptID, "operator", operator)
 	return Resolution{Receipt: r, OutcomeKind: rec.Latest.Kind, Proposals: slices.Clone(rec.Proposals)}, nil
 }

@@ -62,6 +62,9 @@ func Run(t *testing.T, open func(t *testing.T) journal.Store) {
 			if err != nil || (i == 0) != (len(idx) == 1) || (i == 0 && (idx[0].Fingerprint != fp || idx[0].SinceMs != 200)) {
 				t.Fatalf("after receipt %d, index %+v %v", i+1, idx, err)
 			}
+			if n, err := s.CountIndeterminate(); err != nil || n != len(idx) {
+				t.Fatalf("after receipt %d, count %d %v", i+1, n, err)
+			}
 		}
 		rs, err := s.Receipts(fp)
 		if err != nil || len(rs) != 2 || rs[0].Status != schema.StatusReconciliationRequired || rs[1].Status != schema.StatusConfirmed ||

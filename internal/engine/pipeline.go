@@ -1,0 +1,294 @@
+package engine
+
+import (
+	"fmt"
+	"log/slog"
+	"regexp"
+	"slices"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/portcullis/portcullis/internal/activity"
+	"github.com/portcullis/portcullis/internal/adapters"
+	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/internal/journal"
+	"github.com/portcullis/portcullis/internal/policy"
+	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/metrics"
+	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/stages"
+	"github.com/portcullis/portcullis/stages/admission"
+	"github.com/portcullis/portcullis/stages/authorization"
+	"github.com/portcullis/portcullis/stages/dispatch"
+	"github.com/portcullis/portcullis/stages/grounding"
+	"github.com/portcullis/portcullis/stages/reconciliation"
+	"github.com/portcullis/portcullis/subjects"
+)
+
+// Ingress names a host-facing stream a stage consumes.
+type Ingress int
+
+const (
+	// Internal: the stage consumes its own stream, `<prefix>.stage.<name>.>`
+	// (hand-offs and timers), and every input must carry the processor's
+	// seal.
+	Internal Ingress = iota
+	// Proposals: the hosts' proposals (ACTIONS_PROPOSALS).
+	Proposals
+	// Grants: the hosts' standalone grants and declines (ACTIONS_GRANTS).
+	Grants
+)
+
+// Spec declares one stage of the pipeline. The table (Pipeline) is the only
+// place the stage order is written: wiring, stream creation, metric
+// pre-creation and readiness all read it, and a stage learns its successor
+// from the stages.Route it is built with.
+type Spec struct {
+	// Name is the stage's name: its durable consumer, its stream's and
+	// subjects' token (internal stages), and its `stage` metric label.
+	Name string
+	// Ingress is what the stage consumes (Internal: its own stream).
+	Ingress Ingress
+	// Phase is the phase of INTERNAL_MESSAGE_REJECTED events for an
+	// internal stage's unsealed inputs.
+	Phase schema.Phase
+	// Workers handle messages concurrently (stages.RunnerConfig's default
+	// when 0).
+	Workers int
+	// Next is the successor's name ("" for none).
+	Next string
+	// New builds the stage's handler.
+	New func(parts *Parts, route stages.Route) (stages.Handler, error)
+}
+
+// Pipeline is Portcullis's pipeline (SPEC §3): admission → grounding →
+// authorization → dispatch → reconciliation, with the grants consumer
+// resuming parked proposals into dispatch. It returns a fresh slice.
+func Pipeline() []Spec {
+	return []Spec{
+		{Name: subjects.StageAdmission, Ingress: Proposals, Workers: 8, Next: subjects.StageGrounding, New: newAdmission},
+		// Workers may wait up to source_timeout on a candidate source.
+		{Name: subjects.StageGrounding, Phase: schema.PhaseGrounding, Workers: 8, Next: subjects.StageAuthorization, New: newGrounding},
+		{Name: subjects.StageAuthorization, Phase: schema.PhaseAuthorization, Next: subjects.StageDispatch, New: newAuthorization},
+		{Name: subjects.StageGrants, Ingress: Grants, Next: subjects.StageDispatch, New: newGrants},
+		{Name: subjects.StageDispatch, Phase: schema.PhaseDispatch, Workers: 16, Next: subjects.StageReconciliation, New: newDispatch},
+		// Workers may wait up to a provider's timeout on a reconcile.
+		{Name: subjects.StageReconciliation, Phase: schema.PhaseReconciliation, Workers: 8, New: newReconciliation},
+	}
+}
+
+// InsertBefore returns p with s inserted before the stage named before:
+// every stage that handed on to before hands on to s, and s hands on to
+// before.
+func InsertBefore(p []Spec, before string, s Spec) []Spec {
+	out := slices.Clone(p)
+	at := len(out)
+	for i := range out {
+		if out[i].Next == before {
+			out[i].Next = s.Name
+		}
+		if out[i].Name == before && at == len(out) {
+			at = i
+		}
+	}
+	s.Next = before
+	return slices.Insert(out, at, s)
+}
+
+// stageName is what a stage name may be: a subject token, a stream name
+// when upper-cased, a metric label value.
+var stageName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
+
+// checkPipeline refuses a table the processor cannot run.
+func checkPipeline(p []Spec) error {
+	names := map[string]bool{}
+	for _, s := range p {
+		if !stageName.MatchString(s.Name) || names[s.Name] {
+			return fmt.Errorf("engine: pipeline: stage name %q is not unique, or not a lowercase letter then up to 31 of a-z 0-9 _", s.Name)
+		}
+		if s.New == nil {
+			return fmt.Errorf("engine: pipeline: stage %s has no constructor", s.Name)
+		}
+		names[s.Name] = true
+	}
+	next := map[string]string{}
+	for _, s := range p {
+		if s.Next != "" && !names[s.Next] {
+			return fmt.Errorf("engine: pipeline: stage %s hands on to unknown stage %q", s.Name, s.Next)
+		}
+		next[s.Name] = s.Next
+	}
+	// The grants consumer decides with the authorization stage, which
+	// hands both consumers' permits on along its own route.
+	if a, ok := next[subjects.StageAuthorization]; ok && names[subjects.StageGrants] && next[subjects.StageGrants] != a {
+		return fmt.Errorf("engine: pipeline: %s must hand on to %s's successor %q", subjects.StageGrants, subjects.StageAuthorization, a)
+	}
+	return nil
+}
+
+// internalStages names the stages that consume their own stream.
+func internalStages(p []Spec) []string {
+	var out []string
+	for _, s := range p {
+		if s.Ingress == Internal {
+			out = append(out, s.Name)
+		}
+	}
+	return out
+}
+
+func names(p []Spec) []string {
+	out := make([]string, len(p))
+	for i, s := range p {
+		out[i] = s.Name
+	}
+	return out
+}
+
+// Parts are what stage constructors build from: the processor's
+// configuration and shared components.
+type Parts struct {
+	Config   *config.Config
+	Subjects subjects.Subjects
+	Clock    stages.Clock
+	Metrics  *metrics.Metrics
+	Log      *slog.Logger
+	NC       *nats.Conn
+	JS       jetstream.JetStream
+	Store    *kv.Store
+	Journal  journal.Store
+	Activity *activity.Store
+	// Adapters are the providers' adapters, by provider name.
+	Adapters map[string]adapters.Adapter
+	// Routes are every stage's route, by name.
+	Routes map[string]stages.Route
+
+	// authz is the authorization stage, shared by the authorization and
+	// grants consumers (authorizationStage builds it once).
+	authz *authorization.Stage
+	// recon is the reconciliation stage (the operator API settles through
+	// it); nil if the pipeline has none.
+	recon *reconciliation.Stage
+}
+
+func (p *Parts) rules() policy.Rules {
+	c := p.Config
+	return policy.Rules{Managed: c.Policies, ClockSkew: c.Approval.ClockSkew, MaxGrantLifetime: c.Approval.MaxGrantLifetime}
+}
+
+func (p *Parts) stageLog(name string) *slog.Logger { return p.Log.With("stage", name) }
+
+func newAdmission(p *Parts, r stages.Route) (stages.Handler, error) {
+	var providers []string
+	for _, pr := range p.Config.Providers {
+		providers = append(providers, pr.Name)
+	}
+	c := p.Config
+	return &admission.Stage{
+		Policy: admission.Policy{
+			AllowUnsigned:   c.Admission.AllowUnsigned,
+			MaxPayloadBytes: c.Admission.MaxPayloadBytes,
+			Hosts:           c.Hosts,
+			Tenants:         c.Tenants,
+			Providers:       providers,
+		},
+		Store: p.Store, Route: r, Clock: p.Clock, Log: p.stageLog(r.Self),
+	}, nil
+}
+
+func newGrounding(p *Parts, r stages.Route) (stages.Handler, error) {
+	return &grounding.Stage{
+		Route: r, Clock: p.Clock, Store: p.Store,
+		Source:        &grounding.Source{Conn: p.NC, Subjects: p.Subjects, Timeout: p.Config.Grounding.SourceTimeout},
+		MaxCandidates: p.Config.Grounding.MaxCandidates,
+	}, nil
+}
+
+// authorizationStage builds the authorization stage once, on the route of
+// the pipeline's authorization entry: its approval timers fire on its own
+// stream whichever consumer parked the proposal.
+func (p *Parts) authorizationStage() (*authorization.Stage, error) {
+	if p.authz != nil {
+		return p.authz, nil
+	}
+	r, ok := p.Routes[subjects.StageAuthorization]
+	if !ok {
+		return nil, fmt.Errorf("engine: pipeline: the grants consumer needs the %s stage", subjects.StageAuthorization)
+	}
+	c := p.Config
+	s := &authorization.Stage{
+		Policy: authorization.Policy{
+			Rules:         p.rules(),
+			ApprovalTTL:   c.Approval.TTL,
+			AllowUnsigned: c.Admission.AllowUnsigned,
+			MaxGrantBytes: c.Admission.MaxPayloadBytes,
+			Hosts:         c.Hosts,
+			Tenants:       c.Tenants,
+		},
+		Store: p.Store, Activity: p.Activity, Metrics: p.Metrics, Route: r, Clock: p.Clock, JS: p.JS,
+		Log: p.stageLog(r.Self),
+	}
+	if err := s.RestorePending(); err != nil {
+		return nil, err
+	}
+	p.authz = s
+	return s, nil
+}
+
+func newAuthorization(p *Parts, _ stages.Route) (stages.Handler, error) {
+	return p.authorizationStage()
+}
+
+func newGrants(p *Parts, _ stages.Route) (stages.Handler, error) {
+	s, err := p.authorizationStage()
+	if err != nil {
+		return nil, err
+	}
+	return s.Grants(), nil
+}
+
+func newDispatch(p *Parts, r stages.Route) (stages.Handler, error) {
+	return &dispatch.Stage{
+		Journal: p.Journal, Adapters: p.Adapters, Providers: p.Config.Providers, Policy: p.rules(),
+		NC: p.NC, Route: r, Clock: p.Clock, Metrics: p.Metrics, Activity: p.Activity,
+		Log:               p.stageLog(r.Self),
+		ReconcileInterval: p.Config.Reconciliation.Interval,
+	}, nil
+}
+
+func newReconciliation(p *Parts, r stages.Route) (stages.Handler, error) {
+	p.recon = &reconciliation.Stage{
+		Journal: p.Journal, Adapters: p.Adapters, Route: r, Clock: p.Clock, Metrics: p.Metrics, Activity: p.Activity,
+		Log:      p.stageLog(r.Self),
+		Interval: p.Config.Reconciliation.Interval, MaxAttempts: p.Config.Reconciliation.MaxAttempts,
+	}
+	return p.recon, nil
+}
+
+// runners builds one runner per stage of the pipeline.
+func (p *Processor) runners(pipeline []Spec, parts *Parts, deps stages.Deps) ([]*stages.Runner, error) {
+	parts.Routes = map[string]stages.Route{}
+	for _, s := range pipeline {
+		parts.Routes[s.Name] = stages.Route{Subjects: p.subj, Self: s.Name, Next: s.Next}
+	}
+	out := make([]*stages.Runner, 0, len(pipeline))
+	for _, s := range pipeline {
+		h, err := s.New(parts, parts.Routes[s.Name])
+		if err != nil {
+			return nil, fmt.Errorf("engine: stage %s: %w", s.Name, err)
+		}
+		rc := stages.RunnerConfig{Stage: s.Name, Workers: s.Workers}
+		switch s.Ingress {
+		case Proposals:
+			rc.Stream, rc.FilterSubject = p.subj.ProposalsStream(), p.subj.Proposals()
+		case Grants:
+			rc.Stream, rc.FilterSubject = p.subj.GrantsStream(), p.subj.Grants()
+		default:
+			rc.Stream, rc.FilterSubject = p.subj.StageStream(s.Name), p.subj.StageAll(s.Name)
+			rc.Internal, rc.Phase = true, s.Phase
+		}
+		out = append(out, stages.NewRunner(rc, deps, h))
+	}
+	return out, nil
+}
