@@ -228,7 +228,7 @@ func respond(log *slog.Logger, m *nats.Msg, body []byte) {
 // keyMatches checks the idempotency key (64 lowercase hex digits) against
 // its fingerprint.
 func keyMatches(fp, key string) bool {
-	return schema.ValidFingerprint(fp) && fp == "sha256:"+key
+	return schema.ValidFingerprint(fp) && fp == schema.FingerprintOfKey(key)
 }
 
 // wipe zeroes protected values and empties their map.

@@ -29,7 +29,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -38,7 +37,7 @@ import (
 )
 
 // Prefix starts every fingerprint.
-const Prefix = "sha256:"
+const Prefix = schema.FingerprintPrefix
 
 // ErrNotCanonical is returned (wrapped) for a value that has no canonical
 // form: invalid JSON, or a number CheckNumbers refuses.
@@ -199,19 +198,10 @@ func Of(p *schema.Proposal, referent string) (Result, error) {
 	return Compute(FieldsOf(p, referent))
 }
 
-// Key returns the idempotency key (64 hex digits) of a fingerprint.
-func Key(fingerprint string) string { return strings.TrimPrefix(fingerprint, Prefix) }
+// Key returns the idempotency key (64 hex digits) of a fingerprint
+// (schema.FingerprintKey).
+func Key(fingerprint string) string { return schema.FingerprintKey(fingerprint) }
 
-// Valid reports whether s is "sha256:" followed by 64 lowercase hex digits.
-func Valid(s string) bool {
-	k, ok := strings.CutPrefix(s, Prefix)
-	if !ok || len(k) != 64 {
-		return false
-	}
-	for i := 0; i < len(k); i++ {
-		if c := k[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
-}
+// Valid reports whether s is "sha256:" followed by 64 lowercase hex digits
+// (schema.ValidFingerprint).
+func Valid(s string) bool { return schema.ValidFingerprint(s) }

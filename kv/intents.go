@@ -3,18 +3,16 @@ package kv
 import (
 	"encoding/hex"
 	"fmt"
-	"strings"
 
 	"github.com/portcullis/portcullis/schema"
 )
 
 // fingerprintBytes decodes "sha256:<64 hex>" to its 32 bytes.
 func fingerprintBytes(fp string) ([]byte, error) {
-	h, ok := strings.CutPrefix(fp, "sha256:")
-	if !ok || len(h) != 64 {
+	if !schema.ValidFingerprint(fp) {
 		return nil, fmt.Errorf("kv: not a fingerprint: %q", fp)
 	}
-	b, err := hex.DecodeString(h)
+	b, err := hex.DecodeString(schema.FingerprintKey(fp))
 	if err != nil {
 		return nil, fmt.Errorf("kv: not a fingerprint: %w", err)
 	}
@@ -132,7 +130,7 @@ func (s *Store) Indeterminates() ([]Indeterminate, error) {
 		if err := decode(val, &since); err != nil {
 			return false, err
 		}
-		out = append(out, Indeterminate{Fingerprint: "sha256:" + hex.EncodeToString(key[1:]), SinceMs: since})
+		out = append(out, Indeterminate{Fingerprint: schema.FingerprintOfKey(hex.EncodeToString(key[1:])), SinceMs: since})
 		return true, nil
 	})
 	return out, err

@@ -1,7 +1,6 @@
 package schema
 
 import (
-	"regexp"
 	"slices"
 )
 
@@ -49,10 +48,6 @@ var AuthorizationMethods = []string{MethodManual, MethodPolicy, MethodAdversaria
 // automatic_approval_forbidden refuses.
 var AutomaticMethods = []string{MethodPolicy, MethodAdversarialAuto, MethodManagedPolicy}
 
-var fingerprintPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
-
-// ValidFingerprint reports whether s has the form "sha256:" + 64 lowercase hex digits.
-func ValidFingerprint(s string) bool { return fingerprintPattern.MatchString(s) }
 
 // Valid checks a grant's formats and enumerations (GRANT_MALFORMED when false).
 func (g *Grant) Valid() bool {

@@ -733,7 +733,7 @@ func (d *demo) checkActivity(fp string) error {
 	var raw []byte
 	deadline := time.Now().Add(demoWait)
 	for { // the snapshot is written right after the outcome
-		e, err := bucket.Get(ctx, strings.TrimPrefix(fp, "sha256:"))
+		e, err := bucket.Get(ctx, schema.FingerprintKey(fp))
 		if err == nil {
 			raw = e.Value()
 			if schema.Decode(raw, &snap) == nil && snap.Status == string(schema.StatusConfirmed) {
@@ -755,7 +755,7 @@ func (d *demo) checkActivity(fp string) error {
 			return fmt.Errorf("flight: a protected value or the payload was stored")
 		}
 	}
-	d.printf("           activity record %s[%s]: status %s, spend USD %d.%02d, decision %s by %s/%s,\n", d.subj.ActivityBucket(), short(strings.TrimPrefix(fp, "sha256:")),
+	d.printf("           activity record %s[%s]: status %s, spend USD %d.%02d, decision %s by %s/%s,\n", d.subj.ActivityBucket(), short(schema.FingerprintKey(fp)),
 		snap.Status, snap.ExternalSpend.AmountMinor/100, snap.ExternalSpend.AmountMinor%100, snap.Decision.Outcome, snap.Authorization.Method, snap.Authorization.Assurance)
 	d.printf("           disclosure of %s, %d reconciliation attempt(s); no payload or protected value\n", strings.Join(snap.Disclosure.FieldClasses, ","), snap.Reconciliation.Attempts)
 	d.printf("           in it or in any stored record (checked).\n")

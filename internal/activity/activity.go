@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -19,7 +18,7 @@ import (
 var ErrNotFound = errors.New("activity: not found")
 
 // Key is the bucket key of a fingerprint ("sha256:<hex>" or bare hex).
-func Key(fingerprint string) string { return strings.TrimPrefix(fingerprint, "sha256:") }
+func Key(fingerprint string) string { return schema.FingerprintKey(fingerprint) }
 
 // Store reads and updates activity snapshots.
 type Store struct {

@@ -33,7 +33,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 
 	"github.com/nats-io/nats.go"
 
@@ -103,7 +102,6 @@ func checkReply(r schema.AdapterReply, forReconcile bool) (schema.AdapterReply, 
 	return r, nil
 }
 
-var hexKeyPattern = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 // encodeDispatch checks a request and returns its body. It refuses a request
 // that cannot be right: the wrong schema or provider, an idempotency key
@@ -117,7 +115,7 @@ func encodeDispatch(provider string, req *schema.DispatchRequest) ([]byte, error
 		return nil, invalid(provider, MethodDispatch, "schema")
 	case req.Provider != provider:
 		return nil, invalid(provider, MethodDispatch, "provider")
-	case !hexKeyPattern.MatchString(req.IdempotencyKey) || req.Fingerprint != "sha256:"+req.IdempotencyKey:
+	case !schema.ValidFingerprintKey(req.IdempotencyKey) || req.Fingerprint != schema.FingerprintOfKey(req.IdempotencyKey):
 		return nil, invalid(provider, MethodDispatch, "fingerprint or idempotency key")
 	}
 	body, err := schema.Marshal(req)
@@ -132,7 +130,7 @@ func encodeReconcile(provider string, req *schema.ReconcileRequest) ([]byte, err
 	switch {
 	case req.Schema != schema.SchemaReconcile:
 		return nil, invalid(provider, MethodReconcile, "schema")
-	case !hexKeyPattern.MatchString(req.IdempotencyKey) || req.Fingerprint != "sha256:"+req.IdempotencyKey:
+	case !schema.ValidFingerprintKey(req.IdempotencyKey) || req.Fingerprint != schema.FingerprintOfKey(req.IdempotencyKey):
 		return nil, invalid(provider, MethodReconcile, "fingerprint or idempotency key")
 	case req.AttemptID == "":
 		return nil, invalid(provider, MethodReconcile, "attempt_id")

@@ -299,8 +299,8 @@ func ValidProposalRef(ref schema.ProposalRef) bool {
 // (the activity key), in either case, and returns the fingerprint.
 func NormalizeFingerprint(s string) (string, bool) {
 	s = strings.ToLower(strings.TrimSpace(s))
-	if !strings.HasPrefix(s, "sha256:") {
-		s = "sha256:" + s
+	if !strings.HasPrefix(s, schema.FingerprintPrefix) {
+		s = schema.FingerprintOfKey(s)
 	}
 	return s, schema.ValidFingerprint(s)
 }

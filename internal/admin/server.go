@@ -397,7 +397,7 @@ func (s *Server) providers(ctx context.Context, parked []kv.Approval) map[string
 			continue
 		}
 		out[a.Fingerprint] = ""
-		e, err := bucket.Get(ctx, strings.TrimPrefix(a.Fingerprint, "sha256:"))
+		e, err := bucket.Get(ctx, schema.FingerprintKey(a.Fingerprint))
 		if err != nil {
 			continue
 		}
@@ -587,7 +587,7 @@ func latestEntries(ctx context.Context, stream jetstream.Stream, keyPrefix strin
 		}
 		fp := a.Fingerprint
 		if fp == "" {
-			fp = "sha256:" + strings.TrimPrefix(m.Subject, keyPrefix)
+			fp = schema.FingerprintOfKey(strings.TrimPrefix(m.Subject, keyPrefix))
 		}
 		entries = append(entries, ActivityEntry{
 			Fingerprint: fp, Status: a.Status, Provider: a.Provider, Capability: a.Capability, Operation: a.Operation,

@@ -15,7 +15,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"slices"
-	"strings"
 
 	"github.com/portcullis/portcullis/schema"
 )
@@ -64,7 +63,7 @@ func IdentityOf(env *schema.Envelope) Identity {
 }
 
 // Hex is a fingerprint's 64 hex digits (subject token, KV key).
-func Hex(fingerprint string) string { return strings.TrimPrefix(fingerprint, "sha256:") }
+func Hex(fingerprint string) string { return schema.FingerprintKey(fingerprint) }
 
 // Record is the value-free dispatch and reconciliation state of one
 // fingerprint.

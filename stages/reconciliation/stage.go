@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"slices"
 	"time"
 
@@ -59,7 +58,6 @@ var errTrigger = errors.New("reconciliation: malformed trigger")
 // smaller in any sane configuration).
 const maxAttemptNumber = 1 << 20
 
-var hexPattern = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 func (s *Stage) log() *slog.Logger {
 	if s.Log == nil {
@@ -80,14 +78,14 @@ func (s *Stage) rules() Rules {
 // attempt number ≥ 1, or an announcement.
 func DecodeTrigger(s subjects.Subjects, subject string, data []byte) (journal.Trigger, error) {
 	_, kind, id, ok := s.ParseStage(subject)
-	if !ok || kind != subjects.KindTimer || !hexPattern.MatchString(id) {
+	if !ok || kind != subjects.KindTimer || !schema.ValidFingerprintKey(id) {
 		return journal.Trigger{}, fmt.Errorf("%w: subject", errTrigger)
 	}
 	var tr journal.Trigger
 	if err := schema.Decode(data, &tr); err != nil {
 		return journal.Trigger{}, fmt.Errorf("%w: %w", errTrigger, err)
 	}
-	if tr.Fingerprint != "sha256:"+id {
+	if tr.Fingerprint != schema.FingerprintOfKey(id) {
 		return journal.Trigger{}, fmt.Errorf("%w: fingerprint", errTrigger)
 	}
 	if tr.Announce != (tr.Attempt == 0) || tr.Attempt < 0 || tr.Attempt > maxAttemptNumber {
