@@ -1,0 +1,227 @@
+// Package bench measures Portcullis against the bare JetStream work it is
+// built from, side by side on one embedded server (`processor bench`):
+//
+//   - Raw: a five-hop chain — five streams, each hop a durable pull
+//     consumer that republishes every message to the next stream
+//     (asynchronously, with a Nats-Msg-Id) and acks it once the PubAck
+//     arrived; the fifth hop publishes a core NATS message where the
+//     measurer listens, as a stage publishes an outcome.
+//   - Pipeline: Portcullis end to end through its five stages, granted
+//     proposals of distinct intents dispatched over NATS to a connector on
+//     the far side (the public client's ServeConnector), a share of them
+//     acknowledged so that reconciliation verifies them; done at the
+//     terminal outcome.
+//
+// Each side runs two phases: throughput (Count messages, at most Window in
+// flight) and latency (Rate messages per second for Duration, each timed
+// from its publish to its end).
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Options configure a run.
+type Options struct {
+	// Count is the throughput phase's number of messages. Default 5000.
+	Count int
+	// Window bounds messages in flight in the throughput phase. Default 500.
+	Window int
+	// Rate is the latency phase's messages per second. Default 1000.
+	Rate int
+	// Duration is the latency phase's length. Default 5s.
+	Duration time.Duration
+	// PayloadBytes pads each proposal's payload (and sizes the raw chain's
+	// messages like the proposals). Default 0: the bare proposal.
+	PayloadBytes int
+	// AckShare is the share of dispatches the connector acknowledges
+	// (reconciliation verifies them) instead of confirming. Default 0.1.
+	AckShare float64
+	// Progress, when set, is called about twice a second with a one-line
+	// status.
+	Progress func(line string)
+}
+
+func (o *Options) defaults() {
+	if o.Count <= 0 {
+		o.Count = 5000
+	}
+	if o.Window <= 0 {
+		o.Window = 500
+	}
+	if o.Rate <= 0 {
+		o.Rate = 1000
+	}
+	if o.Duration <= 0 {
+		o.Duration = 5 * time.Second
+	}
+	if o.AckShare < 0 {
+		o.AckShare = 0
+	}
+}
+
+// Phase is one measured phase.
+type Phase struct {
+	Count   int
+	Elapsed time.Duration
+	// Latencies are sorted ascending.
+	Latencies []time.Duration
+	// Failed counts messages that did not end as expected (a pipeline
+	// outcome other than CONFIRMED).
+	Failed int
+}
+
+// Throughput is messages per second.
+func (p Phase) Throughput() float64 {
+	if p.Elapsed <= 0 {
+		return 0
+	}
+	return float64(p.Count) / p.Elapsed.Seconds()
+}
+
+// Percentile is the q-quantile latency (0 ≤ q ≤ 1).
+func (p Phase) Percentile(q float64) time.Duration {
+	if len(p.Latencies) == 0 {
+		return 0
+	}
+	i := min(int(q*float64(len(p.Latencies))), len(p.Latencies)-1)
+	return p.Latencies[i]
+}
+
+// Side is one side's result.
+type Side struct {
+	Throughput Phase
+	Latency    Phase
+	// PeakRSS is the process's peak resident set during the side, in bytes
+	// (0 where the platform does not say).
+	PeakRSS int64
+}
+
+// tracker times messages from send to end and releases window slots.
+type tracker struct {
+	mu      sync.Mutex
+	sent    map[string]time.Time
+	lat     []time.Duration
+	failed  int
+	want    int
+	done    chan struct{}
+	slots   chan struct{}
+	ended   atomic.Int64
+	started time.Time
+}
+
+func newTracker(want, window int) *tracker {
+	return &tracker{sent: make(map[string]time.Time, want), want: want, done: make(chan struct{}), slots: make(chan struct{}, window)}
+}
+
+// send notes id's send time, waiting for a window slot first.
+func (t *tracker) send(ctx context.Context, id string) error {
+	select {
+	case t.slots <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	t.mu.Lock()
+	t.sent[id] = time.Now()
+	t.mu.Unlock()
+	return nil
+}
+
+// end notes id's end; ok is false for a wrong ending. Unknown or repeated
+// ids are ignored.
+func (t *tracker) end(id string, ok bool) {
+	now := time.Now()
+	t.mu.Lock()
+	t0, found := t.sent[id]
+	if !found {
+		t.mu.Unlock()
+		return
+	}
+	delete(t.sent, id)
+	if ok {
+		t.lat = append(t.lat, now.Sub(t0))
+	} else {
+		t.failed++
+	}
+	n := len(t.lat) + t.failed
+	t.mu.Unlock()
+	t.ended.Add(1)
+	<-t.slots
+	if n == t.want {
+		close(t.done)
+	}
+}
+
+// wait waits for every message's end and returns the phase.
+func (t *tracker) wait(ctx context.Context, label string, progress func(string)) (Phase, error) {
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.done:
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			slices.Sort(t.lat)
+			return Phase{Count: t.want, Elapsed: time.Since(t.started), Latencies: t.lat, Failed: t.failed}, nil
+		case <-tick.C:
+			if progress != nil {
+				progress(fmt.Sprintf("%s %d/%d", label, t.ended.Load(), t.want))
+			}
+		case <-ctx.Done():
+			return Phase{}, fmt.Errorf("bench: %s: %d of %d ended: %w", label, t.ended.Load(), t.want, ctx.Err())
+		}
+	}
+}
+
+// paced sends count messages at rate per second through send (which must
+// not block on the window: the latency phase's window is count).
+func paced(ctx context.Context, count, rate int, send func(i int) error) error {
+	start := time.Now()
+	interval := time.Second / time.Duration(rate)
+	for i := range count {
+		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		if err := send(i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// errNoRSS: the platform does not report peak RSS.
+var errNoRSS = errors.New("bench: peak RSS not available")
+
+// resetPeakRSS restarts the kernel's peak-RSS count (Linux: clear_refs 5).
+func resetPeakRSS() { _ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) }
+
+// peakRSS reads the process's peak resident set (VmHWM) in bytes.
+func peakRSS() (int64, error) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, errNoRSS
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				return 0, errNoRSS
+			}
+			return kb * 1024, nil
+		}
+	}
+	return 0, errNoRSS
+}

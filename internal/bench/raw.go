@@ -1,0 +1,161 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Hops is the raw chain's length: Portcullis's five stages.
+const Hops = 5
+
+// rawPrefix names the raw chain's streams and subjects.
+const rawPrefix = "benchraw"
+
+// Raw runs the raw five-hop chain on the server at url. bodyBytes sizes
+// its messages. It removes its streams afterwards.
+func Raw(ctx context.Context, url string, bodyBytes int, o Options) (Side, error) {
+	o.defaults()
+	hopConn, err := nats.Connect(url)
+	if err != nil {
+		return Side{}, err
+	}
+	defer hopConn.Close()
+	client, err := nats.Connect(url)
+	if err != nil {
+		return Side{}, err
+	}
+	defer client.Close()
+	hopJS, err := jetstream.New(hopConn, jetstream.WithPublishAsyncMaxPending(4*o.Window))
+	if err != nil {
+		return Side{}, err
+	}
+	clientJS, err := jetstream.New(client, jetstream.WithPublishAsyncMaxPending(max(o.Window, o.Rate)))
+	if err != nil {
+		return Side{}, err
+	}
+	stream := func(i int) string { return fmt.Sprintf("BENCH_RAW_%d", i) }
+	subject := func(i int) string { return fmt.Sprintf("%s.%d", rawPrefix, i) }
+	for i := 1; i <= Hops; i++ {
+		if _, err := hopJS.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+			Name: stream(i), Subjects: []string{subject(i)}, Retention: jetstream.LimitsPolicy,
+			Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute,
+		}); err != nil {
+			return Side{}, fmt.Errorf("bench: raw stream: %w", err)
+		}
+		defer hopJS.DeleteStream(context.Background(), stream(i))
+	}
+
+	var cur atomic.Pointer[tracker]
+	done := rawPrefix + ".done"
+	sub, err := client.Subscribe(done, func(m *nats.Msg) {
+		if t := cur.Load(); t != nil {
+			t.end(string(m.Data), true)
+		}
+	})
+	if err != nil {
+		return Side{}, err
+	}
+	defer sub.Unsubscribe()
+	if err := client.Flush(); err != nil {
+		return Side{}, err
+	}
+
+	for i := 1; i <= Hops; i++ {
+		cons, err := hopJS.CreateOrUpdateConsumer(ctx, stream(i), jetstream.ConsumerConfig{
+			Durable: "hop", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 4 * o.Window,
+			DeliverPolicy: jetstream.DeliverAllPolicy,
+		})
+		if err != nil {
+			return Side{}, fmt.Errorf("bench: raw consumer: %w", err)
+		}
+		next := i + 1
+		cc, err := cons.Consume(func(m jetstream.Msg) {
+			id := m.Headers().Get("Bench-Id")
+			if next > Hops {
+				// The last hop ends the message as a stage publishes an
+				// outcome: a core publish, then the ack.
+				_ = hopConn.Publish(done, []byte(id))
+				_ = m.Ack()
+				return
+			}
+			out := nats.NewMsg(subject(next))
+			out.Data = m.Data()
+			out.Header.Set("Bench-Id", id)
+			out.Header.Set(jetstream.MsgIDHeader, id+"/"+strconv.Itoa(next))
+			f, err := hopJS.PublishMsgAsync(out)
+			if err != nil {
+				_ = m.Nak()
+				return
+			}
+			go func() {
+				select {
+				case <-f.Ok():
+					_ = m.Ack()
+				case <-f.Err():
+					_ = m.Nak()
+				}
+			}()
+		}, jetstream.PullMaxMessages(256))
+		if err != nil {
+			return Side{}, err
+		}
+		defer cc.Stop()
+	}
+
+	body := make([]byte, bodyBytes)
+	for i := range body {
+		body[i] = 'x'
+	}
+	publish := func(id string) error {
+		m := nats.NewMsg(subject(1))
+		m.Data = body
+		m.Header.Set("Bench-Id", id)
+		m.Header.Set(jetstream.MsgIDHeader, id+"/1")
+		_, err := clientJS.PublishMsgAsync(m)
+		return err
+	}
+
+	var side Side
+	resetPeakRSS()
+	// Throughput.
+	t := newTracker(o.Count, o.Window)
+	cur.Store(t)
+	t.started = time.Now()
+	for i := range o.Count {
+		id := "t" + strconv.Itoa(i)
+		if err := t.send(ctx, id); err != nil {
+			return Side{}, err
+		}
+		if err := publish(id); err != nil {
+			return Side{}, err
+		}
+	}
+	if side.Throughput, err = t.wait(ctx, "raw throughput", o.Progress); err != nil {
+		return Side{}, err
+	}
+	// Latency at a fixed rate.
+	n := max(1, int(float64(o.Rate)*o.Duration.Seconds()))
+	t = newTracker(n, n)
+	cur.Store(t)
+	t.started = time.Now()
+	if err := paced(ctx, n, o.Rate, func(i int) error {
+		id := "l" + strconv.Itoa(i)
+		if err := t.send(ctx, id); err != nil {
+			return err
+		}
+		return publish(id)
+	}); err != nil {
+		return Side{}, err
+	}
+	if side.Latency, err = t.wait(ctx, "raw latency", o.Progress); err != nil {
+		return Side{}, err
+	}
+	side.PeakRSS, _ = peakRSS()
+	return side, nil
+}
