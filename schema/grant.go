@@ -48,7 +48,6 @@ var AuthorizationMethods = []string{MethodManual, MethodPolicy, MethodAdversaria
 // automatic_approval_forbidden refuses.
 var AutomaticMethods = []string{MethodPolicy, MethodAdversarialAuto, MethodManagedPolicy}
 
-
 // Valid checks a grant's formats and enumerations (GRANT_MALFORMED when false).
 func (g *Grant) Valid() bool {
 	if g.Schema != SchemaGrant || !ValidFingerprint(g.IntentFingerprint) {

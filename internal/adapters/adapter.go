@@ -102,7 +102,6 @@ func checkReply(r schema.AdapterReply, forReconcile bool) (schema.AdapterReply, 
 	return r, nil
 }
 
-
 // encodeDispatch checks a request and returns its body. It refuses a request
 // that cannot be right: the wrong schema or provider, an idempotency key
 // that is not the fingerprint's 64 hex digits (SPEC §2.3), or a body that

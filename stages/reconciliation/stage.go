@@ -58,7 +58,6 @@ var errTrigger = errors.New("reconciliation: malformed trigger")
 // smaller in any sane configuration).
 const maxAttemptNumber = 1 << 20
 
-
 func (s *Stage) log() *slog.Logger {
 	if s.Log == nil {
 		return slog.Default()
