@@ -69,7 +69,7 @@ func TestGrafanaProvisioning(t *testing.T) {
 			} `json:"list"`
 		} `json:"templating"`
 	}
-	if err := json.Unmarshal(metrics.Dashboard, &dash); err != nil {
+	if err := json.Unmarshal(metrics.Dashboard(), &dash); err != nil {
 		t.Fatal(err)
 	}
 	if dash.UID == "" || dash.ID != nil {

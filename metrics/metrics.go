@@ -29,7 +29,9 @@ const (
 )
 
 // Results lists the closed set of stage results.
-var Results = []string{ResultForwarded, ResultOutcome, ResultConsumed, ResultRetry, ResultGaveUp, ResultRejected}
+func Results() []string {
+	return []string{ResultForwarded, ResultOutcome, ResultConsumed, ResultRetry, ResultGaveUp, ResultRejected}
+}
 
 // Reconciliation attempt statuses (label `status`): the provider's answer,
 // or why there was none.
@@ -45,7 +47,9 @@ const (
 )
 
 // AttemptStatuses lists the closed set of attempt statuses.
-var AttemptStatuses = []string{AttemptConfirmed, AttemptRejected, AttemptFailedBeforeDispatch, AttemptIndeterminate, AttemptMalformed, AttemptUnavailable, AttemptError, AttemptReplayed}
+func AttemptStatuses() []string {
+	return []string{AttemptConfirmed, AttemptRejected, AttemptFailedBeforeDispatch, AttemptIndeterminate, AttemptMalformed, AttemptUnavailable, AttemptError, AttemptReplayed}
+}
 
 // Metrics holds every metric.
 type Metrics struct {
@@ -177,7 +181,7 @@ func New(stages, providers []string) *Metrics {
 		m.ConsumerPending.WithLabelValues(st)
 		m.ConsumerAckPending.WithLabelValues(st)
 		m.StageDuration.WithLabelValues(st)
-		for _, r := range Results {
+		for _, r := range Results() {
 			m.StageMessages.WithLabelValues(st, r)
 		}
 	}
@@ -189,7 +193,7 @@ func New(stages, providers []string) *Metrics {
 		for _, s := range schema.Statuses() {
 			m.Dispatches.WithLabelValues(p, string(s))
 		}
-		for _, s := range AttemptStatuses {
+		for _, s := range AttemptStatuses() {
 			m.ReconcileAttempts.WithLabelValues(p, s)
 		}
 	}

@@ -71,7 +71,7 @@ func TestSpecMetricsExistAndStartAtZero(t *testing.T) {
 		}
 	}
 	// Pre-created series: every stage × result, phase × code, provider × status.
-	if n := testutil.CollectAndCount(m.StageMessages); n != len(pipeline())*len(metrics.Results) {
+	if n := testutil.CollectAndCount(m.StageMessages); n != len(pipeline())*len(metrics.Results()) {
 		t.Errorf("stage message series = %d", n)
 	}
 	if n := testutil.CollectAndCount(m.Incidents); n != len(schema.Codes()) {
@@ -149,7 +149,7 @@ func TestDashboardQueriesExistingMetrics(t *testing.T) {
 			} `json:"targets"`
 		} `json:"panels"`
 	}
-	if err := json.Unmarshal(metrics.Dashboard, &dash); err != nil {
+	if err := json.Unmarshal(metrics.Dashboard(), &dash); err != nil {
 		t.Fatal(err)
 	}
 	g := gather(t, metrics.New(pipeline(), []string{"demo"}))

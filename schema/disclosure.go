@@ -15,7 +15,9 @@ const (
 )
 
 // FieldClasses lists the closed set of disclosure classes.
-var FieldClasses = []string{ClassLegalIdentity, ClassBirthDate, ClassContactDetails, ClassAccessibilityNeeds, ClassLoyaltyAccounts, ClassTravelDocuments}
+func FieldClasses() []string {
+	return []string{ClassLegalIdentity, ClassBirthDate, ClassContactDetails, ClassAccessibilityNeeds, ClassLoyaltyAccounts, ClassTravelDocuments}
+}
 
 // Disclosure sources.
 const (
@@ -73,12 +75,12 @@ func (p *DisclosurePlan) Normalize() {
 // Valid checks a normalized plan: 1–6 unique known classes, a single-line
 // recipient and purpose within their limits, and a known source.
 func (p *DisclosurePlan) Valid() bool {
-	if len(p.FieldClasses) < 1 || len(p.FieldClasses) > len(FieldClasses) {
+	if len(p.FieldClasses) < 1 || len(p.FieldClasses) > len(FieldClasses()) {
 		return false
 	}
 	seen := map[string]bool{}
 	for _, c := range p.FieldClasses {
-		if seen[c] || !slices.Contains(FieldClasses, c) {
+		if seen[c] || !slices.Contains(FieldClasses(), c) {
 			return false
 		}
 		seen[c] = true

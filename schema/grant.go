@@ -42,11 +42,15 @@ const (
 )
 
 // AuthorizationMethods is the closed set of grant methods.
-var AuthorizationMethods = []string{MethodManual, MethodPolicy, MethodAdversarialAuto, MethodManagedPolicy, MethodTestFixture}
+func AuthorizationMethods() []string {
+	return []string{MethodManual, MethodPolicy, MethodAdversarialAuto, MethodManagedPolicy, MethodTestFixture}
+}
 
 // AutomaticMethods are the methods a managed policy's
 // automatic_approval_forbidden refuses.
-var AutomaticMethods = []string{MethodPolicy, MethodAdversarialAuto, MethodManagedPolicy}
+func AutomaticMethods() []string {
+	return []string{MethodPolicy, MethodAdversarialAuto, MethodManagedPolicy}
+}
 
 // Valid checks a grant's formats and enumerations (GRANT_MALFORMED when false).
 func (g *Grant) Valid() bool {
@@ -59,7 +63,7 @@ func (g *Grant) Valid() bool {
 	if !singleLine(g.AuthorizedBy, MaxRefLen) {
 		return false
 	}
-	if !slices.Contains(AuthorizationMethods, g.AuthorizationMethod) || AssuranceRank(g.AuthenticationAssurance) < 0 {
+	if !slices.Contains(AuthorizationMethods(), g.AuthorizationMethod) || AssuranceRank(g.AuthenticationAssurance) < 0 {
 		return false
 	}
 	if g.IssuedAtMs < 0 || g.ExpiresAtMs <= g.IssuedAtMs {

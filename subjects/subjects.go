@@ -211,7 +211,9 @@ const (
 )
 
 // AdminVerbs lists every admin verb.
-var AdminVerbs = []string{AdminReceipt, AdminReconcileList, AdminReconcileSolve, AdminApprovalsList, AdminProposalGet, AdminActivityList}
+func AdminVerbs() []string {
+	return []string{AdminReceipt, AdminReconcileList, AdminReconcileSolve, AdminApprovalsList, AdminProposalGet, AdminActivityList}
+}
 
 // Stream names.
 

@@ -178,7 +178,7 @@ func validRequest(req *schema.DisclosureRequest) error {
 	case !plan.Valid() || normalized.Recipient != req.Recipient || normalized.Purpose != req.Purpose ||
 		!slices.Equal(normalized.FieldClasses, req.FieldClasses):
 		return fmt.Errorf("%w: plan", ErrInvalidRequest)
-	case !slices.Contains(schema.AuthorizationMethods, req.AuthorizationMethod) || schema.AssuranceRank(req.GrantAuthenticationAssurance) < 0:
+	case !slices.Contains(schema.AuthorizationMethods(), req.AuthorizationMethod) || schema.AssuranceRank(req.GrantAuthenticationAssurance) < 0:
 		return fmt.Errorf("%w: grant method or assurance", ErrInvalidRequest)
 	}
 	return nil

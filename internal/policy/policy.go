@@ -206,7 +206,7 @@ func CheckManaged(p *config.ManagedPolicy, g *schema.Grant, t Target) schema.Cod
 	switch {
 	case p.Disabled:
 		return schema.CodeExternalActionsDisabled
-	case p.AutomaticApprovalForbidden && g != nil && slices.Contains(schema.AutomaticMethods, g.AuthorizationMethod):
+	case p.AutomaticApprovalForbidden && g != nil && slices.Contains(schema.AutomaticMethods(), g.AuthorizationMethod):
 		return schema.CodeAutomaticApprovalForbidden
 	case p.LiveActionsForbidden && t.Environment == schema.EnvLive:
 		return schema.CodeLiveActionsForbidden

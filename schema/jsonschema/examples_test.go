@@ -378,7 +378,7 @@ func TestSchemasCompile(t *testing.T) {
 		t.Fatal(err)
 	}
 	known := map[string]bool{}
-	for _, k := range append(append([]string(nil), jsonschema.Messages...), jsonschema.Definitions...) {
+	for _, k := range append(jsonschema.Messages(), jsonschema.Definitions()...) {
 		known[jsonschema.File(k)] = true
 	}
 	for _, e := range entries {
@@ -425,7 +425,7 @@ func TestExamples(t *testing.T) {
 		}
 		seen[ex.kind] = c
 	}
-	for _, k := range jsonschema.Messages {
+	for _, k := range jsonschema.Messages() {
 		if c := seen[k]; c[0] == 0 || c[1] == 0 {
 			t.Errorf("%s: %d good and %d bad examples; want both", k, c[0], c[1])
 		}

@@ -63,14 +63,16 @@ const (
 )
 
 // Messages lists every message kind.
-var Messages = []string{
-	Proposal, Grant, Decline, Outcome, IncidentEvent, Receipt, Activity,
-	DispatchRequest, ReconcileRequest, AdapterReply,
-	DisclosureRequest, DisclosureReply, CandidateRequest, CandidateReply,
+func Messages() []string {
+	return []string{
+		Proposal, Grant, Decline, Outcome, IncidentEvent, Receipt, Activity,
+		DispatchRequest, ReconcileRequest, AdapterReply,
+		DisclosureRequest, DisclosureReply, CandidateRequest, CandidateReply,
+	}
 }
 
 // Definitions are the schema files that are not messages.
-var Definitions = []string{"defs", "disclosure_values"}
+func Definitions() []string { return []string{"defs", "disclosure_values"} }
 
 // File is the file name of a kind's schema.
 func File(kind string) string { return kind + ".json" }
@@ -104,7 +106,7 @@ func New() (*Validator, error) {
 		}
 	}
 	v := &Validator{schemas: map[string]*sjs.Schema{}}
-	for _, kind := range append(append([]string(nil), Messages...), Definitions...) {
+	for _, kind := range append(Messages(), Definitions()...) {
 		s, err := c.Compile(Base + File(kind))
 		if err != nil {
 			return nil, fmt.Errorf("jsonschema: compile %s: %w", kind, err)

@@ -53,7 +53,7 @@ func TestMain(m *testing.M) {
 	}
 	if code == 0 && !filtered {
 		var missing []string
-		for _, k := range jsonschema.Messages {
+		for _, k := range jsonschema.Messages() {
 			if wire.seen[k] == 0 {
 				missing = append(missing, k)
 			}
@@ -313,7 +313,7 @@ func TestWireCandidateSource(t *testing.T) {
 		t.Fatalf("outcome %+v", o)
 	}
 	checkRecorded(t, env)
-	if !slices.Contains(jsonschema.Messages, jsonschema.CandidateReply) {
+	if !slices.Contains(jsonschema.Messages(), jsonschema.CandidateReply) {
 		t.Fatal("candidate_reply is not a message kind")
 	}
 }
