@@ -21,6 +21,7 @@ import (
 	"github.com/portcullis/portcullis/internal/activity"
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/admin"
+	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/policy"
@@ -63,21 +64,23 @@ type Options struct {
 
 // Processor is a running Portcullis.
 type Processor struct {
-	cfg      *config.Config
-	log      *slog.Logger
-	clock    stages.Clock
-	subj     subjects.Subjects
-	srv      *server.Server
-	nc       *nats.Conn
-	js       jetstream.JetStream
-	store    *kv.Store
-	activity *activity.Store
-	metrics  *metrics.Metrics
-	httpSrv  *http.Server
-	httpLn   net.Listener
-	seal     *seal.Sealer
-	adapters map[string]adapters.Adapter
-	recon    *reconciliation.Stage
+	cfg   *config.Config
+	log   *slog.Logger
+	clock stages.Clock
+	subj  subjects.Subjects
+	srv   *server.Server
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	store *kv.Store
+	// approvals is the authorization stage's state, on store.
+	approvals *approvals.Pebble
+	activity  *activity.Store
+	metrics   *metrics.Metrics
+	httpSrv   *http.Server
+	httpLn    net.Listener
+	seal      *seal.Sealer
+	adapters  map[string]adapters.Adapter
+	recon     *reconciliation.Stage
 	// stopAdmin ends the operator API (admin.Server) before the store closes.
 	stopAdmin func()
 	// health is what /readyz reads (health.go).
@@ -166,6 +169,9 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	if p.approvals, err = approvals.NewPebble(p.store); err != nil {
+		return err
+	}
 	var providers []string
 	for _, pr := range cfg.Providers {
 		providers = append(providers, pr.Name)
@@ -191,7 +197,7 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 		return err
 	}
 	// The operator's API (processor receipts, processor reconcile).
-	adm := &admin.Server{Journal: journal.NewPebble(p.store), Nonces: p.store, Store: p.store, Reconciliation: p.recon, Subjects: subj, Clock: p.clock,
+	adm := &admin.Server{Journal: journal.NewPebble(p.store), Approvals: p.approvals, Nonces: p.store, Store: p.store, Reconciliation: p.recon, Subjects: subj, Clock: p.clock,
 		Log: p.log.With("component", "admin"), JS: p.js, Operators: cfg.Operators, AllowUnsigned: cfg.Admission.AllowUnsigned}
 	if p.stopAdmin, err = adm.Serve(p.nc); err != nil {
 		return err
@@ -251,7 +257,7 @@ func (p *Processor) runners(deps stages.Deps) ([]*stages.Runner, error) {
 			Hosts:         p.cfg.Hosts,
 			Tenants:       p.cfg.Tenants,
 		},
-		Store: p.store, Activity: p.activity, Metrics: p.metrics, Subjects: p.subj, Clock: p.clock, JS: p.js,
+		Approvals: p.approvals, Activity: p.activity, Metrics: p.metrics, Subjects: p.subj, Clock: p.clock, JS: p.js,
 		Log: p.log.With("stage", subjects.StageAuthorization),
 	}
 	if err := authz.RestorePending(); err != nil {
@@ -423,6 +429,9 @@ func (p *Processor) Metrics() *metrics.Metrics { return p.metrics }
 // Store returns the processor's Pebble store (for tests and tools running
 // in the same process).
 func (p *Processor) Store() *kv.Store { return p.store }
+
+// Approvals returns the authorization stage's approval records (tests).
+func (p *Processor) Approvals() approvals.Store { return p.approvals }
 
 // Activity returns the activity bucket's store.
 func (p *Processor) Activity() *activity.Store { return p.activity }

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/internal/activity"
+	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
@@ -23,14 +24,14 @@ import (
 // expiries fired by the scheduler (kind timer). Grants returns the handler
 // of the grants stream.
 //
-// Every decision is recorded in Pebble (kv.Approval, with Sync) before its
-// results are published, under a per-proposal lock shared by both
-// consumers, so that a grant and the expiry timer cannot both win, and a
+// Every decision is recorded in the approvals store (approvals.Record,
+// durably) before its results are published, under a per-proposal lock
+// shared by both consumers, so that a grant and the expiry timer cannot both win, and a
 // redelivered input republishes what was decided instead of deciding again
 // at another time.
 type Stage struct {
-	Policy   Policy
-	Store    *kv.Store
+	Policy    Policy
+	Approvals approvals.Store
 	Activity *activity.Store // nil: no activity snapshots
 	Metrics  *metrics.Metrics
 	Subjects subjects.Subjects
@@ -55,16 +56,10 @@ func (s *Stage) log() *slog.Logger {
 
 // RestorePending sets the pending-approvals gauge from the store, at start.
 func (s *Stage) RestorePending() error {
-	n, err := s.Store.CountParked()
-	if err != nil {
-		return fmt.Errorf("authorization: count parked: %w", err)
-	}
-	s.Metrics.ApprovalsPending.Set(float64(n))
+	s.Metrics.ApprovalsPending.Set(float64(s.Approvals.Count()))
 	return nil
 }
 
-func lockKey(ref schema.ProposalRef) string { return "approval/" + ref.Host + "\x00" + ref.ProposalID }
-func timerID(ref schema.ProposalRef) string { return "approval/" + token(ref) }
 func inputID(in *stages.Input) string       { return in.Stream + "/" + strconv.FormatUint(in.StreamSeq, 10) }
 func token(ref schema.ProposalRef) string   { return subjects.ProposalToken(ref.Host, ref.ProposalID) }
 
@@ -110,9 +105,9 @@ func (s *Stage) handleProposal(ctx context.Context, in *stages.Input, ref schema
 	if err != nil {
 		return stages.Result{}, fmt.Errorf("%w: %w", stages.ErrPermanent, err)
 	}
-	unlock := s.Store.Lock(lockKey(ref))
+	unlock := s.Approvals.Lock(ref)
 	defer unlock()
-	a, found, err := s.Store.Approval(ref)
+	a, found, err := s.Approvals.Load(ref)
 	if err != nil {
 		return stages.Result{}, fmt.Errorf("authorization: read approval: %w", err)
 	}
@@ -122,7 +117,7 @@ func (s *Stage) handleProposal(ctx context.Context, in *stages.Input, ref schema
 			// The same proposal handed on twice: the first one decides.
 			s.log().Debug("duplicate hand-off ignored", "host", ref.Host, "proposal_id", ref.ProposalID)
 			return stages.Result{}, nil
-		case a.State == kv.ApprovalParked:
+		case a.State == approvals.StateParked:
 			return s.result(a, recorded(a, nil), env), nil
 		case a.DecidedBy == inputID(in):
 			// Decided on arrival; publishing or the ack did not complete.
@@ -134,19 +129,19 @@ func (s *Stage) handleProposal(ctx context.Context, in *stages.Input, ref schema
 	}
 	now := stages.NowMs(s.Clock)
 	v := DecideProposal(s.Policy, env, now)
-	a = kv.Approval{
+	a = approvals.Record{
 		Host: ref.Host, ProposalID: ref.ProposalID, Fingerprint: env.Grounded.Fingerprint, Referent: env.Grounded.Referent,
 		Seq: in.StreamSeq, ArrivedAtMs: now, Evaluations: v.Evaluations,
 	}
-	b := s.Store.NewBatch()
+	w := approvals.Writes{Record: &a}
 	if v.Decision == Park {
-		a.State, a.ExpiresAtMs = kv.ApprovalParked, now+s.Policy.ApprovalTTL.Milliseconds()
-		b.AddTimer(s.expiryTimer(ref, a.ExpiresAtMs, timerID(ref)))
+		a.State, a.ExpiresAtMs = approvals.StateParked, now+s.Policy.ApprovalTTL.Milliseconds()
+		t := s.expiryTimer(ref, a.ExpiresAtMs, approvals.TimerID(ref))
+		w.Timer = &t
 	} else {
 		decide(&a, v, inputID(in), now)
 	}
-	b.PutApproval(a)
-	if err := b.Commit(kv.Sync); err != nil {
+	if err := s.Approvals.Commit(ref, w); err != nil {
 		return stages.Result{}, fmt.Errorf("authorization: record decision: %w", err)
 	}
 	if v.Decision == Park {
@@ -158,20 +153,14 @@ func (s *Stage) handleProposal(ctx context.Context, in *stages.Input, ref schema
 // expiryTimer fires a parked proposal's expiry on the authorization
 // stream. msgID dedupes the scheduler's republishing after a crash.
 func (s *Stage) expiryTimer(ref schema.ProposalRef, dueMs int64, msgID string) kv.Timer {
-	return kv.Timer{
-		ID:      timerID(ref),
-		DueMs:   dueMs,
-		Subject: s.Subjects.Stage(subjects.StageAuthorization, subjects.KindTimer, token(ref)),
-		Data:    []byte(token(ref)),
-		MsgID:   msgID,
-	}
+	return approvals.ExpiryTimer(s.Subjects.Stage(subjects.StageAuthorization, subjects.KindTimer, token(ref)), ref, dueMs, msgID)
 }
 
 // decide records verdict v, reached at nowMs by input by, in a.
-func decide(a *kv.Approval, v Verdict, by string, nowMs int64) {
-	a.State = kv.ApprovalDenied
+func decide(a *approvals.Record, v Verdict, by string, nowMs int64) {
+	a.State = approvals.StateDenied
 	if v.Decision == Permit {
-		a.State = kv.ApprovalPermitted
+		a.State = approvals.StatePermitted
 	}
 	a.DecidedBy, a.DecidedAtMs, a.Evaluations = by, nowMs, v.Evaluations
 	a.Code = ""
@@ -182,11 +171,11 @@ func decide(a *kv.Approval, v Verdict, by string, nowMs int64) {
 
 // recorded is the verdict a record holds, for republishing it. g is the
 // grant that was judged (it is not stored in Pebble: its input has it).
-func recorded(a kv.Approval, g *schema.Grant) Verdict {
+func recorded(a approvals.Record, g *schema.Grant) Verdict {
 	switch a.State {
-	case kv.ApprovalParked:
+	case approvals.StateParked:
 		return Verdict{Decision: Park, Code: schema.CodeApprovalRequired, Evaluations: a.Evaluations}
-	case kv.ApprovalPermitted:
+	case approvals.StatePermitted:
 		return Verdict{Decision: Permit, Evaluations: a.Evaluations, Grant: g}
 	}
 	return Verdict{Decision: Deny, Code: a.Code, Evaluations: a.Evaluations, Grant: g}
@@ -195,7 +184,7 @@ func recorded(a kv.Approval, g *schema.Grant) Verdict {
 // result turns a recorded verdict into what the runner publishes: the
 // hand-off to dispatch, or the outcome; then the activity snapshot. env is
 // nil when the proposal's envelope is not at hand (an expiry).
-func (s *Stage) result(a kv.Approval, v Verdict, env *schema.Envelope) stages.Result {
+func (s *Stage) result(a approvals.Record, v Verdict, env *schema.Envelope) stages.Result {
 	var res stages.Result
 	at := a.DecidedAtMs
 	if v.Decision == Park {
@@ -229,33 +218,31 @@ func (s *Stage) result(a kv.Approval, v Verdict, env *schema.Envelope) stages.Re
 }
 
 func (s *Stage) handleTimer(ctx context.Context, in *stages.Input, ref schema.ProposalRef) (stages.Result, error) {
-	unlock := s.Store.Lock(lockKey(ref))
+	unlock := s.Approvals.Lock(ref)
 	defer unlock()
-	a, found, err := s.Store.Approval(ref)
+	a, found, err := s.Approvals.Load(ref)
 	if err != nil {
 		return stages.Result{}, fmt.Errorf("authorization: read approval: %w", err)
 	}
 	switch {
 	case !found:
 		return stages.Result{}, nil
-	case a.State == kv.ApprovalParked:
+	case a.State == approvals.StateParked:
 	case a.DecidedBy == inputID(in):
 		return s.result(a, recorded(a, nil), nil), nil
 	default:
 		return stages.Result{}, nil // a grant decided first
 	}
 	now := stages.NowMs(s.Clock)
-	b := s.Store.NewBatch()
 	if now < a.ExpiresAtMs {
 		// Fired early by another processor's clock: wait for our own,
 		// under a message id the stream has not seen.
-		b.AddTimer(s.expiryTimer(ref, a.ExpiresAtMs, timerID(ref)+"/rearmed/"+inputID(in)))
-		return stages.Result{}, b.Commit(kv.Sync)
+		t := s.expiryTimer(ref, a.ExpiresAtMs, approvals.TimerID(ref)+"/rearmed/"+inputID(in))
+		return stages.Result{}, s.Approvals.Commit(ref, approvals.Writes{From: approvals.StateParked, Timer: &t})
 	}
 	v := TimedOut()
 	decide(&a, v, inputID(in), now)
-	b.PutApproval(a)
-	if err := b.Commit(kv.Sync); err != nil {
+	if err := s.Approvals.Commit(ref, approvals.Writes{From: approvals.StateParked, Record: &a}); err != nil {
 		return stages.Result{}, fmt.Errorf("authorization: record expiry: %w", err)
 	}
 	s.Metrics.ApprovalsPending.Dec()
@@ -264,7 +251,7 @@ func (s *Stage) handleTimer(ctx context.Context, in *stages.Input, ref schema.Pr
 
 // parkedEnvelope re-reads a parked proposal's envelope from the
 // authorization stream (Pebble does not hold it).
-func (s *Stage) parkedEnvelope(ctx context.Context, a kv.Approval) (*schema.Envelope, error) {
+func (s *Stage) parkedEnvelope(ctx context.Context, a approvals.Record) (*schema.Envelope, error) {
 	stream, err := s.JS.Stream(ctx, s.Subjects.StageStream(subjects.StageAuthorization))
 	if err != nil {
 		return nil, fmt.Errorf("authorization: stream: %w", err)
@@ -313,14 +300,14 @@ func (g grants) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 		return unmatched(), nil
 	}
 	ref := schema.ProposalRef{Host: m.Host.Name, ProposalID: m.ProposalID}
-	unlock := s.Store.Lock(lockKey(ref))
+	unlock := s.Approvals.Lock(ref)
 	defer unlock()
-	a, found, err := s.Store.Approval(ref)
+	a, found, err := s.Approvals.Load(ref)
 	if err != nil {
 		return stages.Result{}, fmt.Errorf("authorization: read approval: %w", err)
 	}
 	replay := found && a.DecidedBy == inputID(in)
-	if !replay && (!found || a.State != kv.ApprovalParked) {
+	if !replay && (!found || a.State != approvals.StateParked) {
 		s.log().Debug("grant matches no parked proposal", "host", ref.Host, "proposal_id", ref.ProposalID)
 		return unmatched(), nil
 	}
@@ -343,10 +330,7 @@ func (g grants) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 		return event(*v.Event), nil
 	}
 	decide(&a, v, inputID(in), now)
-	b := s.Store.NewBatch()
-	b.CancelTimer(timerID(ref))
-	b.PutApproval(a)
-	if err := b.Commit(kv.Sync); err != nil {
+	if err := s.Approvals.Commit(ref, approvals.Writes{From: approvals.StateParked, Record: &a, CancelTimer: true}); err != nil {
 		return stages.Result{}, fmt.Errorf("authorization: record grant decision: %w", err)
 	}
 	s.Metrics.ApprovalsPending.Dec()
@@ -361,7 +345,7 @@ func (g grants) GiveUp(ctx context.Context, in *stages.Input, cause error) (stag
 	h, _ := s.Subjects.IngressHost(in.Subject)
 	if m, inc, _ := ReadStandalone(s.Policy, h, in.Data, in.Header); inc == nil && m.ProposalID != "" {
 		ref := schema.ProposalRef{Host: m.Host.Name, ProposalID: m.ProposalID}
-		if a, found, err := s.Store.Approval(ref); err == nil && found && a.DecidedBy == inputID(in) {
+		if a, found, err := s.Approvals.Load(ref); err == nil && found && a.DecidedBy == inputID(in) {
 			env, err := s.parkedEnvelope(ctx, a)
 			if err == nil || errors.Is(err, errEnvelopeGone) {
 				return s.result(a, recorded(a, m.Grant), env), nil
@@ -381,9 +365,9 @@ func (s *Stage) GiveUp(ctx context.Context, in *stages.Input, cause error) (stag
 		return stages.Result{Events: []schema.Incident{failed}}, nil
 	}
 	now := stages.NowMs(s.Clock)
-	unlock := s.Store.Lock(lockKey(ref))
+	unlock := s.Approvals.Lock(ref)
 	defer unlock()
-	a, found, err := s.Store.Approval(ref)
+	a, found, err := s.Approvals.Load(ref)
 	if err != nil {
 		// The store is failing, which is likely why we give up: end the
 		// proposal without a record rather than leave it silent.
@@ -401,13 +385,10 @@ func (s *Stage) GiveUp(ctx context.Context, in *stages.Input, cause error) (stag
 			gr = env.Proposal.Grant
 		}
 		return s.result(a, recorded(a, gr), env), nil
-	case found && a.State == kv.ApprovalParked && (kind == subjects.KindTimer || a.Seq == in.StreamSeq):
+	case found && a.State == approvals.StateParked && (kind == subjects.KindTimer || a.Seq == in.StreamSeq):
 		v := Verdict{Decision: Deny, Code: schema.CodeProcessingFailed}
 		decide(&a, v, inputID(in), now)
-		b := s.Store.NewBatch()
-		b.CancelTimer(timerID(ref))
-		b.PutApproval(a)
-		if err := b.Commit(kv.Sync); err != nil {
+		if err := s.Approvals.Commit(ref, approvals.Writes{From: approvals.StateParked, Record: &a, CancelTimer: true}); err != nil {
 			return stages.Result{}, fmt.Errorf("authorization: record give-up: %w", err)
 		}
 		s.Metrics.ApprovalsPending.Dec()

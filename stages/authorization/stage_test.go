@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/portcullis/portcullis/internal/activity"
+	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/engine"
 	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/kv"
@@ -49,6 +50,10 @@ func newHarness(t *testing.T) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
+	ap, err := approvals.NewPebble(store)
+	if err != nil {
+		t.Fatal(err)
+	}
 	m := metrics.New(nil)
 	h := &harness{env: env, clock: clock, store: store, metrics: m}
 	h.stage = &authorization.Stage{
@@ -56,9 +61,9 @@ func newHarness(t *testing.T) *harness {
 			Rules: policy.Rules{Managed: policies()}, ApprovalTTL: ttl, MaxGrantBytes: 65536,
 			Hosts: env.Config.Hosts, Tenants: env.Config.Tenants,
 		},
-		Store:    store,
-		Activity: &activity.Store{KV: bucket, Now: func() int64 { return stages.NowMs(clock) }},
-		Metrics:  m, Subjects: env.Subjects, Clock: clock, JS: env.JS,
+		Approvals: ap,
+		Activity:  &activity.Store{KV: bucket, Now: func() int64 { return stages.NowMs(clock) }},
+		Metrics:   m, Subjects: env.Subjects, Clock: clock, JS: env.JS,
 	}
 	return h
 }
