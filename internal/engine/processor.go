@@ -177,6 +177,7 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 		providers = append(providers, pr.Name)
 	}
 	p.metrics = metrics.New(providers)
+	p.metrics.SetApprovalsPending(p.approvals.Count)
 	p.serveMetrics()
 
 	p.adapters = map[string]adapters.Adapter{}
@@ -257,11 +258,8 @@ func (p *Processor) runners(deps stages.Deps) ([]*stages.Runner, error) {
 			Hosts:         p.cfg.Hosts,
 			Tenants:       p.cfg.Tenants,
 		},
-		Approvals: p.approvals, Activity: p.activity, Metrics: p.metrics, Subjects: p.subj, Clock: p.clock, JS: p.js,
+		Approvals: p.approvals, Activity: p.activity, Subjects: p.subj, Clock: p.clock, JS: p.js,
 		Log: p.log.With("stage", subjects.StageAuthorization),
-	}
-	if err := authz.RestorePending(); err != nil {
-		return nil, err
 	}
 	jr := journal.NewPebble(p.store)
 	disp := &dispatch.Stage{

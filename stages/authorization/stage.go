@@ -13,7 +13,6 @@ import (
 	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/kv"
-	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/subjects"
@@ -32,10 +31,9 @@ import (
 type Stage struct {
 	Policy    Policy
 	Approvals approvals.Store
-	Activity *activity.Store // nil: no activity snapshots
-	Metrics  *metrics.Metrics
-	Subjects subjects.Subjects
-	Clock    stages.Clock
+	Activity  *activity.Store // nil: no activity snapshots
+	Subjects  subjects.Subjects
+	Clock     stages.Clock
 	// JS reads parked envelopes back from the authorization stream.
 	JS  jetstream.JetStream
 	Log *slog.Logger
@@ -54,14 +52,8 @@ func (s *Stage) log() *slog.Logger {
 	return s.Log
 }
 
-// RestorePending sets the pending-approvals gauge from the store, at start.
-func (s *Stage) RestorePending() error {
-	s.Metrics.ApprovalsPending.Set(float64(s.Approvals.Count()))
-	return nil
-}
-
-func inputID(in *stages.Input) string       { return in.Stream + "/" + strconv.FormatUint(in.StreamSeq, 10) }
-func token(ref schema.ProposalRef) string   { return subjects.ProposalToken(ref.Host, ref.ProposalID) }
+func inputID(in *stages.Input) string     { return in.Stream + "/" + strconv.FormatUint(in.StreamSeq, 10) }
+func token(ref schema.ProposalRef) string { return subjects.ProposalToken(ref.Host, ref.ProposalID) }
 
 // Handle decides a grounded proposal or an approval expiry.
 func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, error) {
@@ -143,9 +135,6 @@ func (s *Stage) handleProposal(ctx context.Context, in *stages.Input, ref schema
 	}
 	if err := s.Approvals.Commit(ref, w); err != nil {
 		return stages.Result{}, fmt.Errorf("authorization: record decision: %w", err)
-	}
-	if v.Decision == Park {
-		s.Metrics.ApprovalsPending.Inc()
 	}
 	return s.result(a, v, env), nil
 }
@@ -245,7 +234,6 @@ func (s *Stage) handleTimer(ctx context.Context, in *stages.Input, ref schema.Pr
 	if err := s.Approvals.Commit(ref, approvals.Writes{From: approvals.StateParked, Record: &a}); err != nil {
 		return stages.Result{}, fmt.Errorf("authorization: record expiry: %w", err)
 	}
-	s.Metrics.ApprovalsPending.Dec()
 	return s.result(a, v, nil), nil
 }
 
@@ -333,7 +321,6 @@ func (g grants) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 	if err := s.Approvals.Commit(ref, approvals.Writes{From: approvals.StateParked, Record: &a, CancelTimer: true}); err != nil {
 		return stages.Result{}, fmt.Errorf("authorization: record grant decision: %w", err)
 	}
-	s.Metrics.ApprovalsPending.Dec()
 	return s.result(a, v, env), nil
 }
 
@@ -391,7 +378,6 @@ func (s *Stage) GiveUp(ctx context.Context, in *stages.Input, cause error) (stag
 		if err := s.Approvals.Commit(ref, approvals.Writes{From: approvals.StateParked, Record: &a, CancelTimer: true}); err != nil {
 			return stages.Result{}, fmt.Errorf("authorization: record give-up: %w", err)
 		}
-		s.Metrics.ApprovalsPending.Dec()
 		return s.result(a, v, nil), nil
 	case found || kind == subjects.KindTimer:
 		return stages.Result{}, nil // decided by another input, or a stray timer

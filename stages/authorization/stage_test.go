@@ -55,6 +55,7 @@ func newHarness(t *testing.T) *harness {
 		t.Fatal(err)
 	}
 	m := metrics.New(nil)
+	m.SetApprovalsPending(ap.Count)
 	h := &harness{env: env, clock: clock, store: store, metrics: m}
 	h.stage = &authorization.Stage{
 		Policy: authorization.Policy{
@@ -63,7 +64,7 @@ func newHarness(t *testing.T) *harness {
 		},
 		Approvals: ap,
 		Activity:  &activity.Store{KV: bucket, Now: func() int64 { return stages.NowMs(clock) }},
-		Metrics:   m, Subjects: env.Subjects, Clock: clock, JS: env.JS,
+		Subjects:  env.Subjects, Clock: clock, JS: env.JS,
 	}
 	return h
 }
