@@ -64,23 +64,23 @@ type Options struct {
 
 // Processor is a running Portcullis.
 type Processor struct {
-	cfg   *config.Config
-	log   *slog.Logger
-	clock stages.Clock
-	subj  subjects.Subjects
-	srv   *server.Server
-	nc    *nats.Conn
-	js    jetstream.JetStream
-	store *kv.Store
+	cfg      *config.Config
+	log      *slog.Logger
+	clock    stages.Clock
+	subj     subjects.Subjects
+	srv      *server.Server
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	store    *kv.Store
+	activity *activity.Store
+	metrics  *metrics.Metrics
+	httpSrv  *http.Server
+	httpLn   net.Listener
+	seal     *seal.Sealer
+	adapters map[string]adapters.Adapter
+	recon    *reconciliation.Stage
 	// approvals is the authorization stage's state, on store.
 	approvals *approvals.Pebble
-	activity  *activity.Store
-	metrics   *metrics.Metrics
-	httpSrv   *http.Server
-	httpLn    net.Listener
-	seal      *seal.Sealer
-	adapters  map[string]adapters.Adapter
-	recon     *reconciliation.Stage
 	// stopAdmin ends the operator API (admin.Server) before the store closes.
 	stopAdmin func()
 	// health is what /readyz reads (health.go).
