@@ -71,8 +71,13 @@ func ExampleHost() {
 	}
 	fmt.Println(done.Kind, done.EffectTruth, done.Receipt.Status)
 
-	// Later, or from another process: the last stored outcome.
+	// Later, or from another process: the last stored outcome. The stream
+	// may store an outcome a moment after subscribers received it live.
 	last, err := host.Last(ctx, "prop-7f3a")
+	for i := 0; err == nil && last.Kind != done.Kind && i < 50; i++ {
+		time.Sleep(20 * time.Millisecond)
+		last, err = host.Last(ctx, "prop-7f3a")
+	}
 	fmt.Println(last.Kind, err)
 	// Output:
 	// NEEDS_APPROVAL Add 20 boards of cedar 8ft grade A

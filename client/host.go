@@ -320,7 +320,9 @@ func msgID(subject string, body []byte) string {
 // request besides publishing that a host may make). ErrNoOutcome when the
 // stream holds none. The stream keeps outcomes streams.max_age (default 7
 // days) and drops the oldest when full; a host can read only the last one
-// of each proposal.
+// of each proposal. An outcome is delivered to subscribers a moment before
+// the stream has stored it: right after a Tracker returned an outcome, Last
+// may still return the one before.
 func (h *Host) Last(ctx context.Context, proposalID string) (schema.Outcome, error) {
 	if !schema.ValidProposalID(proposalID) {
 		return schema.Outcome{}, fmt.Errorf("%w: invalid proposal_id", ErrInvalid)

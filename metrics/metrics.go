@@ -71,8 +71,10 @@ type Metrics struct {
 	// (reconciliation_required receipts, exhausted ones included), read
 	// from the journal at each scrape (SetIndeterminateSource).
 	Indeterminate prometheus.GaugeFunc
-	// ApprovalsPending is the number of proposals parked for a grant.
-	ApprovalsPending prometheus.Gauge
+	// ApprovalsPending is the number of proposals parked for a grant: at
+	// each scrape, the count given to SetApprovalsPending (the approvals
+	// store's), 0 until then.
+	ApprovalsPending prometheus.GaugeFunc
 
 	// Outcomes counts outcomes published, by kind (once per outcome: a
 	// republished duplicate or a replayed earlier outcome is not counted).
@@ -90,6 +92,7 @@ type Metrics struct {
 	Ready prometheus.GaugeFunc
 
 	ready             atomic.Pointer[func() bool]
+	approvals         atomic.Pointer[func() int]
 	indeterminate     atomic.Pointer[func() (int, error)]
 	lastIndeterminate atomic.Int64
 }
@@ -125,10 +128,6 @@ func New(stages, providers []string) *Metrics {
 			Name: "actions_reconciliation_attempts_total",
 			Help: "Reconciliation and verification attempts by provider and status.",
 		}, []string{"provider", "status"}),
-		ApprovalsPending: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "actions_approvals_pending",
-			Help: "Proposals parked waiting for a grant.",
-		}),
 		Outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "actions_outcomes_total",
 			Help: "Outcomes published, by kind; republished duplicates and replays of an earlier outcome are not counted.",
@@ -163,6 +162,15 @@ func New(stages, providers []string) *Metrics {
 	}, func() float64 {
 		if f := m.ready.Load(); f != nil && (*f)() {
 			return 1
+		}
+		return 0
+	})
+	m.ApprovalsPending = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "actions_approvals_pending",
+		Help: "Proposals parked waiting for a grant.",
+	}, func() float64 {
+		if f := m.approvals.Load(); f != nil {
+			return float64((*f)())
 		}
 		return 0
 	})
@@ -214,6 +222,11 @@ func (m *Metrics) SetIndeterminateSource(f func() (int, error)) { m.indeterminat
 // SetReadiness makes Ready report f's answer at each scrape (until then it
 // reports 0). f must be cheap and must not block: no network calls.
 func (m *Metrics) SetReadiness(f func() bool) { m.ready.Store(&f) }
+
+// SetApprovalsPending makes ApprovalsPending report count's answer at each
+// scrape (until then it reports 0). count must be cheap and must not block:
+// the approvals store keeps it in memory.
+func (m *Metrics) SetApprovalsPending(count func() int) { m.approvals.Store(&count) }
 
 // Build returns the labels of actions_build_info: the main module's
 // version, its VCS revision ("unknown" when the binary was built without

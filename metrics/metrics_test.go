@@ -130,6 +130,30 @@ func TestReady(t *testing.T) {
 	}
 }
 
+// actions_approvals_pending is a gauge read from the approvals store's
+// count at each scrape: 0 until it is wired, never kept by hand.
+func TestApprovalsPending(t *testing.T) {
+	m := metrics.New(nil, nil)
+	want := func(n int) string {
+		return fmt.Sprintf(`
+# HELP actions_approvals_pending Proposals parked waiting for a grant.
+# TYPE actions_approvals_pending gauge
+actions_approvals_pending %d
+`, n)
+	}
+	if err := testutil.CollectAndCompare(m.ApprovalsPending, strings.NewReader(want(0))); err != nil {
+		t.Errorf("before SetApprovalsPending: %v", err)
+	}
+	var n atomic.Int64
+	m.SetApprovalsPending(func() int { return int(n.Load()) })
+	for _, v := range []int{3, 0, 51} {
+		n.Store(int64(v))
+		if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(want(v)), "actions_approvals_pending"); err != nil {
+			t.Errorf("count %d: %v", v, err)
+		}
+	}
+}
+
 // The shipped dashboard queries only metrics, label values and labels that
 // exist, scoped to the $job and $instance variables, and shows every
 // Portcullis metric.

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nkeys"
 	"go.uber.org/goleak"
 
+	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/kv"
@@ -168,8 +169,12 @@ func FuzzRequests(f *testing.F) {
 	const nowMs = 1_700_000_000_000
 	clock := stages.NewManualClock(time.UnixMilli(nowMs))
 	rec := &reconciliation.Stage{Journal: journal.NewPebble(st), Route: stages.Route{Subjects: subjects.Default(), Self: "reconciliation"}, Clock: clock, Metrics: metrics.New(nil, nil), MaxAttempts: 3}
-	signedOnly := &Server{Journal: journal.NewPebble(st), Nonces: st, Store: st, Reconciliation: rec, Subjects: subjects.Default(), Clock: clock, Operators: []config.Role{{Name: "oncall", PublicKey: opPub}}}
-	dev := &Server{Journal: journal.NewPebble(st), Nonces: st, Store: st, Reconciliation: rec, Subjects: subjects.Default(), Clock: clock, AllowUnsigned: true}
+	ap, err := approvals.NewPebble(st)
+	if err != nil {
+		f.Fatal(err)
+	}
+	signedOnly := &Server{Journal: journal.NewPebble(st), Approvals: ap, Nonces: st, Store: st, Reconciliation: rec, Subjects: subjects.Default(), Clock: clock, Operators: []config.Role{{Name: "oncall", PublicKey: opPub}}}
+	dev := &Server{Journal: journal.NewPebble(st), Approvals: ap, Nonces: st, Store: st, Reconciliation: rec, Subjects: subjects.Default(), Clock: clock, AllowUnsigned: true}
 	fp := "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 	stamp := func(ms int64, nonce string) string { return fmt.Sprintf(`"requested_at_ms":%d,"nonce":%q`, ms, nonce) }
 	n1, n2 := "AAAAAAAAAAAAAAAAAAAAAAAA", "bbbbbbbbbbbbbbbbbbbbbbbb_-"

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/version"
@@ -48,10 +49,12 @@ const readTimeout = 10 * time.Second
 // Server answers operator requests from the processor's own state.
 type Server struct {
 	Journal journal.Store
+	// Approvals are the authorization stage's records: parked approvals
+	// (approvals.list) and a proposal's decision (proposals.get).
+	Approvals approvals.Store
 	// Nonces remembers operator request nonces (the processor's store).
 	Nonces Nonces
-	// Store is the processor's store: parked approvals and proposal
-	// records.
+	// Store is the processor's store: the fingerprint of a proposal.
 	Store          *kv.Store
 	Reconciliation *reconciliation.Stage
 	Subjects       subjects.Subjects
@@ -362,7 +365,7 @@ func (s *Server) approvals(_ string, req *ApprovalsRequest) (*Approvals, *Error)
 	if e != nil {
 		return nil, e
 	}
-	parked, total, err := s.Store.ParkedApprovals(n)
+	parked, total, err := s.Approvals.Parked(n)
 	if err != nil {
 		return nil, s.internal("reading the parked approvals", err)
 	}
@@ -382,7 +385,7 @@ func (s *Server) approvals(_ string, req *ApprovalsRequest) (*Approvals, *Error)
 // providers reads the provider of each approval's intent from its activity
 // snapshot (the authorization record does not name it). What cannot be
 // read stays "": the list is still worth having.
-func (s *Server) providers(ctx context.Context, parked []kv.Approval) map[string]string {
+func (s *Server) providers(ctx context.Context, parked []approvals.Record) map[string]string {
 	out := map[string]string{}
 	if len(parked) == 0 || s.JS == nil {
 		return out
@@ -419,12 +422,12 @@ func (s *Server) proposal(_ string, req *ProposalRequest) (*Proposal, *Error) {
 	if err != nil {
 		return nil, s.internal("reading the proposal's records", err)
 	}
-	a, found, err := s.Store.Approval(ref)
+	a, found, err := s.Approvals.Load(ref)
 	if err != nil {
 		return nil, s.internal("reading the proposal's records", err)
 	}
 	if found {
-		out.Approval = &ApprovalState{State: a.State, ArrivedAtMs: a.ArrivedAtMs, ExpiresAtMs: a.ExpiresAtMs, DecidedAtMs: a.DecidedAtMs, Code: a.Code}
+		out.Approval = &ApprovalState{State: string(a.State), ArrivedAtMs: a.ArrivedAtMs, ExpiresAtMs: a.ExpiresAtMs, DecidedAtMs: a.DecidedAtMs, Code: a.Code}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
 	defer cancel()

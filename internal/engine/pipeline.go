@@ -11,6 +11,7 @@ import (
 
 	"github.com/portcullis/portcullis/internal/activity"
 	"github.com/portcullis/portcullis/internal/adapters"
+	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/policy"
@@ -149,16 +150,17 @@ func names(p []Spec) []string {
 // Parts are what stage constructors build from: the processor's
 // configuration and shared components.
 type Parts struct {
-	Config   *config.Config
-	Subjects subjects.Subjects
-	Clock    stages.Clock
-	Metrics  *metrics.Metrics
-	Log      *slog.Logger
-	NC       *nats.Conn
-	JS       jetstream.JetStream
-	Store    *kv.Store
-	Journal  journal.Store
-	Activity *activity.Store
+	Config    *config.Config
+	Subjects  subjects.Subjects
+	Clock     stages.Clock
+	Metrics   *metrics.Metrics
+	Log       *slog.Logger
+	NC        *nats.Conn
+	JS        jetstream.JetStream
+	Store     *kv.Store
+	Journal   journal.Store
+	Approvals approvals.Store
+	Activity  *activity.Store
 	// Adapters are the providers' adapters, by provider name.
 	Adapters map[string]adapters.Adapter
 	// Routes are every stage's route, by name.
@@ -226,11 +228,8 @@ func (p *Parts) authorizationStage() (*authorization.Stage, error) {
 			Hosts:         c.Hosts,
 			Tenants:       c.Tenants,
 		},
-		Store: p.Store, Activity: p.Activity, Metrics: p.Metrics, Route: r, Clock: p.Clock, JS: p.JS,
+		Approvals: p.Approvals, Activity: p.Activity, Route: r, Clock: p.Clock, JS: p.JS,
 		Log: p.stageLog(r.Self),
-	}
-	if err := s.RestorePending(); err != nil {
-		return nil, err
 	}
 	p.authz = s
 	return s, nil

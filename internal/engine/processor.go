@@ -21,6 +21,7 @@ import (
 	"github.com/portcullis/portcullis/internal/activity"
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/admin"
+	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/seal"
@@ -75,6 +76,8 @@ type Processor struct {
 	seal     *seal.Sealer
 	adapters map[string]adapters.Adapter
 	recon    *reconciliation.Stage
+	// approvals is the authorization stage's state, on store.
+	approvals *approvals.Pebble
 	// stopAdmin ends the operator API (admin.Server) before the store closes.
 	stopAdmin func()
 	// health is what /readyz reads (health.go).
@@ -172,11 +175,15 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	if p.approvals, err = approvals.NewPebble(p.store); err != nil {
+		return err
+	}
 	var providers []string
 	for _, pr := range cfg.Providers {
 		providers = append(providers, pr.Name)
 	}
 	p.metrics = metrics.New(names(pipeline), providers)
+	p.metrics.SetApprovalsPending(p.approvals.Count)
 	p.serveMetrics()
 
 	p.adapters = map[string]adapters.Adapter{}
@@ -195,7 +202,7 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 	jr := journal.NewPebble(p.store)
 	parts := &Parts{
 		Config: cfg, Subjects: subj, Clock: p.clock, Metrics: p.metrics, Log: p.log, NC: p.nc, JS: p.js,
-		Store: p.store, Journal: jr, Activity: p.activity, Adapters: p.adapters,
+		Store: p.store, Journal: jr, Approvals: p.approvals, Activity: p.activity, Adapters: p.adapters,
 	}
 	runners, err := p.runners(pipeline, parts, deps)
 	if err != nil {
@@ -204,7 +211,7 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 	p.recon = parts.recon
 	p.metrics.SetIndeterminateSource(jr.CountIndeterminate)
 	// The operator's API (processor receipts, processor reconcile).
-	adm := &admin.Server{Journal: jr, Nonces: p.store, Store: p.store, Reconciliation: p.recon, Subjects: subj, Clock: p.clock,
+	adm := &admin.Server{Journal: jr, Approvals: p.approvals, Nonces: p.store, Store: p.store, Reconciliation: p.recon, Subjects: subj, Clock: p.clock,
 		Log: p.log.With("component", "admin"), JS: p.js, Operators: cfg.Operators, AllowUnsigned: cfg.Admission.AllowUnsigned}
 	if p.stopAdmin, err = adm.Serve(p.nc); err != nil {
 		return err
@@ -347,6 +354,9 @@ func (p *Processor) Metrics() *metrics.Metrics { return p.metrics }
 // Store returns the processor's Pebble store (for tests and tools running
 // in the same process).
 func (p *Processor) Store() *kv.Store { return p.store }
+
+// Approvals returns the authorization stage's approval records (tests).
+func (p *Processor) Approvals() approvals.Store { return p.approvals }
 
 // Activity returns the activity bucket's store.
 func (p *Processor) Activity() *activity.Store { return p.activity }

@@ -463,7 +463,7 @@ func TestApprovalRoundTripAcrossRestart(t *testing.T) {
 		t.Errorf("parked activity = %+v %+v", a.Decision, a.Authorization)
 	}
 	// The parked record is value-free: the payload stays in the stream.
-	rec, found, err := env.Processor().Store().Approval(testenv.Ref("prop-book"))
+	rec, found, err := env.Processor().Approvals().Load(testenv.Ref("prop-book"))
 	if err != nil || !found || rec.State != "parked" || rec.ExpiresAtMs != expires {
 		t.Fatalf("approval record = %+v %v %v", rec, found, err)
 	}

@@ -10,9 +10,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/internal/activity"
+	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/trust"
-	"github.com/portcullis/portcullis/kv"
-	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/subjects"
@@ -23,16 +22,14 @@ import (
 // expiries fired by the scheduler (kind timer). Grants returns the handler
 // of the grants stream.
 //
-// Every decision is recorded in Pebble (kv.Approval, with Sync) before its
-// results are published, under a per-proposal lock shared by both
-// consumers, so that a grant and the expiry timer cannot both win, and a
-// redelivered input republishes what was decided instead of deciding again
-// at another time.
+// Both lock the proposal, load its approval record, step, commit the
+// step's writes (durably, before anything is published), read the parked
+// envelope back from the authorization stream when the step asks, step
+// again and hand the result to the runner (Step says what and why).
 type Stage struct {
-	Policy   Policy
-	Store    *kv.Store
-	Activity *activity.Store // nil: no activity snapshots
-	Metrics  *metrics.Metrics
+	Policy    Policy
+	Approvals approvals.Store
+	Activity  *activity.Store // nil: no activity snapshots
 	// Route: the stage's own stream (proposals and approval timers) in,
 	// the next stage out — for the grants consumer's decisions too.
 	Route stages.Route
@@ -44,9 +41,13 @@ type Stage struct {
 
 var _ stages.Handler = (*Stage)(nil)
 
-// errEnvelopeGone: a parked proposal's envelope can no longer be read from
-// the authorization stream (purged, or not what the record says).
-var errEnvelopeGone = errors.New("authorization: parked envelope unavailable")
+var (
+	// errEnvelopeGone: a parked proposal's envelope can no longer be read
+	// from the authorization stream (purged, or not what the record says).
+	errEnvelopeGone = errors.New("authorization: parked envelope unavailable")
+	// errUnreadable: the approvals store could not load the record.
+	errUnreadable = errors.New("approval record unreadable")
+)
 
 func (s *Stage) log() *slog.Logger {
 	if s.Log == nil {
@@ -55,35 +56,14 @@ func (s *Stage) log() *slog.Logger {
 	return s.Log
 }
 
-// RestorePending sets the pending-approvals gauge from the store, at start.
-func (s *Stage) RestorePending() error {
-	n, err := s.Store.CountParked()
-	if err != nil {
-		return fmt.Errorf("authorization: count parked: %w", err)
+func (s *Stage) rules() Rules {
+	return Rules{
+		Policy:       s.Policy,
+		TimerSubject: s.Route.Timer,
 	}
-	s.Metrics.ApprovalsPending.Set(float64(n))
-	return nil
 }
 
-func lockKey(ref schema.ProposalRef) string { return "approval/" + ref.Host + "\x00" + ref.ProposalID }
-func timerID(ref schema.ProposalRef) string { return "approval/" + token(ref) }
-func inputID(in *stages.Input) string       { return in.Stream + "/" + strconv.FormatUint(in.StreamSeq, 10) }
-func token(ref schema.ProposalRef) string   { return subjects.ProposalToken(ref.Host, ref.ProposalID) }
-
-// Handle decides a grounded proposal or an approval expiry.
-func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, error) {
-	ref, kind, ok := s.parseSubject(in.Subject)
-	if !ok {
-		return stages.Result{}, fmt.Errorf("%w: unexpected subject", stages.ErrPermanent)
-	}
-	switch kind {
-	case subjects.KindProposal:
-		return s.handleProposal(ctx, in, ref)
-	case subjects.KindTimer:
-		return s.handleTimer(ctx, in, ref)
-	}
-	return stages.Result{}, fmt.Errorf("%w: unexpected message kind", stages.ErrPermanent)
-}
+func inputID(in *stages.Input) string { return in.Stream + "/" + strconv.FormatUint(in.StreamSeq, 10) }
 
 // parseSubject reads `<prefix>.stage.authorization.<kind>.<h>.<proposal_id>`.
 func (s *Stage) parseSubject(subject string) (schema.ProposalRef, string, bool) {
@@ -107,166 +87,116 @@ func decodeEnvelope(data []byte, ref schema.ProposalRef) (*schema.Envelope, erro
 	return &env, nil
 }
 
-func (s *Stage) handleProposal(ctx context.Context, in *stages.Input, ref schema.ProposalRef) (stages.Result, error) {
-	env, err := decodeEnvelope(in.Data, ref)
-	if err != nil {
-		return stages.Result{}, fmt.Errorf("%w: %w", stages.ErrPermanent, err)
+// Handle decides a grounded proposal or an approval expiry.
+func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, error) {
+	ref, kind, ok := s.parseSubject(in.Subject)
+	if !ok {
+		return stages.Result{}, fmt.Errorf("%w: unexpected subject", stages.ErrPermanent)
 	}
-	unlock := s.Store.Lock(lockKey(ref))
-	defer unlock()
-	a, found, err := s.Store.Approval(ref)
-	if err != nil {
-		return stages.Result{}, fmt.Errorf("authorization: read approval: %w", err)
-	}
-	if found {
-		switch {
-		case a.Seq != in.StreamSeq:
-			// The same proposal handed on twice: the first one decides.
-			s.log().Debug("duplicate hand-off ignored", "host", ref.Host, "proposal_id", ref.ProposalID)
-			return stages.Result{}, nil
-		case a.State == kv.ApprovalParked:
-			return s.result(a, recorded(a, nil), env), nil
-		case a.DecidedBy == inputID(in):
-			// Decided on arrival; publishing or the ack did not complete.
-			return s.result(a, recorded(a, env.Proposal.Grant), env), nil
-		default:
-			// Decided since by a grant or the timer: nothing to repeat.
-			return stages.Result{}, nil
+	f := Facts{Ref: ref, ID: inputID(in), Seq: in.StreamSeq}
+	switch kind {
+	case subjects.KindProposal:
+		env, err := decodeEnvelope(in.Data, ref)
+		if err != nil {
+			return stages.Result{}, fmt.Errorf("%w: %w", stages.ErrPermanent, err)
 		}
-	}
-	now := stages.NowMs(s.Clock)
-	v := DecideProposal(s.Policy, env, now)
-	a = kv.Approval{
-		Host: ref.Host, ProposalID: ref.ProposalID, Fingerprint: env.Grounded.Fingerprint, Referent: env.Grounded.Referent,
-		Seq: in.StreamSeq, ArrivedAtMs: now, Evaluations: v.Evaluations,
-	}
-	b := s.Store.NewBatch()
-	if v.Decision == Park {
-		a.State, a.ExpiresAtMs = kv.ApprovalParked, now+s.Policy.ApprovalTTL.Milliseconds()
-		b.AddTimer(s.expiryTimer(ref, a.ExpiresAtMs, timerID(ref)))
-	} else {
-		decide(&a, v, inputID(in), now)
-	}
-	b.PutApproval(a)
-	if err := b.Commit(kv.Sync); err != nil {
-		return stages.Result{}, fmt.Errorf("authorization: record decision: %w", err)
-	}
-	if v.Decision == Park {
-		s.Metrics.ApprovalsPending.Inc()
-	}
-	return s.result(a, v, env), nil
-}
-
-// expiryTimer fires a parked proposal's expiry on the authorization
-// stream. msgID dedupes the scheduler's republishing after a crash.
-func (s *Stage) expiryTimer(ref schema.ProposalRef, dueMs int64, msgID string) kv.Timer {
-	return kv.Timer{
-		ID:      timerID(ref),
-		DueMs:   dueMs,
-		Subject: s.Route.Timer(token(ref)),
-		Data:    []byte(token(ref)),
-		MsgID:   msgID,
-	}
-}
-
-// decide records verdict v, reached at nowMs by input by, in a.
-func decide(a *kv.Approval, v Verdict, by string, nowMs int64) {
-	a.State = kv.ApprovalDenied
-	if v.Decision == Permit {
-		a.State = kv.ApprovalPermitted
-	}
-	a.DecidedBy, a.DecidedAtMs, a.Evaluations = by, nowMs, v.Evaluations
-	a.Code = ""
-	if v.Decision == Deny {
-		a.Code = v.Code
-	}
-}
-
-// recorded is the verdict a record holds, for republishing it. g is the
-// grant that was judged (it is not stored in Pebble: its input has it).
-func recorded(a kv.Approval, g *schema.Grant) Verdict {
-	switch a.State {
-	case kv.ApprovalParked:
-		return Verdict{Decision: Park, Code: schema.CodeApprovalRequired, Evaluations: a.Evaluations}
-	case kv.ApprovalPermitted:
-		return Verdict{Decision: Permit, Evaluations: a.Evaluations, Grant: g}
-	}
-	return Verdict{Decision: Deny, Code: a.Code, Evaluations: a.Evaluations, Grant: g}
-}
-
-// result turns a recorded verdict into what the runner publishes: the
-// hand-off to dispatch, or the outcome; then the activity snapshot. env is
-// nil when the proposal's envelope is not at hand (an expiry).
-func (s *Stage) result(a kv.Approval, v Verdict, env *schema.Envelope) stages.Result {
-	var res stages.Result
-	at := a.DecidedAtMs
-	if v.Decision == Park {
-		at = a.ArrivedAtMs
-	}
-	switch {
-	case v.Decision == Permit && env != nil && v.Grant != nil:
-		out := HandOff(env, v, at)
-		res.Next = []stages.Message{{
-			Subject: s.Route.HandOff(token(a.Ref())),
-			Data:    schema.MustMarshal(out),
-		}}
-	case v.Decision == Permit:
-		// Only a replay whose parked envelope vanished from the stream
-		// since gets here: the hand-off went out before, and nothing may
-		// contradict it.
-		s.log().Error("cannot republish a permitted hand-off", "host", a.Host, "proposal_id", a.ProposalID)
-		return res
+		f.Input, f.Env = FromProposal, env
+	case subjects.KindTimer:
+		f.Input = FromTimer
 	default:
-		var approval *schema.Approval
-		if v.Decision == Park {
-			approval = ApprovalRequest(env, a.ExpiresAtMs)
-		}
-		res.Outcomes = []schema.Outcome{Outcome(a.Ref(), a.Fingerprint, a.Referent, v, at, approval)}
+		return stages.Result{}, fmt.Errorf("%w: unexpected message kind", stages.ErrPermanent)
 	}
-	if s.Activity != nil {
-		edit := ActivityEdit(a.Ref(), env, v, at, a.ExpiresAtMs)
-		res.Done = func(ctx context.Context) error { return s.Activity.Update(ctx, a.Fingerprint, edit) }
+	return s.run(ctx, f)
+}
+
+// GiveUp ends a proposal or an expiry that could not be processed with
+// PROCESSING_FAILED, unparking the proposal, unless it was decided already
+// (then that decision stands and is republished if this input made it).
+func (s *Stage) GiveUp(ctx context.Context, in *stages.Input, cause error) (stages.Result, error) {
+	failed := schema.NewIncident(schema.PhaseAuthorization, schema.CodeProcessingFailed)
+	ref, kind, ok := s.parseSubject(in.Subject)
+	if !ok {
+		return stages.Result{Events: []schema.Incident{failed}}, nil
+	}
+	f := Facts{Input: FromProposal, Ref: ref, ID: inputID(in), Seq: in.StreamSeq, GivingUp: true}
+	if kind == subjects.KindTimer {
+		f.Input = FromTimer
+	} else {
+		f.Env, _ = decodeEnvelope(in.Data, ref)
+	}
+	res, err := s.run(ctx, f)
+	if errors.Is(err, errUnreadable) {
+		// The store is failing, which is likely why we give up: end the
+		// proposal without a record rather than leave it silent.
+		s.log().Error("giving up without the approval record", "host", ref.Host, "proposal_id", ref.ProposalID, "err", err)
+		return stages.Result{Outcomes: []schema.Outcome{schema.FailureOutcome(ref, failed, stages.NowMs(s.Clock))}}, nil
+	}
+	return res, err
+}
+
+// run is the shell around Step: under the proposal's lock, load, step,
+// commit, read the parked envelope if asked and step again.
+func (s *Stage) run(ctx context.Context, f Facts) (stages.Result, error) {
+	unlock := s.Approvals.Lock(f.Ref)
+	defer unlock()
+	rec, found, err := s.Approvals.Load(f.Ref)
+	if err != nil {
+		return stages.Result{}, fmt.Errorf("authorization: %w: %w", errUnreadable, err)
+	}
+	f.Record, f.Found = rec, found
+	r := s.rules()
+	for {
+		f.Now = stages.NowMs(s.Clock)
+		d := Step(f, r)
+		if err := s.Approvals.Commit(f.Ref, d.Writes); err != nil {
+			// Nothing was written (a conflict: another input decided
+			// first); a redelivery loads what won.
+			return stages.Result{}, fmt.Errorf("authorization: record decision: %w", err)
+		}
+		if !d.ReadEnvelope {
+			return s.result(f.Ref, d), nil
+		}
+		env, err := s.parkedEnvelope(ctx, f.Record)
+		switch {
+		case errors.Is(err, errEnvelopeGone):
+		case err != nil && !f.GivingUp:
+			return stages.Result{}, err
+		case err != nil:
+			f.ReadFailed = true
+		}
+		f.Env, f.Read = env, true
+	}
+}
+
+// result turns a publishing decision into what the runner does.
+func (s *Stage) result(ref schema.ProposalRef, d Decision) stages.Result {
+	if d.Note != "" {
+		level := slog.LevelDebug
+		if d.Alarm {
+			level = slog.LevelError
+		}
+		s.log().Log(context.Background(), level, "authorization: "+d.Note, "host", ref.Host, "proposal_id", ref.ProposalID)
+	}
+	res := stages.Result{Events: d.Events}
+	if d.HandOff != nil {
+		res.Next = []stages.Message{{
+			Subject: s.Route.HandOff(subjects.ProposalToken(ref.Host, ref.ProposalID)),
+			Data:    schema.MustMarshal(*d.HandOff),
+		}}
+	}
+	if d.Outcome != nil {
+		res.Outcomes = []schema.Outcome{*d.Outcome}
+	}
+	if d.Activity != nil && s.Activity != nil {
+		fp, edit := d.Fingerprint, d.Activity
+		res.Done = func(ctx context.Context) error { return s.Activity.Update(ctx, fp, edit) }
 	}
 	return res
 }
 
-func (s *Stage) handleTimer(ctx context.Context, in *stages.Input, ref schema.ProposalRef) (stages.Result, error) {
-	unlock := s.Store.Lock(lockKey(ref))
-	defer unlock()
-	a, found, err := s.Store.Approval(ref)
-	if err != nil {
-		return stages.Result{}, fmt.Errorf("authorization: read approval: %w", err)
-	}
-	switch {
-	case !found:
-		return stages.Result{}, nil
-	case a.State == kv.ApprovalParked:
-	case a.DecidedBy == inputID(in):
-		return s.result(a, recorded(a, nil), nil), nil
-	default:
-		return stages.Result{}, nil // a grant decided first
-	}
-	now := stages.NowMs(s.Clock)
-	b := s.Store.NewBatch()
-	if now < a.ExpiresAtMs {
-		// Fired early by another processor's clock: wait for our own,
-		// under a message id the stream has not seen.
-		b.AddTimer(s.expiryTimer(ref, a.ExpiresAtMs, timerID(ref)+"/rearmed/"+inputID(in)))
-		return stages.Result{}, b.Commit(kv.Sync)
-	}
-	v := TimedOut()
-	decide(&a, v, inputID(in), now)
-	b.PutApproval(a)
-	if err := b.Commit(kv.Sync); err != nil {
-		return stages.Result{}, fmt.Errorf("authorization: record expiry: %w", err)
-	}
-	s.Metrics.ApprovalsPending.Dec()
-	return s.result(a, v, nil), nil
-}
-
 // parkedEnvelope re-reads a parked proposal's envelope from the
-// authorization stream (Pebble does not hold it).
-func (s *Stage) parkedEnvelope(ctx context.Context, a kv.Approval) (*schema.Envelope, error) {
+// authorization stream (the approval record does not hold it).
+func (s *Stage) parkedEnvelope(ctx context.Context, a approvals.Record) (*schema.Envelope, error) {
 	stream, err := s.JS.Stream(ctx, s.Route.Subjects.StageStream(s.Route.Self))
 	if err != nil {
 		return nil, fmt.Errorf("authorization: stream: %w", err)
@@ -290,12 +220,8 @@ func (s *Stage) Grants() stages.Handler { return grants{s} }
 
 type grants struct{ s *Stage }
 
-func event(inc schema.Incident) stages.Result {
-	return stages.Result{Events: []schema.Incident{inc}}
-}
-
-func unmatched() stages.Result {
-	return event(schema.NewIncident(schema.PhaseAuthorization, schema.CodeGrantUnmatched))
+func eventOnly(code schema.Code) stages.Result {
+	return stages.Result{Events: []schema.Incident{schema.NewIncident(schema.PhaseAuthorization, code)}}
 }
 
 // Handle resumes or declines the parked proposal a standalone grant or
@@ -309,50 +235,13 @@ func (g grants) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 	m, inc, authErr := ReadStandalone(s.Policy, h, in.Data, in.Header)
 	if inc != nil {
 		s.log().Info("authorization: unauthenticated grant refused", "seq", in.StreamSeq, "check", trust.Reason(authErr))
-		return event(*inc), nil
+		return stages.Result{Events: []schema.Incident{*inc}}, nil
 	}
 	if m.ProposalID == "" {
-		return unmatched(), nil
+		return eventOnly(schema.CodeGrantUnmatched), nil
 	}
 	ref := schema.ProposalRef{Host: m.Host.Name, ProposalID: m.ProposalID}
-	unlock := s.Store.Lock(lockKey(ref))
-	defer unlock()
-	a, found, err := s.Store.Approval(ref)
-	if err != nil {
-		return stages.Result{}, fmt.Errorf("authorization: read approval: %w", err)
-	}
-	replay := found && a.DecidedBy == inputID(in)
-	if !replay && (!found || a.State != kv.ApprovalParked) {
-		s.log().Debug("grant matches no parked proposal", "host", ref.Host, "proposal_id", ref.ProposalID)
-		return unmatched(), nil
-	}
-	env, err := s.parkedEnvelope(ctx, a)
-	if err != nil && !errors.Is(err, errEnvelopeGone) {
-		return stages.Result{}, err
-	}
-	if replay {
-		return s.result(a, recorded(a, m.Grant), env), nil
-	}
-	now := stages.NowMs(s.Clock)
-	var v Verdict
-	if env == nil {
-		s.log().Error("parked envelope unavailable; proposal ended", "host", ref.Host, "proposal_id", ref.ProposalID)
-		v = Verdict{Decision: Deny, Code: schema.CodeProcessingFailed}
-	} else {
-		v = DecideStandalone(s.Policy, m, env, a.Fingerprint, a.ExpiresAtMs, now)
-	}
-	if v.Decision == Keep {
-		return event(*v.Event), nil
-	}
-	decide(&a, v, inputID(in), now)
-	b := s.Store.NewBatch()
-	b.CancelTimer(timerID(ref))
-	b.PutApproval(a)
-	if err := b.Commit(kv.Sync); err != nil {
-		return stages.Result{}, fmt.Errorf("authorization: record grant decision: %w", err)
-	}
-	s.Metrics.ApprovalsPending.Dec()
-	return s.result(a, v, env), nil
+	return s.run(ctx, Facts{Input: FromGrant, Ref: ref, ID: inputID(in), Seq: in.StreamSeq, Message: &m})
 }
 
 // GiveUp ends a grant that could not be processed with an event: the
@@ -363,64 +252,12 @@ func (g grants) GiveUp(ctx context.Context, in *stages.Input, cause error) (stag
 	h, _ := s.Route.Subjects.IngressHost(in.Subject)
 	if m, inc, _ := ReadStandalone(s.Policy, h, in.Data, in.Header); inc == nil && m.ProposalID != "" {
 		ref := schema.ProposalRef{Host: m.Host.Name, ProposalID: m.ProposalID}
-		if a, found, err := s.Store.Approval(ref); err == nil && found && a.DecidedBy == inputID(in) {
-			env, err := s.parkedEnvelope(ctx, a)
-			if err == nil || errors.Is(err, errEnvelopeGone) {
-				return s.result(a, recorded(a, m.Grant), env), nil
-			}
+		// Giving up on a grant writes nothing: the only error is a record
+		// that cannot be read.
+		res, err := s.run(ctx, Facts{Input: FromGrant, Ref: ref, ID: inputID(in), Seq: in.StreamSeq, Message: &m, GivingUp: true})
+		if err == nil {
+			return res, nil
 		}
 	}
-	return event(schema.NewIncident(schema.PhaseAuthorization, schema.CodeProcessingFailed)), nil
-}
-
-// GiveUp ends a proposal or an expiry that could not be processed with
-// PROCESSING_FAILED, unparking the proposal, unless it was decided already
-// (then that decision stands and is republished if this input made it).
-func (s *Stage) GiveUp(ctx context.Context, in *stages.Input, cause error) (stages.Result, error) {
-	failed := schema.NewIncident(schema.PhaseAuthorization, schema.CodeProcessingFailed)
-	ref, kind, ok := s.parseSubject(in.Subject)
-	if !ok {
-		return stages.Result{Events: []schema.Incident{failed}}, nil
-	}
-	now := stages.NowMs(s.Clock)
-	unlock := s.Store.Lock(lockKey(ref))
-	defer unlock()
-	a, found, err := s.Store.Approval(ref)
-	if err != nil {
-		// The store is failing, which is likely why we give up: end the
-		// proposal without a record rather than leave it silent.
-		s.log().Error("giving up without the approval record", "host", ref.Host, "proposal_id", ref.ProposalID, "err", err)
-		return stages.Result{Outcomes: []schema.Outcome{schema.FailureOutcome(ref, failed, now)}}, nil
-	}
-	switch {
-	case found && a.DecidedBy == inputID(in):
-		var env *schema.Envelope
-		if kind == subjects.KindProposal {
-			env, _ = decodeEnvelope(in.Data, ref)
-		}
-		var gr *schema.Grant
-		if env != nil {
-			gr = env.Proposal.Grant
-		}
-		return s.result(a, recorded(a, gr), env), nil
-	case found && a.State == kv.ApprovalParked && (kind == subjects.KindTimer || a.Seq == in.StreamSeq):
-		v := Verdict{Decision: Deny, Code: schema.CodeProcessingFailed}
-		decide(&a, v, inputID(in), now)
-		b := s.Store.NewBatch()
-		b.CancelTimer(timerID(ref))
-		b.PutApproval(a)
-		if err := b.Commit(kv.Sync); err != nil {
-			return stages.Result{}, fmt.Errorf("authorization: record give-up: %w", err)
-		}
-		s.Metrics.ApprovalsPending.Dec()
-		return s.result(a, v, nil), nil
-	case found || kind == subjects.KindTimer:
-		return stages.Result{}, nil // decided by another input, or a stray timer
-	}
-	o := schema.FailureOutcome(ref, failed, now)
-	if env, err := decodeEnvelope(in.Data, ref); err == nil {
-		o.Fingerprint = schema.StringPtr(env.Grounded.Fingerprint)
-		o.Referent = schema.StringPtr(env.Grounded.Referent)
-	}
-	return stages.Result{Outcomes: []schema.Outcome{o}}, nil
+	return eventOnly(schema.CodeProcessingFailed), nil
 }

@@ -3,6 +3,7 @@ package authorization_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/portcullis/portcullis/internal/activity"
+	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/engine"
 	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/kv"
@@ -49,17 +51,22 @@ func newHarness(t *testing.T) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
+	ap, err := approvals.NewPebble(store)
+	if err != nil {
+		t.Fatal(err)
+	}
 	m := metrics.New(nil, nil)
+	m.SetApprovalsPending(ap.Count)
 	h := &harness{env: env, clock: clock, store: store, metrics: m}
 	h.stage = &authorization.Stage{
 		Policy: authorization.Policy{
 			Rules: policy.Rules{Managed: policies()}, ApprovalTTL: ttl, MaxGrantBytes: 65536,
 			Hosts: env.Config.Hosts, Tenants: env.Config.Tenants,
 		},
-		Store:    store,
-		Activity: &activity.Store{KV: bucket, Now: func() int64 { return stages.NowMs(clock) }},
-		Metrics:  m, Clock: clock, JS: env.JS,
-		Route: stages.Route{Subjects: env.Subjects, Self: subjects.StageAuthorization, Next: subjects.StageDispatch},
+		Approvals: ap,
+		Activity:  &activity.Store{KV: bucket, Now: func() int64 { return stages.NowMs(clock) }},
+		Route:     stages.Route{Subjects: env.Subjects, Self: subjects.StageAuthorization, Next: subjects.StageDispatch},
+		Clock:     clock, JS: env.JS,
 	}
 	return h
 }
@@ -290,6 +297,59 @@ func TestParkedEnvelopeGone(t *testing.T) {
 	r := h.handle(t, h.stage.Grants(), h.grant(t, grantFor(e, h.clock)))
 	if len(r.Next) != 0 || len(r.Outcomes) != 1 || r.Outcomes[0].Kind != schema.KindIntegrationFailure || r.Outcomes[0].Incidents[0].Code != schema.CodeProcessingFailed {
 		t.Fatalf("grant for a lost envelope: %s", published(r))
+	}
+	if h.pending() != 0 {
+		t.Errorf("pending = %v", h.pending())
+	}
+}
+
+// TestGrantAndExpiryRace: a grant and the expiry handled at once, at the
+// deadline, decide the approval once: one publishes the end, the other
+// changes nothing.
+func TestGrantAndExpiryRace(t *testing.T) {
+	h := newHarness(t)
+	for i := range 5 {
+		pid := "prop-race-" + string(rune('a'+i))
+		e := grounded(t, pid, func(m map[string]any) { testenv.Set(m, "intent.payload.quantity", 100+i) })
+		h.handle(t, h.stage, h.proposal(t, e))
+		g := grantFor(e, h.clock)
+		g["expires_at_ms"] = h.clock.Now().Add(time.Hour).UnixMilli()
+		tin, gin := h.timer(t, pid), h.grant(t, g)
+		h.clock.Advance(ttl)
+		type answer struct {
+			res stages.Result
+			err error
+		}
+		answers := make(chan answer, 2)
+		var wg sync.WaitGroup
+		for _, in := range []struct {
+			hd stages.Handler
+			in *stages.Input
+		}{{h.stage, tin}, {h.stage.Grants(), gin}} {
+			wg.Go(func() {
+				res, err := in.hd.Handle(context.Background(), in.in)
+				answers <- answer{res, err}
+			})
+		}
+		wg.Wait()
+		close(answers)
+		ended := 0
+		for a := range answers {
+			r := a.res
+			if a.err != nil {
+				t.Fatalf("%s: %v", pid, a.err)
+			}
+			switch {
+			case len(r.Outcomes) == 1 && r.Outcomes[0].Incidents[0].Code == schema.CodeApprovalTimedOut:
+				ended++
+			case len(r.Events) == 1 && r.Events[0].Code == schema.CodeGrantUnmatched, isEmpty(r):
+			default:
+				t.Errorf("%s: %s", pid, published(r))
+			}
+		}
+		if ended != 1 {
+			t.Errorf("%s: ended %d times", pid, ended)
+		}
 	}
 	if h.pending() != 0 {
 		t.Errorf("pending = %v", h.pending())

@@ -1,14 +1,3 @@
-// Package authorization is the stage between grounding and dispatch (SPEC
-// §2.2, §2.7, §3 Authorization): it authorizes exactly the grounded
-// operation with the proposal's inline grant, or parks the proposal
-// durably until a standalone grant for it arrives on `<prefix>.grants.>` or
-// approval.ttl passes. Managed policies restrict every grant; they never
-// grant.
-//
-// decide.go is the pure part: what to do with a proposal or a grant, and
-// the messages and activity that follow. stage.go gathers the state from
-// Pebble and the authorization stream, records decisions and hands results
-// to the runner.
 package authorization
 
 import (

@@ -1,0 +1,91 @@
+// Package approvals holds the authorization stage's state (SPEC §2.2, §3
+// Authorization): one record per proposal — (host, proposal_id) — kept
+// while the proposal is parked for a grant and then as its decision, and
+// the expiry timer of a parked one.
+//
+// Stages reach it through Store: Pebble on a single node (NewPebble), a
+// replicated backend on a cluster (SPEC §6: "a parked proposal is resumed
+// or declined by a grant whichever processor parked it; an approval times
+// out once"). Commit is a compare-and-set on the record's state, so that a
+// backend that cannot hold a lock across processors (JetStream KV: Create,
+// or Update at the revision read) still lets exactly one decision win.
+package approvals
+
+import (
+	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/subjects"
+)
+
+// State is where a proposal's authorization stands.
+type State string
+
+// Record states.
+const (
+	// StateNone: no record (the proposal was never seen here).
+	StateNone State = ""
+	// StateParked: waiting for a standalone grant or the approval TTL.
+	StateParked State = "parked"
+	// StatePermitted: handed to dispatch.
+	StatePermitted State = "permitted"
+	// StateDenied: ended with a DENIED (or PROCESSING_FAILED) outcome.
+	StateDenied State = "denied"
+)
+
+// Record is the authorization stage's record of one proposal: parked while
+// it waits for a grant, then kept as the decision, so that a redelivered
+// input republishes exactly what was decided and a second grant or a late
+// timer changes nothing. It is value-free: the payload and the tenant and
+// actor ids stay in the authorization stream, where the parked envelope is
+// re-read (by Seq) when its grant arrives.
+type Record struct {
+	Host        string `json:"host"`
+	ProposalID  string `json:"proposal_id"`
+	Fingerprint string `json:"fingerprint"`
+	Referent    string `json:"referent"`
+	// Seq is the authorization-stream sequence of the proposal's envelope.
+	Seq   uint64 `json:"seq"`
+	State State  `json:"state"`
+	// ArrivedAtMs is when the proposal was first decided or parked.
+	ArrivedAtMs int64 `json:"arrived_at_ms"`
+	// ExpiresAtMs is the approval deadline of a parked proposal; 0 if it
+	// never waited.
+	ExpiresAtMs int64 `json:"expires_at_ms,omitempty"`
+	// DecidedBy names the input that decided ("<stream>/<seq>": the
+	// proposal itself, a grant or the expiry timer); "" while parked.
+	DecidedBy   string `json:"decided_by,omitempty"`
+	DecidedAtMs int64  `json:"decided_at_ms,omitempty"`
+	// Code is the denial's closed code; "" when permitted or parked.
+	Code schema.Code `json:"code,omitempty"`
+	// Evaluations are the policy layers' verdicts of the decision (of the
+	// screen before parking, while parked).
+	Evaluations []schema.PolicyEvaluation `json:"evaluations"`
+}
+
+// Ref is the proposal the record is about.
+func (r *Record) Ref() schema.ProposalRef {
+	return schema.ProposalRef{Host: r.Host, ProposalID: r.ProposalID}
+}
+
+// Parked reports whether the proposal waits for a grant.
+func (r *Record) Parked() bool { return r.State == StateParked }
+
+// TimerID is the ID of a proposal's one expiry timer: re-arming it
+// replaces the pending one.
+func TimerID(ref schema.ProposalRef) string {
+	return "approval/" + subjects.ProposalToken(ref.Host, ref.ProposalID)
+}
+
+// ExpiryTimer fires a parked proposal's expiry at dueMs on subject (the
+// authorization stage's timer subject for the proposal). msgID dedupes
+// the scheduler's republishing after a crash: TimerID for the first arming,
+// a new one for each re-arming.
+func ExpiryTimer(subject string, ref schema.ProposalRef, dueMs int64, msgID string) kv.Timer {
+	return kv.Timer{
+		ID:      TimerID(ref),
+		DueMs:   dueMs,
+		Subject: subject,
+		Data:    []byte(subjects.ProposalToken(ref.Host, ref.ProposalID)),
+		MsgID:   msgID,
+	}
+}

@@ -1,0 +1,320 @@
+// Package authorization is the stage between grounding and dispatch (SPEC
+// §2.2, §2.7, §3 Authorization): it authorizes exactly the grounded
+// operation with the proposal's inline grant, or parks the proposal
+// durably until a standalone grant for it arrives on `<prefix>.grants.>` or
+// approval.ttl passes. Managed policies restrict every grant; they never
+// grant.
+//
+// step.go is the pure part: Step decides one input — a grounded proposal,
+// a standalone grant or decline, the approval's expiry — from the
+// proposal's approval record (package approvals): what to write, whether
+// to read the parked envelope back first, and what to publish. verdict.go
+// judges proposals and grants and renders outcomes, hand-offs and activity.
+// stage.go only locks, loads, steps, commits, reads, steps again and hands
+// the result to the runner.
+package authorization
+
+import (
+	"github.com/portcullis/portcullis/internal/approvals"
+	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/subjects"
+)
+
+// Input is what a step is about.
+type Input int
+
+// Inputs.
+const (
+	// FromProposal: a grounded proposal handed on by grounding.
+	FromProposal Input = iota + 1
+	// FromTimer: the proposal's approval expiry fired.
+	FromTimer
+	// FromGrant: a standalone grant or decline, authenticated for its
+	// host, names the proposal.
+	FromGrant
+)
+
+// Facts are what one step decides from.
+type Facts struct {
+	Input Input
+	Ref   schema.ProposalRef
+	// ID names the input ("<stream>/<seq>"): a record it decides says
+	// DecidedBy ID, so that its redelivery republishes the decision. Seq is
+	// its stream sequence.
+	ID  string
+	Seq uint64
+	Now int64
+	// GivingUp: the runner gave up on the input (its retries are spent, or
+	// it cannot be processed at all).
+	GivingUp bool
+	// Record is the proposal's approval record; Found whether one exists.
+	Record approvals.Record
+	Found  bool
+	// Env is the proposal's grounded envelope: the input itself
+	// (FromProposal; nil only when giving up on one that does not decode),
+	// or the parked envelope once Read.
+	Env *schema.Envelope
+	// Message is the grant or decline (FromGrant).
+	Message *Standalone
+	// Read: the parked envelope was read back (ReadEnvelope); Env is nil
+	// if it is gone from the stream. ReadFailed: the read failed for
+	// another reason (only while giving up: otherwise the input is
+	// retried).
+	Read       bool
+	ReadFailed bool
+}
+
+// Rules are what every step decides with.
+type Rules struct {
+	Policy Policy
+	// TimerSubject is where a proposal's expiry fires: the authorization
+	// stage's timer subject for the proposal's token ("<h>.<proposal_id>").
+	TimerSubject func(token string) string
+}
+
+// Decision is what the shell does for one step, in this order: commit
+// Writes (durably; a conflict is retried); if ReadEnvelope, read the
+// parked envelope (Record.Seq on the authorization stream) and step again;
+// otherwise publish HandOff, Outcome and Events, then apply Activity to
+// the snapshot of Fingerprint.
+type Decision struct {
+	Writes       approvals.Writes
+	ReadEnvelope bool
+	// HandOff is the envelope dispatch receives.
+	HandOff  *schema.Envelope
+	Outcome  *schema.Outcome
+	Events   []schema.Incident
+	Activity func(a *schema.Activity)
+	// Fingerprint is the intent whose activity snapshot Activity edits.
+	Fingerprint string
+	// Note is a value-free line for the log when the step does something
+	// unusual; Alarm makes it an error.
+	Note  string
+	Alarm bool
+}
+
+// Step runs SPEC §3 Authorization for one input, one decision at a time:
+//   - a redelivered input that decided already republishes its recorded
+//     decision, never decides again (a grant can have expired since);
+//   - a new proposal is decided (inline grant, policy refusal) or parked
+//     with its expiry timer; the same proposal handed on again changes
+//     nothing, and a parked one republishes NEEDS_APPROVAL;
+//   - a grant or decline for a parked proposal reads the parked envelope
+//     back, then decides it (a not-yet-valid grant leaves it parked); for
+//     anything else it is GRANT_UNMATCHED;
+//   - the expiry ends a parked proposal APPROVAL_TIMED_OUT, once; fired
+//     early (another clock), it is re-armed;
+//   - giving up on a proposal or expiry unparks with PROCESSING_FAILED,
+//     giving up on a grant leaves the proposal parked.
+//
+// Every decision is one compare-and-set of the record (Writes.From), so
+// that of a grant and the expiry, or two grants, exactly one wins.
+func Step(f Facts, r Rules) Decision {
+	switch f.Input {
+	case FromProposal:
+		return stepProposal(f, r)
+	case FromTimer:
+		return stepTimer(f, r)
+	case FromGrant:
+		return stepGrant(f, r)
+	}
+	return Decision{Note: "unknown input", Alarm: true}
+}
+
+// decidedHere reports whether this input made the recorded decision.
+func (f *Facts) decidedHere() bool { return f.Found && f.Record.DecidedBy == f.ID }
+
+func (f *Facts) parked() bool { return f.Found && f.Record.Parked() }
+
+func stepProposal(f Facts, r Rules) Decision {
+	a := f.Record
+	switch {
+	case f.decidedHere():
+		// Decided on arrival; publishing or the ack did not complete.
+		return publish(a, recorded(a, grantOf(f.Env)), f.Env)
+	case f.GivingUp && f.parked() && a.Seq == f.Seq:
+		return end(f, Verdict{Decision: Deny, Code: schema.CodeProcessingFailed})
+	case f.GivingUp && f.Found:
+		return Decision{} // decided by another input: that decision stands
+	case f.GivingUp || f.Env == nil:
+		return failed(f.Ref, f.Env, f.Now)
+	case f.Found && a.Seq != f.Seq:
+		return Decision{Note: "duplicate hand-off ignored"} // the first one decides
+	case f.parked():
+		return publish(a, recorded(a, nil), f.Env)
+	case f.Found:
+		return Decision{} // decided since by a grant or the timer
+	}
+	env := f.Env
+	v := DecideProposal(r.Policy, env, f.Now)
+	a = approvals.Record{
+		Host: f.Ref.Host, ProposalID: f.Ref.ProposalID, Fingerprint: env.Grounded.Fingerprint, Referent: env.Grounded.Referent,
+		Seq: f.Seq, ArrivedAtMs: f.Now, Evaluations: v.Evaluations,
+	}
+	w := approvals.Writes{From: approvals.StateNone, Record: &a}
+	if v.Decision == Park {
+		a.State, a.ExpiresAtMs = approvals.StateParked, f.Now+r.Policy.ApprovalTTL.Milliseconds()
+		t := expiryTimer(r, f.Ref, a.ExpiresAtMs, approvals.TimerID(f.Ref))
+		w.Timer = &t
+	} else {
+		decide(&a, v, f.ID, f.Now)
+	}
+	d := publish(a, v, env)
+	d.Writes = w
+	return d
+}
+
+func stepTimer(f Facts, r Rules) Decision {
+	a := f.Record
+	switch {
+	case f.decidedHere():
+		return publish(a, recorded(a, nil), nil)
+	case !f.parked():
+		return Decision{} // nothing parked, or a grant decided first
+	case f.GivingUp:
+		return end(f, Verdict{Decision: Deny, Code: schema.CodeProcessingFailed})
+	case f.Now < a.ExpiresAtMs:
+		// Fired early by another processor's clock: wait for our own,
+		// under a message id the stream has not seen.
+		t := expiryTimer(r, f.Ref, a.ExpiresAtMs, approvals.TimerID(f.Ref)+"/rearmed/"+f.ID)
+		return Decision{Writes: approvals.Writes{From: approvals.StateParked, Timer: &t}, Note: "expiry fired early; re-armed"}
+	}
+	v := TimedOut()
+	decide(&a, v, f.ID, f.Now)
+	d := publish(a, v, nil)
+	// The timer that fired is the scheduler's to delete.
+	d.Writes = approvals.Writes{From: approvals.StateParked, Record: &a}
+	return d
+}
+
+func stepGrant(f Facts, r Rules) Decision {
+	a, m := f.Record, f.Message
+	replay := f.decidedHere()
+	switch {
+	case f.GivingUp && !replay:
+		// The proposal it names stays parked until another grant or its
+		// expiry.
+		return event(schema.NewIncident(schema.PhaseAuthorization, schema.CodeProcessingFailed))
+	case !replay && !f.parked():
+		// Unknown, not parked yet, or decided already.
+		d := event(schema.NewIncident(schema.PhaseAuthorization, schema.CodeGrantUnmatched))
+		d.Note = "grant matches no parked proposal"
+		return d
+	case !f.Read:
+		return Decision{ReadEnvelope: true}
+	case f.ReadFailed:
+		return event(schema.NewIncident(schema.PhaseAuthorization, schema.CodeProcessingFailed))
+	case replay:
+		return publish(a, recorded(a, m.Grant), f.Env)
+	}
+	var v Verdict
+	note := ""
+	if f.Env == nil {
+		// The stream lost the envelope (purged): end the proposal rather
+		// than loop on it.
+		v, note = Verdict{Decision: Deny, Code: schema.CodeProcessingFailed}, "parked envelope unavailable; proposal ended"
+	} else {
+		v = DecideStandalone(r.Policy, *m, f.Env, a.Fingerprint, a.ExpiresAtMs, f.Now)
+	}
+	if v.Decision == Keep {
+		return event(*v.Event)
+	}
+	decide(&a, v, f.ID, f.Now)
+	d := publish(a, v, f.Env)
+	d.Writes = approvals.Writes{From: approvals.StateParked, Record: &a, CancelTimer: true}
+	d.Note, d.Alarm = note, note != ""
+	return d
+}
+
+// end decides a parked proposal with v (giving up on it) and cancels its
+// expiry.
+func end(f Facts, v Verdict) Decision {
+	a := f.Record
+	decide(&a, v, f.ID, f.Now)
+	d := publish(a, v, nil)
+	d.Writes = approvals.Writes{From: approvals.StateParked, Record: &a, CancelTimer: true}
+	return d
+}
+
+// failed ends a proposal the stage could not process and has no record of:
+// PROCESSING_FAILED, bound to its fingerprint when the envelope is at hand.
+// Nothing is recorded.
+func failed(ref schema.ProposalRef, env *schema.Envelope, nowMs int64) Decision {
+	o := schema.FailureOutcome(ref, schema.NewIncident(schema.PhaseAuthorization, schema.CodeProcessingFailed), nowMs)
+	if env != nil && env.Grounded != nil {
+		o.Fingerprint = schema.StringPtr(env.Grounded.Fingerprint)
+		o.Referent = schema.StringPtr(env.Grounded.Referent)
+	}
+	return Decision{Outcome: &o}
+}
+
+func event(inc schema.Incident) Decision { return Decision{Events: []schema.Incident{inc}} }
+
+func grantOf(env *schema.Envelope) *schema.Grant {
+	if env == nil {
+		return nil
+	}
+	return env.Proposal.Grant
+}
+
+func expiryTimer(r Rules, ref schema.ProposalRef, dueMs int64, msgID string) kv.Timer {
+	return approvals.ExpiryTimer(r.TimerSubject(subjects.ProposalToken(ref.Host, ref.ProposalID)), ref, dueMs, msgID)
+}
+
+// decide records verdict v, reached at nowMs by input by, in a.
+func decide(a *approvals.Record, v Verdict, by string, nowMs int64) {
+	a.State = approvals.StateDenied
+	if v.Decision == Permit {
+		a.State = approvals.StatePermitted
+	}
+	a.DecidedBy, a.DecidedAtMs, a.Evaluations = by, nowMs, v.Evaluations
+	a.Code = ""
+	if v.Decision == Deny {
+		a.Code = v.Code
+	}
+}
+
+// recorded is the verdict a record holds, for republishing it. g is the
+// grant that was judged (it is not stored in the record: its input has it).
+func recorded(a approvals.Record, g *schema.Grant) Verdict {
+	switch a.State {
+	case approvals.StateParked:
+		return Verdict{Decision: Park, Code: schema.CodeApprovalRequired, Evaluations: a.Evaluations}
+	case approvals.StatePermitted:
+		return Verdict{Decision: Permit, Evaluations: a.Evaluations, Grant: g}
+	}
+	return Verdict{Decision: Deny, Code: a.Code, Evaluations: a.Evaluations, Grant: g}
+}
+
+// publish is what a recorded verdict publishes: the hand-off to dispatch,
+// or the outcome; then the activity snapshot. env is nil when the
+// proposal's envelope is not at hand (an expiry, a give-up, a lost
+// envelope).
+func publish(a approvals.Record, v Verdict, env *schema.Envelope) Decision {
+	at := a.DecidedAtMs
+	if v.Decision == Park {
+		at = a.ArrivedAtMs
+	}
+	var d Decision
+	switch {
+	case v.Decision == Permit && env != nil && v.Grant != nil:
+		out := HandOff(env, v, at)
+		d.HandOff = &out
+	case v.Decision == Permit:
+		// Only a replay whose parked envelope vanished from the stream
+		// since gets here: the hand-off went out before, and nothing may
+		// contradict it.
+		return Decision{Note: "cannot republish a permitted hand-off", Alarm: true}
+	default:
+		var approval *schema.Approval
+		if v.Decision == Park && env != nil {
+			approval = ApprovalRequest(env, a.ExpiresAtMs)
+		}
+		o := Outcome(a.Ref(), a.Fingerprint, a.Referent, v, at, approval)
+		d.Outcome = &o
+	}
+	d.Fingerprint = a.Fingerprint
+	d.Activity = ActivityEdit(a.Ref(), env, v, at, a.ExpiresAtMs)
+	return d
+}
