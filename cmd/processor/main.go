@@ -4,6 +4,7 @@
 //	processor run --config FILE.hcl     as configured
 //	processor validate FILE             check a configuration (every problem, sorted)
 //	processor fingerprint [FILE|-]      a proposal's referent, fingerprint (v2) and idempotency key
+//	processor check [FILE|-]            which field of a proposal breaks which rule (offline); else its fingerprint
 //	processor demo                      the seed scenarios end to end, as a timeline
 //	processor receipts get FP|H/ID      an intent's receipts (asks the running processor over NATS)
 //	processor activity get FP|H/ID      an intent's activity snapshot (reads the KV bucket)
@@ -53,6 +54,8 @@ func commands() []command {
 			about: "Sends -n distinct granted proposals through admission, grounding, authorization and dispatch to a fake\nprovider on a throwaway embedded server, and prints throughput and publish → CONFIRMED latency."},
 		{name: "fingerprint", synopsis: "[--referent R] [--config FILE] [--canonical] [FILE|-]", summary: "a proposal's grounded referent, fingerprint v2 and idempotency key (offline)", run: cmdFingerprint, maxArgs: 1,
 			about: fingerprintAbout()},
+		{name: "check", synopsis: "[--referent R] [--config FILE [--host H] | --dev] [-o text|json] [FILE|-]", summary: "which field of a proposal breaks which rule, offline; its fingerprint when none does", run: cmdCheck, maxArgs: 1,
+			about: checkAbout()},
 		{name: "demo", synopsis: "[--verbose]", summary: "play the seed scenarios end to end on a throwaway embedded server", run: cmdDemo},
 		{name: "receipts", summary: "receipt histories", subs: []command{
 			{name: "get", synopsis: ref + " [flags]", summary: "an intent's receipt history (asks the running processor)", run: cmdReceiptsGet, maxArgs: 1,

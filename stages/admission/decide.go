@@ -107,9 +107,9 @@ func Offline(body []byte, maxBytes int) Verdict {
 	return v
 }
 
-// ProviderKnown is admission's provider check: ADMISSION_PROVIDER_UNKNOWN
-// unless the (normalized) provider is configured.
-func ProviderKnown(providers []string, p *schema.Proposal) *schema.Problem {
+// ProviderProblem is admission's provider check: nil when the (normalized)
+// provider is configured, else why ADMISSION_PROVIDER_UNKNOWN.
+func ProviderProblem(providers []string, p *schema.Proposal) *schema.Problem {
 	if slices.Contains(providers, p.Intent.Provider) {
 		return nil
 	}
@@ -124,13 +124,20 @@ const (
 	RuleIDTaken         schema.Rule = "taken by an earlier proposal of this host with another body"
 )
 
-// tenantProblem says which of tenant and domain the host may not name.
-func tenantProblem(tenants []config.Tenant, host config.Host, ctx *schema.Context) schema.Problem {
+// TenantProblem is admission's tenant and domain check of a signed
+// proposal from host (SPEC §2.7, trust.Permits): nil when the host may
+// speak for the tenant and the domain is one of the tenant's, else which of
+// the two earned ADMISSION_TENANT_NOT_PERMITTED.
+func TenantProblem(tenants []config.Tenant, host config.Host, ctx *schema.Context) *schema.Problem {
+	if trust.Permits(tenants, host, ctx.Tenant.TenantRef, ctx.Tenant.SecurityDomainRef) {
+		return nil
+	}
+	p := schema.Problem{Path: "/context/tenant/security_domain_ref", Rule: RuleDomainForeign, Code: schema.CodeAdmissionTenantNotPermitted, Offset: -1}
 	if !slices.Contains(host.Tenants, ctx.Tenant.TenantRef) ||
 		!slices.ContainsFunc(tenants, func(t config.Tenant) bool { return t.Ref == ctx.Tenant.TenantRef }) {
-		return schema.Problem{Path: "/context/tenant/tenant_ref", Rule: RuleTenantForeign, Code: schema.CodeAdmissionTenantNotPermitted, Offset: -1}
+		p.Path, p.Rule = "/context/tenant/tenant_ref", RuleTenantForeign
 	}
-	return schema.Problem{Path: "/context/tenant/security_domain_ref", Rule: RuleDomainForeign, Code: schema.CodeAdmissionTenantNotPermitted, Offset: -1}
+	return &p
 }
 
 // Decide judges a message that arrived on host h's proposals subject, in
@@ -146,12 +153,13 @@ func Decide(p Policy, h string, body []byte, hdr nats.Header) Verdict {
 	if !ok {
 		return v
 	}
-	ctx := &v.Proposal.Context
-	if signed && !trust.Permits(p.Tenants, host, ctx.Tenant.TenantRef, ctx.Tenant.SecurityDomainRef) {
-		return refuse(v, schema.CodeAdmissionTenantNotPermitted, tenantProblem(p.Tenants, host, ctx))
+	if signed {
+		if pr := TenantProblem(p.Tenants, host, &v.Proposal.Context); pr != nil {
+			return refuse(v, pr.Code, *pr)
+		}
 	}
 	v.Dedupe = true
-	if pr := ProviderKnown(p.Providers, v.Proposal); pr != nil {
+	if pr := ProviderProblem(p.Providers, v.Proposal); pr != nil {
 		return refuse(v, pr.Code, *pr)
 	}
 	return v
