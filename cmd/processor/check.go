@@ -32,6 +32,9 @@ type judgement struct {
 	SourceWithoutReferent bool
 	Referent              string
 	Result                fingerprint.Result
+	// Err: the fingerprint could not be computed (unreachable after
+	// admission's checks).
+	Err error
 }
 
 // judgeOptions are what the offline checks take from flags and config.
@@ -102,7 +105,8 @@ func judge(body []byte, o judgeOptions) judgement {
 	r, err := fingerprint.Of(p, verdict.Referent)
 	if err != nil {
 		// Admission's checks make this unreachable; say so if it is not.
-		panic("processor: an admitted proposal has no fingerprint: " + err.Error())
+		j.Err = fmt.Errorf("an admissible proposal has no fingerprint: %w", err)
+		return j
 	}
 	j.Referent, j.Result = verdict.Referent, r
 	return j
@@ -196,7 +200,7 @@ func cmdCheck(c *cmdline, args []string, stdin io.Reader) int {
 	fs := c.fs
 	referent := fs.String("referent", "", "ground to referent `R` instead of the inline candidates (for a candidate_source proposal's fingerprint)")
 	cfgPath := fs.String("config", "", "configuration `FILE`: its limits, providers, tenants and hosts apply")
-	dev := fs.Bool("dev", false, "check against `run --dev`'s configuration (its providers)")
+	dev := fs.Bool("dev", false, "check against the configuration of run --dev (its providers)")
 	host := fs.String("host", "", "with --config: the host `H` that signs it (its tenants and their security domains apply)")
 	var out output
 	out.register(fs)
@@ -217,6 +221,9 @@ func cmdCheck(c *cmdline, args []string, stdin io.Reader) int {
 		return c.fail(err)
 	}
 	j := judge(body, o)
+	if j.Err != nil {
+		return c.fail(j.Err)
+	}
 	res := checkOutput{Admissible: j.Incident == nil, Referent: j.Referent, Fingerprint: j.Result.Fingerprint, IdempotencyKey: j.Result.IdempotencyKey}
 	if j.Incident != nil {
 		info, _ := schema.LookupCode(j.Incident.Phase, j.Incident.Code)

@@ -48,6 +48,9 @@ func cmdFingerprint(c *cmdline, args []string, stdin io.Reader) int {
 
 	now := stages.NowMs(stages.SystemClock{})
 	j := judge(body, o)
+	if j.Err != nil {
+		return c.fail(j.Err)
+	}
 	switch {
 	case j.SourceWithoutReferent:
 		return c.usageError("the proposal names a candidate_source; give the referent it grounds to with --referent")
