@@ -123,7 +123,9 @@ func (h *Host) Name() string { return h.name }
 // p is encoded deterministically (so the same value gives the same bytes:
 // retrying after ErrTimeout is safe) and checked first as admission checks
 // it: strict shape, formats, complete trusted context, payload numbers a
-// double holds exactly. A proposal that fails is not sent (ErrInvalid).
+// double holds exactly. A proposal that fails is not sent (ErrInvalid,
+// wrapping a *schema.ValidationError whose Problems name each field and the
+// rule it breaks).
 // Tenant, provider and grounding are judged by the processor, and answered
 // with an outcome.
 //
@@ -145,19 +147,13 @@ func (h *Host) Propose(ctx context.Context, p *schema.Proposal) (*Tracker, error
 	return h.propose(ctx, p.ProposalID, body)
 }
 
-// checkProposal applies admission's format checks to an encoded proposal.
-// Its errors name the check, never a value.
+// checkProposal applies admission's own checks of a body on its own
+// (schema.CheckProposal: formats, exact payload numbers, complete trusted
+// context). Its error wraps a *schema.ValidationError that names each
+// field and the rule it breaks, never a value.
 func checkProposal(body []byte) error {
-	d, err := schema.DecodeProposal(body, 0)
-	switch {
-	case err != nil:
+	if _, err := schema.CheckProposal(body, 0); err != nil {
 		return fmt.Errorf("%w: proposal: %w", ErrInvalid, err)
-	case !d.Validate():
-		return fmt.Errorf("%w: proposal: a field breaks its format (schema.Proposal.Validate)", ErrInvalid)
-	case !d.Context.ContextComplete():
-		return fmt.Errorf("%w: proposal: trusted context incomplete", ErrInvalid)
-	case fingerprint.CheckNumbers(d.Intent.Payload) != nil:
-		return fmt.Errorf("%w: proposal: a payload number has no exact double form", ErrInvalid)
 	}
 	return nil
 }

@@ -272,23 +272,28 @@ func TestProposeChecksBeforeSending(t *testing.T) {
 	env := testenv.New(t, testenv.WithAuth())
 	host := newHost(t, env, client.HostConfig{})
 	ctx := testContext(t)
-	for name, edit := range map[string]func(map[string]any){
-		"environment": func(p map[string]any) { testenv.Set(p, "intent.environment", "staging") },
-		"context":     func(p map[string]any) { testenv.Set(p, "context.actor.actor_ref", "") },
-		"proposal id": func(p map[string]any) { testenv.Set(p, "proposal_id", "a b") },
-		"inexact number": func(p map[string]any) {
+	for name, tc := range map[string]struct {
+		edit func(map[string]any)
+		path string // the field the error names
+	}{
+		"environment": {func(p map[string]any) { testenv.Set(p, "intent.environment", "staging") }, "/intent/environment"},
+		"context":     {func(p map[string]any) { testenv.Set(p, "context.actor.actor_ref", "") }, "/context/actor/actor_ref"},
+		"proposal id": {func(p map[string]any) { testenv.Set(p, "proposal_id", "a b") }, "/proposal_id"},
+		"inexact number": {func(p map[string]any) {
 			testenv.Set(p, "intent.payload", map[string]any{"n": json.Number("9007199254740993")})
-		},
-		"candidate source": func(p map[string]any) { testenv.Set(p, "grounding.candidate_source", "Not A Name") },
+		}, "/intent/payload"},
+		"candidate source": {func(p map[string]any) { testenv.Set(p, "grounding.candidate_source", "Not A Name") }, "/grounding/candidate_source"},
 	} {
 		p := testenv.Lumber("prop-bad")
-		edit(p)
+		tc.edit(p)
 		dp, err := schema.DecodeProposal(testenv.Body(t, p), 0)
 		if err != nil {
 			t.Fatalf("%s: the fixture does not decode: %v", name, err)
 		}
-		if _, err := host.Propose(ctx, dp); !errors.Is(err, client.ErrInvalid) {
-			t.Errorf("%s: Propose = %v, want ErrInvalid", name, err)
+		_, err = host.Propose(ctx, dp)
+		var ve *schema.ValidationError
+		if !errors.Is(err, client.ErrInvalid) || !errors.As(err, &ve) || ve.Problems[0].Path != tc.path {
+			t.Errorf("%s: Propose = %v, want ErrInvalid naming %s", name, err, tc.path)
 		}
 	}
 	if _, err := host.ProposeRaw(ctx, []byte(`{"proposal_id":"a","proposal_id":"b"}`)); !errors.Is(err, client.ErrInvalid) {

@@ -3,6 +3,7 @@ package schema
 import (
 	"errors"
 	"fmt"
+	"reflect"
 
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -23,9 +24,13 @@ const MaxDepth = 64
 // WithinDepth reports whether no array or object in data nests deeper than
 // max. It scans bytes only (strings skipped, escapes honoured), so its cost
 // is linear and it allocates nothing; malformed JSON is left to the decoder.
-func WithinDepth(data []byte, max int) bool {
+func WithinDepth(data []byte, max int) bool { return tooDeepAt(data, max) < 0 }
+
+// tooDeepAt is the offset of the first bracket that opens level max+1, or
+// -1 when there is none.
+func tooDeepAt(data []byte, max int) int {
 	depth, inString, escaped := 0, false, false
-	for _, c := range data {
+	for i, c := range data {
 		switch {
 		case inString:
 			switch {
@@ -41,13 +46,13 @@ func WithinDepth(data []byte, max int) bool {
 		case c == '{' || c == '[':
 			depth++
 			if depth > max {
-				return false
+				return i
 			}
 		case c == '}' || c == ']':
 			depth--
 		}
 	}
-	return true
+	return -1
 }
 
 // Decode strictly decodes one JSON value into v: UTF-8 only, no duplicate
@@ -69,28 +74,21 @@ func DecodeEnvelope(data []byte, env *Envelope) error {
 	return decode(data, env, EnvelopeDepth)
 }
 
+// decode returns a *ValidationError (wrapping ErrMalformed) with the one
+// problem that stopped it, value-free: the decoder's own message can quote
+// the input, so only its kind and a safe path are kept.
 func decode(data []byte, v any, maxDepth int) error {
-	if !WithinDepth(data, maxDepth) {
-		return fmt.Errorf("%w: nested deeper than %d", ErrMalformed, maxDepth)
+	if at := tooDeepAt(data, maxDepth); at >= 0 {
+		rule := RuleTooDeep
+		if maxDepth != MaxDepth {
+			rule = Rule(fmt.Sprintf("nesting deeper than %d levels", maxDepth))
+		}
+		return invalid(ErrMalformed, "", Problem{Rule: rule, Offset: int64(at)})
 	}
 	if err := json.Unmarshal(data, v, json.RejectUnknownMembers(true)); err != nil {
-		// The decoder's message can quote member names of the input; keep
-		// only its category.
-		return fmt.Errorf("%w: %s", ErrMalformed, errorCategory(err))
+		return invalid(ErrMalformed, "", decodeProblem(err, reflect.TypeOf(v)))
 	}
 	return nil
-}
-
-func errorCategory(err error) string {
-	var se *json.SemanticError
-	if errors.As(err, &se) {
-		return "semantic error"
-	}
-	var syn *jsontext.SyntacticError
-	if errors.As(err, &syn) {
-		return "syntax error"
-	}
-	return "invalid"
 }
 
 // Marshal encodes v deterministically (struct field order, sorted map keys).
@@ -108,19 +106,42 @@ func MustMarshal(v any) []byte {
 }
 
 // DecodeProposal strictly decodes and normalizes a proposal body. It returns
-// ErrTooLarge or ErrMalformed (wrapped); format checks beyond decoding are
-// Proposal.Validate's.
+// a *ValidationError wrapping ErrTooLarge or ErrMalformed, with the problem
+// that stopped it (code ADMISSION_MALFORMED); format checks beyond decoding
+// are Proposal.Check's.
 func DecodeProposal(data []byte, maxBytes int) (*Proposal, error) {
 	if maxBytes > 0 && len(data) > maxBytes {
-		return nil, ErrTooLarge
+		return nil, invalid(ErrTooLarge, CodeAdmissionMalformed, Problem{Rule: RuleTooLarge, Offset: -1})
 	}
 	var p Proposal
 	if err := Decode(data, &p); err != nil {
+		var ve *ValidationError
+		if errors.As(err, &ve) {
+			for i := range ve.Problems {
+				ve.Problems[i].Code = CodeAdmissionMalformed
+			}
+		}
 		return nil, err
 	}
 	p.fillNulls()
 	p.Intent.Normalize()
 	return &p, nil
+}
+
+// CheckProposal is every check admission makes of a body on its own, in
+// admission's terms: DecodeProposal, then Check. It returns the decoded
+// proposal whenever it decoded (also when it breaks rules), and nil or a
+// *ValidationError listing every problem; its Code is the outcome code
+// admission gives (ADMISSION_MALFORMED before ADMISSION_CONTEXT_INCOMPLETE).
+func CheckProposal(data []byte, maxBytes int) (*Proposal, error) {
+	p, err := DecodeProposal(data, maxBytes)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.Check(); err != nil {
+		return p, err
+	}
+	return p, nil
 }
 
 // fillNulls makes absent raw values explicit JSON nulls, so that a missing
@@ -142,7 +163,7 @@ func (p *Proposal) fillNulls() {
 // DecodeGrant strictly decodes a grant body.
 func DecodeGrant(data []byte, maxBytes int) (*Grant, error) {
 	if maxBytes > 0 && len(data) > maxBytes {
-		return nil, ErrTooLarge
+		return nil, invalid(ErrTooLarge, "", Problem{Rule: RuleTooLarge, Offset: -1})
 	}
 	var g Grant
 	if err := Decode(data, &g); err != nil {

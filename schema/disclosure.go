@@ -74,21 +74,40 @@ func (p *DisclosurePlan) Normalize() {
 
 // Valid checks a normalized plan: 1–6 unique known classes, a single-line
 // recipient and purpose within their limits, and a known source.
-func (p *DisclosurePlan) Valid() bool {
+func (p *DisclosurePlan) Valid() bool { return len(p.problems()) == 0 }
+
+// problems lists the rules a normalized plan breaks, paths relative to it.
+// The classes are sorted by then, so a class is named by the array, not by
+// its index.
+func (p *DisclosurePlan) problems() []Problem {
+	var out []Problem
+	bad := func(path string, rule Rule) { out = append(out, Problem{Path: path, Rule: rule, Offset: -1}) }
 	if len(p.FieldClasses) < 1 || len(p.FieldClasses) > len(FieldClasses()) {
-		return false
+		bad("/field_classes", RuleClassCount)
 	}
 	seen := map[string]bool{}
+	unknown, repeated := false, false
 	for _, c := range p.FieldClasses {
-		if seen[c] || !slices.Contains(FieldClasses(), c) {
-			return false
-		}
+		unknown = unknown || !slices.Contains(FieldClasses(), c)
+		repeated = repeated || seen[c]
 		seen[c] = true
 	}
-	if !singleLine(p.Recipient, MaxRecipientLen) || !singleLine(p.Purpose, MaxPurposeLen) {
-		return false
+	if unknown {
+		bad("/field_classes", RuleClassKnown)
 	}
-	return p.Source == SourceUserProfile || p.Source == SourceFictionalTestFixture
+	if repeated {
+		bad("/field_classes", RuleClassRepeated)
+	}
+	if !singleLine(p.Recipient, MaxRecipientLen) {
+		bad("/recipient", RuleRecipient)
+	}
+	if !singleLine(p.Purpose, MaxPurposeLen) {
+		bad("/purpose", RulePurpose)
+	}
+	if p.Source != SourceUserProfile && p.Source != SourceFictionalTestFixture {
+		bad("/source", RuleDisclosureFrom)
+	}
+	return out
 }
 
 // DisclosureRecord is the value-free record of a disclosure that a receipt

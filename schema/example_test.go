@@ -1,6 +1,7 @@
 package schema_test
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/portcullis/portcullis/schema"
@@ -20,9 +21,39 @@ func ExampleDecodeProposal() {
 	id, ok := schema.PeekProposalID([]byte(`{"proposal_id":"p-1","colour":"red"}`))
 	fmt.Println(id, ok)
 	// Output:
-	// schema: malformed input: syntax error
-	// schema: malformed input: semantic error
+	// schema: malformed input: /proposal_id: duplicate member
+	// schema: malformed input: (body): has an unknown member (names are exact and case-sensitive)
 	// p-1 true
+}
+
+// CheckProposal says which field breaks which rule, never the value, in the
+// terms admission answers with.
+func ExampleCheckProposal() {
+	body := `{"schema":"actions.proposal.v1","proposal_id":"p-1",
+	 "intent":{"provider":"demo","capability":"c","operation":"o","environment":"prod",
+	 "external_spend":{"currency":"eur","amount_minor":100}}}`
+	_, err := schema.CheckProposal([]byte(body), 65536)
+	var ve *schema.ValidationError
+	if errors.As(err, &ve) {
+		fmt.Println(ve.Code())
+		incomplete := 0
+		for _, p := range ve.Problems {
+			if p.Code == schema.CodeAdmissionContextIncomplete {
+				incomplete++ // every context field is missing
+				continue
+			}
+			fmt.Println(p)
+		}
+		fmt.Println(incomplete, "context fields missing")
+	}
+	_, err = schema.CheckProposal([]byte(`{"intent":{"external_spend":{"amount_minor":"100"}}}`), 65536)
+	fmt.Println(err)
+	// Output:
+	// ADMISSION_MALFORMED
+	// /intent/environment: must be one of mock, test, live
+	// /intent/external_spend/currency: must match ^[A-Z]{3}$
+	// 10 context fields missing
+	// schema: malformed input: /intent/external_spend/amount_minor: must be an integer
 }
 
 // Every outcome kind has a fixed effect truth and terminality, and every

@@ -2,6 +2,7 @@ package schema
 
 import (
 	"regexp"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -183,21 +184,30 @@ func singleLine(s string, max int) bool {
 // ContextComplete reports whether every trusted-context field is non-empty.
 func (c *Context) ContextComplete() bool {
 	for _, f := range c.fields() {
-		if strings.TrimSpace(f) == "" {
+		if strings.TrimSpace(f.value) == "" {
 			return false
 		}
 	}
 	return true
 }
 
-func (c *Context) fields() []string {
-	return []string{
-		c.Tenant.TenantRef, c.Tenant.SecurityDomainRef,
-		c.Actor.ActorRef, c.Actor.Assurance,
-		c.Authorization.ScopeRef, c.Authorization.PolicyRevision,
-		c.Provider.AccountRef,
-		c.Delivery.DeliveryID, c.Delivery.Source,
-		c.HostInvocation.InvocationID,
+// contextField is one trusted-context field and its JSON pointer.
+type contextField struct {
+	path, value string
+}
+
+func (c *Context) fields() []contextField {
+	return []contextField{
+		{"/context/tenant/tenant_ref", c.Tenant.TenantRef},
+		{"/context/tenant/security_domain_ref", c.Tenant.SecurityDomainRef},
+		{"/context/actor/actor_ref", c.Actor.ActorRef},
+		{"/context/actor/assurance", c.Actor.Assurance},
+		{"/context/authorization/scope_ref", c.Authorization.ScopeRef},
+		{"/context/authorization/policy_revision", c.Authorization.PolicyRevision},
+		{"/context/provider/account_ref", c.Provider.AccountRef},
+		{"/context/delivery/delivery_id", c.Delivery.DeliveryID},
+		{"/context/delivery/source", c.Delivery.Source},
+		{"/context/host_invocation/invocation_id", c.HostInvocation.InvocationID},
 	}
 }
 
@@ -214,70 +224,154 @@ func (in *Intent) Normalize() {
 	}
 }
 
-// Validate checks a decoded proposal's structure and formats beyond what the
-// strict decoder checks. It expects a normalized intent and returns false
-// for anything ADMISSION_MALFORMED covers. Context completeness is judged
-// separately (ADMISSION_CONTEXT_INCOMPLETE); grounding.subject, candidate
-// attributes and the grant's semantics are judged by later stages.
+// Validate reports whether a decoded proposal (intent normalized) breaks
+// none of the rules ADMISSION_MALFORMED covers beyond strict decoding.
+// Context completeness is judged separately (ADMISSION_CONTEXT_INCOMPLETE);
+// grounding.subject, candidate attributes and the grant's semantics are
+// judged by later stages. Check says which rules are broken, and where.
 func (p *Proposal) Validate() bool {
-	if p.Schema != SchemaProposal || !ValidProposalID(p.ProposalID) {
-		return false
-	}
-	for _, f := range p.Context.fields() {
-		if len(f) > MaxRefLen {
+	for _, pr := range p.problems() {
+		if pr.Code == CodeAdmissionMalformed {
 			return false
-		}
-	}
-	in := &p.Intent
-	if !ValidName(in.Provider) || !ValidName(in.Capability) || !ValidName(in.Operation) {
-		return false
-	}
-	switch in.Environment {
-	case EnvMock, EnvTest, EnvLive:
-	default:
-		return false
-	}
-	if !ValidSpend(in.ExternalSpend) {
-		return false
-	}
-	if in.ProtectedDisclosure != nil && !in.ProtectedDisclosure.Valid() {
-		return false
-	}
-	if utf8.RuneCountInString(in.Display.Summary) > MaxSummaryLen {
-		return false
-	}
-	g := &p.Grounding
-	if len(g.Scope) > MaxRefLen || len(g.ObservationRef) > MaxRefLen {
-		return false
-	}
-	if g.CandidateSource != "" && (g.Candidates != nil || !ValidCandidateSource(g.CandidateSource)) {
-		return false
-	}
-	for i := range g.Candidates {
-		if !g.Candidates[i].Valid() {
-			return false
-		}
-	}
-	if r := p.Requester; r != nil {
-		for _, f := range []string{r.AgentID, r.ModelProvider, r.ModelID, r.SessionID, r.RunID} {
-			if len(f) > MaxRequesterField {
-				return false
-			}
 		}
 	}
 	return true
 }
 
-// Valid checks a candidate's referent and references; its attributes are
-// judged by the grounding stage.
-func (c *Candidate) Valid() bool {
-	if !singleLine(c.Referent, MaxRefLen) || len(c.Source) > MaxRefLen || len(c.EvidenceRefs) > MaxEvidenceRefs {
-		return false
+// Check applies every rule admission judges a decoded proposal by on its
+// own (without keys, tenants or providers): its formats
+// (ADMISSION_MALFORMED, as Validate) and its trusted context's completeness
+// (ADMISSION_CONTEXT_INCOMPLETE). It returns nil or a *ValidationError
+// wrapping ErrMalformed with every problem, in document order.
+func (p *Proposal) Check() error {
+	if problems := p.problems(); len(problems) > 0 {
+		return &ValidationError{Problems: problems, err: ErrMalformed}
 	}
-	for _, e := range c.EvidenceRefs {
-		if len(e) > MaxRefLen {
-			return false
+	return nil
+}
+
+// problems lists every rule the proposal breaks. It is the one place the
+// proposal's format rules live: Validate, Check and admission all use it.
+func (p *Proposal) problems() []Problem {
+	var out []Problem
+	add := func(code Code, path string, rule Rule) {
+		out = append(out, Problem{Path: path, Rule: rule, Code: code, Offset: -1})
+	}
+	bad := func(path string, rule Rule) { add(CodeAdmissionMalformed, path, rule) }
+	switch {
+	case p.Schema == "":
+		bad("/schema", RuleRequired)
+	case p.Schema != SchemaProposal:
+		bad("/schema", RuleSchemaProposal)
+	}
+	switch {
+	case p.ProposalID == "":
+		bad("/proposal_id", RuleRequired)
+	case !ValidProposalID(p.ProposalID):
+		bad("/proposal_id", RuleProposalID)
+	}
+	for _, f := range p.Context.fields() {
+		switch {
+		case len(f.value) > MaxRefLen:
+			bad(f.path, RuleRefLen)
+		case f.value == "":
+			add(CodeAdmissionContextIncomplete, f.path, RuleRequired)
+		case strings.TrimSpace(f.value) == "":
+			add(CodeAdmissionContextIncomplete, f.path, RuleBlank)
 		}
 	}
-	return true
+	in := &p.Intent
+	for _, f := range []struct{ path, value string }{
+		{"/intent/provider", in.Provider}, {"/intent/capability", in.Capability}, {"/intent/operation", in.Operation},
+	} {
+		switch {
+		case f.value == "":
+			bad(f.path, RuleRequired)
+		case !ValidName(f.value):
+			bad(f.path, RuleName)
+		}
+	}
+	switch in.Environment {
+	case EnvMock, EnvTest, EnvLive:
+	case "":
+		bad("/intent/environment", RuleRequired)
+	default:
+		bad("/intent/environment", RuleEnvironment)
+	}
+	if len(in.Payload) > 0 && !ExactNumbers(in.Payload) {
+		// A payload number that no IEEE-754 double holds exactly would share
+		// its fingerprint with a different amount (package fingerprint).
+		bad("/intent/payload", RuleExactNumbers)
+	}
+	if s := in.ExternalSpend; s != nil {
+		if !currencyPattern.MatchString(s.Currency) {
+			bad("/intent/external_spend/currency", RuleCurrency)
+		}
+		if s.AmountMinor < 0 || s.AmountMinor > MaxSpendMinor {
+			bad("/intent/external_spend/amount_minor", RuleAmount)
+		}
+	}
+	if d := in.ProtectedDisclosure; d != nil {
+		for _, pr := range d.problems() {
+			bad("/intent/protected_disclosure"+pr.Path, pr.Rule)
+		}
+	}
+	if utf8.RuneCountInString(in.Display.Summary) > MaxSummaryLen {
+		bad("/intent/display/summary", RuleSummaryLen)
+	}
+	g := &p.Grounding
+	if len(g.Scope) > MaxRefLen {
+		bad("/grounding/scope", RuleRefLen)
+	}
+	if len(g.ObservationRef) > MaxRefLen {
+		bad("/grounding/observation_ref", RuleRefLen)
+	}
+	switch {
+	case g.CandidateSource == "":
+	case g.Candidates != nil:
+		bad("/grounding/candidate_source", RuleSourceExclusive)
+	case !ValidCandidateSource(g.CandidateSource):
+		bad("/grounding/candidate_source", RuleCandidateSource)
+	}
+	for i := range g.Candidates {
+		for _, pr := range g.Candidates[i].problems() {
+			bad("/grounding/candidates/"+strconv.Itoa(i)+pr.Path, pr.Rule)
+		}
+	}
+	if r := p.Requester; r != nil {
+		for _, f := range []struct{ path, value string }{
+			{"/requester/agent_id", r.AgentID}, {"/requester/model_provider", r.ModelProvider},
+			{"/requester/model_id", r.ModelID}, {"/requester/session_id", r.SessionID}, {"/requester/run_id", r.RunID},
+		} {
+			if len(f.value) > MaxRequesterField {
+				bad(f.path, RuleRequesterLen)
+			}
+		}
+	}
+	return out
+}
+
+// Valid checks a candidate's referent and references; its attributes are
+// judged by the grounding stage.
+func (c *Candidate) Valid() bool { return len(c.problems()) == 0 }
+
+// problems lists the rules a candidate breaks, paths relative to it.
+func (c *Candidate) problems() []Problem {
+	var out []Problem
+	bad := func(path string, rule Rule) { out = append(out, Problem{Path: path, Rule: rule, Offset: -1}) }
+	if !singleLine(c.Referent, MaxRefLen) {
+		bad("/referent", RuleSingleLine)
+	}
+	if len(c.Source) > MaxRefLen {
+		bad("/source", RuleRefLen)
+	}
+	if len(c.EvidenceRefs) > MaxEvidenceRefs {
+		bad("/evidence_refs", RuleEvidenceCount)
+	}
+	for i, e := range c.EvidenceRefs {
+		if len(e) > MaxRefLen {
+			bad("/evidence_refs/"+strconv.Itoa(i), RuleRefLen)
+		}
+	}
+	return out
 }

@@ -129,6 +129,13 @@ func (c *cmdline) parse(args []string) (pos []string, code int, done bool) {
 	return pos, 0, false
 }
 
+// set reports whether the flag name was given.
+func (c *cmdline) set(name string) bool {
+	found := false
+	c.fs.Visit(func(f *flag.Flag) { found = found || f.Name == name })
+	return found
+}
+
 // isHelp reports whether an argument asks for help.
 func isHelp(a string) bool { return a == "-h" || a == "--help" || a == "-help" }
 

@@ -24,6 +24,7 @@ var strayArgs = map[string][]string{
 	"validate":          {"a.hcl", "stray"},
 	"bench":             {"stray", "-n", "1"},
 	"fingerprint":       {"a.json", "stray"},
+	"check":             {"a.json", "stray", "-o", "json"},
 	"demo":              {"stray"},
 	"receipts get":      {"sha256:" + strings.Repeat("ab", 32), "stray"},
 	"activity get":      {"frontdesk/prop-1", "stray"},

@@ -66,10 +66,16 @@ var demoSecrets = []string{"Testy", "Fixturesson", "1990-01-01", "testy.fixtures
 func cmdDemo(c *cmdline, args []string, _ io.Reader) int {
 	stdout, stderr := c.stdout, c.stderr
 	verbose := c.fs.Bool("verbose", false, "also print the processor's JSON log on standard error")
+	var level levelFlag
+	level.register(c, "with --verbose (which it implies): the least severe `LEVEL` logged: debug, info, warn or error")
 	if _, code, done := c.parse(args); done {
 		return code
 	}
-	d, err := startDemo(stdout, stderr, *verbose)
+	var logLevel slog.Leveler // nil: no log
+	if *verbose || c.set("log-level") {
+		logLevel = &level
+	}
+	d, err := startDemo(stdout, stderr, logLevel)
 	if err != nil {
 		fmt.Fprintln(stderr, "processor demo:", err)
 		return 1
@@ -109,16 +115,16 @@ type demo struct {
 	connectorClasses                 atomic.Value // string
 }
 
-func startDemo(stdout, stderr io.Writer, verbose bool) (*demo, error) {
+func startDemo(stdout, stderr io.Writer, logLevel slog.Leveler) (*demo, error) {
 	d := &demo{out: stdout, start: time.Now()}
-	if err := d.setUp(stderr, verbose); err != nil {
+	if err := d.setUp(stderr, logLevel); err != nil {
 		_ = d.close()
 		return nil, err
 	}
 	return d, nil
 }
 
-func (d *demo) setUp(stderr io.Writer, verbose bool) (err error) {
+func (d *demo) setUp(stderr io.Writer, logLevel slog.Leveler) (err error) {
 	if d.dir, err = os.MkdirTemp("", "portcullis-demo-"); err != nil {
 		return err
 	}
@@ -184,8 +190,8 @@ func (d *demo) setUp(stderr io.Writer, verbose bool) (err error) {
 	})
 
 	log := slog.New(slog.DiscardHandler)
-	if verbose {
-		log = slog.New(slog.NewJSONHandler(stderr, nil))
+	if logLevel != nil {
+		log = newLog(stderr, logLevel)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

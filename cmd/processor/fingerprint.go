@@ -1,17 +1,11 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
-	"os"
 
-	"github.com/portcullis/portcullis/fingerprint"
-	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
-	"github.com/portcullis/portcullis/stages/admission"
-	"github.com/portcullis/portcullis/stages/grounding"
 )
 
 // fingerprintOutput is what `processor fingerprint` prints for a proposal
@@ -42,82 +36,39 @@ func cmdFingerprint(c *cmdline, args []string, stdin io.Reader) int {
 	if done {
 		return code
 	}
-	referentSet := false
-	fs.Visit(func(f *flag.Flag) {
-		if f.Name == "referent" {
-			referentSet = true
-		}
-	})
-	if referentSet && !(&schema.Candidate{Referent: *referent}).Valid() {
-		return c.usageError("--referent must be a non-empty single line of at most 512 bytes")
+	o, code, ok := c.judgeOptions(fs, *referent, *cfgPath, false, "")
+	if !ok {
+		return code
 	}
-	cfg := config.Defaults()
-	if *cfgPath != "" {
-		loaded, err := config.Load(*cfgPath)
-		if err != nil {
-			fmt.Fprintln(stderr, err)
-			return 1
-		}
-		cfg = loaded
-	}
-
-	in, name := stdin, "standard input"
-	if len(files) == 1 && files[0] != "-" {
-		f, err := os.Open(files[0])
-		if err != nil {
-			fmt.Fprintln(stderr, "processor fingerprint:", err)
-			return 1
-		}
-		defer f.Close()
-		in, name = f, files[0]
-	}
-	// Read one byte past the largest allowed body, so that an oversized
-	// one is refused as too large rather than cut.
-	body, err := io.ReadAll(io.LimitReader(in, int64(config.MaxMaxPayloadBytes)+1))
+	o.providers = nil // offline: the fingerprint does not depend on them
+	body, _, err := readBody(files, stdin)
 	if err != nil {
-		fmt.Fprintf(stderr, "processor fingerprint: reading %s: %v\n", name, err)
-		return 1
+		return c.fail(err)
 	}
 
 	now := stages.NowMs(stages.SystemClock{})
-	v := admission.Offline(body, cfg.Admission.MaxPayloadBytes)
-	if v.Incident != nil {
-		if v.ProposalID == "" {
-			// No readable proposal id: the processor would publish only
-			// the incident event.
-			writeJSON(stdout, v.Incident.Event(now))
-		} else {
-			writeJSON(stdout, schema.FailureOutcome(schema.ProposalRef{ProposalID: v.ProposalID}, *v.Incident, now))
-		}
-		return 1
+	j := judge(body, o)
+	if j.Err != nil {
+		return c.fail(j.Err)
 	}
-	p := v.Proposal
-
-	var verdict grounding.Verdict
 	switch {
-	case referentSet:
-		verdict = grounding.Verdict{Referent: *referent}
-		if inc := grounding.Precheck(p); inc != nil {
-			verdict = grounding.Verdict{Incident: inc}
-		}
-	case p.Grounding.CandidateSource != "":
+	case j.SourceWithoutReferent:
 		return c.usageError("the proposal names a candidate_source; give the referent it grounds to with --referent")
-	default:
-		verdict = grounding.Decide(p, p.Grounding.Candidates, cfg.Grounding.MaxCandidates)
+	case j.Incident != nil && j.ProposalID == "":
+		// No readable proposal id: the processor would publish only the
+		// incident event.
+		writeJSON(stdout, j.Incident.Event(now))
+	case j.Incident != nil:
+		writeJSON(stdout, schema.FailureOutcome(schema.ProposalRef{ProposalID: j.ProposalID}, *j.Incident, now))
 	}
-	if !verdict.Grounded() {
-		writeJSON(stdout, schema.FailureOutcome(schema.ProposalRef{ProposalID: p.ProposalID}, *verdict.Incident, now))
+	if j.Incident != nil {
+		// Why, on standard error: the same lines as `processor check`.
+		explain(stderr, "processor fingerprint: ", body, j.Problems)
 		return 1
 	}
-	r, err := fingerprint.Of(p, verdict.Referent)
-	if err != nil {
-		// Admission's checks make this unreachable; say so plainly.
-		fmt.Fprintln(stderr, "processor fingerprint:", err)
-		return 1
-	}
-	out := fingerprintOutput{Referent: verdict.Referent, Fingerprint: r.Fingerprint, IdempotencyKey: r.IdempotencyKey}
+	out := fingerprintOutput{Referent: j.Referent, Fingerprint: j.Result.Fingerprint, IdempotencyKey: j.Result.IdempotencyKey}
 	if *canonical {
-		c := string(r.Canonical)
+		c := string(j.Result.Canonical)
 		out.Canonical = &c
 	}
 	writeJSON(stdout, out)
@@ -127,7 +78,8 @@ func cmdFingerprint(c *cmdline, args []string, stdin io.Reader) int {
 // fingerprintAbout is the help of `processor fingerprint`.
 func fingerprintAbout() string {
 	return "Reads a proposal (FILE, or standard input for - or none) and prints its grounded referent, fingerprint v2 and\n" +
-		"idempotency key as JSON (exit 0), or the outcome that ends it (exit 1). Offline: it does not connect to NATS.\n" +
+		"idempotency key as JSON (exit 0), or the outcome that ends it (exit 1), with one line per problem on standard\n" +
+		"error (as `processor check` explains them). Offline: it does not connect to NATS.\n" +
 		fmt.Sprintf("Fingerprint v2 (SPEC §2.3): \"sha256:\" + hex SHA-256 of the RFC 8785 (JCS) JSON of {\"schema\": %q, tenant_ref,\n", schema.SchemaFingerprint) +
 		"security_domain_ref, actor_ref, provider, capability, operation, environment, referent, payload,\n" +
 		"protected_disclosure, external_spend}; the idempotency key is its 64 hex digits."

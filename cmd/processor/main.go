@@ -1,9 +1,10 @@
 // Command processor runs Portcullis and its operator tools.
 //
-//	processor run --dev                 embedded NATS, unsigned input, fake provider "demo"
+//	processor run --dev                 embedded NATS, unsigned input, providers "demo" (fake) and "inventory" (nats)
 //	processor run --config FILE.hcl     as configured
 //	processor validate FILE             check a configuration (every problem, sorted)
 //	processor fingerprint [FILE|-]      a proposal's referent, fingerprint (v2) and idempotency key
+//	processor check [FILE|-]            which field of a proposal breaks which rule (offline); else its fingerprint
 //	processor demo                      the seed scenarios end to end, as a timeline
 //	processor receipts get FP|H/ID      an intent's receipts (asks the running processor over NATS)
 //	processor activity get FP|H/ID      an intent's activity snapshot (reads the KV bucket)
@@ -26,7 +27,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -45,15 +45,17 @@ func main() {
 func commands() []command {
 	ref := "<fingerprint|host/proposal_id>"
 	return []command{
-		{name: "run", synopsis: "--dev [--listen ADDR] [--metrics-listen ADDR] [--data DIR] | --config FILE", summary: "run the processor (--dev, or --config FILE)", run: cmdRun,
-			about: "Runs Portcullis until SIGTERM or SIGINT, then drains. --dev needs no configuration: an embedded NATS server\nwithout authentication on 127.0.0.1:4222, data under ./data, unsigned input admitted, a fake provider \"demo\"."},
+		{name: "run", synopsis: "(--dev [--listen ADDR] [--metrics-listen ADDR] [--data DIR] | --config FILE) [--log-level LEVEL]", summary: "run the processor (--dev, or --config FILE)", run: cmdRun,
+			about: "Runs Portcullis until SIGTERM or SIGINT, then drains. --dev needs no configuration: an embedded NATS server\nwithout authentication on 127.0.0.1:4222, data under ./data, unsigned input admitted; providers:\n" + config.DevProviders + ".\nThe log is JSON on standard error; --log-level sets the least severe level logged (the development-mode\nwarnings are logged whatever it says)."},
 		{name: "validate", synopsis: "FILE | --config FILE", summary: "check a configuration file: every problem, with file:line", run: cmdValidate, maxArgs: 1,
 			about: "Parses and checks a configuration as `run --config` would and reports every problem found, sorted by position.\nExit 0: valid; 1: invalid; 2: usage."},
 		{name: "bench", synopsis: "[flags]", summary: "measure the pipeline end to end on the embedded default", run: cmdBench,
 			about: "Sends -n distinct granted proposals through admission, grounding, authorization and dispatch to a fake\nprovider on a throwaway embedded server, and prints throughput and publish → CONFIRMED latency."},
 		{name: "fingerprint", synopsis: "[--referent R] [--config FILE] [--canonical] [FILE|-]", summary: "a proposal's grounded referent, fingerprint v2 and idempotency key (offline)", run: cmdFingerprint, maxArgs: 1,
 			about: fingerprintAbout()},
-		{name: "demo", synopsis: "[--verbose]", summary: "play the seed scenarios end to end on a throwaway embedded server", run: cmdDemo},
+		{name: "check", synopsis: "[--referent R] [--config FILE [--host H] | --dev] [-o text|json] [FILE|-]", summary: "which field of a proposal breaks which rule, offline; its fingerprint when none does", run: cmdCheck, maxArgs: 1,
+			about: checkAbout()},
+		{name: "demo", synopsis: "[--verbose] [--log-level LEVEL]", summary: "play the seed scenarios end to end on a throwaway embedded server", run: cmdDemo},
 		{name: "receipts", summary: "receipt histories", subs: []command{
 			{name: "get", synopsis: ref + " [flags]", summary: "an intent's receipt history (asks the running processor)", run: cmdReceiptsGet, maxArgs: 1,
 				about: "Prints the receipt history of a fingerprint (sha256:<hex> or the bare hex), or of the fingerprint a\nproposal was grounded to (<host>/<proposal_id>), and the outcome its latest receipt gives.\n" + operatorAbout},
@@ -153,11 +155,13 @@ func cmdVersion(c *cmdline, args []string, _ io.Reader) int {
 
 func cmdRun(c *cmdline, args []string, _ io.Reader) int {
 	fs, stdout, stderr := c.fs, c.stdout, c.stderr
-	dev := fs.Bool("dev", false, "development mode: embedded NATS without authentication, data under --data, unsigned input allowed, fake provider \"demo\"")
+	dev := fs.Bool("dev", false, "development mode: embedded NATS without authentication, data under --data, unsigned input allowed, providers \"demo\" (fake) and \"inventory\" (nats)")
 	data := fs.String("data", "data", "data directory for --dev")
 	listen := fs.String("listen", config.DefaultListen, "with --dev: the embedded NATS server's address")
 	metricsListen := fs.String("metrics-listen", config.DefaultMetricsListen, "with --dev: the /metrics address (\"\" disables it)")
 	path := fs.String("config", "", "configuration `FILE` (HCL)")
+	var level levelFlag
+	level.register(c, "the least severe `LEVEL` logged: debug, info, warn or error (refusals are info or warn; repeats debug)")
 	if _, code, done := c.parse(args); done {
 		return code
 	}
@@ -187,7 +191,7 @@ func cmdRun(c *cmdline, args []string, _ io.Reader) int {
 	default:
 		return c.usageError("give --dev or --config FILE")
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, nil))
+	log := newLog(stderr, &level)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	startCtx, cancel := context.WithTimeout(ctx, 60*time.Second)

@@ -169,6 +169,9 @@ func TestRunUsageErrors(t *testing.T) {
 		{"run", "--config", "x.hcl", "--listen", "127.0.0.1:1"},
 		{"run", "--dev", "--listen", "nowhere"},
 		{"run"},
+		{"run", "--dev", "--log-level", "loud"},
+		{"run", "--dev", "--log-level="},
+		{"demo", "--verbose", "--log-level", "trace"},
 	}
 	for _, args := range cases {
 		out.Reset()

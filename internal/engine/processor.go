@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"sync"
 	"time"
 
@@ -140,13 +141,23 @@ func Start(ctx context.Context, o Options) (*Processor, error) {
 	return p, nil
 }
 
+// loud logs a warning at every start whatever level the log is set to
+// (SPEC §2.7: development mode "says so loudly in the log at every start",
+// also under --log-level error): the record goes to the handler directly,
+// past its level.
+func loud(ctx context.Context, log *slog.Logger, msg string) {
+	var pcs [1]uintptr
+	runtime.Callers(2, pcs[:])
+	_ = log.Handler().Handle(ctx, slog.NewRecord(time.Now(), slog.LevelWarn, msg, pcs[0]))
+}
+
 func (p *Processor) start(ctx context.Context, o Options) error {
 	cfg, subj := p.cfg, p.subj
 	if cfg.Admission.AllowUnsigned {
-		p.log.Warn("!!! UNSIGNED PROPOSALS AND GRANTS ARE ADMITTED, AND UNSIGNED OPERATOR REQUESTS ANSWERED: anyone who can publish can act for any tenant and settle indeterminate actions. Development only; never in production. !!!")
+		loud(ctx, p.log, "!!! UNSIGNED PROPOSALS AND GRANTS ARE ADMITTED, AND UNSIGNED OPERATOR REQUESTS ANSWERED: anyone who can publish can act for any tenant and settle indeterminate actions. Development only; never in production. !!!")
 	}
 	if cfg.NATS.Embedded && !cfg.NATS.Auth {
-		p.log.Warn("!!! NATS AUTHENTICATION IS OFF: any local client may publish on any subject, internal ones included. Development only. !!!")
+		loud(ctx, p.log, "!!! NATS AUTHENTICATION IS OFF: any local client may publish on any subject, internal ones included. Development only. !!!")
 	}
 	key, err := loadInternalKey(cfg.InternalKeyFile())
 	if err != nil {

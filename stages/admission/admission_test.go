@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/stages/admission"
 	"github.com/portcullis/portcullis/subjects"
 	"github.com/portcullis/portcullis/testenv"
 )
@@ -236,4 +237,111 @@ func TestNothingLeaks(t *testing.T) {
 	}
 	env.Recorder.WaitEvent(t, schema.PhaseAdmission, schema.CodeAdmissionUnauthenticated)
 	env.AssertNowhere(t, secrets...)
+}
+
+// Each admission refusal is logged with its code and, value-free, the
+// field path and rule that earned it; secrets planted in the refused
+// proposals (values, member names, tenant and actor ids, payloads) appear
+// in no log line, nor anywhere else Portcullis writes.
+func TestRefusalsAreLoggedValueFree(t *testing.T) {
+	env := testenv.New(t)
+	const (
+		tenant  = "SECRET-TENANT-41a"
+		actor   = "SECRET-ACTOR-42b"
+		payload = "SECRET-PAYLOAD-43c"
+		env_    = "SECRET-ENV-44d"
+		member  = "SECRET-MEMBER-45e"
+		domain  = "SECRET-DOMAIN-46f"
+		amount  = "SECRET-AMOUNT-47a"
+		unsign  = "SECRET-UNSIGNED-48b"
+		reuse   = "SECRET-REUSE-49c"
+		dupkey  = "SECRET-DUPKEY-50d"
+	)
+	plant := func(id string) map[string]any {
+		p := testenv.Lumber(id)
+		testenv.Set(p, "context.actor.actor_ref", actor)
+		return testenv.Set(p, "intent.payload", map[string]any{"note": payload})
+	}
+	dupBody := strings.Replace(string(testenv.Body(t, plant("log-dup"))), `"note":"`+payload+`"`,
+		`"`+dupkey+`":1,"`+dupkey+`":2`, 1)
+	cases := []struct {
+		id, path string
+		rule     schema.Rule
+		code     schema.Code
+		body     []byte
+	}{
+		{"log-env", "/intent/environment", schema.RuleEnvironment, schema.CodeAdmissionMalformed,
+			testenv.Body(t, testenv.Set(plant("log-env"), "intent.environment", env_))},
+		{"log-member", "/intent", schema.RuleUnknownMember, schema.CodeAdmissionMalformed,
+			testenv.Body(t, testenv.Set(plant("log-member"), "intent."+member, payload))},
+		{"log-amount", "/intent/external_spend/amount_minor", schema.RuleInteger, schema.CodeAdmissionMalformed,
+			testenv.Body(t, testenv.Set(plant("log-amount"), "intent.external_spend", map[string]any{"currency": "EUR", "amount_minor": amount}))},
+		{"log-dup", "/intent/payload", schema.RuleDuplicateIn, schema.CodeAdmissionMalformed, []byte(dupBody)},
+		{"log-incomplete", "/context/tenant/security_domain_ref", schema.RuleRequired, schema.CodeAdmissionContextIncomplete,
+			testenv.Body(t, testenv.Set(testenv.Set(plant("log-incomplete"), "context.tenant.security_domain_ref", ""), "context.tenant.tenant_ref", tenant))},
+		{"log-tenant", "/context/tenant/tenant_ref", admission.RuleTenantForeign, schema.CodeAdmissionTenantNotPermitted,
+			testenv.Body(t, testenv.Set(plant("log-tenant"), "context.tenant.tenant_ref", tenant))},
+		{"log-domain", "/context/tenant/security_domain_ref", admission.RuleDomainForeign, schema.CodeAdmissionTenantNotPermitted,
+			testenv.Body(t, testenv.Set(testenv.Set(plant("log-domain"), "context.tenant.security_domain_ref", domain), "grounding.scope", domain))},
+		{"log-provider", "/intent/provider", admission.RuleProviderUnknown, schema.CodeAdmissionProviderUnknown,
+			testenv.Body(t, testenv.Set(plant("log-provider"), "intent.provider", "secret-provider-51e"))},
+	}
+	for _, tc := range cases {
+		env.PublishSigned(t, tc.body, env.Host)
+	}
+	env.Publish(t, testenv.Set(plant("log-unsigned"), "intent.payload", map[string]any{"note": unsign}))
+	// An id taken by an admitted proposal, reused with another body.
+	env.PublishSigned(t, testenv.Lumber("log-reused"), env.Host)
+	env.Recorder.Wait(t, "log-reused", testenv.Count(1))
+	// (A new delivery id: the same one again would be a repeat.)
+	reused := testenv.Set(plant("log-reused"), "intent.payload", map[string]any{"note": reuse})
+	env.PublishSigned(t, testenv.Set(reused, "context.delivery.delivery_id", "delivery:log-reused-2"), env.Host)
+	for _, tc := range cases {
+		env.Recorder.Wait(t, tc.id, testenv.Terminal)
+	}
+	env.Recorder.WaitEvent(t, schema.PhaseAdmission, schema.CodeAdmissionUnauthenticated)
+	env.Recorder.WaitEvent(t, schema.PhaseAdmission, schema.CodeAdmissionProposalIDReused)
+
+	type line struct {
+		Level, Msg, Code, Host, Path, Rule, Check string
+		ProposalID                                string `json:"proposal_id"`
+	}
+	var lines []line
+	for _, raw := range bytes.Split(env.Logs.Bytes(), []byte("\n")) {
+		var l line
+		if json.Unmarshal(raw, &l) == nil && strings.HasPrefix(l.Msg, "admission:") {
+			lines = append(lines, l)
+		}
+	}
+	find := func(id string) (line, bool) {
+		for _, l := range lines {
+			if l.ProposalID == id && l.Msg == "admission: proposal refused" {
+				return l, true
+			}
+		}
+		return line{}, false
+	}
+	for _, tc := range cases {
+		l, ok := find(tc.id)
+		if !ok {
+			t.Errorf("%s: no refusal logged", tc.id)
+			continue
+		}
+		level := "INFO"
+		if tc.code == schema.CodeAdmissionTenantNotPermitted {
+			level = "WARN"
+		}
+		if l.Code != string(tc.code) || l.Path != tc.path || l.Rule != string(tc.rule) || l.Host != testenv.HostName || l.Level != level {
+			t.Errorf("%s: logged %+v, want code %s path %s rule %q at %s", tc.id, l, tc.code, tc.path, tc.rule, level)
+		}
+	}
+	if l, ok := find("log-reused"); !ok || l.Code != string(schema.CodeAdmissionProposalIDReused) || l.Path != "/proposal_id" || l.Level != "WARN" {
+		t.Errorf("reused id: logged %+v (found %v)", l, ok)
+	}
+	if !slices.ContainsFunc(lines, func(l line) bool {
+		return l.Code == string(schema.CodeAdmissionUnauthenticated) && l.Check == "no signature" && l.Level == "WARN"
+	}) {
+		t.Errorf("no unauthenticated refusal logged: %+v", lines)
+	}
+	env.AssertNowhere(t, tenant, actor, payload, env_, member, domain, amount, unsign, reuse, dupkey, "secret-provider-51e")
 }

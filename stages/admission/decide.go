@@ -7,12 +7,12 @@ package admission
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"slices"
 
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/nats-io/nats.go"
 
-	"github.com/portcullis/portcullis/fingerprint"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/schema"
@@ -45,6 +45,11 @@ type Verdict struct {
 	Dedupe bool
 	// Incident is the refusal, if any.
 	Incident *schema.Incident
+	// Problems say, value-free, what earned the refusal: a field path and
+	// the rule it breaks (every problem for a proposal that decoded; the
+	// one that stopped strict decoding otherwise). Empty for
+	// authentication failures (AuthError says which check failed).
+	Problems []schema.Problem
 }
 
 // Ref is the proposal the verdict names ("" parts when unknown).
@@ -55,42 +60,84 @@ func (v *Verdict) Ref() schema.ProposalRef {
 // Authenticated reports whether the message is attributed to a host.
 func (v *Verdict) Authenticated() bool { return v.Host != "" }
 
-func refuse(v Verdict, code schema.Code) Verdict {
+func refuse(v Verdict, code schema.Code, problems ...schema.Problem) Verdict {
 	inc := schema.NewIncident(schema.PhaseAdmission, code)
 	v.Incident = &inc
+	v.Problems = problems
 	return v
 }
 
-// wellFormed decodes and validates a body: every ADMISSION_MALFORMED check.
-func wellFormed(v Verdict, body []byte, maxBytes int) (Verdict, bool) {
-	prop, err := schema.DecodeProposal(body, maxBytes)
-	if err != nil {
+// checked runs every check of a body on its own (schema.CheckProposal):
+// the ADMISSION_MALFORMED rules, then context completeness.
+func checked(v Verdict, body []byte, maxBytes int) (Verdict, bool) {
+	prop, err := schema.CheckProposal(body, maxBytes)
+	if prop == nil {
 		if len(body) <= config.MaxMaxPayloadBytes {
 			v.ProposalID, _ = schema.PeekProposalID(body)
 		}
-		return refuse(v, schema.CodeAdmissionMalformed), false
+		return refuse(v, schema.CodeAdmissionMalformed, problemsOf(err)...), false
 	}
 	v.Proposal = prop
 	if schema.ValidProposalID(prop.ProposalID) {
 		v.ProposalID = prop.ProposalID
 	}
-	// A payload number that no IEEE-754 double holds exactly would share
-	// its fingerprint with a different amount (package fingerprint).
-	if !prop.Validate() || fingerprint.CheckNumbers(prop.Intent.Payload) != nil {
+	if err != nil {
+		var ve *schema.ValidationError
+		if errors.As(err, &ve) {
+			return refuse(v, ve.Code(), ve.Problems...), false
+		}
 		return refuse(v, schema.CodeAdmissionMalformed), false
 	}
 	return v, true
 }
 
+func problemsOf(err error) []schema.Problem {
+	var ve *schema.ValidationError
+	if errors.As(err, &ve) {
+		return ve.Problems
+	}
+	return nil
+}
+
 // Offline judges a body without trust: what admission checks that needs no
 // host keys or provider list (well formed, complete context). `processor
-// fingerprint` uses it.
+// fingerprint` and `processor check` use it.
 func Offline(body []byte, maxBytes int) Verdict {
-	v, ok := wellFormed(Verdict{}, body, maxBytes)
-	if ok && !v.Proposal.Context.ContextComplete() {
-		return refuse(v, schema.CodeAdmissionContextIncomplete)
-	}
+	v, _ := checked(Verdict{}, body, maxBytes)
 	return v
+}
+
+// ProviderProblem is admission's provider check: nil when the (normalized)
+// provider is configured, else why ADMISSION_PROVIDER_UNKNOWN.
+func ProviderProblem(providers []string, p *schema.Proposal) *schema.Problem {
+	if slices.Contains(providers, p.Intent.Provider) {
+		return nil
+	}
+	return &schema.Problem{Path: "/intent/provider", Rule: RuleProviderUnknown, Code: schema.CodeAdmissionProviderUnknown, Offset: -1}
+}
+
+// Rules of the refusals that need configuration or the store.
+const (
+	RuleProviderUnknown schema.Rule = "not a configured provider"
+	RuleTenantForeign   schema.Rule = "not a tenant this host may speak for"
+	RuleDomainForeign   schema.Rule = "not a security domain of this tenant"
+	RuleIDTaken         schema.Rule = "taken by an earlier proposal of this host with another body"
+)
+
+// TenantProblem is admission's tenant and domain check of a signed
+// proposal from host (SPEC §2.7, trust.Permits): nil when the host may
+// speak for the tenant and the domain is one of the tenant's, else which of
+// the two earned ADMISSION_TENANT_NOT_PERMITTED.
+func TenantProblem(tenants []config.Tenant, host config.Host, ctx *schema.Context) *schema.Problem {
+	if trust.Permits(tenants, host, ctx.Tenant.TenantRef, ctx.Tenant.SecurityDomainRef) {
+		return nil
+	}
+	p := schema.Problem{Path: "/context/tenant/security_domain_ref", Rule: RuleDomainForeign, Code: schema.CodeAdmissionTenantNotPermitted, Offset: -1}
+	if !slices.Contains(host.Tenants, ctx.Tenant.TenantRef) ||
+		!slices.ContainsFunc(tenants, func(t config.Tenant) bool { return t.Ref == ctx.Tenant.TenantRef }) {
+		p.Path, p.Rule = "/context/tenant/tenant_ref", RuleTenantForeign
+	}
+	return &p
 }
 
 // Decide judges a message that arrived on host h's proposals subject, in
@@ -102,20 +149,18 @@ func Decide(p Policy, h string, body []byte, hdr nats.Header) Verdict {
 	if err != nil {
 		return refuse(Verdict{AuthError: err}, schema.CodeAdmissionUnauthenticated)
 	}
-	v, ok := wellFormed(Verdict{Host: host.Name}, body, p.MaxPayloadBytes)
+	v, ok := checked(Verdict{Host: host.Name}, body, p.MaxPayloadBytes)
 	if !ok {
 		return v
 	}
-	ctx := &v.Proposal.Context
-	if !ctx.ContextComplete() {
-		return refuse(v, schema.CodeAdmissionContextIncomplete)
-	}
-	if signed && !trust.Permits(p.Tenants, host, ctx.Tenant.TenantRef, ctx.Tenant.SecurityDomainRef) {
-		return refuse(v, schema.CodeAdmissionTenantNotPermitted)
+	if signed {
+		if pr := TenantProblem(p.Tenants, host, &v.Proposal.Context); pr != nil {
+			return refuse(v, pr.Code, *pr)
+		}
 	}
 	v.Dedupe = true
-	if !slices.Contains(p.Providers, v.Proposal.Intent.Provider) {
-		return refuse(v, schema.CodeAdmissionProviderUnknown)
+	if pr := ProviderProblem(p.Providers, v.Proposal); pr != nil {
+		return refuse(v, pr.Code, *pr)
 	}
 	return v
 }

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -187,6 +188,14 @@ func TestDecide(t *testing.T) {
 			if v.Dedupe != tc.dedupe {
 				t.Errorf("dedupe = %v, want %v", v.Dedupe, tc.dedupe)
 			}
+			// Every refusal after authentication says what earned it.
+			if got != "" && got != schema.CodeAdmissionUnauthenticated &&
+				!slices.ContainsFunc(v.Problems, func(p schema.Problem) bool { return p.Code == got && p.Rule != "" }) {
+				t.Errorf("problems %v do not explain %s", v.Problems, got)
+			}
+			if (got == "" || got == schema.CodeAdmissionUnauthenticated) && len(v.Problems) != 0 {
+				t.Errorf("problems %v without a refusal to explain", v.Problems)
+			}
 			if tc.code == "" {
 				in := v.Proposal.Intent
 				if in.Provider != "demo" || in.Environment != "test" {
@@ -194,6 +203,54 @@ func TestDecide(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The verdict names the field and rule of each refusal, never the value.
+func TestDecideNamesTheField(t *testing.T) {
+	host, _ := nkeys.CreateUser()
+	hostKey, _ := host.PublicKey()
+	pol := Policy{
+		MaxPayloadBytes: 4096,
+		Hosts:           []config.Host{{Name: "frontdesk", PublicKey: hostKey, Tenants: []string{"tenant:demo", "tenant:unconfigured"}}},
+		Tenants:         []config.Tenant{{Ref: "tenant:demo", SecurityDomains: []string{"security-domain:demo"}}},
+		Providers:       []string{"demo"},
+	}
+	cases := []struct {
+		name string
+		body []byte
+		want schema.Problem
+	}{
+		{"environment", edit(func(m map[string]any) { obj(m, "intent")["environment"] = "prod" }),
+			schema.Problem{Path: "/intent/environment", Rule: schema.RuleEnvironment, Code: schema.CodeAdmissionMalformed}},
+		{"schema missing", edit(func(m map[string]any) { delete(m, "schema") }),
+			schema.Problem{Path: "/schema", Rule: schema.RuleRequired, Code: schema.CodeAdmissionMalformed}},
+		{"amount a string", edit(func(m map[string]any) {
+			obj(m, "intent")["external_spend"] = map[string]any{"currency": "USD", "amount_minor": "12"}
+		}), schema.Problem{Path: "/intent/external_spend/amount_minor", Rule: schema.RuleInteger, Code: schema.CodeAdmissionMalformed}},
+		{"incomplete", edit(func(m map[string]any) { obj(m, "context", "delivery")["source"] = "" }),
+			schema.Problem{Path: "/context/delivery/source", Rule: schema.RuleRequired, Code: schema.CodeAdmissionContextIncomplete}},
+		{"foreign tenant", edit(func(m map[string]any) { obj(m, "context", "tenant")["tenant_ref"] = "tenant:other" }),
+			schema.Problem{Path: "/context/tenant/tenant_ref", Rule: RuleTenantForeign, Code: schema.CodeAdmissionTenantNotPermitted}},
+		{"tenant without a block", edit(func(m map[string]any) { obj(m, "context", "tenant")["tenant_ref"] = "tenant:unconfigured" }),
+			schema.Problem{Path: "/context/tenant/tenant_ref", Rule: RuleTenantForeign, Code: schema.CodeAdmissionTenantNotPermitted}},
+		{"foreign domain", edit(func(m map[string]any) { obj(m, "context", "tenant")["security_domain_ref"] = "security-domain:other" }),
+			schema.Problem{Path: "/context/tenant/security_domain_ref", Rule: RuleDomainForeign, Code: schema.CodeAdmissionTenantNotPermitted}},
+		{"provider", edit(func(m map[string]any) { obj(m, "intent")["provider"] = "acme" }),
+			schema.Problem{Path: "/intent/provider", Rule: RuleProviderUnknown, Code: schema.CodeAdmissionProviderUnknown}},
+	}
+	for _, tc := range cases {
+		hdr, err := trust.Sign(host, tc.body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := Decide(pol, "frontdesk", tc.body, hdr)
+		for i := range v.Problems {
+			v.Problems[i].Offset = 0 // where the decoder stopped: not compared
+		}
+		if v.Incident == nil || v.Incident.Code != tc.want.Code || len(v.Problems) != 1 || v.Problems[0] != tc.want {
+			t.Errorf("%s: incident %v, problems %+v; want %+v", tc.name, v.Incident, v.Problems, tc.want)
+		}
 	}
 }
 

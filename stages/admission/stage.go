@@ -41,11 +41,11 @@ func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 		// Nothing proves who sent it: an event and a log line saying which
 		// check failed, and no durable trace (SPEC §2.7). The subject token
 		// is not logged: before authentication it is anyone's choice.
-		s.log().Info("admission: unauthenticated message refused", "seq", in.StreamSeq, "check", trust.Reason(v.AuthError))
+		s.log().Warn("admission: unauthenticated message refused", "code", v.Incident.Code, "seq", in.StreamSeq, "check", trust.Reason(v.AuthError))
 		return stages.Result{Events: []schema.Incident{*v.Incident}}, nil
 	}
 	if !v.Dedupe {
-		return s.refuse(v, now)
+		return s.refuse(v, in, now)
 	}
 	p := v.Proposal
 	ref := v.Ref()
@@ -62,6 +62,7 @@ func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 	}
 	if found && d.Seq != in.StreamSeq {
 		// A repeated delivery: republish what was recorded, do nothing else.
+		s.log().Debug("admission: repeated delivery; the recorded outcome is republished", "host", ref.Host, "proposal_id", d.ProposalID, "seq", in.StreamSeq)
 		return s.replay(schema.ProposalRef{Host: ref.Host, ProposalID: d.ProposalID})
 	}
 	a, found, err := s.Store.Admitted(ref)
@@ -77,12 +78,12 @@ func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 		if err := b.Commit(kv.NoSync); err != nil {
 			return stages.Result{}, fmt.Errorf("admission: record delivery: %w", err)
 		}
+		s.log().Debug("admission: repeated proposal; the recorded outcome is republished", "host", ref.Host, "proposal_id", ref.ProposalID, "seq", in.StreamSeq)
 		return s.replay(ref)
 	case found && a.Seq != in.StreamSeq:
 		// Another body under a taken id: its outcome subject belongs to the
 		// first proposal.
-		s.log().Info("admission: proposal id reused with another body; refused", "seq", in.StreamSeq, "host", ref.Host)
-		return reused(), nil
+		return s.reused(v, in), nil
 	case found && a.Forwarded:
 		return stages.Result{}, nil // this very message was handed off already
 	case !found:
@@ -96,7 +97,7 @@ func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 	}
 	fault.Hit(fault.AdmissionAfterRecord)
 	if v.Incident != nil {
-		s.logRefusal(v, in)
+		s.logRefusal(v, in, v.Incident.Code)
 		return stages.Result{Outcomes: []schema.Outcome{schema.FailureOutcome(ref, *v.Incident, now)}}, nil
 	}
 	env := schema.Envelope{Schema: schema.SchemaEnvelope, Proposal: *p, Host: ref.Host, AdmittedAtMs: now}
@@ -137,38 +138,62 @@ func reused() stages.Result {
 	return stages.Result{Events: []schema.Incident{schema.NewIncident(schema.PhaseAdmission, schema.CodeAdmissionProposalIDReused)}}
 }
 
+// reused refuses a proposal whose id an earlier proposal of its host took
+// with another body: only the event, and a log line.
+func (s *Stage) reused(v Verdict, in *stages.Input) stages.Result {
+	v.Problems = []schema.Problem{{Path: "/proposal_id", Rule: RuleIDTaken, Code: schema.CodeAdmissionProposalIDReused, Offset: -1}}
+	s.logRefusal(v, in, schema.CodeAdmissionProposalIDReused)
+	return reused()
+}
+
 // refuse answers an authenticated proposal refused before it could take its
 // ids (malformed, incomplete context, tenant or domain not permitted). It
 // gets an outcome when its id is readable and not taken, and leaves no
 // record: there is nothing to deduplicate it by, and junk must not grow
 // the store.
-func (s *Stage) refuse(v Verdict, now int64) (stages.Result, error) {
-	s.logRefusal(v, nil)
+func (s *Stage) refuse(v Verdict, in *stages.Input, now int64) (stages.Result, error) {
 	if v.ProposalID == "" {
+		s.logRefusal(v, in, v.Incident.Code)
 		return stages.Result{Events: []schema.Incident{*v.Incident}}, nil
 	}
 	if _, taken, err := s.Store.Admitted(v.Ref()); err != nil {
 		return stages.Result{}, fmt.Errorf("admission: read proposal: %w", err)
 	} else if taken {
-		return reused(), nil
+		// Its outcome subject belongs to the proposal that took the id.
+		return s.reused(v, in), nil
 	}
+	s.logRefusal(v, in, v.Incident.Code)
 	return stages.Result{
 		Outcomes:   []schema.Outcome{schema.FailureOutcome(v.Ref(), *v.Incident, now)},
 		Unrecorded: true,
 	}, nil
 }
 
-// logRefusal logs a refusal of an authenticated proposal: its code, host
-// and id only.
-func (s *Stage) logRefusal(v Verdict, in *stages.Input) {
-	args := []any{"code", v.Incident.Code, "host", v.Host}
+// logRefusal logs the refusal of an authenticated proposal, value-free:
+// the code, the host (a configured name) and the proposal id (an outcome
+// subject token) when readable, the stream sequence, and the first
+// problem's field path and rule with the number of problems. Never a
+// value: no tenant, actor, payload, attribute or member name of the input.
+// A refusal that points at trust (tenant or domain not permitted, an id
+// reused) is a warning; the others are integration errors, logged at info.
+func (s *Stage) logRefusal(v Verdict, in *stages.Input, code schema.Code) {
+	args := []any{"code", code, "host", v.Host}
 	if v.ProposalID != "" {
 		args = append(args, "proposal_id", v.ProposalID)
 	}
-	if in != nil {
-		args = append(args, "seq", in.StreamSeq)
+	args = append(args, "seq", in.StreamSeq)
+	if len(v.Problems) > 0 {
+		args = append(args, "path", v.Problems[0].Path, "rule", string(v.Problems[0].Rule))
+		if len(v.Problems) > 1 {
+			args = append(args, "problems", len(v.Problems))
+		}
 	}
-	s.log().Info("admission: proposal refused", args...)
+	level := slog.LevelInfo
+	switch code {
+	case schema.CodeAdmissionTenantNotPermitted, schema.CodeAdmissionProposalIDReused:
+		level = slog.LevelWarn
+	}
+	s.log().Log(context.Background(), level, "admission: proposal refused", args...)
 }
 
 // GiveUp ends a proposal admission could not process: with an outcome
