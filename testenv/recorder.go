@@ -188,23 +188,30 @@ func (r *Recorder) Wait(t testing.TB, id string, cond Cond) schema.Outcome {
 // WaitAll is Wait returning every outcome of the proposal so far.
 func (r *Recorder) WaitAll(t testing.TB, id string, cond Cond) []schema.Outcome {
 	t.Helper()
+	return r.WaitAllWithin(t, id, cond, WaitTimeout)
+}
+
+// WaitAllWithin is WaitAll with its own timeout (a crash test waits for a
+// redelivery after the consumer's ack wait).
+func (r *Recorder) WaitAllWithin(t testing.TB, id string, cond Cond, timeout time.Duration) []schema.Outcome {
+	t.Helper()
 	ref := Ref(id)
 	var outs []schema.Outcome
-	r.waitLocked(t, func() bool {
+	r.waitLocked(t, timeout, func() bool {
 		outs = r.outcomes[ref]
 		return len(outs) > 0 && cond(outs)
 	}, func() string {
-		return fmt.Sprintf("proposal %s: condition not met within %s; outcomes so far: %+v", ref, WaitTimeout, outs)
+		return fmt.Sprintf("proposal %s: condition not met within %s; outcomes so far: %+v", ref, timeout, outs)
 	})
 	return append([]schema.Outcome(nil), outs...)
 }
 
 // waitLocked blocks until met (called with r.mu held) holds, and fails
-// the test with failure() after WaitTimeout.
-func (r *Recorder) waitLocked(t testing.TB, met func() bool, failure func() string) {
+// the test with failure() (also called with r.mu held) after timeout.
+func (r *Recorder) waitLocked(t testing.TB, timeout time.Duration, met func() bool, failure func() string) {
 	t.Helper()
-	deadline := time.Now().Add(WaitTimeout)
-	timer := time.AfterFunc(WaitTimeout, func() {
+	deadline := time.Now().Add(timeout)
+	timer := time.AfterFunc(timeout, func() {
 		r.mu.Lock()
 		r.cond.Broadcast()
 		r.mu.Unlock()
@@ -256,7 +263,7 @@ func (r *Recorder) WaitEvent(t testing.TB, phase schema.Phase, code schema.Code)
 func (r *Recorder) WaitEvents(t testing.TB, phase schema.Phase, code schema.Code, n int) []schema.IncidentEvent {
 	t.Helper()
 	var got []schema.IncidentEvent
-	r.waitLocked(t, func() bool {
+	r.waitLocked(t, WaitTimeout, func() bool {
 		got = got[:0]
 		for _, e := range r.events {
 			if e.Phase == phase && e.Code == code {
