@@ -83,8 +83,8 @@ func newRig(t *testing.T) *rig {
 	return &rig{seal: sealer, js: js, subj: subj, store: store, metrics: metrics.New(nil), rec: testenv.Record(t, nc, subj)}
 }
 
-// run starts a runner for stage "grounding" on stream IN and returns a
-// function that drains it and waits.
+// run starts a runner for stage "grounding" on stream IN, waits until it
+// consumes, and returns a function that drains it and waits.
 func (r *rig) run(t *testing.T, h stages.Handler, cfg stages.RunnerConfig) func() {
 	t.Helper()
 	cfg.Stage, cfg.Stream, cfg.FilterSubject = subjects.StageGrounding, "IN", "in.>"
@@ -95,6 +95,7 @@ func (r *rig) run(t *testing.T, h stages.Handler, cfg stages.RunnerConfig) func(
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- runner.Run(ctx, context.Background()) }()
+	testenv.WaitFor(t, "the runner consuming", runner.Consuming) // its consumer exists
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -22,10 +23,13 @@ import (
 //     and then Quiesce, and the processor's own scheduler fires what fell
 //     due (Quiesce does not fire timers itself, so a scheduler that failed
 //     to wake would be caught, not papered over);
-//   - every stage's durable consumer (StageConsumers) has nothing pending
-//     and nothing unacknowledged. A message waiting for a delayed
-//     redelivery — a transient failure's backoff, or a provider nobody
-//     answered inside its unavailable_retry window (RetryAfter) — is
+//   - every stage's durable consumer (StageConsumers) has delivered the
+//     last message its filter selects in its stream, and has nothing
+//     pending and nothing unacknowledged. (Consumer info alone is not
+//     enough: a consumer learns of a stored message a moment after its
+//     PubAck, and meanwhile reports nothing pending.) A message waiting for
+//     a delayed redelivery — a transient failure's backoff, or a provider
+//     nobody answered inside its unavailable_retry window (RetryAfter) — is
 //     unacknowledged, so Quiesce waits for it to be handled;
 //   - the Recorder has handled every outcome and incident event the stages
 //     published (Recorder.Flush).
@@ -58,9 +62,10 @@ func (e *Env) QuiesceWithin(t testing.TB, timeout time.Duration) {
 }
 
 // QuiesceConsumers is Quiesce for a rig without an Env (one runner on
-// streams of its own, say): it waits until every consumer has nothing
-// pending and nothing unacknowledged, twice in a row, then flushes rec
-// (nil: none). It fails the test after WaitTimeout.
+// streams of its own, say): it waits until every consumer has delivered
+// and had acknowledged everything its filter selects, twice in a row,
+// then flushes rec (nil: none). The consumers must exist. It fails the
+// test after WaitTimeout.
 func QuiesceConsumers(t testing.TB, js jetstream.JetStream, rec *Recorder, consumers ...StageConsumer) {
 	t.Helper()
 	quiesce(t, WaitTimeout, js, consumers, nil, rec)
@@ -73,8 +78,9 @@ func quiesce(t testing.TB, timeout time.Duration, js jetstream.JetStream, consum
 	ctx, cancel := context.WithTimeout(context.Background(), timeout+10*time.Second)
 	defer cancel()
 	deadline := time.Now().Add(timeout)
+	streams := map[string]jetstream.Stream{}
 	for quiet := 0; quiet < 2; {
-		busy, err := busy(ctx, js, consumers, timers)
+		busy, err := busy(ctx, js, consumers, timers, streams)
 		if err != nil {
 			t.Fatalf("testenv: Quiesce: %v", err)
 		}
@@ -93,8 +99,9 @@ func quiesce(t testing.TB, timeout time.Duration, js jetstream.JetStream, consum
 	}
 }
 
-// busy returns what is not idle, or "" when nothing is.
-func busy(ctx context.Context, js jetstream.JetStream, consumers []StageConsumer, timers func() (string, bool)) (string, error) {
+// busy returns what is not idle, or "" when nothing is. streams caches
+// the stream handles.
+func busy(ctx context.Context, js jetstream.JetStream, consumers []StageConsumer, timers func() (string, bool), streams map[string]jetstream.Stream) (string, error) {
 	if timers != nil {
 		if due, ok := timers(); ok {
 			return due, nil
@@ -113,8 +120,54 @@ func busy(ctx context.Context, js jetstream.JetStream, consumers []StageConsumer
 			return fmt.Sprintf("consumer %s (stream %s) has %d pending and %d unacknowledged (%d of them redelivered)",
 				c.Name, c.Stream, info.NumPending, info.NumAckPending, info.NumRedelivered), nil
 		}
+		// A consumer learns of a stored message a moment after its PubAck:
+		// until then it reports nothing pending. Compare with the stream.
+		last, err := lastSeq(ctx, js, streams, c.Stream, info.Config)
+		if err != nil {
+			return "", err
+		}
+		if info.Delivered.Stream < last {
+			return fmt.Sprintf("consumer %s (stream %s) has not yet seen stream message %d (delivered up to %d)",
+				c.Name, c.Stream, last, info.Delivered.Stream), nil
+		}
 	}
 	return "", nil
+}
+
+// lastSeq is the sequence of the last message in stream that the
+// consumer's filter selects (0: none).
+func lastSeq(ctx context.Context, js jetstream.JetStream, streams map[string]jetstream.Stream, name string, cfg jetstream.ConsumerConfig) (uint64, error) {
+	s, ok := streams[name]
+	if !ok {
+		var err error
+		if s, err = js.Stream(ctx, name); err != nil {
+			return 0, fmt.Errorf("stream %s: %w", name, err)
+		}
+		streams[name] = s
+	}
+	filters := cfg.FilterSubjects
+	if cfg.FilterSubject != "" {
+		filters = append(filters, cfg.FilterSubject)
+	}
+	if len(filters) == 0 {
+		info, err := s.Info(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("stream %s: %w", name, err)
+		}
+		return info.State.LastSeq, nil
+	}
+	var last uint64
+	for _, f := range filters {
+		m, err := s.GetLastMsgForSubject(ctx, f)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("stream %s: last message on %s: %w", name, f, err)
+		}
+		last = max(last, m.Sequence)
+	}
+	return last, nil
 }
 
 // dueTimer describes a timer of the in-process processor that is due and

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/testenv"
 )
@@ -88,5 +90,51 @@ func TestQuiesceWaitsForDelayedRetries(t *testing.T) {
 	outs := env.Recorder.Outcomes("prop-unanswered")
 	if len(outs) != 1 || outs[0].Kind != schema.KindFailedBeforeDispatch {
 		t.Fatalf("after Quiesce: outcomes %+v, want one FAILED_BEFORE_DISPATCH", outs)
+	}
+}
+
+// Right after a PubAck a consumer may not know of the message yet, and
+// reports nothing pending: Quiesce compares with the stream and never
+// calls a consumer idle that has a message it has not delivered.
+func TestQuiesceSeesMessagesTheConsumerDoesNotKnowYet(t *testing.T) {
+	s := testenv.StartServer(t, "")
+	js, err := jetstream.New(testenv.Connect(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := js.CreateOrUpdateConsumer(ctx, "IN", jetstream.ConsumerConfig{Durable: "d", FilterSubject: "in.*", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func(d time.Duration) { testenv.WaitTimeout = d }(testenv.WaitTimeout)
+	testenv.WaitTimeout = 30 * time.Millisecond
+	for i := range 40 {
+		if _, err := js.Publish(ctx, "in.x", []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		// Nobody consumes: Quiesce must time out.
+		msg := func() (msg string) {
+			tb, stop := testenv.Standalone()
+			defer stop()
+			defer func() { msg = fmt.Sprint(recover()) }()
+			testenv.QuiesceConsumers(tb, js, nil, testenv.StageConsumer{Name: "d", Stream: "IN"})
+			return ""
+		}()
+		if !strings.Contains(msg, "consumer d (stream IN)") {
+			t.Fatalf("publish %d: Quiesce with an undelivered message reported %q", i, msg)
+		}
+		b, err := c.FetchNoWait(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range b.Messages() {
+			if err := m.DoubleAck(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }
