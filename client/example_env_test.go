@@ -2,9 +2,6 @@ package client_test
 
 import (
 	"encoding/json"
-	"fmt"
-	"os"
-	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -14,40 +11,12 @@ import (
 	"github.com/portcullis/portcullis/testenv"
 )
 
-// exampleTB lets examples use testenv, which wants a testing.TB: failures
-// panic, cleanups run at stop. Only the methods testenv calls are
-// implemented.
-type exampleTB struct {
-	testing.TB
-	cleanups []func()
-}
-
-func (t *exampleTB) Helper()                           {}
-func (t *exampleTB) Cleanup(f func())                  { t.cleanups = append(t.cleanups, f) }
-func (t *exampleTB) Fatal(args ...any)                 { panic(fmt.Sprint(args...)) }
-func (t *exampleTB) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
-func (t *exampleTB) Errorf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
-func (t *exampleTB) TempDir() string {
-	dir, err := os.MkdirTemp("", "client-example-")
-	if err != nil {
-		panic(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	return dir
-}
-
-func (t *exampleTB) stop() {
-	for i := len(t.cleanups) - 1; i >= 0; i-- {
-		t.cleanups[i]()
-	}
-}
-
 // exampleProcessor starts a test deployment with NATS authentication on
 // and returns its URL and host "frontdesk"'s seed.
 func exampleProcessor() (url string, hostSeed nkeys.KeyPair, stop func()) {
-	t := &exampleTB{}
+	t, stop := testenv.Standalone() // examples have no *testing.T
 	env := testenv.New(t, testenv.WithAuth())
-	return env.Server.ClientURL(), env.Host, t.stop
+	return env.Server.ClientURL(), env.Host, stop
 }
 
 // exampleServer starts a bare NATS server without authentication.

@@ -47,6 +47,8 @@ type rig struct {
 	store   *kv.Store
 	metrics *metrics.Metrics
 	rec     *testenv.Recorder
+	// runner is the one run started last.
+	runner *stages.Runner
 }
 
 func newRig(t *testing.T) *rig {
@@ -81,17 +83,19 @@ func newRig(t *testing.T) *rig {
 	return &rig{seal: sealer, js: js, subj: subj, store: store, metrics: metrics.New(nil, nil), rec: testenv.Record(t, nc, subj)}
 }
 
-// run starts a runner for stage "grounding" on stream IN and returns a
-// function that drains it and waits.
+// run starts a runner for stage "grounding" on stream IN, waits until it
+// consumes, and returns a function that drains it and waits.
 func (r *rig) run(t *testing.T, h stages.Handler, cfg stages.RunnerConfig) func() {
 	t.Helper()
 	cfg.Stage, cfg.Stream, cfg.FilterSubject = subjects.StageGrounding, "IN", "in.>"
 	runner := stages.NewRunner(cfg, stages.Deps{
 		JS: r.js, Seal: r.seal, Subjects: r.subj, Metrics: r.metrics, Outcomes: r.store, Clock: stages.SystemClock{},
 	}, h)
+	r.runner = runner
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- runner.Run(ctx, context.Background()) }()
+	testenv.WaitFor(t, "the runner consuming", runner.Consuming) // its consumer exists
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
@@ -125,21 +129,22 @@ func (r *rig) streamMsgs(t *testing.T, stream string) uint64 {
 	return info.State.Msgs
 }
 
-func (r *rig) waitPendingAcks(t *testing.T, want int) {
+// quiesce waits until the runner's consumer has handled and acked
+// everything in IN, and the recorder everything published.
+func (r *rig) quiesce(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := r.js.Consumer(context.Background(), "IN", subjects.StageGrounding)
-		if err == nil {
-			info, err := c.Info(context.Background())
-			if err == nil && info.NumAckPending == want && info.NumPending == 0 {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("consumer did not settle to %d pending acks", want)
-		}
-		time.Sleep(10 * time.Millisecond)
+	testenv.QuiesceConsumers(t, r.js, r.rec, testenv.StageConsumer{Name: subjects.StageGrounding, Stream: "IN"})
+}
+
+// counted checks actions_stage_messages_total for a result. The runner
+// counts a message just after acking it: wait for the count to arrive, then
+// check it did not go past.
+func (r *rig) counted(t *testing.T, result string, want float64) {
+	t.Helper()
+	c := r.metrics.StageMessages.WithLabelValues(subjects.StageGrounding, result)
+	testenv.WaitFor(t, fmt.Sprintf("%s counted %v times", result, want), func() bool { return testutil.ToFloat64(c) >= want })
+	if got := testutil.ToFloat64(c); got != want {
+		t.Errorf("%s = %v, want %v", result, got, want)
 	}
 }
 
@@ -163,16 +168,14 @@ func TestRunnerPublishesRecordsAndAcks(t *testing.T) {
 		t.Errorf("outcome %+v", o)
 	}
 	r.rec.WaitEvent(t, schema.PhaseGrounding, schema.CodeDiscriminatorMissing)
-	r.waitPendingAcks(t, 0)
+	r.quiesce(t)
 	if n := r.streamMsgs(t, "NEXT"); n != 1 {
 		t.Errorf("next stream has %d messages", n)
 	}
 	if rec, found, err := r.store.LastOutcome(testenv.Ref("bad")); err != nil || !found || rec.Kind != o.Kind {
 		t.Errorf("outcome not recorded: %+v %v %v", rec, found, err)
 	}
-	if got := testutil.ToFloat64(r.metrics.StageMessages.WithLabelValues(subjects.StageGrounding, metrics.ResultForwarded)); got != 1 {
-		t.Errorf("forwarded = %v", got)
-	}
+	r.counted(t, metrics.ResultForwarded, 1)
 	if got := testutil.ToFloat64(r.metrics.Incidents.WithLabelValues(string(schema.PhaseGrounding), string(schema.CodeDiscriminatorMissing))); got != 1 {
 		t.Errorf("incidents = %v", got)
 	}
@@ -199,7 +202,7 @@ func TestRunnerRepublishIsDeduplicated(t *testing.T) {
 		}, nil
 	}}, stages.RunnerConfig{Backoff: func(uint64) time.Duration { return 10 * time.Millisecond }})
 	r.publish(t, "in.1", "x")
-	r.waitPendingAcks(t, 0)
+	r.quiesce(t)
 	if doneCalls.Load() != 3 {
 		t.Errorf("done ran %d times", doneCalls.Load())
 	}
@@ -231,7 +234,7 @@ func TestRunnerDoesNotCountReplayedOutcomes(t *testing.T) {
 	r.publish(t, "in.2", "again")
 	r.rec.Wait(t, "first", testenv.Terminal)
 	r.rec.Wait(t, "again", testenv.Terminal)
-	r.waitPendingAcks(t, 0)
+	r.quiesce(t)
 	if got := testutil.ToFloat64(r.metrics.Outcomes.WithLabelValues(string(schema.KindNeedsClarification))); got != 1 {
 		t.Errorf("outcomes = %v, want 1 (the replay not counted)", got)
 	}
@@ -252,7 +255,7 @@ func TestRunnerConsuming(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { done <- runner.Run(ctx, context.Background()) }()
 		t.Cleanup(func() { cancel(); <-done })
-		waitFor(t, "consuming", runner.Consuming)
+		testenv.WaitFor(t, "consuming", runner.Consuming)
 		return cancel, done
 	}
 	cancel, done := start()
@@ -276,17 +279,6 @@ func TestRunnerConsuming(t *testing.T) {
 	}
 	if runner.Consuming() {
 		t.Error("still consuming after the iterator failed")
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(testenv.WaitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting: %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -330,15 +322,13 @@ func TestRunnerRetriesThenGivesUp(t *testing.T) {
 	if o := r.rec.Wait(t, "poison", testenv.Terminal); o.Incidents[0].Code != schema.CodeProcessingFailed {
 		t.Errorf("poison: %+v", o)
 	}
-	r.waitPendingAcks(t, 0)
+	r.quiesce(t)
 	mu.Lock()
 	if !errors.Is(cause, stages.ErrRetriesExhausted) {
 		t.Errorf("give-up cause = %v", cause)
 	}
 	mu.Unlock()
-	if got := testutil.ToFloat64(r.metrics.StageMessages.WithLabelValues(subjects.StageGrounding, metrics.ResultGaveUp)); got != 2 {
-		t.Errorf("gave_up = %v, want 2", got)
-	}
+	r.counted(t, metrics.ResultGaveUp, 2)
 	if got := testutil.ToFloat64(r.metrics.StageMessages.WithLabelValues(subjects.StageGrounding, metrics.ResultRetry)); got < 4 {
 		t.Errorf("retry = %v, want ≥ 4", got)
 	}
@@ -358,11 +348,11 @@ func TestRunnerDrainFinishesInFlight(t *testing.T) {
 	<-started
 	stopped := make(chan struct{})
 	go func() { stop(); close(stopped) }()
-	time.Sleep(50 * time.Millisecond)
+	testenv.WaitFor(t, "the drain to begin", func() bool { return !r.runner.Consuming() })
 	close(release)
 	<-stopped
 	r.rec.Wait(t, "slow", testenv.Terminal)
-	r.waitPendingAcks(t, 0)
+	r.quiesce(t)
 }
 
 // A long handler is kept alive with InProgress: no redelivery while it runs.
@@ -371,12 +361,11 @@ func TestRunnerHeartbeatPreventsRedelivery(t *testing.T) {
 	var calls atomic.Int32
 	r.run(t, funcHandler{handle: func(_ context.Context, in *stages.Input) (stages.Result, error) {
 		calls.Add(1)
-		time.Sleep(1500 * time.Millisecond)
+		time.Sleep(1500 * time.Millisecond) // real work, three ack waits long: only heartbeats keep it
 		return stages.Result{}, nil
 	}}, stages.RunnerConfig{Workers: 2, AckWait: 500 * time.Millisecond})
 	r.publish(t, "in.1", "x")
-	time.Sleep(200 * time.Millisecond)
-	r.waitPendingAcks(t, 0)
+	r.quiesce(t) // a redelivery would be handled by the second worker before this returns
 	if calls.Load() != 1 {
 		t.Errorf("handled %d times", calls.Load())
 	}
@@ -416,20 +405,14 @@ func TestRunnerRejectsUnsealedInternalMessages(t *testing.T) {
 	if _, err := r.js.PublishMsg(context.Background(), good); err != nil {
 		t.Fatal(err)
 	}
-	r.waitPendingAcks(t, 0)
-	deadline := time.Now().Add(testenv.WaitTimeout)
-	for r.streamMsgs(t, "NEXT") < 1 || countEvents(r.rec, schema.CodeInternalMessageRejected) < 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("next=%d rejected events=%d", r.streamMsgs(t, "NEXT"), countEvents(r.rec, schema.CodeInternalMessageRejected))
-		}
-		time.Sleep(10 * time.Millisecond)
+	r.quiesce(t)
+	if next, rejected := r.streamMsgs(t, "NEXT"), r.rec.CountEvents(schema.PhaseGrounding, schema.CodeInternalMessageRejected); next != 1 || rejected != 3 {
+		t.Fatalf("next=%d rejected events=%d, want 1 and 3", next, rejected)
 	}
 	if n := handled.Load(); n != 1 {
 		t.Errorf("handler ran %d times, want 1 (only the sealed message)", n)
 	}
-	if got := testutil.ToFloat64(r.metrics.StageMessages.WithLabelValues(subjects.StageGrounding, metrics.ResultRejected)); got != 3 {
-		t.Errorf("rejected = %v, want 3", got)
-	}
+	r.counted(t, metrics.ResultRejected, 3)
 	// The hand-off is sealed for the next stage.
 	s, _ := r.js.Stream(context.Background(), "NEXT")
 	msg, err := s.GetMsg(context.Background(), 1)
@@ -444,14 +427,4 @@ func TestRunnerRejectsUnsealedInternalMessages(t *testing.T) {
 			t.Errorf("event = %+v", e)
 		}
 	}
-}
-
-func countEvents(rec *testenv.Recorder, code schema.Code) int {
-	n := 0
-	for _, e := range rec.Events() {
-		if e.Code == code {
-			n++
-		}
-	}
-	return n
 }

@@ -376,11 +376,17 @@ func Sign(t testing.TB, kp nkeys.KeyPair, body []byte) nats.Header {
 type LogBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
+	// grew is closed (and replaced) at every Write, for Wait.
+	grew chan struct{}
 }
 
 func (l *LogBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.grew != nil {
+		close(l.grew)
+		l.grew = nil
+	}
 	return l.buf.Write(p)
 }
 
@@ -389,6 +395,40 @@ func (l *LogBuffer) Bytes() []byte {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return bytes.Clone(l.buf.Bytes())
+}
+
+// Wait blocks until the buffer holds s; the test fails after WaitTimeout,
+// showing what was written.
+func (l *LogBuffer) Wait(t testing.TB, s string) {
+	t.Helper()
+	if !l.wait(s, nil, WaitTimeout) {
+		t.Fatalf("testenv: %q not written within %s:\n%s", s, WaitTimeout, l.Bytes())
+	}
+}
+
+// wait reports whether the buffer came to hold s before timeout or stop.
+func (l *LogBuffer) wait(s string, stop <-chan struct{}, timeout time.Duration) bool {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		l.mu.Lock()
+		if bytes.Contains(l.buf.Bytes(), []byte(s)) {
+			l.mu.Unlock()
+			return true
+		}
+		if l.grew == nil {
+			l.grew = make(chan struct{})
+		}
+		grew := l.grew
+		l.mu.Unlock()
+		select {
+		case <-grew:
+		case <-stop:
+			return bytesContains(l.Bytes(), s)
+		case <-deadline.C:
+			return false
+		}
+	}
 }
 
 func bytesContains(b []byte, s string) bool { return bytes.Contains(b, []byte(s)) }

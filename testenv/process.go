@@ -147,16 +147,13 @@ func (p *Process) ExitCode() int {
 // WaitLog waits until the process has logged a line containing s.
 func (p *Process) WaitLog(t testing.TB, s string) {
 	t.Helper()
-	deadline := time.Now().Add(WaitTimeout)
-	for !bytesContains(p.Logs.Bytes(), s) {
-		select {
-		case <-p.done:
-			t.Fatalf("processor exited (%v) before logging %q:\n%s", p.err, s, p.Logs.Bytes())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("processor did not log %q within %s:\n%s", s, WaitTimeout, p.Logs.Bytes())
-		}
-		time.Sleep(20 * time.Millisecond)
+	if p.Logs.wait(s, p.done, WaitTimeout) {
+		return
+	}
+	select {
+	case <-p.done:
+		t.Fatalf("processor exited (%v) before logging %q:\n%s", p.err, s, p.Logs.Bytes())
+	default:
+		t.Fatalf("processor did not log %q within %s:\n%s", s, WaitTimeout, p.Logs.Bytes())
 	}
 }

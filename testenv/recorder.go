@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -26,13 +27,14 @@ type Recorder struct {
 	outcomes map[schema.ProposalRef][]schema.Outcome
 	events   []schema.IncidentEvent
 	raw      [][]byte
+	nc       *nats.Conn
 	subs     []*nats.Subscription
 }
 
 // Record subscribes to outcomes and incidents on nc until the test ends.
 func Record(t testing.TB, nc *nats.Conn, s subjects.Subjects) *Recorder {
 	t.Helper()
-	r := &Recorder{t: t, outcomes: map[schema.ProposalRef][]schema.Outcome{}}
+	r := &Recorder{t: t, nc: nc, outcomes: map[schema.ProposalRef][]schema.Outcome{}}
 	r.cond = sync.NewCond(&r.mu)
 	v, err := jsonschema.Default()
 	if err != nil {
@@ -97,6 +99,44 @@ func Record(t testing.TB, nc *nats.Conn, s subjects.Subjects) *Recorder {
 	return r
 }
 
+// Flush waits until the Recorder has handled every outcome and event the
+// server sent it so far: everything published (and PubAcked) before Flush
+// was called is then in Outcomes and Events. Env.Quiesce ends with it. The
+// test fails after WaitTimeout.
+func (r *Recorder) Flush(t testing.TB) {
+	t.Helper()
+	r.FlushWithin(t, WaitTimeout)
+}
+
+// FlushWithin is Flush with its own timeout.
+func (r *Recorder) FlushWithin(t testing.TB, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	// The server queues a message for this connection as it routes the
+	// publish, before the PubAck: the PONG answering this flush comes
+	// after every message published before it.
+	if err := r.nc.FlushTimeout(max(timeout, time.Millisecond)); err != nil {
+		t.Fatalf("testenv: Recorder: flush: %v", err)
+	}
+	// Each subscription counts a message as pending until its handler
+	// returned.
+	for _, s := range r.subs {
+		for {
+			n, _, err := s.Pending()
+			if err != nil {
+				t.Fatalf("testenv: Recorder: %v", err)
+			}
+			if n == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("testenv: Recorder: %d messages on %s still unhandled after %s", n, s.Subject, timeout)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
 // A Cond selects outcomes to wait for.
 type Cond func(outs []schema.Outcome) bool
 
@@ -148,9 +188,30 @@ func (r *Recorder) Wait(t testing.TB, id string, cond Cond) schema.Outcome {
 // WaitAll is Wait returning every outcome of the proposal so far.
 func (r *Recorder) WaitAll(t testing.TB, id string, cond Cond) []schema.Outcome {
 	t.Helper()
+	return r.WaitAllWithin(t, id, cond, WaitTimeout)
+}
+
+// WaitAllWithin is WaitAll with its own timeout (a crash test waits for a
+// redelivery after the consumer's ack wait).
+func (r *Recorder) WaitAllWithin(t testing.TB, id string, cond Cond, timeout time.Duration) []schema.Outcome {
+	t.Helper()
 	ref := Ref(id)
-	deadline := time.Now().Add(WaitTimeout)
-	timer := time.AfterFunc(WaitTimeout, func() {
+	var outs []schema.Outcome
+	r.waitLocked(t, timeout, func() bool {
+		outs = r.outcomes[ref]
+		return len(outs) > 0 && cond(outs)
+	}, func() string {
+		return fmt.Sprintf("proposal %s: condition not met within %s; outcomes so far: %+v", ref, timeout, outs)
+	})
+	return append([]schema.Outcome(nil), outs...)
+}
+
+// waitLocked blocks until met (called with r.mu held) holds, and fails
+// the test with failure() (also called with r.mu held) after timeout.
+func (r *Recorder) waitLocked(t testing.TB, timeout time.Duration, met func() bool, failure func() string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	timer := time.AfterFunc(timeout, func() {
 		r.mu.Lock()
 		r.cond.Broadcast()
 		r.mu.Unlock()
@@ -158,13 +219,9 @@ func (r *Recorder) WaitAll(t testing.TB, id string, cond Cond) []schema.Outcome 
 	defer timer.Stop()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for {
-		outs := r.outcomes[ref]
-		if len(outs) > 0 && cond(outs) {
-			return append([]schema.Outcome(nil), outs...)
-		}
+	for !met() {
 		if time.Now().After(deadline) {
-			t.Fatalf("proposal %s: condition not met within %s; outcomes so far: %+v", ref, WaitTimeout, outs)
+			t.Fatal(failure())
 		}
 		r.cond.Wait()
 	}
@@ -198,18 +255,40 @@ func (r *Recorder) Events() []schema.IncidentEvent {
 // WaitEvent blocks until an incident event with that phase and code arrived.
 func (r *Recorder) WaitEvent(t testing.TB, phase schema.Phase, code schema.Code) schema.IncidentEvent {
 	t.Helper()
-	deadline := time.Now().Add(WaitTimeout)
-	for {
-		for _, e := range r.Events() {
+	return r.WaitEvents(t, phase, code, 1)[0]
+}
+
+// WaitEvents blocks until at least n incident events with that phase and
+// code arrived, and returns them.
+func (r *Recorder) WaitEvents(t testing.TB, phase schema.Phase, code schema.Code, n int) []schema.IncidentEvent {
+	t.Helper()
+	var got []schema.IncidentEvent
+	r.waitLocked(t, WaitTimeout, func() bool {
+		got = got[:0]
+		for _, e := range r.events {
 			if e.Phase == phase && e.Code == code {
-				return e
+				got = append(got, e)
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no incident event %s/%s within %s; events: %+v", phase, code, WaitTimeout, r.Events())
+		return len(got) >= n
+	}, func() string {
+		return fmt.Sprintf("%d incident events %s/%s within %s, want %d; events: %+v", len(got), phase, code, WaitTimeout, n, r.events)
+	})
+	return got
+}
+
+// CountEvents returns how many incident events with that phase and code
+// arrived so far.
+func (r *Recorder) CountEvents(phase schema.Phase, code schema.Code) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, e := range r.events {
+		if e.Phase == phase && e.Code == code {
+			n++
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
+	return n
 }
 
 // Raw returns the bytes of every outcome and event received, for privacy

@@ -5,8 +5,13 @@
 // a host or a provider connector.
 //
 //	env := testenv.New(t)
-//	env.Publish(t, testenv.Lumber("prop-1"))
+//	env.PublishSigned(t, testenv.Lumber("prop-1"), env.Host)
 //	out := env.Recorder.Wait(t, "prop-1", testenv.Terminal)
+//
+// Wait for what should happen with the Recorder (Wait, WaitAll, WaitEvent);
+// to assert that something did not happen, call Env.Quiesce first, never
+// time.Sleep: it returns once the pipeline has nothing left to do at the
+// clock's current time, so whatever has not happened then will not.
 package testenv
 
 import (

@@ -5,6 +5,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/portcullis/portcullis/internal/demo"
 )
 
 // TestDemo runs `processor demo` in process: it must tell the whole story,
@@ -52,7 +54,7 @@ func TestDemo(t *testing.T) {
 			t.Errorf("the demo did not print %q", want)
 		}
 	}
-	for _, secret := range demoSecrets {
+	for _, secret := range demo.Secrets() {
 		if strings.Contains(s, secret) {
 			t.Errorf("the demo printed a protected value or the payload: %q", secret)
 		}

@@ -58,13 +58,7 @@ func TestRunDev(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cmd.Process.Kill()
-	deadline := time.Now().Add(30 * time.Second)
-	for !bytes.Contains(out.Bytes(), []byte("Portcullis is running")) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no banner:\n%s", out.Bytes())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	out.Wait(t, "Portcullis is running")
 	if !bytes.Contains(out.Bytes(), []byte("UNSIGNED PROPOSALS")) {
 		t.Error("--dev does not warn about unsigned proposals")
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -47,21 +46,19 @@ func writeSeed(t *testing.T, kp nkeys.KeyPair) string {
 	return path
 }
 
-// waitActivity waits until the fingerprint's activity snapshot satisfies ok.
+// waitActivity checks the fingerprint's activity snapshot once the
+// pipeline is idle (a stage writes it after its outcome, before it acks).
 func waitActivity(t *testing.T, env *testenv.Env, fp string, ok func(*schema.Activity) bool) {
 	t.Helper()
+	env.Quiesce(t)
 	kv, err := env.JS.KeyValue(context.Background(), env.Subjects.ActivityBucket())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		var a schema.Activity
-		if e, err := kv.Get(context.Background(), strings.TrimPrefix(fp, "sha256:")); err == nil && schema.Decode(e.Value(), &a) == nil && ok(&a) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the activity of %s never satisfied the condition", fp)
-		}
+	var a schema.Activity
+	e, err := kv.Get(context.Background(), strings.TrimPrefix(fp, "sha256:"))
+	if err != nil || schema.Decode(e.Value(), &a) != nil || !ok(&a) {
+		t.Fatalf("the activity of %s does not satisfy the condition: %+v (%v)", fp, a, err)
 	}
 }
 
@@ -312,16 +309,8 @@ func TestOperatorWithExactPermissions(t *testing.T) {
 	opSeed := writeSeed(t, op)
 	flags := []string{"--url", url, "--timeout", "5s"}
 	with := func(args ...string) []string { return append(args, flags...) }
-	// The snapshot is written right after the outcome.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		var out bytes.Buffer
-		if run(with("activity", "get", fp, "--nkey", opSeed), nil, &out, io.Discard) == 0 && strings.Contains(out.String(), `"status": "confirmed"`) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no activity snapshot")
-		}
-	}
+	// The snapshot is written right after the outcome, before the ack.
+	testenv.QuiesceConsumers(t, js, nil, testenv.StageConsumers(subj)...)
 	runCases(t, []cliCase{
 		{name: "list", args: with("reconcile", "list", "--nkey", opSeed), stdout: []string{"no indeterminate actions"}},
 		{name: "receipts", args: with("receipts", "get", fp, "--nkey", opSeed), stdout: []string{fp, "CONFIRMED (terminal)"}},
@@ -355,11 +344,7 @@ func TestOperatorWithExactPermissions(t *testing.T) {
 	if _, err := ojs.CreateConsumer(cctx, "KV_"+subj.ActivityBucket(), jetstream.ConsumerConfig{}); err == nil {
 		t.Error("the operator created a consumer")
 	}
-	for deadline := time.Now().Add(5 * time.Second); len(srvLog.violations()) == 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("a forbidden request left no violation in the server's log")
-		}
-	}
+	testenv.WaitFor(t, "a violation in the server's log", func() bool { return len(srvLog.violations()) > 0 })
 }
 
 func slogDiscard() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -121,13 +121,7 @@ func TestSecondProcessorOnTheSamePort(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = first.Process.Kill(); _ = first.Wait() }()
-	deadline := time.Now().Add(30 * time.Second)
-	for !bytes.Contains(out.Bytes(), []byte("Portcullis is running")) {
-		if time.Now().After(deadline) {
-			t.Fatalf("first processor did not start:\n%s", out.Bytes())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	out.Wait(t, "Portcullis is running")
 	code, second := runBinary(t, dir, "run", "--dev", "--data", filepath.Join(dir, "b"), "--listen", addr, "--metrics-listen", "")
 	if code != 1 || !strings.Contains(second, "address already in use") {
 		t.Fatalf("second processor: exit %d:\n%s", code, second)
@@ -148,13 +142,7 @@ func TestRunDevAddresses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	deadline := time.Now().Add(30 * time.Second)
-	for !bytes.Contains(out.Bytes(), []byte("Ctrl-C stops")) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no banner:\n%s", out.Bytes())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	out.Wait(t, "Ctrl-C stops")
 	for _, want := range []string{"NATS JetStream: nats://127.0.0.1:", "metrics:        http://127.0.0.1:", "providers:      demo", "no NATS authentication", "actions.proposals.<h>", "NATS AUTHENTICATION IS OFF"} {
 		if !bytes.Contains(out.Bytes(), []byte(want)) {
 			t.Errorf("banner lacks %q:\n%s", want, out.Bytes())

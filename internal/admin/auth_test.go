@@ -289,22 +289,20 @@ func indeterminate(t *testing.T, env *testenv.Env, clock stages.Clock, pid strin
 	return testenv.FingerprintOf(t, m, "sku-1001")
 }
 
-// activity waits for the fingerprint's activity snapshot to satisfy ok.
+// activity returns the fingerprint's activity snapshot once the pipeline
+// is idle (a stage writes it after its outcome, before it acks), and fails
+// unless ok holds for it.
 func activity(t *testing.T, env *testenv.Env, fp string, ok func(*schema.Activity) bool) schema.Activity {
 	t.Helper()
+	env.Quiesce(t)
 	kv, err := env.JS.KeyValue(context.Background(), env.Subjects.ActivityBucket())
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var a schema.Activity
-		if e, err := kv.Get(context.Background(), strings.TrimPrefix(fp, "sha256:")); err == nil && schema.Decode(e.Value(), &a) == nil && ok(&a) {
-			return a
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("activity of %s never satisfied the condition", fp)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var a schema.Activity
+	e, err := kv.Get(context.Background(), strings.TrimPrefix(fp, "sha256:"))
+	if err != nil || schema.Decode(e.Value(), &a) != nil || !ok(&a) {
+		t.Fatalf("activity of %s does not satisfy the condition: %+v (%v)", fp, a, err)
 	}
+	return a
 }

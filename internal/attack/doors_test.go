@@ -39,22 +39,16 @@ func (v *violations) handler(_ *nats.Conn, _ *nats.Subscription, err error) {
 // wait waits for a permission violation naming subject.
 func (v *violations) wait(t *testing.T, subject string) {
 	t.Helper()
-	deadline := time.Now().Add(testenv.WaitTimeout)
-	for {
+	testenv.WaitFor(t, "a permission violation for "+subject, func() bool {
 		v.mu.Lock()
+		defer v.mu.Unlock()
 		for _, err := range v.errs {
 			if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), `"`+subject+`"`) {
-				v.mu.Unlock()
-				return
+				return true
 			}
 		}
-		got := append([]error(nil), v.errs...)
-		v.mu.Unlock()
-		if time.Now().After(deadline) {
-			t.Fatalf("no permission violation for %q; got %v", subject, got)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return false
+	})
 }
 
 // dial connects to env's server as kp (its own inbox prefix), recording
@@ -170,7 +164,7 @@ func TestHostDoorsAreShut(t *testing.T) {
 	// Nothing reached a stage, the provider or the bucket.
 	env.PublishSigned(t, grantedA(t, "door-sync", 2, time.Now()), env.Host)
 	env.Recorder.Wait(t, "door-sync", testenv.Terminal)
-	idle(t, env)
+	env.Quiesce(t)
 	if n := streamMsgs(t, env, env.Subjects.StageStream(subjects.StageDispatch)); n != 1 {
 		t.Errorf("dispatch stream holds %d messages, want 1 (door-sync)", n)
 	}

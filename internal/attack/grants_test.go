@@ -116,11 +116,7 @@ func TestExpiringGrantTrap(t *testing.T) {
 		p := testenv.Set(testenv.Lumber(fmt.Sprintf("blocker-%02d", i)), "intent.payload", map[string]any{"quantity": i, "case": "blocker"})
 		env.PublishSigned(t, testenv.Granted(t, p, "sku-1001", clock.Now()), env.Host)
 	}
-	for deadline := time.Now().Add(testenv.WaitTimeout); entered.Load() < dispatchWorkers; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d blocking provider calls started", entered.Load(), dispatchWorkers)
-		}
-	}
+	testenv.WaitFor(t, "every dispatch worker blocked in the provider", func() bool { return entered.Load() >= dispatchWorkers })
 	honest := grantedA(t, "trap-honest", 32, clock.Now()) // valid for 5 minutes from t0
 	fp := testenv.FingerprintOf(t, honest, "sku-1001")
 	env.PublishSigned(t, honest, env.Host)

@@ -14,7 +14,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/portcullis/portcullis/schema"
-	"github.com/portcullis/portcullis/subjects"
 	"github.com/portcullis/portcullis/testenv"
 )
 
@@ -101,72 +100,7 @@ var (
 // phase/code.
 func waitEvents(t *testing.T, env *testenv.Env, code [2]string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(testenv.WaitTimeout)
-	for {
-		got := 0
-		for _, e := range env.Recorder.Events() {
-			if string(e.Phase) == code[0] && string(e.Code) == code[1] {
-				got++
-			}
-		}
-		if got >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d %s/%s events, want %d", got, code[0], code[1], n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// consumers lists every stage's durable consumer, by stream, in pipeline
-// order: a stage hands on (and waits for the PubAck) before it acks, so
-// once a stage is idle everything it handed on is in the next one's stream.
-func consumers(env *testenv.Env) [][2]string {
-	s := env.Subjects
-	return [][2]string{
-		{s.ProposalsStream(), subjects.StageAdmission},
-		{s.GrantsStream(), subjects.StageGrants},
-		{s.StageStream(subjects.StageGrounding), subjects.StageGrounding},
-		{s.StageStream(subjects.StageAuthorization), subjects.StageAuthorization},
-		{s.StageStream(subjects.StageDispatch), subjects.StageDispatch},
-		{s.StageStream(subjects.StageReconciliation), subjects.StageReconciliation},
-	}
-}
-
-// idle waits until every stage's consumer has nothing pending and nothing
-// unacknowledged, twice in a row.
-func idle(t *testing.T, env *testenv.Env) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*testenv.WaitTimeout)
-	defer cancel()
-	deadline := time.Now().Add(testenv.WaitTimeout)
-	for quiet := 0; quiet < 2; {
-		busy := ""
-		for _, c := range consumers(env) {
-			cons, err := env.JS.Consumer(ctx, c[0], c[1])
-			if err != nil {
-				t.Fatalf("consumer %s: %v", c[1], err)
-			}
-			info, err := cons.Info(ctx)
-			if err != nil {
-				t.Fatalf("consumer %s: %v", c[1], err)
-			}
-			if info.NumPending != 0 || info.NumAckPending != 0 {
-				busy = c[1]
-				break
-			}
-		}
-		if busy == "" {
-			quiet++
-			continue
-		}
-		quiet = 0
-		if time.Now().After(deadline) {
-			t.Fatalf("stage %s still busy after %s", busy, testenv.WaitTimeout)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	env.Recorder.WaitEvents(t, schema.Phase(code[0]), schema.Code(code[1]), n)
 }
 
 // history is what the outcomes and incidents streams hold: what any
@@ -176,10 +110,11 @@ type history struct {
 	events   []schema.IncidentEvent
 }
 
-// settled waits until every stage is idle, then reads both history streams.
+// settled waits until the pipeline is idle (testenv's Quiesce), then reads
+// both history streams.
 func settled(t *testing.T, env *testenv.Env) history {
 	t.Helper()
-	idle(t, env)
+	env.Quiesce(t)
 	h := history{outcomes: map[string][]schema.Outcome{}}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*testenv.WaitTimeout)
 	defer cancel()
@@ -280,19 +215,13 @@ func (h history) wantCodes(t *testing.T, want map[[2]string]int) {
 	}
 }
 
-// pending waits until actions_approvals_pending is want.
+// pending checks actions_approvals_pending once the pipeline is idle: every
+// stage updates the gauge before it acks its input.
 func pending(t *testing.T, env *testenv.Env, want float64) {
 	t.Helper()
-	deadline := time.Now().Add(testenv.WaitTimeout)
-	for {
-		got := testutil.ToFloat64(env.Processor().Metrics().ApprovalsPending)
-		if got == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("actions_approvals_pending = %v, want %v", got, want)
-		}
-		time.Sleep(10 * time.Millisecond)
+	env.Quiesce(t)
+	if got := testutil.ToFloat64(env.Processor().Metrics().ApprovalsPending); got != want {
+		t.Fatalf("actions_approvals_pending = %v, want %v", got, want)
 	}
 }
 

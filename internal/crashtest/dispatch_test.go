@@ -12,7 +12,6 @@ import (
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/fault"
 	"github.com/portcullis/portcullis/schema"
-	"github.com/portcullis/portcullis/subjects"
 	"github.com/portcullis/portcullis/testenv"
 )
 
@@ -96,7 +95,7 @@ func TestDispatchBoundaries(t *testing.T) {
 			final := env.Recorder.Wait(t, "prop-crash", testenv.Terminal)
 			// Let the restarted processor take over what the dead one held
 			// (redelivered after the ack wait), then judge.
-			waitIdle(t, env, subjects.StageDispatch)
+			env.QuiesceWithin(t, 60*time.Second)
 			var fromDispatch []schema.Outcome
 			for _, o := range env.Recorder.Outcomes("prop-crash") {
 				if o.Receipt != nil && o.Receipt.Reconciliation == nil {
@@ -167,7 +166,7 @@ func TestDispatchBurstWithRandomKill(t *testing.T) {
 			}
 		}
 	}
-	waitIdle(t, env, subjects.StageDispatch)
+	env.QuiesceWithin(t, 60*time.Second)
 	for key, got := range conn.Delivered() {
 		if got > 1 {
 			t.Errorf("fingerprint %s… reached the provider %d times", key[:12], got)
@@ -175,28 +174,4 @@ func TestDispatchBurstWithRandomKill(t *testing.T) {
 	}
 	p2.Terminate()
 	p2.Wait(30 * time.Second)
-}
-
-// waitIdle waits until a stage's consumer has nothing pending: every
-// message delivered and acked (a dead processor's unacked messages come
-// back after the ack wait).
-func waitIdle(t *testing.T, env *testenv.Env, stage string) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		c, err := env.JS.Consumer(ctx, env.Subjects.StageStream(stage), stage)
-		if err == nil {
-			info, err := c.Info(ctx)
-			if err == nil && info.NumAckPending == 0 && info.NumPending == 0 && info.NumRedelivered == 0 {
-				cancel()
-				return
-			}
-		}
-		cancel()
-		if time.Now().After(deadline) {
-			t.Fatalf("%s consumer did not go idle", stage)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }

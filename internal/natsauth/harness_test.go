@@ -225,3 +225,16 @@ func (c *client) noErrors(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 }
+
+// waitFor polls cond until it holds and fails after 10s saying what it
+// waited for. (testenv.WaitFor's twin: testenv imports this package.)
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -3,6 +3,7 @@ package natsauth
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -78,13 +79,7 @@ func (e *env) watch(t *testing.T, filters ...string) func() []string {
 // handled the publishes, and so sent their PubAcks).
 func (e *env) waitMsgs(t *testing.T, stream string, n uint64) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for e.streamMsgs(t, stream) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("stream %s: %d messages, want %d", stream, e.streamMsgs(t, stream), n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, fmt.Sprintf("%d messages in stream %s", n, stream), func() bool { return e.streamMsgs(t, stream) >= n })
 }
 
 // bSeesNothing: host B received nothing live, and its direct get of its
@@ -188,19 +183,11 @@ func TestReplySubjectInjectionByOperatorLandsNowhere(t *testing.T) {
 			inject(t, o, subjects.DirectGetLast(s.IncidentsStream(), s.Incident("admission")), reply, "")
 		}
 		o.noErrors(t)
-		deadline := time.Now().Add(5 * time.Second)
-		for {
+		waitFor(t, fmt.Sprintf("the processor to serve all %d operator requests", len(targets)), func() bool {
 			mu.Lock()
-			n := served
-			mu.Unlock()
-			if n == len(targets) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the processor served %d of %d operator requests", n, len(targets))
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			defer mu.Unlock()
+			return served == len(targets)
+		})
 		// The four answers aimed at actions.outcomes.B.p1 reached the
 		// operator's own subscription, in its own account.
 		var answers [][]byte
@@ -287,6 +274,9 @@ func TestInjectedAnswersStayInTheRolesAccount(t *testing.T) {
 	n := uint64(len(targets)) + 4
 	e.waitMsgs(t, s.ProposalsStream(), n)
 	e.waitMsgs(t, s.GrantsStream(), 2)
+	// What could reach B now are the server's own answers (PubAcks), sent
+	// by JetStream after it stored the messages and with no completion a
+	// client can see: give them time to arrive.
 	time.Sleep(100 * time.Millisecond)
 	if m, err := bAll.NextMsg(100 * time.Millisecond); !errors.Is(err, nats.ErrTimeout) {
 		t.Errorf("host B received %v (error %v)", m, err)

@@ -88,27 +88,23 @@ func checkRecorded(t *testing.T, env *testenv.Env) {
 	}
 }
 
-// checkActivity validates the activity record of a fingerprint, as stored.
+// checkActivity validates the activity record of a fingerprint, as stored,
+// once the pipeline is idle (it is written after the outcome, before the
+// ack).
 func checkActivity(t *testing.T, env *testenv.Env, fp string) {
 	t.Helper()
+	env.Quiesce(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	kv, err := env.JS.KeyValue(ctx, env.Subjects.ActivityBucket())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		// The record may be written just after the outcome is published.
-		e, err := kv.Get(ctx, strings.TrimPrefix(fp, "sha256:"))
-		if err == nil {
-			check(t, jsonschema.Activity, e.Value())
-			return
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("activity of %s: %v", fp, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	e, err := kv.Get(ctx, strings.TrimPrefix(fp, "sha256:"))
+	if err != nil {
+		t.Fatalf("activity of %s: %v", fp, err)
 	}
+	check(t, jsonschema.Activity, e.Value())
 }
 
 // publish validates a host's message and publishes it signed.

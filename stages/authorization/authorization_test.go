@@ -2,7 +2,6 @@ package authorization_test
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -11,7 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/portcullis/portcullis/fingerprint"
-	"github.com/portcullis/portcullis/internal/activity"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
@@ -129,37 +127,6 @@ func inbox(t *testing.T, env *testenv.Env, want int) []schema.Envelope {
 	return env.StageEnvelopes(t, subjects.StageDispatch, want)
 }
 
-// drained waits until the authorization and grants consumers have
-// processed (and acked) everything in their streams.
-func drained(t *testing.T, env *testenv.Env) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	deadline := time.Now().Add(testenv.WaitTimeout)
-	for _, c := range [][2]string{
-		{env.Subjects.StageStream(subjects.StageAuthorization), subjects.StageAuthorization},
-		{env.Subjects.GrantsStream(), subjects.StageGrants},
-	} {
-		for {
-			cons, err := env.JS.Consumer(ctx, c[0], c[1])
-			if err != nil {
-				t.Fatal(err)
-			}
-			info, err := cons.Info(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if info.NumPending == 0 && info.NumAckPending == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("consumer %s: %d pending, %d unacked", c[1], info.NumPending, info.NumAckPending)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-}
-
 func ids(es []schema.Envelope) []string {
 	var out []string
 	for _, e := range es {
@@ -201,18 +168,13 @@ func parked(t *testing.T, env *testenv.Env, e schema.Envelope, expiresAtMs int64
 	}
 }
 
+// pending checks actions_approvals_pending once the pipeline is idle: the
+// stage updates it before it acks its input.
 func pending(t *testing.T, env *testenv.Env, want float64) {
 	t.Helper()
-	deadline := time.Now().Add(testenv.WaitTimeout)
-	for {
-		got := testutil.ToFloat64(env.Processor().Metrics().ApprovalsPending)
-		if got == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("actions_approvals_pending = %v, want %v", got, want)
-		}
-		time.Sleep(10 * time.Millisecond)
+	env.Quiesce(t)
+	if got := testutil.ToFloat64(env.Processor().Metrics().ApprovalsPending); got != want {
+		t.Fatalf("actions_approvals_pending = %v, want %v", got, want)
 	}
 }
 
@@ -237,41 +199,21 @@ func permitOnRecord(a *schema.Activity) bool {
 
 func activityOf(t *testing.T, env *testenv.Env, fp string, ok func(a *schema.Activity) bool) *schema.Activity {
 	t.Helper()
-	deadline := time.Now().Add(testenv.WaitTimeout)
-	for {
-		a, err := env.Processor().Activity().Get(context.Background(), fp)
-		if err != nil && !errors.Is(err, activity.ErrNotFound) {
-			t.Fatal(err)
-		}
-		if a != nil && ok(a) {
-			return a
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("activity of %s = %+v", fp, a)
-		}
-		time.Sleep(20 * time.Millisecond)
+	env.Quiesce(t) // a stage writes the snapshot after its outcome, before it acks
+	a, err := env.Processor().Activity().Get(context.Background(), fp)
+	if err != nil || !ok(a) {
+		t.Fatalf("activity of %s = %+v (%v)", fp, a, err)
 	}
+	return a
 }
 
 func countEvents(env *testenv.Env, code schema.Code) int {
-	n := 0
-	for _, e := range env.Recorder.Events() {
-		if e.Phase == schema.PhaseAuthorization && e.Code == code {
-			n++
-		}
-	}
-	return n
+	return env.Recorder.CountEvents(schema.PhaseAuthorization, code)
 }
 
 func waitEvents(t *testing.T, env *testenv.Env, code schema.Code, n int) {
 	t.Helper()
-	deadline := time.Now().Add(testenv.WaitTimeout)
-	for countEvents(env, code) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d %s events, want %d", countEvents(env, code), code, n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	env.Recorder.WaitEvents(t, schema.PhaseAuthorization, code, n)
 }
 
 // TestInlineGrants covers every code an inline grant can meet, Harn's
@@ -498,8 +440,7 @@ func TestApprovalRoundTripAcrossRestart(t *testing.T) {
 	env.PublishGrant(t, grantFor(e, clock), env.Host)
 	waitEvents(t, env, schema.CodeGrantUnmatched, 1)
 	clock.Advance(ttl)
-	time.Sleep(200 * time.Millisecond) // let the scheduler poll a few times
-	drained(t, env)
+	env.Quiesce(t) // the scheduler fires whatever fell due
 	if got := inbox(t, env, 1); len(got) != 1 {
 		t.Errorf("dispatch inbox = %v", ids(got))
 	}
@@ -520,8 +461,7 @@ func TestApprovalTimesOut(t *testing.T) {
 	pending(t, env, 1)
 
 	clock.Advance(ttl - time.Millisecond)
-	time.Sleep(200 * time.Millisecond) // let the scheduler poll a few times
-	drained(t, env)
+	env.Quiesce(t) // the scheduler fires whatever fell due
 	if o := authOutcomes(env, "prop-late"); len(o) != 1 {
 		t.Fatalf("timed out early: %+v", o)
 	}
@@ -535,7 +475,7 @@ func TestApprovalTimesOut(t *testing.T) {
 	// A grant after the end is unmatched and changes nothing.
 	env.PublishGrant(t, grantFor(e, clock), env.Host)
 	waitEvents(t, env, schema.CodeGrantUnmatched, 1)
-	drained(t, env)
+	env.Quiesce(t)
 	if o := authOutcomes(env, "prop-late"); len(o) != 2 {
 		t.Errorf("outcomes = %+v", o)
 	}
@@ -561,7 +501,7 @@ func TestApprovalTimesOutWhileStopped(t *testing.T) {
 	denied(t, env, e, schema.CodeApprovalTimedOut)
 	denied(t, env, f, schema.CodeApprovalTimedOut)
 	pending(t, env, 0)
-	drained(t, env)
+	env.Quiesce(t)
 	if got := inbox(t, env, 0); len(got) != 0 {
 		t.Errorf("dispatch inbox = %v", ids(got))
 	}
@@ -655,7 +595,7 @@ func TestStandaloneGrantRefusals(t *testing.T) {
 		t.Run(c.id, func(t *testing.T) { denied(t, env, envs[c.id], c.code) })
 	}
 	pending(t, env, 0)
-	drained(t, env)
+	env.Quiesce(t)
 	if got := inbox(t, env, 0); len(got) != 0 {
 		t.Errorf("dispatch inbox = %v", ids(got))
 	}
@@ -709,9 +649,9 @@ func TestStandaloneMessagesThatChangeNothing(t *testing.T) {
 		sd.send()
 		key := [2]string{string(sd.phase), string(sd.code)}
 		seen[key]++
-		waitEventsIn(t, env, sd.phase, sd.code, seen[key])
+		env.Recorder.WaitEvents(t, sd.phase, sd.code, seen[key])
 	}
-	drained(t, env)
+	env.Quiesce(t)
 	if outs := env.Recorder.Outcomes("prop-kept"); len(outs) != 1 || outs[0].Kind != schema.KindNeedsApproval {
 		t.Fatalf("outcomes = %+v, want only NEEDS_APPROVAL", outs)
 	}
@@ -721,26 +661,6 @@ func TestStandaloneMessagesThatChangeNothing(t *testing.T) {
 		t.Errorf("dispatch inbox = %v", ids(got))
 	}
 	pending(t, env, 0)
-}
-
-func waitEventsIn(t *testing.T, env *testenv.Env, phase schema.Phase, code schema.Code, n int) {
-	t.Helper()
-	deadline := time.Now().Add(testenv.WaitTimeout)
-	for {
-		got := 0
-		for _, e := range env.Recorder.Events() {
-			if e.Phase == phase && e.Code == code {
-				got++
-			}
-		}
-		if got >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d %s/%s events, want %d", got, phase, code, n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // TestUnmatchedGrants: grants for nothing parked are refused with a
@@ -796,12 +716,12 @@ func TestRedeliveredProposalIsDecidedOnce(t *testing.T) {
 	env.PublishGrant(t, grantFor(e, clock), env.Host)
 	inbox(t, env, 1)
 	handOff(t, env, e) // a second message on the subject: not a redelivery of the first
-	drained(t, env)
+	env.Quiesce(t)
 	clock.Advance(2 * ttl)
 	other := grounded(t, "prop-after", nil)
 	handOff(t, env, other)
 	parked(t, env, other, t0.Add(3*ttl).UnixMilli())
-	drained(t, env)
+	env.Quiesce(t)
 	if outs := authOutcomes(env, "prop-twice"); len(outs) != 1 {
 		t.Errorf("outcomes = %+v", outs)
 	}
@@ -829,11 +749,11 @@ func TestUnsignedGrantsInDev(t *testing.T) {
 	fb := testenv.Body(t, grantFor(f, clock))
 	env.PublishWith(t, env.Subjects.Grant(testenv.HostName), fb, testenv.Sign(t, env.Host, []byte("other")))
 	waitEvents(t, env, schema.CodeGrantUnmatched, 1)
-	waitEventsIn(t, env, schema.PhaseAdmission, schema.CodeAdmissionUnauthenticated, 1)
+	env.Recorder.WaitEvents(t, schema.PhaseAdmission, schema.CodeAdmissionUnauthenticated, 1)
 	if got := inbox(t, env, 1); !slices.Equal(ids(got), []string{"prop-dev"}) {
 		t.Errorf("dispatch inbox = %v", ids(got))
 	}
-	drained(t, env)
+	env.Quiesce(t)
 	if outs := env.Recorder.Outcomes("prop-dev-bad"); len(outs) != 1 || outs[0].Kind != schema.KindNeedsApproval {
 		t.Errorf("prop-dev-bad outcomes = %+v, want it still parked", outs)
 	}
@@ -848,14 +768,11 @@ func TestUndecodableHandOff(t *testing.T) {
 	if o.Kind != schema.KindIntegrationFailure || len(o.Incidents) != 1 || o.Incidents[0] != incident(schema.CodeProcessingFailed) {
 		t.Fatalf("outcome = %+v", o)
 	}
-	drained(t, env)
+	env.Quiesce(t)
 	m := env.Processor().Metrics()
 	gaveUp := m.StageMessages.WithLabelValues(subjects.StageAuthorization, "gave_up")
-	for deadline := time.Now().Add(testenv.WaitTimeout); testutil.ToFloat64(gaveUp) != 1; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave_up = %v", testutil.ToFloat64(gaveUp))
-		}
-	}
+	// The runner counts a message after it acked it.
+	testenv.WaitFor(t, "gave_up = 1", func() bool { return testutil.ToFloat64(gaveUp) == 1 })
 	if got := testutil.ToFloat64(m.StageMessages.WithLabelValues(subjects.StageAuthorization, "retry")); got != 0 {
 		t.Errorf("retries = %v", got)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/portcullis/portcullis/internal/fault"
 	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/subjects"
 	"github.com/portcullis/portcullis/testenv"
@@ -88,19 +89,17 @@ func TestConfirmedDispatch(t *testing.T) {
 	})
 }
 
+// waitActivity returns the fingerprint's snapshot once the pipeline is
+// idle (dispatch writes it after its outcome, before it acks) and fails
+// unless ok holds for it.
 func waitActivity(t *testing.T, env *testenv.Env, fp string, ok func(*schema.Activity) bool) *schema.Activity {
 	t.Helper()
-	deadline := time.Now().Add(testenv.WaitTimeout)
-	for {
-		a, err := env.Processor().Activity().Get(context.Background(), fp)
-		if err == nil && ok(a) {
-			return a
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("activity of %s: %+v %v", fp, a, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	env.Quiesce(t)
+	a, err := env.Processor().Activity().Get(context.Background(), fp)
+	if err != nil || !ok(a) {
+		t.Fatalf("activity of %s: %+v %v", fp, a, err)
 	}
+	return a
 }
 
 // The same intent proposed twice — one after the other, and many at the
@@ -253,7 +252,10 @@ func TestConnectorNotYetThere(t *testing.T) {
 	testenv.Set(late, "intent.provider", "inventory")
 	late = testenv.Granted(t, late, "sku-1001", time.Now())
 	env.PublishSigned(t, late, env.Host)
-	time.Sleep(700 * time.Millisecond) // several "no responders" meanwhile
+	// Several "no responders" meanwhile: each is a delayed redelivery the
+	// runner counts as a retry.
+	retries := env.Processor().Metrics().StageMessages.WithLabelValues(subjects.StageDispatch, metrics.ResultRetry)
+	testenv.WaitFor(t, "three dispatches nobody received (retries)", func() bool { return testutil.ToFloat64(retries) >= 3 })
 	if outs := env.Recorder.Outcomes("prop-late"); len(outs) != 0 {
 		t.Fatalf("outcome before the connector came: %+v", outs)
 	}

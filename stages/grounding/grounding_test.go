@@ -35,26 +35,23 @@ func stageMessages(t *testing.T, env *testenv.Env, stage string) map[string]sche
 	return out
 }
 
-// forwarded waits until the proposal's envelope reached authorization.
+// forwarded returns the proposal's envelope once the pipeline is idle, and
+// fails unless it reached authorization.
 func forwarded(t *testing.T, env *testenv.Env, pid string) schema.Envelope {
 	t.Helper()
-	deadline := time.Now().Add(testenv.WaitTimeout)
-	for {
-		if e, ok := stageMessages(t, env, subjects.StageAuthorization)[pid]; ok {
-			return e
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not reach authorization; outcomes: %+v", pid, env.Recorder.Outcomes(pid))
-		}
-		time.Sleep(20 * time.Millisecond)
+	env.Quiesce(t)
+	e, ok := stageMessages(t, env, subjects.StageAuthorization)[pid]
+	if !ok {
+		t.Fatalf("%s did not reach authorization; outcomes: %+v", pid, env.Recorder.Outcomes(pid))
 	}
+	return e
 }
 
 // notForwarded asserts that none of the proposals reached authorization
-// or dispatch. Call it after their grounding outcomes arrived: a grounding
-// failure publishes its outcome instead of a hand-off, never besides one.
+// or dispatch, once the pipeline is idle.
 func notForwarded(t *testing.T, env *testenv.Env, pids ...string) {
 	t.Helper()
+	env.Quiesce(t)
 	for _, stage := range []string{subjects.StageAuthorization, subjects.StageDispatch} {
 		got := stageMessages(t, env, stage)
 		for _, pid := range pids {
@@ -510,21 +507,15 @@ func TestGiveUp(t *testing.T) {
 			t.Errorf("%s: outcome = %+v", id, o)
 		}
 	}
-	deadline := time.Now().Add(testenv.WaitTimeout)
-	for {
-		n := 0
-		for _, e := range env.Recorder.Events() {
-			if e.Code == schema.CodeProcessingFailed {
-				n++
-			}
+	env.Quiesce(t)
+	n := 0
+	for _, e := range env.Recorder.Events() {
+		if e.Code == schema.CodeProcessingFailed {
+			n++
 		}
-		if n == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("PROCESSING_FAILED events = %d, want 3", n)
-		}
-		time.Sleep(20 * time.Millisecond)
+	}
+	if n != 3 {
+		t.Errorf("PROCESSING_FAILED events = %d, want 3", n)
 	}
 	notForwarded(t, env, "prop-garbage", "prop-outer", "prop-inner")
 }

@@ -2,6 +2,7 @@ package reconciliation_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -108,17 +109,5 @@ func TestCrashDuringAttempt(t *testing.T) {
 // consumer's ack wait) until an outcome of the proposal satisfies ok.
 func waitOutcomes(t *testing.T, env *testenv.Env, pid string, ok func(schema.Outcome) bool) []schema.Outcome {
 	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		outs := env.Recorder.Outcomes(pid)
-		for _, o := range outs {
-			if ok(o) {
-				return outs
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: no matching outcome; outcomes %+v", pid, outs)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return env.Recorder.WaitAllWithin(t, pid, func(outs []schema.Outcome) bool { return slices.ContainsFunc(outs, ok) }, 90*time.Second)
 }

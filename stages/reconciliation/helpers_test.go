@@ -9,7 +9,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 
-	"github.com/portcullis/portcullis/internal/activity"
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/schema"
@@ -82,25 +81,20 @@ func attempts(env *testenv.Env, status string) float64 {
 	return testutil.ToFloat64(env.Processor().Metrics().ReconcileAttempts.WithLabelValues("demo", status))
 }
 
-// activityOf waits until the fingerprint's snapshot satisfies ok.
+// activityOf returns the fingerprint's snapshot once the pipeline is idle
+// (a stage writes it after publishing its outcome, before it acks), and
+// fails unless ok holds for it.
 func activityOf(t *testing.T, env *testenv.Env, fp string, ok func(a *schema.Activity) bool) *schema.Activity {
 	t.Helper()
-	deadline := time.Now().Add(testenv.WaitTimeout)
-	var a *schema.Activity
-	for {
-		got, err := env.Processor().Activity().Get(context.Background(), fp)
-		if err == nil && ok(got) {
-			return got
-		}
-		if err != nil && err != activity.ErrNotFound {
-			t.Fatal(err)
-		}
-		a = got
-		if time.Now().After(deadline) {
-			t.Fatalf("activity of %s never matched; last %+v", fp, a)
-		}
-		time.Sleep(10 * time.Millisecond)
+	env.Quiesce(t)
+	a, err := env.Processor().Activity().Get(context.Background(), fp)
+	if err != nil {
+		t.Fatalf("activity of %s: %v", fp, err)
 	}
+	if !ok(a) {
+		t.Fatalf("activity of %s does not match: %+v", fp, a)
+	}
+	return a
 }
 
 // seen records the reconcile requests a fake received.
@@ -169,6 +163,3 @@ func incidents(o schema.Outcome) []string {
 }
 
 func sameStrings(a []string, b ...string) bool { return slices.Equal(a, b) }
-
-// settle waits a little so that anything wrongly scheduled would happen.
-func settle() { time.Sleep(150 * time.Millisecond) }

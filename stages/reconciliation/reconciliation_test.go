@@ -50,6 +50,7 @@ func TestTimeoutThenReconcileConfirms(t *testing.T) {
 	if err != nil || !found || tm.DueMs != t0.Add(interval).UnixMilli() {
 		t.Fatalf("first poll timer = %+v %v %v", tm, found, err)
 	}
+	env.Quiesce(t)
 	if n := len(asked.requests()); n != 0 {
 		t.Fatalf("reconciled before the interval: %d", n)
 	}
@@ -114,7 +115,7 @@ func TestTimeoutThenReconcileConfirms(t *testing.T) {
 		t.Errorf("late proposal: %+v", o)
 	}
 	clock.Advance(time.Hour)
-	settle()
+	env.Quiesce(t)
 	if n := len(asked.requests()); n != 0 || fake.DispatchesFor(key) != 1 {
 		t.Errorf("after settling: %d more reconciles, %d dispatches", n, fake.DispatchesFor(key))
 	}
@@ -148,7 +149,7 @@ func TestVerifyAcknowledged(t *testing.T) {
 		t.Errorf("an acknowledged effect counted as indeterminate: %v", g)
 	}
 	clock.Advance(Backoff(2) - time.Millisecond)
-	settle()
+	env.Quiesce(t)
 	if n := len(env.Recorder.Outcomes("prop-ack")); n != 2 {
 		t.Fatalf("polled before its backoff: %d outcomes", n)
 	}
@@ -253,7 +254,7 @@ func TestExhaustionThenOperator(t *testing.T) {
 		}
 	}
 	clock.Advance(24 * time.Hour)
-	settle()
+	env.Quiesce(t)
 	if n := len(asked.requests()); n != 0 {
 		t.Errorf("polled %d times after exhaustion", n)
 	}
@@ -350,7 +351,7 @@ func TestResolveWhilePolling(t *testing.T) {
 		t.Errorf("outcome = %+v", o)
 	}
 	clock.Advance(time.Hour)
-	settle()
+	env.Quiesce(t)
 	if n := len(asked.requests()); n != 1 {
 		t.Errorf("reconciles = %d: the pending poll survived the resolution", n)
 	}
@@ -505,14 +506,10 @@ func TestStaleAndMalformedTriggers(t *testing.T) {
 		env.PublishInternal(t, subject, []byte(body))
 	}
 	env.PublishInternal(t, env.Subjects.Stage(subjects.StageReconciliation, subjects.KindTimer, "not-hex"), []byte(`{}`))
-	deadline := time.Now().Add(testenv.WaitTimeout)
-	for countEvents(env, schema.CodeProcessingFailed) < 4 {
-		if time.Now().After(deadline) {
-			t.Fatalf("PROCESSING_FAILED events: %d", countEvents(env, schema.CodeProcessingFailed))
-		}
-		time.Sleep(10 * time.Millisecond)
+	env.Quiesce(t)
+	if n := env.Recorder.CountEvents(schema.PhaseReconciliation, schema.CodeProcessingFailed); n != 4 {
+		t.Errorf("PROCESSING_FAILED events: %d, want 4 (three malformed triggers and one on a subject that is not a fingerprint)", n)
 	}
-	settle()
 	if n := len(asked.requests()); n != 1 {
 		t.Errorf("reconciles = %d, want 1", n)
 	}
@@ -521,16 +518,6 @@ func TestStaleAndMalformedTriggers(t *testing.T) {
 			t.Errorf("a replayed trigger changed the answer: %+v", o)
 		}
 	}
-}
-
-func countEvents(env *testenv.Env, code schema.Code) int {
-	n := 0
-	for _, e := range env.Recorder.Events() {
-		if e.Phase == schema.PhaseReconciliation && e.Code == code {
-			n++
-		}
-	}
-	return n
 }
 
 // TestVerifyExhausted: verification that never tells keeps the effect
