@@ -7,7 +7,6 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/portcullis/portcullis/client"
-	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/trust"
 )
 
@@ -18,7 +17,7 @@ func TestSignMatchesVerifier(t *testing.T) {
 	other, _ := nkeys.CreateUser()
 	pub, _ := kp.PublicKey()
 	otherPub, _ := other.PublicKey()
-	v := trust.Verifier{Hosts: []config.Host{{Name: "frontdesk", PublicKey: pub}, {Name: "elsewhere", PublicKey: otherPub}}}
+	v := trust.Verifier{Hosts: []trust.Host{{Name: "frontdesk", PublicKey: pub}, {Name: "elsewhere", PublicKey: otherPub}}}
 	body := []byte("{\"proposal_id\":\"p-1\"}\n")
 
 	hdr, err := client.Sign(kp, body)

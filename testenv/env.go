@@ -143,11 +143,11 @@ func New(t testing.TB, opts ...Option) *Env {
 	cfg.NATS = config.NATS{Replicas: 1}
 	cfg.Store.Dir = filepath.Join(dir, "store")
 	cfg.Metrics.Listen = "127.0.0.1:0"
-	cfg.Hosts = []config.Host{
+	cfg.Hosts = []trust.Host{
 		{Name: HostName, PublicKey: pub(e.Host), Tenants: []string{Tenant}},
 		{Name: OtherHostName, PublicKey: pub(e.OtherHost), Tenants: []string{OtherTenant}},
 	}
-	cfg.Tenants = []config.Tenant{
+	cfg.Tenants = []trust.Tenant{
 		{Ref: Tenant, SecurityDomains: []string{SecurityDomain}},
 		{Ref: OtherTenant, SecurityDomains: []string{OtherSecurityDomain}},
 	}

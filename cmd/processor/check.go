@@ -10,6 +10,7 @@ import (
 
 	"github.com/portcullis/portcullis/fingerprint"
 	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages/admission"
 	"github.com/portcullis/portcullis/stages/grounding"
@@ -47,8 +48,8 @@ type judgeOptions struct {
 	// provider check); host, when non-nil, the signing host whose tenants
 	// bind the trusted context.
 	providers []string
-	tenants   []config.Tenant
-	host      *config.Host
+	tenants   []trust.Tenant
+	host      *trust.Host
 }
 
 // judge runs admission's and grounding's checks on a body, as the stages

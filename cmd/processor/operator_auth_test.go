@@ -20,6 +20,7 @@ import (
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/engine"
 	"github.com/portcullis/portcullis/internal/keyfile"
+	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/subjects"
@@ -255,8 +256,8 @@ func TestOperatorWithExactPermissions(t *testing.T) {
 	cfg.NATS = config.NATS{URL: url, Replicas: 1, Credentials: writeSeed(t, proc)}
 	cfg.Store.Dir = filepath.Join(t.TempDir(), "store")
 	cfg.Metrics.Listen = ""
-	cfg.Hosts = []config.Host{{Name: testenv.HostName, PublicKey: hostPub, Tenants: []string{testenv.Tenant}}}
-	cfg.Tenants = []config.Tenant{{Ref: testenv.Tenant, SecurityDomains: []string{testenv.SecurityDomain}}}
+	cfg.Hosts = []trust.Host{{Name: testenv.HostName, PublicKey: hostPub, Tenants: []string{testenv.Tenant}}}
+	cfg.Tenants = []trust.Tenant{{Ref: testenv.Tenant, SecurityDomains: []string{testenv.SecurityDomain}}}
 	cfg.Operators = []config.Role{{Name: "oncall", PublicKey: opPub}}
 	cfg.Providers = []config.Provider{{Name: "demo", Adapter: config.AdapterFake, Timeout: 2 * time.Second, UnavailableRetry: 2 * time.Second, MaxInFlight: 4,
 		Script: config.FakeScript{Dispatch: []string{schema.ReplyConfirmed}, Reconcile: []string{schema.ReplyConfirmed}}}}

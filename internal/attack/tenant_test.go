@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/subjects"
 	"github.com/portcullis/portcullis/testenv"
@@ -81,7 +82,7 @@ func TestFingerprintsIncludeTheTenant(t *testing.T) {
 // gets the policy's own code. Nothing reaches the provider.
 func TestManagedPolicyCannotBeEscaped(t *testing.T) {
 	env := testenv.New(t, testenv.WithConfig(func(c *config.Config) {
-		c.Policies = []config.ManagedPolicy{{
+		c.Policies = []policy.ManagedPolicy{{
 			Name:                 "guard-other",
 			SecurityDomains:      []string{testenv.OtherSecurityDomain},
 			LiveActionsForbidden: true,

@@ -18,6 +18,8 @@ import (
 	"github.com/hashicorp/hcl/v2/gohcl"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 
+	"github.com/portcullis/portcullis/internal/policy"
+	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/subjects"
 )
@@ -65,15 +67,15 @@ type Config struct {
 	Metrics        Metrics
 	Prefix         string
 	Admission      Admission
-	Hosts          []Host
-	Tenants        []Tenant
+	Hosts          []trust.Host
+	Tenants        []trust.Tenant
 	Connectors     []Connector
 	Resolvers      []Role
 	Sources        []Role
 	Operators      []Role
 	Internal       Internal
 	Streams        Streams
-	Policies       []ManagedPolicy
+	Policies       []policy.ManagedPolicy
 	Providers      []Provider
 	Grounding      Grounding
 	Approval       Approval
@@ -166,24 +168,6 @@ type Admission struct {
 	MaxPayloadBytes int
 }
 
-// Host is a publisher of proposals and grants, trusted for some tenants.
-// Its name is the <h> token of its subjects.
-type Host struct {
-	Name string
-	// PublicKey is the host's ed25519 public key in NATS nkey form (U…):
-	// it signs bodies and logs in to NATS.
-	PublicKey string
-	// Tenants are the context.tenant.tenant_ref values the host may speak for.
-	Tenants []string
-}
-
-// Tenant lists the security domains a tenant's proposals may name.
-type Tenant struct {
-	// Ref is the tenant_ref (the block's label).
-	Ref             string
-	SecurityDomains []string
-}
-
 // Connector is a provider connector's NATS identity: it serves the
 // dispatch and reconcile subjects of its providers.
 type Connector struct {
@@ -197,31 +181,6 @@ type Connector struct {
 type Role struct {
 	Name      string
 	PublicKey string
-}
-
-// ManagedPolicy is an organization's restriction layer (seed 003). Unset
-// restrictions do not restrict; a managed policy never grants.
-type ManagedPolicy struct {
-	Name string
-	// SecurityDomains limits the policy to these security_domain_refs; nil: all.
-	SecurityDomains []string
-	// Disabled refuses every external action (EXTERNAL_ACTIONS_DISABLED).
-	Disabled bool
-	// AutomaticApprovalForbidden refuses grants whose method is policy,
-	// adversarial_auto or managed_policy.
-	AutomaticApprovalForbidden bool
-	// LiveActionsForbidden refuses environment "live".
-	LiveActionsForbidden bool
-	// AllowedProviders, AllowedCapabilities, AllowedEnvironments are
-	// allow-lists; nil: anything.
-	AllowedProviders    []string
-	AllowedCapabilities []string
-	AllowedEnvironments []string
-	// MinimumAuthenticationAssurance is the weakest grant assurance accepted; "" none.
-	MinimumAuthenticationAssurance string
-	// MaxExternalSpend maps a currency to its ceiling in minor units. nil: no
-	// spend restriction; set: a currency without a ceiling is refused.
-	MaxExternalSpend map[string]int64
 }
 
 // Provider is a configured provider and its adapter.
@@ -515,13 +474,10 @@ func (c *Config) Validate() error {
 }
 
 // HostForKey returns the configured host with that public key.
-func (c *Config) HostForKey(key string) (Host, bool) {
-	i := slices.IndexFunc(c.Hosts, func(h Host) bool { return h.PublicKey == key })
+func (c *Config) HostForKey(key string) (trust.Host, bool) {
+	i := slices.IndexFunc(c.Hosts, func(h trust.Host) bool { return h.PublicKey == key })
 	if i < 0 {
-		return Host{}, false
+		return trust.Host{}, false
 	}
 	return c.Hosts[i], true
 }
-
-// Speaks reports whether the host may speak for tenant.
-func (h Host) Speaks(tenant string) bool { return slices.Contains(h.Tenants, tenant) }

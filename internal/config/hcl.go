@@ -9,6 +9,8 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 
+	"github.com/portcullis/portcullis/internal/policy"
+	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/subjects"
 )
@@ -343,11 +345,11 @@ func (f *fileHCL) build() (*Config, hcl.Diagnostics) {
 		}
 	}
 	for _, h := range f.Hosts {
-		c.Hosts = append(c.Hosts, Host{Name: h.Name, PublicKey: h.PublicKey, Tenants: h.Tenants})
+		c.Hosts = append(c.Hosts, trust.Host{Name: h.Name, PublicKey: h.PublicKey, Tenants: h.Tenants})
 		at(KindHost, h.Name, h.Body, h.Range)
 	}
 	for _, t := range f.Tenants {
-		c.Tenants = append(c.Tenants, Tenant{Ref: t.Ref, SecurityDomains: t.SecurityDomains})
+		c.Tenants = append(c.Tenants, trust.Tenant{Ref: t.Ref, SecurityDomains: t.SecurityDomains})
 		at("tenant", t.Ref, t.Body, t.Range)
 	}
 	for _, x := range f.Connectors {
@@ -428,11 +430,11 @@ func (f *fileHCL) build() (*Config, hcl.Diagnostics) {
 	return c, d.Diagnostics
 }
 
-func (p *policyHCL) build(d *diags, prev []ManagedPolicy) ManagedPolicy {
-	if !blockNamePattern.MatchString(p.Name) || slices.ContainsFunc(prev, func(o ManagedPolicy) bool { return o.Name == p.Name }) {
+func (p *policyHCL) build(d *diags, prev []policy.ManagedPolicy) policy.ManagedPolicy {
+	if !blockNamePattern.MatchString(p.Name) || slices.ContainsFunc(prev, func(o policy.ManagedPolicy) bool { return o.Name == p.Name }) {
 		d.atRange(p.Range, "Invalid managed_policy", "name %q is invalid or repeated", p.Name)
 	}
-	m := ManagedPolicy{
+	m := policy.ManagedPolicy{
 		Name:                           p.Name,
 		Disabled:                       or(p.Disabled, false),
 		AutomaticApprovalForbidden:     or(p.AutomaticApprovalForbidden, false),

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nkeys"
+	"github.com/portcullis/portcullis/internal/trust"
 )
 
 var (
@@ -78,19 +79,19 @@ func (c *Config) Roles() []RoleKey {
 }
 
 // Tenant returns the tenant block of a tenant_ref.
-func (c *Config) Tenant(ref string) (Tenant, bool) {
-	i := slices.IndexFunc(c.Tenants, func(t Tenant) bool { return t.Ref == ref })
+func (c *Config) Tenant(ref string) (trust.Tenant, bool) {
+	i := slices.IndexFunc(c.Tenants, func(t trust.Tenant) bool { return t.Ref == ref })
 	if i < 0 {
-		return Tenant{}, false
+		return trust.Tenant{}, false
 	}
 	return c.Tenants[i], true
 }
 
 // Host returns the host block of that name.
-func (c *Config) Host(name string) (Host, bool) {
-	i := slices.IndexFunc(c.Hosts, func(h Host) bool { return h.Name == name })
+func (c *Config) Host(name string) (trust.Host, bool) {
+	i := slices.IndexFunc(c.Hosts, func(h trust.Host) bool { return h.Name == name })
 	if i < 0 {
-		return Host{}, false
+		return trust.Host{}, false
 	}
 	return c.Hosts[i], true
 }

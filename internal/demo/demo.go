@@ -27,6 +27,7 @@ import (
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/engine"
 	"github.com/portcullis/portcullis/internal/keyfile"
+	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/subjects"
@@ -165,8 +166,8 @@ func (d *demo) setUp(log *slog.Logger) (err error) {
 	resPub, _ := d.keys[resolverName].PublicKey()
 	cfg.Connectors = []config.Connector{{Name: connectorName, PublicKey: connPub, Providers: []string{"duffel"}}}
 	cfg.Resolvers = []config.Role{{Name: resolverName, PublicKey: resPub}}
-	cfg.Hosts = []config.Host{{Name: hostName, PublicKey: pub, Tenants: []string{"tenant:demo", "tenant:acme", "tenant:traveler"}}}
-	cfg.Tenants = []config.Tenant{
+	cfg.Hosts = []trust.Host{{Name: hostName, PublicKey: pub, Tenants: []string{"tenant:demo", "tenant:acme", "tenant:traveler"}}}
+	cfg.Tenants = []trust.Tenant{
 		{Ref: "tenant:demo", SecurityDomains: []string{"security-domain:demo"}},
 		{Ref: "tenant:acme", SecurityDomains: []string{"security-domain:acme-infra"}},
 		{Ref: "tenant:traveler", SecurityDomains: []string{"security-domain:traveler"}},
@@ -178,7 +179,7 @@ func (d *demo) setUp(log *slog.Logger) (err error) {
 	}
 	cfg.Providers = []config.Provider{fake("inventory"), fake("infra"), fake("ledger"),
 		{Name: "duffel", Adapter: config.AdapterNATS, Timeout: connectorTimeout, UnavailableRetry: 5 * time.Second, MaxInFlight: config.DefaultMaxInFlight}}
-	cfg.Policies = []config.ManagedPolicy{{ // seed 003's organization policy, for the traveler's domain
+	cfg.Policies = []policy.ManagedPolicy{{ // seed 003's organization policy, for the traveler's domain
 		Name: "travel", SecurityDomains: []string{"security-domain:traveler"},
 		AutomaticApprovalForbidden: true, LiveActionsForbidden: true,
 		AllowedProviders: []string{"duffel"}, AllowedCapabilities: []string{"flights.book"}, AllowedEnvironments: []string{"test"},

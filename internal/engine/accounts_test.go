@@ -21,6 +21,7 @@ import (
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/engine"
 	"github.com/portcullis/portcullis/internal/natsauth"
+	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/subjects"
 	"github.com/portcullis/portcullis/testenv"
@@ -67,8 +68,8 @@ func deployment(t *testing.T, host, connector identity) *config.Config {
 	cfg.NATS.StoreDir = filepath.Join(dir, "nats")
 	cfg.Store.Dir = filepath.Join(dir, "store")
 	cfg.Metrics.Listen = ""
-	cfg.Tenants = []config.Tenant{{Ref: testenv.Tenant, SecurityDomains: []string{testenv.SecurityDomain}}}
-	cfg.Hosts = []config.Host{{Name: testenv.HostName, PublicKey: host.pub, Tenants: []string{testenv.Tenant}}}
+	cfg.Tenants = []trust.Tenant{{Ref: testenv.Tenant, SecurityDomains: []string{testenv.SecurityDomain}}}
+	cfg.Hosts = []trust.Host{{Name: testenv.HostName, PublicKey: host.pub, Tenants: []string{testenv.Tenant}}}
 	cfg.Providers = []config.Provider{{Name: "inventory", Adapter: config.AdapterNATS,
 		Timeout: 5 * time.Second, UnavailableRetry: 5 * time.Second, MaxInFlight: 4}}
 	cfg.Connectors = []config.Connector{{Name: "inventory-connector", PublicKey: connector.pub, Providers: []string{"inventory"}}}

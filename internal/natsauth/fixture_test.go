@@ -6,6 +6,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/internal/trust"
 )
 
 // identity is a role's key pair in tests.
@@ -42,8 +43,8 @@ func newRoles(t testing.TB) (*config.Config, roles) {
 		source: newIdentity(t), source2: newIdentity(t), operator: newIdentity(t),
 	}
 	cfg := config.Defaults()
-	cfg.Tenants = []config.Tenant{{Ref: "t", SecurityDomains: []string{"d"}}}
-	cfg.Hosts = []config.Host{
+	cfg.Tenants = []trust.Tenant{{Ref: "t", SecurityDomains: []string{"d"}}}
+	cfg.Hosts = []trust.Host{
 		{Name: "A", PublicKey: r.hostA.pub, Tenants: []string{"t"}},
 		{Name: "B", PublicKey: r.hostB.pub, Tenants: []string{"t"}},
 	}

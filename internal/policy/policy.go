@@ -11,7 +11,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/schema"
 )
 
@@ -71,7 +70,7 @@ func evaluation(layer string, code schema.Code) schema.PolicyEvaluation {
 // time rules of SPEC §2.2.
 type Rules struct {
 	// Managed are the configured managed_policy blocks, in config order.
-	Managed []config.ManagedPolicy
+	Managed []ManagedPolicy
 	// ClockSkew is how far in the future issued_at_ms may lie (host
 	// clocks drift); expiry is strict.
 	ClockSkew time.Duration
@@ -168,7 +167,7 @@ var managedOrder = []schema.Code{
 
 // Applies reports whether a managed policy applies in a security domain: a
 // policy without security_domains applies everywhere.
-func Applies(p *config.ManagedPolicy, securityDomain string) bool {
+func Applies(p *ManagedPolicy, securityDomain string) bool {
 	return p.SecurityDomains == nil || slices.Contains(p.SecurityDomains, securityDomain)
 }
 
@@ -177,7 +176,7 @@ func Applies(p *config.ManagedPolicy, securityDomain string) bool {
 // the earliest rule in managedOrder (the first such policy on a tie). With
 // g nil, the rules about the grant (automatic approval, assurance) are
 // skipped: see Screen.
-func Managed(policies []config.ManagedPolicy, g *schema.Grant, t Target) Decision {
+func Managed(policies []ManagedPolicy, g *schema.Grant, t Target) Decision {
 	var d Decision
 	best := len(managedOrder)
 	for i := range policies {
@@ -202,7 +201,7 @@ func Managed(policies []config.ManagedPolicy, g *schema.Grant, t Target) Decisio
 // restricts nothing; a present list restricts to its members (an empty list
 // allows nothing); a spend map allows only the currencies it lists, each up
 // to its ceiling.
-func CheckManaged(p *config.ManagedPolicy, g *schema.Grant, t Target) schema.Code {
+func CheckManaged(p *ManagedPolicy, g *schema.Grant, t Target) schema.Code {
 	switch {
 	case p.Disabled:
 		return schema.CodeExternalActionsDisabled
@@ -234,4 +233,29 @@ func strongEnough(have, minimum string) bool {
 func withinCeiling(ceilings map[string]int64, s *schema.Spend) bool {
 	c, ok := ceilings[s.Currency]
 	return ok && s.AmountMinor <= c
+}
+
+// ManagedPolicy is an organization's restriction layer (seed 003). Unset
+// restrictions do not restrict; a managed policy never grants.
+type ManagedPolicy struct {
+	Name string
+	// SecurityDomains limits the policy to these security_domain_refs; nil: all.
+	SecurityDomains []string
+	// Disabled refuses every external action (EXTERNAL_ACTIONS_DISABLED).
+	Disabled bool
+	// AutomaticApprovalForbidden refuses grants whose method is policy,
+	// adversarial_auto or managed_policy.
+	AutomaticApprovalForbidden bool
+	// LiveActionsForbidden refuses environment "live".
+	LiveActionsForbidden bool
+	// AllowedProviders, AllowedCapabilities, AllowedEnvironments are
+	// allow-lists; nil: anything.
+	AllowedProviders    []string
+	AllowedCapabilities []string
+	AllowedEnvironments []string
+	// MinimumAuthenticationAssurance is the weakest grant assurance accepted; "" none.
+	MinimumAuthenticationAssurance string
+	// MaxExternalSpend maps a currency to its ceiling in minor units. nil: no
+	// spend restriction; set: a currency without a ceiling is refused.
+	MaxExternalSpend map[string]int64
 }

@@ -7,7 +7,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/schema"
 )
 
@@ -118,15 +117,15 @@ func TestCheckGrant(t *testing.T) {
 }
 
 func TestAuthorizeWithoutGrant(t *testing.T) {
-	d := Rules{Managed: []config.ManagedPolicy{{Name: "open"}}}.Authorize(nil, flight(), now)
+	d := Rules{Managed: []ManagedPolicy{{Name: "open"}}}.Authorize(nil, flight(), now)
 	if d.Code != schema.CodeApprovalRequired || d.Permitted() || len(d.Evaluations) != 0 {
 		t.Fatalf("Authorize(nil) = %+v", d)
 	}
 }
 
 // seedPolicy is the managed policy of seed 003.
-func seedPolicy() config.ManagedPolicy {
-	return config.ManagedPolicy{
+func seedPolicy() ManagedPolicy {
+	return ManagedPolicy{
 		Name:                           "org",
 		AutomaticApprovalForbidden:     true,
 		LiveActionsForbidden:           true,
@@ -139,86 +138,86 @@ func seedPolicy() config.ManagedPolicy {
 }
 
 func TestManagedPolicy(t *testing.T) {
-	type edit func(p *config.ManagedPolicy, g *schema.Grant, tg *Target)
+	type edit func(p *ManagedPolicy, g *schema.Grant, tg *Target)
 	cases := []struct {
 		name string
 		edit edit
 		want schema.Code
 	}{
-		{"seed policy passes seed grant", func(*config.ManagedPolicy, *schema.Grant, *Target) {}, ""},
-		{"empty policy restricts nothing", func(p *config.ManagedPolicy, _ *schema.Grant, tg *Target) {
-			*p = config.ManagedPolicy{Name: "org"}
+		{"seed policy passes seed grant", func(*ManagedPolicy, *schema.Grant, *Target) {}, ""},
+		{"empty policy restricts nothing", func(p *ManagedPolicy, _ *schema.Grant, tg *Target) {
+			*p = ManagedPolicy{Name: "org"}
 			tg.Environment = schema.EnvLive
 		}, ""},
-		{"disabled", func(p *config.ManagedPolicy, _ *schema.Grant, _ *Target) { p.Disabled = true }, schema.CodeExternalActionsDisabled},
-		{"disabled before everything", func(p *config.ManagedPolicy, g *schema.Grant, tg *Target) {
+		{"disabled", func(p *ManagedPolicy, _ *schema.Grant, _ *Target) { p.Disabled = true }, schema.CodeExternalActionsDisabled},
+		{"disabled before everything", func(p *ManagedPolicy, g *schema.Grant, tg *Target) {
 			p.Disabled, g.AuthorizationMethod, tg.Environment = true, schema.MethodAdversarialAuto, schema.EnvLive
 		}, schema.CodeExternalActionsDisabled},
 		// Harn: managed policy vs adversarial_auto.
-		{"adversarial_auto", func(_ *config.ManagedPolicy, g *schema.Grant, _ *Target) {
+		{"adversarial_auto", func(_ *ManagedPolicy, g *schema.Grant, _ *Target) {
 			g.AuthorizationMethod = schema.MethodAdversarialAuto
 		}, schema.CodeAutomaticApprovalForbidden},
-		{"policy method", func(_ *config.ManagedPolicy, g *schema.Grant, _ *Target) { g.AuthorizationMethod = schema.MethodPolicy }, schema.CodeAutomaticApprovalForbidden},
-		{"managed_policy method", func(_ *config.ManagedPolicy, g *schema.Grant, _ *Target) {
+		{"policy method", func(_ *ManagedPolicy, g *schema.Grant, _ *Target) { g.AuthorizationMethod = schema.MethodPolicy }, schema.CodeAutomaticApprovalForbidden},
+		{"managed_policy method", func(_ *ManagedPolicy, g *schema.Grant, _ *Target) {
 			g.AuthorizationMethod = schema.MethodManagedPolicy
 		}, schema.CodeAutomaticApprovalForbidden},
-		{"test_fixture is not automatic", func(_ *config.ManagedPolicy, g *schema.Grant, _ *Target) {
+		{"test_fixture is not automatic", func(_ *ManagedPolicy, g *schema.Grant, _ *Target) {
 			g.AuthorizationMethod = schema.MethodTestFixture
 		}, ""},
-		{"automatic allowed when not forbidden", func(p *config.ManagedPolicy, g *schema.Grant, _ *Target) {
+		{"automatic allowed when not forbidden", func(p *ManagedPolicy, g *schema.Grant, _ *Target) {
 			p.AutomaticApprovalForbidden, g.AuthorizationMethod = false, schema.MethodAdversarialAuto
 		}, ""},
-		{"automatic before live", func(p *config.ManagedPolicy, g *schema.Grant, tg *Target) {
+		{"automatic before live", func(p *ManagedPolicy, g *schema.Grant, tg *Target) {
 			g.AuthorizationMethod, tg.Environment = schema.MethodPolicy, schema.EnvLive
 		}, schema.CodeAutomaticApprovalForbidden},
-		{"live forbidden", func(p *config.ManagedPolicy, _ *schema.Grant, tg *Target) {
+		{"live forbidden", func(p *ManagedPolicy, _ *schema.Grant, tg *Target) {
 			p.AllowedEnvironments, tg.Environment = nil, schema.EnvLive
 		}, schema.CodeLiveActionsForbidden},
-		{"live before environment list", func(_ *config.ManagedPolicy, _ *schema.Grant, tg *Target) { tg.Environment = schema.EnvLive }, schema.CodeLiveActionsForbidden},
-		{"provider not allowed", func(_ *config.ManagedPolicy, _ *schema.Grant, tg *Target) { tg.Provider = "amadeus" }, schema.CodeProviderNotAllowed},
-		{"provider before capability", func(_ *config.ManagedPolicy, _ *schema.Grant, tg *Target) {
+		{"live before environment list", func(_ *ManagedPolicy, _ *schema.Grant, tg *Target) { tg.Environment = schema.EnvLive }, schema.CodeLiveActionsForbidden},
+		{"provider not allowed", func(_ *ManagedPolicy, _ *schema.Grant, tg *Target) { tg.Provider = "amadeus" }, schema.CodeProviderNotAllowed},
+		{"provider before capability", func(_ *ManagedPolicy, _ *schema.Grant, tg *Target) {
 			tg.Provider, tg.Capability = "amadeus", "hotels.book"
 		}, schema.CodeProviderNotAllowed},
-		{"capability not allowed", func(_ *config.ManagedPolicy, _ *schema.Grant, tg *Target) { tg.Capability = "flights.cancel" }, schema.CodeCapabilityNotAllowed},
-		{"capability before environment", func(_ *config.ManagedPolicy, _ *schema.Grant, tg *Target) {
+		{"capability not allowed", func(_ *ManagedPolicy, _ *schema.Grant, tg *Target) { tg.Capability = "flights.cancel" }, schema.CodeCapabilityNotAllowed},
+		{"capability before environment", func(_ *ManagedPolicy, _ *schema.Grant, tg *Target) {
 			tg.Capability, tg.Environment = "flights.cancel", schema.EnvMock
 		}, schema.CodeCapabilityNotAllowed},
-		{"environment not allowed", func(_ *config.ManagedPolicy, _ *schema.Grant, tg *Target) { tg.Environment = schema.EnvMock }, schema.CodeEnvironmentNotAllowed},
-		{"empty allow-list allows nothing", func(p *config.ManagedPolicy, _ *schema.Grant, _ *Target) { p.AllowedProviders = []string{} }, schema.CodeProviderNotAllowed},
-		{"assurance equal to minimum", func(*config.ManagedPolicy, *schema.Grant, *Target) {}, ""},
-		{"assurance above minimum", func(_ *config.ManagedPolicy, g *schema.Grant, _ *Target) {
+		{"environment not allowed", func(_ *ManagedPolicy, _ *schema.Grant, tg *Target) { tg.Environment = schema.EnvMock }, schema.CodeEnvironmentNotAllowed},
+		{"empty allow-list allows nothing", func(p *ManagedPolicy, _ *schema.Grant, _ *Target) { p.AllowedProviders = []string{} }, schema.CodeProviderNotAllowed},
+		{"assurance equal to minimum", func(*ManagedPolicy, *schema.Grant, *Target) {}, ""},
+		{"assurance above minimum", func(_ *ManagedPolicy, g *schema.Grant, _ *Target) {
 			g.AuthenticationAssurance = schema.AssuranceManaged
 		}, ""},
-		{"assurance one below minimum", func(_ *config.ManagedPolicy, g *schema.Grant, _ *Target) {
+		{"assurance one below minimum", func(_ *ManagedPolicy, g *schema.Grant, _ *Target) {
 			g.AuthenticationAssurance = schema.AssuranceSession
 		}, schema.CodeAuthenticationTooWeak},
-		{"no assurance", func(_ *config.ManagedPolicy, g *schema.Grant, _ *Target) {
+		{"no assurance", func(_ *ManagedPolicy, g *schema.Grant, _ *Target) {
 			g.AuthenticationAssurance = schema.AssuranceNone
 		}, schema.CodeAuthenticationTooWeak},
-		{"minimum outside the scale fails closed", func(p *config.ManagedPolicy, g *schema.Grant, _ *Target) {
+		{"minimum outside the scale fails closed", func(p *ManagedPolicy, g *schema.Grant, _ *Target) {
 			p.MinimumAuthenticationAssurance, g.AuthenticationAssurance = "retina", schema.AssuranceManaged
 		}, schema.CodeAuthenticationTooWeak},
-		{"assurance before spend", func(p *config.ManagedPolicy, g *schema.Grant, tg *Target) {
+		{"assurance before spend", func(p *ManagedPolicy, g *schema.Grant, tg *Target) {
 			g.AuthenticationAssurance, p.MaxExternalSpend = schema.AssuranceSession, map[string]int64{"USD": 1}
 		}, schema.CodeAuthenticationTooWeak},
-		{"spend equal to policy ceiling", func(p *config.ManagedPolicy, _ *schema.Grant, _ *Target) { p.MaxExternalSpend["USD"] = 24567 }, ""},
-		{"spend one over policy ceiling", func(p *config.ManagedPolicy, _ *schema.Grant, _ *Target) { p.MaxExternalSpend["USD"] = 24566 }, schema.CodeExternalSpendExceedsPolicy},
-		{"currency without a ceiling", func(p *config.ManagedPolicy, _ *schema.Grant, _ *Target) {
+		{"spend equal to policy ceiling", func(p *ManagedPolicy, _ *schema.Grant, _ *Target) { p.MaxExternalSpend["USD"] = 24567 }, ""},
+		{"spend one over policy ceiling", func(p *ManagedPolicy, _ *schema.Grant, _ *Target) { p.MaxExternalSpend["USD"] = 24566 }, schema.CodeExternalSpendExceedsPolicy},
+		{"currency without a ceiling", func(p *ManagedPolicy, _ *schema.Grant, _ *Target) {
 			p.MaxExternalSpend = map[string]int64{"EUR": 1 << 40}
 		}, schema.CodeExternalSpendExceedsPolicy},
-		{"empty ceiling map refuses any spend", func(p *config.ManagedPolicy, _ *schema.Grant, _ *Target) { p.MaxExternalSpend = map[string]int64{} }, schema.CodeExternalSpendExceedsPolicy},
-		{"no spend under a ceiling map", func(p *config.ManagedPolicy, _ *schema.Grant, tg *Target) {
+		{"empty ceiling map refuses any spend", func(p *ManagedPolicy, _ *schema.Grant, _ *Target) { p.MaxExternalSpend = map[string]int64{} }, schema.CodeExternalSpendExceedsPolicy},
+		{"no spend under a ceiling map", func(p *ManagedPolicy, _ *schema.Grant, tg *Target) {
 			p.MaxExternalSpend, tg.ExternalSpend = map[string]int64{}, nil
 		}, ""},
-		{"no ceiling map: no spend restriction", func(p *config.ManagedPolicy, g *schema.Grant, tg *Target) {
+		{"no ceiling map: no spend restriction", func(p *ManagedPolicy, g *schema.Grant, tg *Target) {
 			p.MaxExternalSpend = nil
 			tg.ExternalSpend = &schema.Spend{Currency: "JPY", AmountMinor: 1 << 50}
 			g.MaxExternalSpend = tg.ExternalSpend
 		}, ""},
-		{"other security domain: not applied", func(p *config.ManagedPolicy, _ *schema.Grant, _ *Target) {
+		{"other security domain: not applied", func(p *ManagedPolicy, _ *schema.Grant, _ *Target) {
 			p.Disabled, p.SecurityDomains = true, []string{"security-domain:other"}
 		}, ""},
-		{"listed security domain: applied", func(p *config.ManagedPolicy, _ *schema.Grant, _ *Target) {
+		{"listed security domain: applied", func(p *ManagedPolicy, _ *schema.Grant, _ *Target) {
 			p.Disabled, p.SecurityDomains = true, []string{"security-domain:other", "security-domain:demo"}
 		}, schema.CodeExternalActionsDisabled},
 	}
@@ -229,7 +228,7 @@ func TestManagedPolicy(t *testing.T) {
 			if got := CheckManaged(&p, g, tg); Applies(&p, tg.SecurityDomain) && got != tc.want {
 				t.Fatalf("CheckManaged = %q, want %q", got, tc.want)
 			}
-			d := Rules{Managed: []config.ManagedPolicy{p}}.Authorize(g, tg, now)
+			d := Rules{Managed: []ManagedPolicy{p}}.Authorize(g, tg, now)
 			if d.Code != tc.want {
 				t.Fatalf("Authorize = %+v, want %q", d, tc.want)
 			}
@@ -253,7 +252,7 @@ func TestGrantChecksComeFirst(t *testing.T) {
 	p.Disabled = true
 	g := grant()
 	g.IntentFingerprint = other
-	d := Rules{Managed: []config.ManagedPolicy{p}}.Authorize(g, flight(), now)
+	d := Rules{Managed: []ManagedPolicy{p}}.Authorize(g, flight(), now)
 	want := []schema.PolicyEvaluation{{Layer: LayerGrant, Outcome: schema.EvalDeny, ReasonCode: schema.CodeGrantBindingMismatch}}
 	if d.Code != schema.CodeGrantBindingMismatch || !slices.Equal(d.Evaluations, want) {
 		t.Fatalf("Authorize = %+v", d)
@@ -261,11 +260,11 @@ func TestGrantChecksComeFirst(t *testing.T) {
 }
 
 func TestManyPolicies(t *testing.T) {
-	open := config.ManagedPolicy{Name: "open"}
-	spend := config.ManagedPolicy{Name: "spend", MaxExternalSpend: map[string]int64{"USD": 100}}
-	providers := config.ManagedPolicy{Name: "providers", AllowedProviders: []string{"amadeus"}}
-	elsewhere := config.ManagedPolicy{Name: "elsewhere", Disabled: true, SecurityDomains: []string{"security-domain:other"}}
-	weak := config.ManagedPolicy{Name: "weak", MinimumAuthenticationAssurance: schema.AssuranceManaged}
+	open := ManagedPolicy{Name: "open"}
+	spend := ManagedPolicy{Name: "spend", MaxExternalSpend: map[string]int64{"USD": 100}}
+	providers := ManagedPolicy{Name: "providers", AllowedProviders: []string{"amadeus"}}
+	elsewhere := ManagedPolicy{Name: "elsewhere", Disabled: true, SecurityDomains: []string{"security-domain:other"}}
+	weak := ManagedPolicy{Name: "weak", MinimumAuthenticationAssurance: schema.AssuranceManaged}
 	pass := func(name string) schema.PolicyEvaluation {
 		return schema.PolicyEvaluation{Layer: "managed_policy:" + name, Outcome: schema.EvalPass}
 	}
@@ -276,7 +275,7 @@ func TestManyPolicies(t *testing.T) {
 
 	// The earliest rule wins whatever the block order; every applicable
 	// policy is evaluated; a policy of another domain is not listed.
-	for _, order := range [][]config.ManagedPolicy{{open, spend, elsewhere, providers}, {providers, elsewhere, spend, open}} {
+	for _, order := range [][]ManagedPolicy{{open, spend, elsewhere, providers}, {providers, elsewhere, spend, open}} {
 		d := Rules{Managed: order}.Authorize(grant(), flight(), now)
 		if d.Code != schema.CodeProviderNotAllowed {
 			t.Errorf("order %v: code = %q", names(order), d.Code)
@@ -298,24 +297,24 @@ func TestManyPolicies(t *testing.T) {
 		}
 	}
 	// Stricter policies intersect: each one's ceiling applies.
-	loose := config.ManagedPolicy{Name: "loose", MaxExternalSpend: map[string]int64{"USD": 1 << 40}}
-	if d := (Rules{Managed: []config.ManagedPolicy{loose, spend}}).Authorize(grant(), flight(), now); d.Code != schema.CodeExternalSpendExceedsPolicy {
+	loose := ManagedPolicy{Name: "loose", MaxExternalSpend: map[string]int64{"USD": 1 << 40}}
+	if d := (Rules{Managed: []ManagedPolicy{loose, spend}}).Authorize(grant(), flight(), now); d.Code != schema.CodeExternalSpendExceedsPolicy {
 		t.Errorf("intersection: %+v", d)
 	}
 	// A managed policy never grants: the most permissive one adds nothing
 	// to a grant that fails.
 	g := grant()
 	g.ExpiresAtMs = now
-	if d := (Rules{Managed: []config.ManagedPolicy{open}}).Authorize(g, flight(), now); d.Code != schema.CodeGrantMalformed {
+	if d := (Rules{Managed: []ManagedPolicy{open}}).Authorize(g, flight(), now); d.Code != schema.CodeGrantMalformed {
 		t.Errorf("a policy rescued a malformed grant: %+v", d)
 	}
 
 	// Screen skips the grant's own rules (method, assurance) and applies the rest.
-	s := Rules{Managed: []config.ManagedPolicy{weak, {Name: "auto", AutomaticApprovalForbidden: true}, open}}.Screen(flight())
+	s := Rules{Managed: []ManagedPolicy{weak, {Name: "auto", AutomaticApprovalForbidden: true}, open}}.Screen(flight())
 	if !s.Permitted() || !slices.Equal(s.Evaluations, []schema.PolicyEvaluation{pass("weak"), pass("auto"), pass("open")}) {
 		t.Errorf("Screen = %+v", s)
 	}
-	if s := (Rules{Managed: []config.ManagedPolicy{open, spend}}).Screen(flight()); s.Code != schema.CodeExternalSpendExceedsPolicy {
+	if s := (Rules{Managed: []ManagedPolicy{open, spend}}).Screen(flight()); s.Code != schema.CodeExternalSpendExceedsPolicy {
 		t.Errorf("Screen = %+v", s)
 	}
 	if s := (Rules{}).Screen(flight()); !s.Permitted() || len(s.Evaluations) != 0 {
@@ -323,7 +322,7 @@ func TestManyPolicies(t *testing.T) {
 	}
 }
 
-func names(ps []config.ManagedPolicy) []string {
+func names(ps []ManagedPolicy) []string {
 	var out []string
 	for _, p := range ps {
 		out = append(out, p.Name)

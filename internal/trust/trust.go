@@ -12,8 +12,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
-
-	"github.com/portcullis/portcullis/internal/config"
 )
 
 // Headers that carry a host's signature.
@@ -35,7 +33,7 @@ var (
 
 // Verifier authenticates messages for the configured hosts.
 type Verifier struct {
-	Hosts []config.Host
+	Hosts []Host
 	// AllowUnsigned attributes unsigned messages to the subject's host
 	// (admission.allow_unsigned; development only). Signed messages are
 	// checked in full even then.
@@ -48,34 +46,34 @@ type Verifier struct {
 // only under AllowUnsigned, with signed false and a Host that has only
 // h's name. Every failure wraps ErrUnauthenticated and one of the specific
 // errors above.
-func (v Verifier) Authenticate(h string, body []byte, hdr nats.Header) (host config.Host, signed bool, err error) {
+func (v Verifier) Authenticate(h string, body []byte, hdr nats.Header) (host Host, signed bool, err error) {
 	if h == "" {
-		return config.Host{}, false, fail(ErrUnknownHost)
+		return Host{}, false, fail(ErrUnknownHost)
 	}
 	key, sig := hdr.Get(HeaderHostKey), hdr.Get(HeaderSignature)
 	if key == "" && sig == "" {
 		if v.AllowUnsigned {
-			return config.Host{Name: h}, false, nil
+			return Host{Name: h}, false, nil
 		}
-		return config.Host{}, false, fail(ErrUnsigned)
+		return Host{}, false, fail(ErrUnsigned)
 	}
-	i := slices.IndexFunc(v.Hosts, func(c config.Host) bool { return c.PublicKey == key })
+	i := slices.IndexFunc(v.Hosts, func(c Host) bool { return c.PublicKey == key })
 	switch {
 	case i < 0:
-		return config.Host{}, true, fail(ErrUnknownKey)
+		return Host{}, true, fail(ErrUnknownKey)
 	case v.Hosts[i].Name != h:
-		return config.Host{}, true, fail(ErrOtherHostsKey)
+		return Host{}, true, fail(ErrOtherHostsKey)
 	}
 	raw, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(sig, "="))
 	if err != nil {
-		return config.Host{}, true, fail(ErrBadSignature)
+		return Host{}, true, fail(ErrBadSignature)
 	}
 	pub, err := nkeys.FromPublicKey(key)
 	if err != nil {
-		return config.Host{}, true, fail(ErrUnknownKey)
+		return Host{}, true, fail(ErrUnknownKey)
 	}
 	if err := pub.Verify(body, raw); err != nil {
-		return config.Host{}, true, fail(ErrBadSignature)
+		return Host{}, true, fail(ErrBadSignature)
 	}
 	return v.Hosts[i], true, nil
 }
@@ -97,11 +95,11 @@ func Reason(err error) string {
 // domain: the tenant is one of the host's, and the domain one of the
 // tenant's (SPEC §2.7). Managed policies match on the domain only after
 // this check, so naming another domain cannot escape one.
-func Permits(tenants []config.Tenant, host config.Host, tenantRef, securityDomain string) bool {
+func Permits(tenants []Tenant, host Host, tenantRef, securityDomain string) bool {
 	if !slices.Contains(host.Tenants, tenantRef) {
 		return false
 	}
-	i := slices.IndexFunc(tenants, func(t config.Tenant) bool { return t.Ref == tenantRef })
+	i := slices.IndexFunc(tenants, func(t Tenant) bool { return t.Ref == tenantRef })
 	return i >= 0 && slices.Contains(tenants[i].SecurityDomains, securityDomain)
 }
 
@@ -121,3 +119,24 @@ func Sign(kp nkeys.KeyPair, body []byte) (nats.Header, error) {
 	h.Set(HeaderSignature, base64.RawURLEncoding.EncodeToString(sig))
 	return h, nil
 }
+
+// Host is a publisher of proposals and grants, trusted for some tenants.
+// Its name is the <h> token of its subjects.
+type Host struct {
+	Name string
+	// PublicKey is the host's ed25519 public key in NATS nkey form (U…):
+	// it signs bodies and logs in to NATS.
+	PublicKey string
+	// Tenants are the context.tenant.tenant_ref values the host may speak for.
+	Tenants []string
+}
+
+// Tenant lists the security domains a tenant's proposals may name.
+type Tenant struct {
+	// Ref is the tenant_ref (the block's label).
+	Ref             string
+	SecurityDomains []string
+}
+
+// Speaks reports whether the host may speak for tenant.
+func (h Host) Speaks(tenant string) bool { return slices.Contains(h.Tenants, tenant) }

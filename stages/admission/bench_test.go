@@ -5,7 +5,6 @@ import (
 
 	"github.com/nats-io/nkeys"
 
-	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/trust"
 )
 
@@ -15,8 +14,8 @@ func BenchmarkDecide(b *testing.B) {
 	host, _ := nkeys.CreateUser()
 	key, _ := host.PublicKey()
 	pol := Policy{MaxPayloadBytes: 65536, Providers: []string{"demo"},
-		Hosts:   []config.Host{{Name: "h", PublicKey: key, Tenants: []string{"tenant:demo"}}},
-		Tenants: []config.Tenant{{Ref: "tenant:demo", SecurityDomains: []string{"security-domain:demo"}}}}
+		Hosts:   []trust.Host{{Name: "h", PublicKey: key, Tenants: []string{"tenant:demo"}}},
+		Tenants: []trust.Tenant{{Ref: "tenant:demo", SecurityDomains: []string{"security-domain:demo"}}}}
 	body := []byte(lumber)
 	hdr, _ := trust.Sign(host, body)
 	b.SetBytes(int64(len(body)))

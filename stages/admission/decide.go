@@ -22,8 +22,8 @@ import (
 type Policy struct {
 	AllowUnsigned   bool
 	MaxPayloadBytes int
-	Hosts           []config.Host
-	Tenants         []config.Tenant
+	Hosts           []trust.Host
+	Tenants         []trust.Tenant
 	Providers       []string
 }
 
@@ -128,13 +128,13 @@ const (
 // proposal from host (SPEC §2.7, trust.Permits): nil when the host may
 // speak for the tenant and the domain is one of the tenant's, else which of
 // the two earned ADMISSION_TENANT_NOT_PERMITTED.
-func TenantProblem(tenants []config.Tenant, host config.Host, ctx *schema.Context) *schema.Problem {
+func TenantProblem(tenants []trust.Tenant, host trust.Host, ctx *schema.Context) *schema.Problem {
 	if trust.Permits(tenants, host, ctx.Tenant.TenantRef, ctx.Tenant.SecurityDomainRef) {
 		return nil
 	}
 	p := schema.Problem{Path: "/context/tenant/security_domain_ref", Rule: RuleDomainForeign, Code: schema.CodeAdmissionTenantNotPermitted, Offset: -1}
 	if !slices.Contains(host.Tenants, ctx.Tenant.TenantRef) ||
-		!slices.ContainsFunc(tenants, func(t config.Tenant) bool { return t.Ref == ctx.Tenant.TenantRef }) {
+		!slices.ContainsFunc(tenants, func(t trust.Tenant) bool { return t.Ref == ctx.Tenant.TenantRef }) {
 		p.Path, p.Rule = "/context/tenant/tenant_ref", RuleTenantForeign
 	}
 	return &p

@@ -9,7 +9,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
-	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/schema"
 )
@@ -52,11 +51,11 @@ func TestDecide(t *testing.T) {
 	otherKey, _ := other.PublicKey()
 	pol := Policy{
 		MaxPayloadBytes: 4096,
-		Hosts: []config.Host{
+		Hosts: []trust.Host{
 			{Name: "frontdesk", PublicKey: hostKey, Tenants: []string{"tenant:demo"}},
 			{Name: "elsewhere", PublicKey: otherKey, Tenants: []string{"tenant:other"}},
 		},
-		Tenants: []config.Tenant{
+		Tenants: []trust.Tenant{
 			{Ref: "tenant:demo", SecurityDomains: []string{"security-domain:demo"}},
 			{Ref: "tenant:other", SecurityDomains: []string{"security-domain:other"}},
 		},
@@ -212,8 +211,8 @@ func TestDecideNamesTheField(t *testing.T) {
 	hostKey, _ := host.PublicKey()
 	pol := Policy{
 		MaxPayloadBytes: 4096,
-		Hosts:           []config.Host{{Name: "frontdesk", PublicKey: hostKey, Tenants: []string{"tenant:demo", "tenant:unconfigured"}}},
-		Tenants:         []config.Tenant{{Ref: "tenant:demo", SecurityDomains: []string{"security-domain:demo"}}},
+		Hosts:           []trust.Host{{Name: "frontdesk", PublicKey: hostKey, Tenants: []string{"tenant:demo", "tenant:unconfigured"}}},
+		Tenants:         []trust.Tenant{{Ref: "tenant:demo", SecurityDomains: []string{"security-domain:demo"}}},
 		Providers:       []string{"demo"},
 	}
 	cases := []struct {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/portcullis/portcullis/fingerprint"
 	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/subjects"
@@ -31,8 +32,8 @@ const (
 // policies are the managed policies of these tests: the seed's policy
 // adapted to the lumber fixture for the demo domain, and a disabled one
 // for another domain.
-func policies() []config.ManagedPolicy {
-	return []config.ManagedPolicy{
+func policies() []policy.ManagedPolicy {
+	return []policy.ManagedPolicy{
 		{
 			Name:                           "org",
 			SecurityDomains:                []string{domainDemo},

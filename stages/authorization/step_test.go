@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/portcullis/portcullis/internal/approvals"
-	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/policy"
+	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/schema"
 )
 
@@ -24,13 +24,13 @@ const (
 )
 
 var (
-	frontdesk = config.Host{Name: "frontdesk", Tenants: []string{"tenant:demo"}}
+	frontdesk = trust.Host{Name: "frontdesk", Tenants: []string{"tenant:demo"}}
 	stepRules = Rules{
 		Policy: Policy{
-			Rules:       policy.Rules{Managed: []config.ManagedPolicy{seedPolicy}, ClockSkew: 30 * time.Second, MaxGrantLifetime: 24 * time.Hour},
+			Rules:       policy.Rules{Managed: []policy.ManagedPolicy{seedPolicy}, ClockSkew: 30 * time.Second, MaxGrantLifetime: 24 * time.Hour},
 			ApprovalTTL: time.Duration(ttlMs) * time.Millisecond,
-			Hosts:       []config.Host{frontdesk},
-			Tenants:     []config.Tenant{{Ref: "tenant:demo", SecurityDomains: []string{"security-domain:demo"}}},
+			Hosts:       []trust.Host{frontdesk},
+			Tenants:     []trust.Tenant{{Ref: "tenant:demo", SecurityDomains: []string{"security-domain:demo"}}},
 		},
 		TimerSubject: func(token string) string { return "timer." + token },
 	}

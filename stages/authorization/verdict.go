@@ -25,9 +25,9 @@ type Policy struct {
 	// MaxGrantBytes bounds a standalone grant's body (admission.max_payload_bytes).
 	MaxGrantBytes int
 	// Hosts sign standalone grants and declines for their own proposals.
-	Hosts []config.Host
+	Hosts []trust.Host
 	// Tenants list each tenant's security domains.
-	Tenants []config.Tenant
+	Tenants []trust.Tenant
 }
 
 // Decisions.
@@ -99,7 +99,7 @@ func DecideProposal(p Policy, env *schema.Envelope, nowMs int64) Verdict {
 // Standalone is a message read from host h's grants subject: a grant or a
 // decline, authenticated for h.
 type Standalone struct {
-	Host   config.Host
+	Host   trust.Host
 	Signed bool
 	// ProposalID names the parked proposal; "" when it cannot be read.
 	ProposalID string

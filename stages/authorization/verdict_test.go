@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nkeys"
 	"go.uber.org/goleak"
 
-	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/schema"
@@ -64,7 +63,7 @@ func withGrant(g *schema.Grant) *schema.Envelope {
 	return env
 }
 
-var seedPolicy = config.ManagedPolicy{
+var seedPolicy = policy.ManagedPolicy{
 	Name:                           "org",
 	AutomaticApprovalForbidden:     true,
 	LiveActionsForbidden:           true,
@@ -76,7 +75,7 @@ var seedPolicy = config.ManagedPolicy{
 }
 
 func TestDecideProposal(t *testing.T) {
-	pol := Policy{Rules: policy.Rules{Managed: []config.ManagedPolicy{seedPolicy}}, ApprovalTTL: 10 * time.Minute}
+	pol := Policy{Rules: policy.Rules{Managed: []policy.ManagedPolicy{seedPolicy}}, ApprovalTTL: 10 * time.Minute}
 	passGrant := schema.PolicyEvaluation{Layer: "grant", Outcome: schema.EvalPass}
 	passOrg := schema.PolicyEvaluation{Layer: "managed_policy:org", Outcome: schema.EvalPass}
 	deny := func(layer string, code schema.Code) schema.PolicyEvaluation {
@@ -153,14 +152,14 @@ func TestStandaloneGrantsAndDeclines(t *testing.T) {
 	hostKey, _ := host.PublicKey()
 	otherKey, _ := other.PublicKey()
 	pol := Policy{
-		Rules:         policy.Rules{Managed: []config.ManagedPolicy{seedPolicy}, ClockSkew: 30 * time.Second, MaxGrantLifetime: 24 * time.Hour},
+		Rules:         policy.Rules{Managed: []policy.ManagedPolicy{seedPolicy}, ClockSkew: 30 * time.Second, MaxGrantLifetime: 24 * time.Hour},
 		ApprovalTTL:   10 * time.Minute,
 		MaxGrantBytes: 4096,
-		Hosts: []config.Host{
+		Hosts: []trust.Host{
 			{Name: "frontdesk", PublicKey: hostKey, Tenants: []string{"tenant:demo"}},
 			{Name: "elsewhere", PublicKey: otherKey, Tenants: []string{"tenant:other"}},
 		},
-		Tenants: []config.Tenant{
+		Tenants: []trust.Tenant{
 			{Ref: "tenant:demo", SecurityDomains: []string{"security-domain:demo"}},
 			{Ref: "tenant:other", SecurityDomains: []string{"security-domain:other"}},
 		},
@@ -168,7 +167,7 @@ func TestStandaloneGrantsAndDeclines(t *testing.T) {
 	dev := pol
 	dev.AllowUnsigned = true
 	moved := pol // the host no longer speaks for the parked proposal's tenant
-	moved.Hosts = []config.Host{{Name: "frontdesk", PublicKey: hostKey, Tenants: []string{"tenant:other"}}}
+	moved.Hosts = []trust.Host{{Name: "frontdesk", PublicKey: hostKey, Tenants: []string{"tenant:other"}}}
 	expires := now + 600_000
 	edit := func(v any, f func(m map[string]any)) []byte {
 		b, _ := json.Marshal(v)
@@ -386,7 +385,7 @@ func FuzzStandalone(f *testing.F) {
 	f.Add([]byte(`{"proposal_id":"prop-1","proposal_id":"prop-1"}`))
 	f.Add([]byte(`{"schema":"actions.decline.v1","proposal_id":"prop-1","intent_fingerprint":"` + fp + `","declined_by":"a"}`))
 	f.Add([]byte(`null`))
-	pol := Policy{Rules: policy.Rules{Managed: []config.ManagedPolicy{seedPolicy}}, AllowUnsigned: true, MaxGrantBytes: 65536}
+	pol := Policy{Rules: policy.Rules{Managed: []policy.ManagedPolicy{seedPolicy}}, AllowUnsigned: true, MaxGrantBytes: 65536}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		v := judge(pol, "frontdesk", body, nil, now+600_000, now)
 		switch v.Decision {

@@ -12,6 +12,8 @@ import (
 
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/internal/policy"
+	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/testenv"
 )
@@ -86,9 +88,9 @@ func flightProposal(pid string) map[string]any {
 // the booking's tenant, and applies seed 003's managed policy to its domain.
 func withFlight(c *config.Config) {
 	c.Hosts[0].Tenants = append(c.Hosts[0].Tenants, secretTenant)
-	c.Tenants = append(c.Tenants, config.Tenant{Ref: secretTenant, SecurityDomains: []string{secretDomain}})
+	c.Tenants = append(c.Tenants, trust.Tenant{Ref: secretTenant, SecurityDomains: []string{secretDomain}})
 	c.Providers = append(c.Providers, config.Provider{Name: "duffel", Adapter: config.AdapterFake, Timeout: c.Providers[0].Timeout, UnavailableRetry: c.Providers[0].UnavailableRetry, MaxInFlight: 16})
-	c.Policies = []config.ManagedPolicy{{
+	c.Policies = []policy.ManagedPolicy{{
 		Name: "travel", SecurityDomains: []string{secretDomain},
 		AutomaticApprovalForbidden: true, LiveActionsForbidden: true,
 		AllowedProviders: []string{"duffel"}, AllowedCapabilities: []string{"flights.book"}, AllowedEnvironments: []string{"test"},
