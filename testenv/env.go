@@ -155,9 +155,9 @@ func New(t testing.TB, opts ...Option) *Env {
 	cfg.Connectors = []config.Connector{{Name: ConnectorName, PublicKey: pub(e.Connector), Providers: []string{"inventory"}}}
 	cfg.Resolvers = []config.Role{{Name: ResolverName, PublicKey: pub(e.Resolver)}}
 	cfg.Providers = []config.Provider{
-		{Name: "demo", Adapter: config.AdapterFake, Timeout: 2 * time.Second, UnavailableRetry: 2 * time.Second, MaxInFlight: 16,
-			Script: config.FakeScript{Dispatch: []string{"confirmed"}, Reconcile: []string{"confirmed"}}},
-		{Name: "inventory", Adapter: config.AdapterNATS, Timeout: 2 * time.Second, UnavailableRetry: 2 * time.Second, MaxInFlight: 16},
+		{Name: "demo", Adapter: adapters.KindFake, Timeout: 2 * time.Second, UnavailableRetry: 2 * time.Second, MaxInFlight: 16,
+			Settings: adapters.FakeScript{Dispatch: []string{"confirmed"}, Reconcile: []string{"confirmed"}}},
+		{Name: "inventory", Adapter: adapters.KindNATS, Timeout: 2 * time.Second, UnavailableRetry: 2 * time.Second, MaxInFlight: 16},
 	}
 	for _, f := range o.configure {
 		f(cfg)
@@ -192,8 +192,9 @@ func New(t testing.TB, opts ...Option) *Env {
 	e.Fakes = map[string]*adapters.Fake{}
 	overrides := map[string]adapters.Adapter{}
 	for _, p := range cfg.Providers {
-		if p.Adapter == config.AdapterFake {
-			f := adapters.NewFake(p.Name, p.Script)
+		if p.Adapter == adapters.KindFake {
+			script, _ := p.Settings.(adapters.FakeScript) // nil settings: the defaults
+			f := adapters.NewFake(p.Name, script)
 			e.Fakes[p.Name] = f
 			overrides[p.Name] = f
 		}

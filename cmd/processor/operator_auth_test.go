@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
+	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/engine"
 	"github.com/portcullis/portcullis/internal/keyfile"
@@ -259,8 +260,8 @@ func TestOperatorWithExactPermissions(t *testing.T) {
 	cfg.Hosts = []trust.Host{{Name: testenv.HostName, PublicKey: hostPub, Tenants: []string{testenv.Tenant}}}
 	cfg.Tenants = []trust.Tenant{{Ref: testenv.Tenant, SecurityDomains: []string{testenv.SecurityDomain}}}
 	cfg.Operators = []config.Role{{Name: "oncall", PublicKey: opPub}}
-	cfg.Providers = []config.Provider{{Name: "demo", Adapter: config.AdapterFake, Timeout: 2 * time.Second, UnavailableRetry: 2 * time.Second, MaxInFlight: 4,
-		Script: config.FakeScript{Dispatch: []string{schema.ReplyConfirmed}, Reconcile: []string{schema.ReplyConfirmed}}}}
+	cfg.Providers = []config.Provider{{Name: "demo", Adapter: adapters.KindFake, Timeout: 2 * time.Second, UnavailableRetry: 2 * time.Second, MaxInFlight: 4,
+		Settings: adapters.FakeScript{Dispatch: []string{schema.ReplyConfirmed}, Reconcile: []string{schema.ReplyConfirmed}}}}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

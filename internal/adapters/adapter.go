@@ -34,11 +34,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/nats-io/nats.go"
-
-	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/schema"
-	"github.com/portcullis/portcullis/subjects"
 )
 
 // Adapter is the provider seam. Implementations are safe for concurrent use.
@@ -148,18 +144,4 @@ func invalid(provider, method, what string) error {
 // notSent reports a context that was done before anything was sent.
 func notSent(provider, method string, err error) error {
 	return fmt.Errorf("adapters: %s %s: %w: %w", provider, method, ErrNotInvoked, err)
-}
-
-// New builds the adapter a configured provider names. nc is needed by the
-// nats adapter only; subj names its subjects.
-func New(p config.Provider, nc *nats.Conn, subj subjects.Subjects) (Adapter, error) {
-	switch p.Adapter {
-	case config.AdapterNATS, "":
-		return NewNATS(p.Name, nc, subj, p.Timeout)
-	case config.AdapterHTTP:
-		return NewHTTP(p.Name, p.BaseURL, p.Timeout)
-	case config.AdapterFake:
-		return NewFake(p.Name, p.Script), nil
-	}
-	return nil, fmt.Errorf("adapters: provider %q: unknown adapter kind %q", p.Name, p.Adapter)
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +13,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/portcullis/portcullis/internal/adapters"
-	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/subjects"
 	"github.com/portcullis/portcullis/testenv"
@@ -145,31 +145,34 @@ func TestDecodeReply(t *testing.T) {
 	}
 }
 
-func TestNew(t *testing.T) {
+func TestBuild(t *testing.T) {
 	srv := testenv.StartServer(t, "")
 	nc := testenv.Connect(t, srv)
-	subj := subjects.Default()
+	env := adapters.Env{NC: nc, Subjects: subjects.Default()}
 	cases := []struct {
-		p    config.Provider
-		nc   bool
-		kind string // "" = error
+		kind     string
+		settings adapters.Settings
+		noConn   bool
+		ok       bool
 	}{
-		{config.Provider{Name: "inventory", Adapter: config.AdapterNATS, Timeout: time.Second}, true, config.AdapterNATS},
-		{config.Provider{Name: "inventory", Adapter: config.AdapterNATS, Timeout: time.Second}, false, ""},
-		{config.Provider{Name: "pay", Adapter: config.AdapterHTTP, Timeout: time.Second, BaseURL: "http://127.0.0.1:1/api/"}, false, config.AdapterHTTP},
-		{config.Provider{Name: "pay", Adapter: config.AdapterHTTP, Timeout: time.Second, BaseURL: "ftp://x"}, false, ""},
-		{config.Provider{Name: "pay", Adapter: config.AdapterHTTP, Timeout: time.Second, BaseURL: "http://x/?q=1"}, false, ""},
-		{config.Provider{Name: "pay", Adapter: config.AdapterHTTP, Timeout: time.Second}, false, ""},
-		{config.Provider{Name: "demo", Adapter: config.AdapterFake, Script: config.FakeScript{Dispatch: []string{"confirmed"}}}, false, config.AdapterFake},
-		{config.Provider{Name: "x", Adapter: "grpc"}, true, ""},
+		{adapters.KindNATS, nil, false, true},
+		{adapters.KindNATS, adapters.NATSSettings{}, true, false}, // no connection
+		{adapters.KindHTTP, adapters.HTTPSettings{BaseURL: "http://127.0.0.1:1/api/"}, false, true},
+		{adapters.KindHTTP, adapters.HTTPSettings{BaseURL: "ftp://x"}, false, false},
+		{adapters.KindHTTP, adapters.HTTPSettings{BaseURL: "http://x/?q=1"}, false, false},
+		{adapters.KindHTTP, nil, false, false}, // no defaults: base_url is required
+		{adapters.KindFake, adapters.FakeScript{Dispatch: []string{"confirmed"}}, false, true},
+		{adapters.KindFake, nil, false, true},
+		{adapters.KindFake, adapters.NATSSettings{}, false, false}, // another kind's settings
+		{"grpc", nil, false, false},
 	}
 	for i, c := range cases {
-		var conn = nc
-		if !c.nc {
-			conn = nil
+		e := env
+		if c.noConn {
+			e.NC = nil
 		}
-		a, err := adapters.New(c.p, conn, subj)
-		if c.kind == "" {
+		a, err := adapters.Build(c.kind, c.settings, adapters.Provider{Name: "p", Timeout: time.Second}, e)
+		if !c.ok {
 			if err == nil {
 				t.Errorf("%d: want an error", i)
 			}
@@ -181,6 +184,9 @@ func TestNew(t *testing.T) {
 		if a.Kind() != c.kind {
 			t.Errorf("%d: kind %q, want %q", i, a.Kind(), c.kind)
 		}
+	}
+	if got := adapters.Kinds(); !slices.Equal(got, []string{"fake", "http", "nats"}) {
+		t.Errorf("kinds %v", got)
 	}
 }
 
@@ -197,7 +203,7 @@ func TestInvalidRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fake := adapters.NewFake("inventory", config.FakeScript{})
+	fake := adapters.NewFake("inventory", adapters.FakeScript{})
 	badD := []func(*schema.DispatchRequest){
 		func(r *schema.DispatchRequest) { r.Schema = "actions.dispatch.v2" },
 		func(r *schema.DispatchRequest) { r.Provider = "other" },

@@ -8,7 +8,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/subjects"
 )
@@ -34,7 +33,7 @@ type Fake struct {
 	name string
 
 	mu          sync.Mutex
-	script      config.FakeScript
+	script      FakeScript
 	onDispatch  DispatchFunc
 	onReconcile ReconcileFunc
 	dispatches  int
@@ -48,12 +47,12 @@ type fakeCounts struct {
 
 // NewFake returns a fake provider named name with script (empty lists mean
 // "confirmed").
-func NewFake(name string, script config.FakeScript) *Fake {
+func NewFake(name string, script FakeScript) *Fake {
 	return &Fake{name: name, script: script, keys: map[string]*fakeCounts{}}
 }
 
 // Kind implements Adapter.
-func (f *Fake) Kind() string { return config.AdapterFake }
+func (f *Fake) Kind() string { return KindFake }
 
 // OnDispatch replaces the script for dispatches; nil restores it.
 func (f *Fake) OnDispatch(fn DispatchFunc) {

@@ -9,12 +9,11 @@ import (
 	"time"
 
 	"github.com/portcullis/portcullis/internal/adapters"
-	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/schema"
 )
 
 func TestFakeScript(t *testing.T) {
-	f := adapters.NewFake("inventory", config.FakeScript{
+	f := adapters.NewFake("inventory", adapters.FakeScript{
 		Dispatch:  []string{"indeterminate", "rejected", "acknowledged"},
 		Reconcile: []string{"indeterminate", "confirmed"},
 	})
@@ -50,7 +49,7 @@ func TestFakeScript(t *testing.T) {
 }
 
 func TestFakeDefaultScript(t *testing.T) {
-	f := adapters.NewFake("demo", config.FakeScript{})
+	f := adapters.NewFake("demo", adapters.FakeScript{})
 	if r, err := f.Dispatch(t.Context(), dispatchReq("demo", "d")); err != nil || r.Outcome != "confirmed" {
 		t.Fatalf("%+v %v", r, err)
 	}
@@ -63,7 +62,7 @@ func TestFakeDefaultScript(t *testing.T) {
 // (counted as delivered unless ErrNotInvoked), and their replies are
 // validated like a real connector's.
 func TestFakeHooks(t *testing.T) {
-	f := adapters.NewFake("inventory", config.FakeScript{Dispatch: []string{"rejected"}})
+	f := adapters.NewFake("inventory", adapters.FakeScript{Dispatch: []string{"rejected"}})
 	req := dispatchReq("inventory", "hooks")
 	k := req.IdempotencyKey
 	var seen schema.DispatchRequest
@@ -114,7 +113,7 @@ func TestFakeHooks(t *testing.T) {
 }
 
 func TestFakeContextDone(t *testing.T) {
-	f := adapters.NewFake("inventory", config.FakeScript{})
+	f := adapters.NewFake("inventory", adapters.FakeScript{})
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	if _, err := f.Dispatch(ctx, dispatchReq("inventory", "x")); class(err) != "not_invoked" {
@@ -130,7 +129,7 @@ func TestFakeContextDone(t *testing.T) {
 
 // TestFakeConcurrent runs under -race: counts stay exact.
 func TestFakeConcurrent(t *testing.T) {
-	f := adapters.NewFake("inventory", config.FakeScript{Dispatch: []string{"confirmed", "rejected"}})
+	f := adapters.NewFake("inventory", adapters.FakeScript{Dispatch: []string{"confirmed", "rejected"}})
 	var wg sync.WaitGroup
 	for i := range 16 {
 		wg.Add(1)
@@ -165,7 +164,7 @@ func TestFakeConcurrent(t *testing.T) {
 // adapter (as a processor in another process would).
 func TestFakeServe(t *testing.T) {
 	f := newNATSFixture(t, "", 500*time.Millisecond)
-	fake := adapters.NewFake("inventory", config.FakeScript{Dispatch: []string{"acknowledged"}, Reconcile: []string{"confirmed"}})
+	fake := adapters.NewFake("inventory", adapters.FakeScript{Dispatch: []string{"acknowledged"}, Reconcile: []string{"confirmed"}})
 	stop, err := fake.Serve(f.peer, f.subj)
 	if err != nil {
 		t.Fatal(err)
@@ -218,7 +217,7 @@ func TestFakeServe(t *testing.T) {
 // The fake answers its script in order (the last outcome repeats) and
 // counts what each idempotency key delivered.
 func ExampleFake() {
-	fake := adapters.NewFake("demo", config.FakeScript{Dispatch: []string{"indeterminate", "confirmed"}})
+	fake := adapters.NewFake("demo", adapters.FakeScript{Dispatch: []string{"indeterminate", "confirmed"}})
 	req := dispatchReq("demo", "example")
 	for range 3 {
 		r, err := fake.Dispatch(context.Background(), req)

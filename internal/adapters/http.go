@@ -14,7 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/schema"
 )
 
@@ -56,14 +55,14 @@ type HTTP struct {
 
 // NewHTTP returns the http adapter of provider name. baseURL must be an
 // absolute http or https URL; a timeout ≤ 0 means
-// config.DefaultProviderTimeout.
+// DefaultTimeout.
 func NewHTTP(name, baseURL string, timeout time.Duration) (*HTTP, error) {
 	u, err := url.Parse(baseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
 		return nil, fmt.Errorf("adapters: provider %q: base_url must be an http:// or https:// URL without query", name)
 	}
 	if timeout <= 0 {
-		timeout = config.DefaultProviderTimeout
+		timeout = DefaultTimeout
 	}
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true) // one request per connection, simple to reason about
@@ -89,7 +88,7 @@ func NewHTTP(name, baseURL string, timeout time.Duration) (*HTTP, error) {
 }
 
 // Kind implements Adapter.
-func (a *HTTP) Kind() string { return config.AdapterHTTP }
+func (a *HTTP) Kind() string { return KindHTTP }
 
 // Dispatch implements Adapter.
 func (a *HTTP) Dispatch(ctx context.Context, req schema.DispatchRequest) (schema.AdapterReply, error) {

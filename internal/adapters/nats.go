@@ -8,7 +8,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/subjects"
 )
@@ -24,13 +23,13 @@ type NATS struct {
 }
 
 // NewNATS returns the nats adapter of provider name. A timeout ≤ 0 means
-// config.DefaultProviderTimeout.
+// DefaultTimeout.
 func NewNATS(name string, nc *nats.Conn, subj subjects.Subjects, timeout time.Duration) (*NATS, error) {
 	if nc == nil {
 		return nil, fmt.Errorf("adapters: provider %q: the nats adapter needs a connection", name)
 	}
 	if timeout <= 0 {
-		timeout = config.DefaultProviderTimeout
+		timeout = DefaultTimeout
 	}
 	return &NATS{
 		name:      name,
@@ -42,7 +41,7 @@ func NewNATS(name string, nc *nats.Conn, subj subjects.Subjects, timeout time.Du
 }
 
 // Kind implements Adapter.
-func (a *NATS) Kind() string { return config.AdapterNATS }
+func (a *NATS) Kind() string { return KindNATS }
 
 // Dispatch implements Adapter.
 func (a *NATS) Dispatch(ctx context.Context, req schema.DispatchRequest) (schema.AdapterReply, error) {

@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/portcullis/portcullis/internal/adapters"
-	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/schema"
 )
 
@@ -151,7 +150,7 @@ func TestPrivacy(t *testing.T) {
 	})
 
 	t.Run("fake", func(t *testing.T) {
-		fake := adapters.NewFake("inventory", config.FakeScript{})
+		fake := adapters.NewFake("inventory", adapters.FakeScript{})
 		for _, r := range []schema.AdapterReply{
 			{Outcome: plantedValue},
 			{Outcome: "confirmed", EvidenceRefs: []string{plantedPayload}},

@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/hcl/v2/gohcl"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 
+	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/schema"
@@ -48,16 +49,9 @@ const (
 	InternalKeyName         = "internal.key"
 	DefaultReconcileEvery   = 5 * time.Second
 	DefaultReconcileMax     = 10
-	DefaultProviderTimeout  = 10 * time.Second
+	DefaultProviderTimeout  = adapters.DefaultTimeout
 	DefaultUnavailableRetry = 30 * time.Second
 	MaxReplicas             = 5
-)
-
-// Adapter kinds.
-const (
-	AdapterNATS = "nats"
-	AdapterHTTP = "http"
-	AdapterFake = "fake"
 )
 
 // Config is a loaded, validated configuration with defaults applied.
@@ -186,27 +180,19 @@ type Role struct {
 // Provider is a configured provider and its adapter.
 type Provider struct {
 	Name string
-	// Adapter is nats (default), http or fake.
+	// Adapter is the adapter kind: nats (default), http, fake, or another
+	// registered with adapters.Register.
 	Adapter string
+	// Settings are the adapter kind's own settings (the rest of the block,
+	// decoded by the kind); nil: the kind's defaults.
+	Settings adapters.Settings
 	// Timeout bounds one dispatch or reconcile call. Default 10s.
 	Timeout time.Duration
-	// BaseURL is the http adapter's endpoint root (required for http).
-	BaseURL string
 	// UnavailableRetry is how long a dispatch that provably reached nobody
 	// is retried before ADAPTER_UNAVAILABLE. Default 30s.
 	UnavailableRetry time.Duration
 	// MaxInFlight bounds concurrent dispatches to this provider. Default 16.
 	MaxInFlight int
-	// Script scripts the fake adapter's replies; see FakeScript.
-	Script FakeScript
-}
-
-// FakeScript lists the outcomes the fake adapter returns for successive
-// calls; the last one repeats. Default: dispatch ["confirmed"], reconcile
-// ["confirmed"].
-type FakeScript struct {
-	Dispatch  []string
-	Reconcile []string
 }
 
 // Grounding configures the grounding stage.
@@ -293,12 +279,12 @@ func Dev(dataDir string) *Config {
 	c.Store.Dir = filepath.Join(dataDir, "store")
 	c.Admission.AllowUnsigned = true
 	c.Providers = []Provider{{
-		Name: "demo", Adapter: AdapterFake, Timeout: DefaultProviderTimeout, UnavailableRetry: DefaultUnavailableRetry,
+		Name: "demo", Adapter: adapters.KindFake, Timeout: DefaultProviderTimeout, UnavailableRetry: DefaultUnavailableRetry,
 		MaxInFlight: DefaultMaxInFlight,
-		Script:      FakeScript{Dispatch: []string{schema.ReplyConfirmed}, Reconcile: []string{schema.ReplyConfirmed}},
+		Settings:    adapters.FakeScript{Dispatch: []string{schema.ReplyConfirmed}, Reconcile: []string{schema.ReplyConfirmed}},
 	}, {
-		Name: "inventory", Adapter: AdapterNATS, Timeout: DefaultProviderTimeout, UnavailableRetry: DefaultUnavailableRetry,
-		MaxInFlight: DefaultMaxInFlight,
+		Name: "inventory", Adapter: adapters.KindNATS, Settings: adapters.NATSSettings{}, Timeout: DefaultProviderTimeout,
+		UnavailableRetry: DefaultUnavailableRetry, MaxInFlight: DefaultMaxInFlight,
 	}}
 	return c
 }
@@ -437,14 +423,14 @@ func (c *Config) Validate() error {
 		if p.Timeout <= 0 || p.UnavailableRetry < 0 {
 			add("provider %q: timeout must be > 0 and unavailable_retry ≥ 0", p.Name)
 		}
-		switch p.Adapter {
-		case AdapterNATS, AdapterFake:
-		case AdapterHTTP:
-			if p.BaseURL == "" {
-				add("provider %q: http adapter needs base_url", p.Name)
+		if _, ok := adapters.Lookup(p.Adapter); !ok {
+			add("provider %q: unknown adapter %q (known: %s)", p.Name, p.Adapter, strings.Join(adapters.Kinds(), ", "))
+		} else if p.Settings == nil {
+			if _, err := adapters.Defaults(p.Adapter); err != nil {
+				add("provider %q: the %s adapter needs settings of its own", p.Name, p.Adapter)
 			}
-		default:
-			add("provider %q: unknown adapter %q", p.Name, p.Adapter)
+		} else if p.Settings.Kind() != p.Adapter {
+			add("provider %q: %s settings for a %s adapter", p.Name, p.Settings.Kind(), p.Adapter)
 		}
 	}
 	for _, p := range c.roleProblems() {

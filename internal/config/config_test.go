@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/config"
 )
 
@@ -25,10 +26,10 @@ func TestExampleParses(t *testing.T) {
 		t.Errorf("policies = %+v", c.Policies)
 	}
 	p, ok := c.Provider("inventory")
-	if !ok || p.Adapter != config.AdapterNATS || p.Timeout != 10*time.Second || p.UnavailableRetry != 30*time.Second {
+	if !ok || p.Adapter != adapters.KindNATS || p.Timeout != 10*time.Second || p.UnavailableRetry != 30*time.Second {
 		t.Errorf("inventory = %+v", p)
 	}
-	if d, _ := c.Provider("demo"); d.Adapter != config.AdapterFake || d.Script.Dispatch[0] != "confirmed" {
+	if d, _ := c.Provider("demo"); d.Adapter != adapters.KindFake || d.Settings.(adapters.FakeScript).Dispatch[0] != "confirmed" {
 		t.Errorf("demo = %+v", d)
 	}
 	if len(c.Tenants) != 1 || len(c.Connectors) != 1 || len(c.Resolvers) != 1 || len(c.Sources) != 1 || len(c.Operators) != 1 || !c.NATS.Auth {

@@ -124,13 +124,8 @@ func Format(c *Config) []byte {
 		dur(b, "timeout", p.Timeout)
 		dur(b, "unavailable_retry", p.UnavailableRetry)
 		num(b, "max_in_flight", int64(p.MaxInFlight))
-		if p.BaseURL != "" {
-			str(b, "base_url", p.BaseURL)
-		}
-		if p.Adapter == AdapterFake {
-			s := b.AppendNewBlock("script", nil).Body()
-			list(s, "dispatch", p.Script.Dispatch)
-			list(s, "reconcile", p.Script.Reconcile)
+		if p.Settings != nil {
+			p.Settings.Encode(b)
 		}
 	}
 	g := root.AppendNewBlock("grounding", nil).Body()

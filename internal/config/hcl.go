@@ -2,13 +2,14 @@ package config
 
 import (
 	"fmt"
-	"net/url"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 
+	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/schema"
@@ -141,22 +142,15 @@ type policyHCL struct {
 }
 
 type providerHCL struct {
-	Name             string     `hcl:"name,label"`
-	Adapter          *string    `hcl:"adapter,optional"`
-	Timeout          *string    `hcl:"timeout,optional"`
-	BaseURL          *string    `hcl:"base_url,optional"`
-	UnavailableRetry *string    `hcl:"unavailable_retry,optional"`
-	MaxInFlight      *int       `hcl:"max_in_flight,optional"`
-	Script           *scriptHCL `hcl:"script,block"`
-	Body             hcl.Body   `hcl:",body"`
-	Range            hcl.Range  `hcl:",def_range"`
-}
-
-type scriptHCL struct {
-	Dispatch  *[]string `hcl:"dispatch,optional"`
-	Reconcile *[]string `hcl:"reconcile,optional"`
-	Body      hcl.Body  `hcl:",body"`
-	Range     hcl.Range `hcl:",def_range"`
+	Name             string  `hcl:"name,label"`
+	Adapter          *string `hcl:"adapter,optional"`
+	Timeout          *string `hcl:"timeout,optional"`
+	UnavailableRetry *string `hcl:"unavailable_retry,optional"`
+	MaxInFlight      *int    `hcl:"max_in_flight,optional"`
+	// Rest is what the adapter kind decodes itself (adapters.Kind).
+	Rest  hcl.Body  `hcl:",remain"`
+	Body  hcl.Body  `hcl:",body"`
+	Range hcl.Range `hcl:",def_range"`
 }
 
 type groundingHCL struct {
@@ -490,9 +484,8 @@ func (p *providerHCL) build(d *diags, prev []Provider) Provider {
 	}
 	out := Provider{
 		Name:             p.Name,
-		Adapter:          or(p.Adapter, AdapterNATS),
+		Adapter:          or(p.Adapter, adapters.KindNATS),
 		Timeout:          d.duration(p.Body, "timeout", p.Timeout, DefaultProviderTimeout),
-		BaseURL:          or(p.BaseURL, ""),
 		UnavailableRetry: DefaultUnavailableRetry,
 		MaxInFlight:      d.intIn(p.Body, "max_in_flight", p.MaxInFlight, DefaultMaxInFlight, 1, MaxMaxInFlight),
 	}
@@ -503,46 +496,12 @@ func (p *providerHCL) build(d *diags, prev []Provider) Provider {
 			out.UnavailableRetry = t
 		}
 	}
-	switch out.Adapter {
-	case AdapterNATS, AdapterFake:
-		if out.BaseURL != "" {
-			d.at(p.Body, "base_url", "only the http adapter takes base_url")
-		}
-	case AdapterHTTP:
-		if u, err := url.Parse(out.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			d.at(p.Body, "base_url", "the http adapter needs an http:// or https:// base_url")
-		}
-	default:
-		d.at(p.Body, "adapter", "must be nats, http or fake")
-	}
-	if out.Adapter == AdapterFake {
-		out.Script = FakeScript{Dispatch: []string{schema.ReplyConfirmed}, Reconcile: []string{schema.ReplyConfirmed}}
-	}
-	if s := p.Script; s != nil {
-		if out.Adapter != AdapterFake {
-			d.atRange(s.Range, "Unexpected script block", "only the fake adapter is scripted")
-		}
-		check := func(attr string, v *[]string, reconcile bool) []string {
-			if v == nil {
-				return nil
-			}
-			if len(*v) == 0 {
-				d.at(s.Body, attr, "list at least one outcome")
-			}
-			for _, o := range *v {
-				r := schema.AdapterReply{Outcome: o}
-				if !r.Valid(reconcile) {
-					d.at(s.Body, attr, "%q is not a %s outcome", o, attr)
-				}
-			}
-			return *v
-		}
-		if v := check("dispatch", s.Dispatch, false); v != nil {
-			out.Script.Dispatch = v
-		}
-		if v := check("reconcile", s.Reconcile, true); v != nil {
-			out.Script.Reconcile = v
-		}
+	if k, ok := adapters.Lookup(out.Adapter); !ok {
+		d.at(p.Body, "adapter", "must be one of %s", strings.Join(adapters.Kinds(), ", "))
+	} else {
+		s, diags := k.Decode(p.Rest)
+		d.Diagnostics = append(d.Diagnostics, diags...)
+		out.Settings = s
 	}
 	return out
 }

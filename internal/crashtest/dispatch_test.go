@@ -20,7 +20,7 @@ import (
 // processor's SIGKILL.
 func connector(t *testing.T, env *testenv.Env) *adapters.Fake {
 	t.Helper()
-	f := adapters.NewFake("inventory", config.FakeScript{})
+	f := adapters.NewFake("inventory", adapters.FakeScript{})
 	// Reconciliation gets the truth: present if the provider received it.
 	f.OnReconcile(func(_ context.Context, req schema.ReconcileRequest) (schema.AdapterReply, error) {
 		if f.DeliveredFor(req.IdempotencyKey) > 0 {

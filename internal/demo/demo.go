@@ -175,10 +175,10 @@ func (d *demo) setUp(log *slog.Logger) (err error) {
 	cfg.Operators = []config.Role{{Name: operatorName, PublicKey: opPub}}
 	d.keys[operatorName] = op
 	fake := func(name string) config.Provider {
-		return config.Provider{Name: name, Adapter: config.AdapterFake, Timeout: connectorTimeout, UnavailableRetry: 5 * time.Second, MaxInFlight: config.DefaultMaxInFlight}
+		return config.Provider{Name: name, Adapter: adapters.KindFake, Timeout: connectorTimeout, UnavailableRetry: 5 * time.Second, MaxInFlight: config.DefaultMaxInFlight}
 	}
 	cfg.Providers = []config.Provider{fake("inventory"), fake("infra"), fake("ledger"),
-		{Name: "duffel", Adapter: config.AdapterNATS, Timeout: connectorTimeout, UnavailableRetry: 5 * time.Second, MaxInFlight: config.DefaultMaxInFlight}}
+		{Name: "duffel", Adapter: adapters.KindNATS, Timeout: connectorTimeout, UnavailableRetry: 5 * time.Second, MaxInFlight: config.DefaultMaxInFlight}}
 	cfg.Policies = []policy.ManagedPolicy{{ // seed 003's organization policy, for the traveler's domain
 		Name: "travel", SecurityDomains: []string{"security-domain:traveler"},
 		AutomaticApprovalForbidden: true, LiveActionsForbidden: true,
@@ -188,9 +188,9 @@ func (d *demo) setUp(log *slog.Logger) (err error) {
 	cfg.Reconciliation.Interval = reconcileInterval
 	cfg.Reconciliation.MaxAttempts = reconcileAttempts
 
-	d.inventory = adapters.NewFake("inventory", config.FakeScript{})
-	d.infra = adapters.NewFake("infra", config.FakeScript{})
-	d.ledger = adapters.NewFake("ledger", config.FakeScript{})
+	d.inventory = adapters.NewFake("inventory", adapters.FakeScript{})
+	d.infra = adapters.NewFake("infra", adapters.FakeScript{})
+	d.ledger = adapters.NewFake("ledger", adapters.FakeScript{})
 	d.ledger.OnDispatch(func(context.Context, schema.DispatchRequest) (schema.AdapterReply, error) {
 		return schema.AdapterReply{}, fmt.Errorf("ledger: connection reset after sending: %w", adapters.ErrTimeout)
 	})
@@ -307,7 +307,7 @@ func (d *demo) serveResolver() error {
 // the order, but its answer comes after the processor's timeout. Asked
 // later (read-only), it finds the order.
 func (d *demo) serveDuffel() error {
-	d.duffel = adapters.NewFake("duffel", config.FakeScript{})
+	d.duffel = adapters.NewFake("duffel", adapters.FakeScript{})
 	d.duffel.OnDispatch(func(ctx context.Context, req schema.DispatchRequest) (schema.AdapterReply, error) {
 		var classes []string
 		if pd := req.ProtectedDisclosure; pd != nil {

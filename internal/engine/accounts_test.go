@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
+	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/engine"
 	"github.com/portcullis/portcullis/internal/natsauth"
@@ -70,7 +71,7 @@ func deployment(t *testing.T, host, connector identity) *config.Config {
 	cfg.Metrics.Listen = ""
 	cfg.Tenants = []trust.Tenant{{Ref: testenv.Tenant, SecurityDomains: []string{testenv.SecurityDomain}}}
 	cfg.Hosts = []trust.Host{{Name: testenv.HostName, PublicKey: host.pub, Tenants: []string{testenv.Tenant}}}
-	cfg.Providers = []config.Provider{{Name: "inventory", Adapter: config.AdapterNATS,
+	cfg.Providers = []config.Provider{{Name: "inventory", Adapter: adapters.KindNATS,
 		Timeout: 5 * time.Second, UnavailableRetry: 5 * time.Second, MaxInFlight: 4}}
 	cfg.Connectors = []config.Connector{{Name: "inventory-connector", PublicKey: connector.pub, Providers: []string{"inventory"}}}
 	if !cfg.NATS.Auth || !cfg.NATS.Embedded {

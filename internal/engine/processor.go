@@ -203,7 +203,7 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 			p.adapters[pr.Name] = a
 			continue
 		}
-		a, err := adapters.New(pr, p.nc, subj)
+		a, err := adapters.Build(pr.Adapter, pr.Settings, adapters.Provider{Name: pr.Name, Timeout: pr.Timeout}, adapters.Env{NC: p.nc, Subjects: subj})
 		if err != nil {
 			return err
 		}

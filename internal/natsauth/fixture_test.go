@@ -5,6 +5,7 @@ import (
 
 	"github.com/nats-io/nkeys"
 
+	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/trust"
 )
@@ -49,7 +50,7 @@ func newRoles(t testing.TB) (*config.Config, roles) {
 		{Name: "B", PublicKey: r.hostB.pub, Tenants: []string{"t"}},
 	}
 	for _, p := range []string{"p", "q"} {
-		cfg.Providers = append(cfg.Providers, config.Provider{Name: p, Adapter: config.AdapterNATS,
+		cfg.Providers = append(cfg.Providers, config.Provider{Name: p, Adapter: adapters.KindNATS,
 			Timeout: config.DefaultProviderTimeout, UnavailableRetry: config.DefaultUnavailableRetry, MaxInFlight: 1})
 	}
 	cfg.Connectors = []config.Connector{

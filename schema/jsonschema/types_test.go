@@ -11,7 +11,7 @@ import (
 
 	"github.com/go-json-experiment/json/jsontext"
 
-	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/schema/jsonschema"
 	"github.com/portcullis/portcullis/stages/grounding"
@@ -401,7 +401,7 @@ func TestEnumsMatchGo(t *testing.T) {
 		{"defs.json", "#/$defs/dispatch_boundary", names([]schema.Boundary{schema.BoundaryNotInvoked, schema.BoundaryInvoked, schema.BoundaryUnknown})},
 		{"defs.json", "#/$defs/receipt_status", names(schema.Statuses())},
 		{"defs.json", "#/$defs/next_action", names([]schema.NextAction{schema.NextNone, schema.NextVerify, schema.NextReconcile})},
-		{"defs.json", "#/$defs/adapter", []string{config.AdapterNATS, config.AdapterHTTP, config.AdapterFake}},
+		{"defs.json", "#/$defs/adapter", []string{adapters.KindNATS, adapters.KindHTTP, adapters.KindFake}},
 		{"defs.json", "#/$defs/authorization_method", schema.AuthorizationMethods()},
 		{"defs.json", "#/$defs/assurance", assurances},
 		{"defs.json", "#/$defs/field_class", schema.FieldClasses()},

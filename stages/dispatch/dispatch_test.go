@@ -65,7 +65,7 @@ func TestConfirmedDispatch(t *testing.T) {
 	key := keyOf(t, p)
 	r := o.Receipt
 	if r == nil || r.Status != schema.StatusConfirmed || r.IdempotencyKey != key || r.Fingerprint != "sha256:"+key ||
-		r.Adapter != config.AdapterFake || !r.DispatchAttempted || r.NextAction != schema.NextNone ||
+		r.Adapter != adapters.KindFake || !r.DispatchAttempted || r.NextAction != schema.NextNone ||
 		r.ProviderActionID == "" || len(r.EvidenceRefs) != 1 || r.Provider != "demo" || r.Operation != "adjust_stock" ||
 		!strings.HasPrefix(r.ReceiptID, "rcpt_") || r.Reconciliation != nil || r.Disclosure != nil {
 		t.Errorf("receipt = %+v", r)
@@ -259,13 +259,13 @@ func TestConnectorNotYetThere(t *testing.T) {
 	if outs := env.Recorder.Outcomes("prop-late"); len(outs) != 0 {
 		t.Fatalf("outcome before the connector came: %+v", outs)
 	}
-	connector := adapters.NewFake("inventory", config.FakeScript{})
+	connector := adapters.NewFake("inventory", adapters.FakeScript{})
 	stop, err := connector.Serve(env.NC, env.Subjects)
 	if err != nil {
 		t.Fatal(err)
 	}
 	o := env.Recorder.Wait(t, "prop-late", testenv.Terminal)
-	if o.Kind != schema.KindConfirmed || o.Receipt.Adapter != config.AdapterNATS {
+	if o.Kind != schema.KindConfirmed || o.Receipt.Adapter != adapters.KindNATS {
 		t.Errorf("outcome %+v", o)
 	}
 	if n := connector.DeliveredFor(keyOf(t, late)); n != 1 {
@@ -527,7 +527,7 @@ func TestHTTPProvider(t *testing.T) {
 	}))
 	defer srv.Close()
 	env := testenv.New(t, testenv.WithConfig(func(c *config.Config) {
-		c.Providers = append(c.Providers, config.Provider{Name: "stock", Adapter: config.AdapterHTTP, BaseURL: srv.URL,
+		c.Providers = append(c.Providers, config.Provider{Name: "stock", Adapter: adapters.KindHTTP, Settings: adapters.HTTPSettings{BaseURL: srv.URL},
 			Timeout: 2 * time.Second, UnavailableRetry: time.Second, MaxInFlight: 16})
 	}))
 	p := testenv.Lumber("prop-http")
@@ -536,7 +536,7 @@ func TestHTTPProvider(t *testing.T) {
 	env.PublishSigned(t, p, env.Host)
 	o := env.Recorder.Wait(t, "prop-http", testenv.Terminal)
 	key := keyOf(t, p)
-	if o.Kind != schema.KindConfirmed || o.Receipt.Adapter != config.AdapterHTTP || o.Receipt.ProviderActionID != "stock:"+key[:8] || o.Receipt.EvidenceRefs[0] != "ledger:"+key[:8] {
+	if o.Kind != schema.KindConfirmed || o.Receipt.Adapter != adapters.KindHTTP || o.Receipt.ProviderActionID != "stock:"+key[:8] || o.Receipt.EvidenceRefs[0] != "ledger:"+key[:8] {
 		t.Errorf("outcome %+v", o)
 	}
 	if calls.Load() != 1 || gotKey.Load() != key {

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/portcullis/portcullis/fingerprint"
+	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/subjects"
@@ -285,7 +286,7 @@ func paymentsVector(t *testing.T, name string) (proposal map[string]any, referen
 
 func withInfra(c *config.Config) {
 	c.Admission.AllowUnsigned = true
-	c.Providers = append(c.Providers, config.Provider{Name: "infra", Adapter: config.AdapterNATS, Timeout: 2 * time.Second, UnavailableRetry: 2 * time.Second, MaxInFlight: 16})
+	c.Providers = append(c.Providers, config.Provider{Name: "infra", Adapter: adapters.KindNATS, Timeout: 2 * time.Second, UnavailableRetry: 2 * time.Second, MaxInFlight: 16})
 }
 
 // TestPaymentsAPIExample is seed 000's example end to end: the service

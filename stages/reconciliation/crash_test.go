@@ -46,7 +46,7 @@ func TestCrashDuringAttempt(t *testing.T) {
 			}))
 			// The provider connector, outside the processor: it outlives
 			// the crash and counts what really reached it.
-			conn := adapters.NewFake("inventory", config.FakeScript{})
+			conn := adapters.NewFake("inventory", adapters.FakeScript{})
 			conn.OnDispatch(func(context.Context, schema.DispatchRequest) (schema.AdapterReply, error) {
 				return schema.AdapterReply{}, adapters.ErrTimeout // no answer: the processor times out
 			})

@@ -89,7 +89,7 @@ func flightProposal(pid string) map[string]any {
 func withFlight(c *config.Config) {
 	c.Hosts[0].Tenants = append(c.Hosts[0].Tenants, secretTenant)
 	c.Tenants = append(c.Tenants, trust.Tenant{Ref: secretTenant, SecurityDomains: []string{secretDomain}})
-	c.Providers = append(c.Providers, config.Provider{Name: "duffel", Adapter: config.AdapterFake, Timeout: c.Providers[0].Timeout, UnavailableRetry: c.Providers[0].UnavailableRetry, MaxInFlight: 16})
+	c.Providers = append(c.Providers, config.Provider{Name: "duffel", Adapter: adapters.KindFake, Timeout: c.Providers[0].Timeout, UnavailableRetry: c.Providers[0].UnavailableRetry, MaxInFlight: 16})
 	c.Policies = []policy.ManagedPolicy{{
 		Name: "travel", SecurityDomains: []string{secretDomain},
 		AutomaticApprovalForbidden: true, LiveActionsForbidden: true,
