@@ -69,7 +69,9 @@ func TestProposeGrantConfirmed(t *testing.T) {
 		t.Errorf("the connector got %d dispatches: %+v", n, inv.dispatches)
 	}
 
-	// After the fact, from the outcome stream.
+	// After the fact, from the outcome stream: once the processor is done
+	// (the stream stores an outcome a moment after live delivery).
+	env.Quiesce(t)
 	last, err := host.Last(ctx, "prop-grant")
 	if err != nil {
 		t.Fatal(err)
@@ -163,6 +165,7 @@ func TestAwaitFallsBackToDirectGet(t *testing.T) {
 		p := testenv.Granted(t, testenv.Lumber("prop-later"), "sku-1001", time.Now())
 		env.PublishSigned(t, p, env.Host)
 		env.Recorder.Wait(t, "prop-later", testenv.Terminal)
+		env.Quiesce(t) // stored, not only delivered live
 
 		tr, err := host.Track(ctx, "prop-later")
 		if err != nil {

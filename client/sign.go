@@ -1,17 +1,18 @@
 package client
 
 import (
-	"encoding/base64"
 	"errors"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
+
+	"github.com/portcullis/portcullis/internal/trust"
 )
 
 // Headers that carry a host's signature (SPEC §2.7).
 const (
-	HeaderHostKey   = "Actions-Host-Key"
-	HeaderSignature = "Actions-Signature"
+	HeaderHostKey   = trust.HeaderHostKey
+	HeaderSignature = trust.HeaderSignature
 )
 
 // Sign signs body as host kp: it returns the headers Actions-Host-Key (the
@@ -23,16 +24,5 @@ func Sign(kp nkeys.KeyPair, body []byte) (nats.Header, error) {
 	if kp == nil {
 		return nil, errors.New("client: sign: no key")
 	}
-	pub, err := kp.PublicKey()
-	if err != nil {
-		return nil, err
-	}
-	sig, err := kp.Sign(body)
-	if err != nil {
-		return nil, err
-	}
-	h := nats.Header{}
-	h.Set(HeaderHostKey, pub)
-	h.Set(HeaderSignature, base64.RawURLEncoding.EncodeToString(sig))
-	return h, nil
+	return trust.Sign(kp, body)
 }

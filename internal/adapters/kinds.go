@@ -222,19 +222,8 @@ func (s FakeScript) New(p Provider, _ Env) (Adapter, error) { return NewFake(p.N
 // Encode implements Settings.
 func (s FakeScript) Encode(b *hclwrite.Body) {
 	sb := b.AppendNewBlock("script", nil).Body()
-	list := func(attr string, v []string) {
-		vals := make([]cty.Value, len(v))
-		for i, x := range v {
-			vals[i] = cty.StringVal(x)
-		}
-		if len(vals) == 0 {
-			sb.SetAttributeValue(attr, cty.ListValEmpty(cty.String))
-			return
-		}
-		sb.SetAttributeValue(attr, cty.ListVal(vals))
-	}
-	list("dispatch", s.Dispatch)
-	list("reconcile", s.Reconcile)
+	sb.SetAttributeValue("dispatch", stringList(s.Dispatch))
+	sb.SetAttributeValue("reconcile", stringList(s.Reconcile))
 }
 
 func decodeFake(body hcl.Body) (Settings, hcl.Diagnostics) {
@@ -277,6 +266,18 @@ func decodeFake(body hcl.Body) (Settings, hcl.Diagnostics) {
 		s.Reconcile = v
 	}
 	return s, diags
+}
+
+// stringList is v as an HCL list of strings.
+func stringList(v []string) cty.Value {
+	if len(v) == 0 {
+		return cty.ListValEmpty(cty.String)
+	}
+	out := make([]cty.Value, len(v))
+	for i, x := range v {
+		out[i] = cty.StringVal(x)
+	}
+	return cty.ListVal(out)
 }
 
 // attrRange is where attr is written in body, or body's range.
