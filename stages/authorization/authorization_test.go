@@ -1,12 +1,14 @@
 package authorization_test
 
 import (
+	"bytes"
 	"context"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-json-experiment/json"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/portcullis/portcullis/fingerprint"
@@ -805,4 +807,50 @@ func TestPolicyRefusesBeforeAsking(t *testing.T) {
 		t.Errorf("activity = %+v %+v", a.PolicyEvaluations, a.Authorization)
 	}
 	pending(t, env, 0)
+}
+
+// TestUnusedGrantsAreLoggedValueFree: a grant or decline that changes
+// nothing is logged with its codes and, for one that does not decode, the
+// field path and rule — never what it carried.
+func TestUnusedGrantsAreLoggedValueFree(t *testing.T) {
+	env, clock := start(t)
+	const (
+		by     = "SECRET-AUTHORIZER-61a"
+		member = "SECRET-MEMBER-62b"
+	)
+	g := grantFor(grounded(t, "log-nobody", nil), clock)
+	g["authorized_by"] = by
+	env.PublishGrant(t, g, env.Host) // names no parked proposal
+	bad := grantFor(grounded(t, "log-bad", nil), clock)
+	bad[member] = by
+	env.PublishGrant(t, bad, env.Host) // does not decode: an unknown member
+	waitEvents(t, env, schema.CodeGrantUnmatched, 2)
+	env.Quiesce(t)
+
+	type line struct {
+		Msg        string   `json:"msg"`
+		Path       string   `json:"path"`
+		Rule       string   `json:"rule"`
+		Level      string   `json:"level"`
+		Codes      []string `json:"codes"`
+		ProposalID string   `json:"proposal_id"`
+	}
+	var lines []line
+	for _, raw := range bytes.Split(env.Logs.Bytes(), []byte("\n")) {
+		var l line
+		if json.Unmarshal(raw, &l) == nil && l.Msg == "authorization: grant or decline changed nothing" {
+			lines = append(lines, l)
+		}
+	}
+	byID := map[string]line{}
+	for _, l := range lines {
+		byID[l.ProposalID] = l
+	}
+	if l, ok := byID["log-nobody"]; !ok || !slices.Equal(l.Codes, []string{string(schema.CodeGrantUnmatched)}) || l.Path != "" || l.Level != "INFO" {
+		t.Errorf("unmatched grant logged %+v (found %v) among %+v", l, ok, lines)
+	}
+	if l, ok := byID["log-bad"]; !ok || l.Rule != string(schema.RuleUnknownMember) {
+		t.Errorf("undecodable grant logged %+v (found %v), want rule %q", l, ok, schema.RuleUnknownMember)
+	}
+	env.AssertNowhere(t, by, member)
 }

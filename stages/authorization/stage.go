@@ -238,10 +238,41 @@ func (g grants) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 		return stages.Result{Events: []schema.Incident{*inc}}, nil
 	}
 	if m.ProposalID == "" {
-		return eventOnly(schema.CodeGrantUnmatched), nil
+		res := eventOnly(schema.CodeGrantUnmatched)
+		s.logUnused(in, &m, res.Events)
+		return res, nil
 	}
 	ref := schema.ProposalRef{Host: m.Host.Name, ProposalID: m.ProposalID}
-	return s.run(ctx, Facts{Input: FromGrant, Ref: ref, ID: inputID(in), Seq: in.StreamSeq, Message: &m})
+	res, err := s.run(ctx, Facts{Input: FromGrant, Ref: ref, ID: inputID(in), Seq: in.StreamSeq, Message: &m})
+	if err == nil && len(res.Outcomes) == 0 && len(res.Replayed) == 0 && len(res.Next) == 0 {
+		s.logUnused(in, &m, res.Events)
+	}
+	return res, err
+}
+
+// logUnused logs, value-free, a standalone grant or decline that changed
+// nothing: its events' codes, the host (a configured name), the proposal id
+// when readable (an outcome subject token), the stream sequence, and for a
+// grant that did not decode the first problem's field path and rule. At
+// info: integration errors (a stale or mistyped grant), not attacks — an
+// unauthenticated message is logged as a warning before this.
+func (s *Stage) logUnused(in *stages.Input, m *Standalone, events []schema.Incident) {
+	codes := make([]string, 0, len(events))
+	for _, e := range events {
+		codes = append(codes, string(e.Code))
+	}
+	args := []any{"codes", codes, "host", m.Host.Name}
+	if m.ProposalID != "" {
+		args = append(args, "proposal_id", m.ProposalID)
+	}
+	args = append(args, "seq", in.StreamSeq)
+	if len(m.Problems) > 0 {
+		args = append(args, "path", m.Problems[0].Path, "rule", string(m.Problems[0].Rule))
+		if len(m.Problems) > 1 {
+			args = append(args, "problems", len(m.Problems))
+		}
+	}
+	s.log().Info("authorization: grant or decline changed nothing", args...)
 }
 
 // GiveUp ends a grant that could not be processed with an event: the

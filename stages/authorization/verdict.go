@@ -1,6 +1,7 @@
 package authorization
 
 import (
+	"errors"
 	"time"
 
 	"github.com/go-json-experiment/json"
@@ -109,6 +110,8 @@ type Standalone struct {
 	// does not decode (then Malformed).
 	Grant     *schema.Grant
 	Malformed bool
+	// Problems say, value-free, why a grant did not decode.
+	Problems []schema.Problem
 }
 
 // ReadStandalone authenticates and decodes a message that arrived on host
@@ -136,6 +139,10 @@ func ReadStandalone(p Policy, h string, body []byte, hdr nats.Header) (Standalon
 	g, err := schema.DecodeGrant(body, p.MaxGrantBytes)
 	if err != nil {
 		m.Malformed = true
+		var ve *schema.ValidationError
+		if errors.As(err, &ve) {
+			m.Problems = ve.Problems
+		}
 		return m, nil, nil
 	}
 	m.Grant = g
