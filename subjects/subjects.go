@@ -187,6 +187,16 @@ func (s Subjects) Stage(stage, kind, id string) string {
 	return s.p() + ".stage." + stage + "." + kind + "." + id
 }
 
+// Schedules is the filter of the schedule messages (nats-server message
+// scheduling, ADR-51) of a stage's timers: they live in the stage's stream
+// beside the timer messages the server publishes from them, outside the
+// stage consumer's filter (StageAll).
+func (s Subjects) Schedules(stage string) string { return s.p() + ".schedule." + stage + ".>" }
+
+// Schedule is the subject of one of a stage's schedule messages; id is one
+// subject token naming the timer.
+func (s Subjects) Schedule(stage, id string) string { return s.p() + ".schedule." + stage + "." + id }
+
 // ParseStage splits a stage subject into its kind and id.
 func (s Subjects) ParseStage(subject string) (stage, kind, id string, ok bool) {
 	rest, found := strings.CutPrefix(subject, s.p()+".stage.")
