@@ -79,6 +79,14 @@ type Record struct {
 	DispatchAttempts  int   `json:"dispatch_attempts"`
 	InFlightAtMs      int64 `json:"in_flight_at_ms,omitempty"`
 	NotInvokedSinceMs int64 `json:"not_invoked_since_ms,omitempty"`
+	// InFlightBy is the instance id (kv.Store.InstanceID) of the processor
+	// that wrote the in-flight record, and InFlightUntilMs the end of its
+	// lease: the moment after which a processor that did not write it may
+	// declare the dispatch interrupted (in_flight_at + the provider's
+	// timeout + a margin). Empty and 0 in records written before they
+	// existed: those count as the reader's own.
+	InFlightBy      string `json:"in_flight_by,omitempty"`
+	InFlightUntilMs int64  `json:"in_flight_until_ms,omitempty"`
 	// Receipt is the latest receipt; ReceiptSeq its number in the history.
 	Receipt    *schema.Receipt `json:"receipt,omitempty"`
 	ReceiptSeq uint64          `json:"receipt_seq,omitempty"`
