@@ -243,6 +243,12 @@ func (s Subjects) StageStream(stage string) string {
 	return s.streamBase() + "_" + strings.ToUpper(stage)
 }
 
+// JournalBucket is the KV bucket of the replicated dispatch journal:
+// "actions_journal" for the default prefix.
+func (s Subjects) JournalBucket() string {
+	return strings.NewReplacer(".", "_", "-", "_").Replace(s.p()) + "_journal"
+}
+
 // ActivityBucket is the KV bucket of activity snapshots: "actions_activity"
 // for the default prefix.
 func (s Subjects) ActivityBucket() string {

@@ -25,6 +25,7 @@ import (
 	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/internal/seal"
+	"github.com/portcullis/portcullis/internal/timers"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
@@ -63,14 +64,19 @@ type Options struct {
 
 // Processor is a running Portcullis.
 type Processor struct {
-	cfg      *config.Config
-	log      *slog.Logger
-	clock    stages.Clock
-	subj     subjects.Subjects
-	srv      *server.Server
-	nc       *nats.Conn
-	js       jetstream.JetStream
-	store    *kv.Store
+	cfg   *config.Config
+	log   *slog.Logger
+	clock stages.Clock
+	subj  subjects.Subjects
+	srv   *server.Server
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	store *kv.Store
+	// journal is the dispatch journal: Pebble (store), or the replicated
+	// one on a JetStream bucket (store.journal); self is the processor's
+	// instance id.
+	journal  journal.Store
+	self     string
 	activity *activity.Store
 	metrics  *metrics.Metrics
 	httpSrv  *http.Server
@@ -170,6 +176,9 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 	for _, pr := range cfg.Providers {
 		providers = append(providers, pr.Name)
 	}
+	if err := p.openJournal(ctx); err != nil {
+		return err
+	}
 	p.metrics = metrics.New(providers)
 	p.serveMetrics()
 
@@ -191,7 +200,7 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 		return err
 	}
 	// The operator's API (processor receipts, processor reconcile).
-	adm := &admin.Server{Journal: journal.NewPebble(p.store), Nonces: p.store, Store: p.store, Reconciliation: p.recon, Subjects: subj, Clock: p.clock,
+	adm := &admin.Server{Journal: p.journal, Nonces: p.store, Store: p.store, Reconciliation: p.recon, Subjects: subj, Clock: p.clock,
 		Log: p.log.With("component", "admin"), JS: p.js, Operators: cfg.Operators, AllowUnsigned: cfg.Admission.AllowUnsigned}
 	if p.stopAdmin, err = adm.Serve(p.nc); err != nil {
 		return err
@@ -215,7 +224,8 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 	p.watchStages(fetchCtx, runners, o.LagPoll)
 	sched := &stages.Scheduler{Store: p.store, JS: p.js, Seal: p.seal, Clock: p.clock, Log: p.log}
 	p.wg.Go(func() { _ = sched.Run(fetchCtx) })
-	p.log.Info("processor started", "nats", p.NATSURL(), "metrics", p.MetricsAddr(), "store", cfg.Store.Dir, "prefix", subj.Prefix())
+	p.log.Info("processor started", "nats", p.NATSURL(), "metrics", p.MetricsAddr(), "store", cfg.Store.Dir, "prefix", subj.Prefix(),
+		"journal", journalKind(cfg), "instance", p.self)
 	return nil
 }
 
@@ -257,8 +267,9 @@ func (p *Processor) runners(deps stages.Deps) ([]*stages.Runner, error) {
 	if err := authz.RestorePending(); err != nil {
 		return nil, err
 	}
-	jr := journal.NewPebble(p.store)
+	jr := p.journal
 	disp := &dispatch.Stage{
+		Self:    p.self,
 		Journal: jr, Adapters: p.adapters, Providers: p.cfg.Providers, Policy: rules,
 		NC: p.nc, Subjects: p.subj, Clock: p.clock, Metrics: p.metrics, Activity: p.activity,
 		Log:               p.log.With("stage", subjects.StageDispatch),
@@ -271,7 +282,7 @@ func (p *Processor) runners(deps stages.Deps) ([]*stages.Runner, error) {
 		Interval: p.cfg.Reconciliation.Interval, MaxAttempts: p.cfg.Reconciliation.MaxAttempts,
 		Self: subjects.StageReconciliation,
 	}
-	ind, err := p.store.Indeterminates()
+	ind, err := jr.Indeterminates()
 	if err != nil {
 		return nil, err
 	}
@@ -306,6 +317,44 @@ func (p *Processor) runners(deps stages.Deps) ([]*stages.Runner, error) {
 			Internal: true, Phase: schema.PhaseReconciliation,
 		}, deps, p.recon),
 	}, nil
+}
+
+// openJournal opens the dispatch journal store.journal names: Pebble, or
+// the replicated bucket with its timers as message schedules.
+func (p *Processor) openJournal(ctx context.Context) error {
+	id, err := p.store.InstanceID()
+	if err != nil {
+		return err
+	}
+	p.self = id
+	if !p.cfg.ReplicatedJournal() {
+		if !p.cfg.NATS.Embedded {
+			p.log.Warn("store.journal is local: the dispatch journal is in this processor's store, so no other processor may use this NATS and subject prefix (set store.journal = \"replicated\" to share it)")
+		}
+		p.journal = journal.NewPebble(p.store)
+		return nil
+	}
+	// EnsureStreams made its stream (StreamConfigs).
+	var bucket jetstream.KeyValue
+	err = retryJS(ctx, func(ctx context.Context) (err error) {
+		bucket, err = journal.Bind(ctx, p.js, p.subj.JournalBucket())
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
+	p.journal = journal.NewReplicated(journal.ReplicatedOptions{
+		KV: bucket, Writer: id, Log: p.log.With("component", "journal"),
+		Timers: &timers.Schedules{JS: p.js, Subjects: p.subj, Seal: p.seal},
+	})
+	return nil
+}
+
+func journalKind(c *config.Config) string {
+	if c.ReplicatedJournal() {
+		return config.JournalReplicated
+	}
+	return config.JournalLocal
 }
 
 // watchStore stops the processor once Pebble reported a fatal error (a
@@ -423,6 +472,13 @@ func (p *Processor) Metrics() *metrics.Metrics { return p.metrics }
 // Store returns the processor's Pebble store (for tests and tools running
 // in the same process).
 func (p *Processor) Store() *kv.Store { return p.store }
+
+// Journal returns the processor's dispatch journal (for tests and tools
+// running in the same process).
+func (p *Processor) Journal() journal.Store { return p.journal }
+
+// InstanceID is the processor's instance id (kv.Store.InstanceID).
+func (p *Processor) InstanceID() string { return p.self }
 
 // Activity returns the activity bucket's store.
 func (p *Processor) Activity() *activity.Store { return p.activity }

@@ -2,12 +2,16 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/subjects"
 )
 
@@ -32,6 +36,10 @@ const headerAllowance = 4096
 //
 // MaxAge is at least twice the approval TTL: a parked proposal's envelope
 // is re-read from the authorization stream when its grant arrives.
+//
+// With a replicated journal (store.journal) the list also holds the
+// journal bucket's stream (journal.BucketStream), and the stages of
+// ScheduledStages take their timers' schedules.
 func StreamConfigs(s subjects.Subjects, c *config.Config) []jetstream.StreamConfig {
 	lim := c.Streams
 	maxAge := max(lim.MaxAge, 2*c.Approval.TTL)
@@ -64,9 +72,33 @@ func StreamConfigs(s subjects.Subjects, c *config.Config) []jetstream.StreamConf
 		history(mk(s.IncidentsStream(), "Portcullis value-free incident events", lim.HistoryMaxBytes, jetstream.DiscardOld, s.Incidents())),
 	}
 	for _, st := range []string{subjects.StageGrounding, subjects.StageAuthorization, subjects.StageDispatch, subjects.StageReconciliation} {
-		out = append(out, mk(s.StageStream(st), "Portcullis hand-off to the "+st+" stage", lim.StageMaxBytes, jetstream.DiscardNew, s.StageAll(st)))
+		cfg := mk(s.StageStream(st), "Portcullis hand-off to the "+st+" stage", lim.StageMaxBytes, jetstream.DiscardNew, s.StageAll(st))
+		if c.ReplicatedJournal() && slices.Contains(ScheduledStages, st) {
+			cfg = scheduled(s, st, cfg)
+		}
+		out = append(out, cfg)
+	}
+	if c.ReplicatedJournal() {
+		out = append(out, journal.BucketStream(s.JournalBucket(), c.NATS.Replicas))
 	}
 	return out
+}
+
+// ScheduledStages are the stages whose timers are nats-server message
+// schedules with a replicated journal (package timers): their streams
+// also hold the schedules.
+var ScheduledStages = []string{subjects.StageReconciliation}
+
+// scheduled makes a stage stream take its timers' schedules: their
+// subjects (outside the stage consumer's filter), message schedules on,
+// and — which schedules require — the oldest messages dropped when full.
+// The stage holds only timer messages, each due within 32 reconciliation
+// intervals.
+func scheduled(s subjects.Subjects, stage string, cfg jetstream.StreamConfig) jetstream.StreamConfig {
+	cfg.Subjects = []string{s.StageAll(stage), s.Schedules(stage)}
+	cfg.AllowMsgSchedules = true
+	cfg.Discard = jetstream.DiscardOld
+	return cfg
 }
 
 // ActivityConfig is the activity bucket: one value-free snapshot per
@@ -86,21 +118,84 @@ func ActivityConfig(s subjects.Subjects, c *config.Config) jetstream.KeyValueCon
 }
 
 // EnsureStreams creates or updates every stream and the activity bucket.
-// It is idempotent: every start runs it.
+// It is idempotent: every start runs it. Each JetStream API call is retried
+// with a short context while the server (a cluster without a meta leader
+// yet, or electing one) does not answer, until ctx ends.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, s subjects.Subjects, c *config.Config) (jetstream.KeyValue, error) {
 	for _, cfg := range StreamConfigs(s, c) {
-		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+		err := retryJS(ctx, func(ctx context.Context) error {
+			if !cfg.AllowMsgSchedules && slices.Contains(ScheduledStages, stageOf(s, cfg.Name)) {
+				// A stream once given schedules keeps them (the server
+				// refuses to turn them off): a local journal after a
+				// replicated one uses it as it is.
+				if st, err := js.Stream(ctx, cfg.Name); err == nil && st.CachedInfo().Config.AllowMsgSchedules {
+					cfg = scheduled(s, stageOf(s, cfg.Name), cfg)
+				}
+			}
+			_, err := js.CreateOrUpdateStream(ctx, cfg)
+			return err
+		})
+		if err != nil {
 			return nil, fmt.Errorf("engine: stream %s: %w", cfg.Name, err)
 		}
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, ActivityConfig(s, c))
+	var kv jetstream.KeyValue
+	err := retryJS(ctx, func(ctx context.Context) (err error) {
+		kv, err = js.CreateOrUpdateKeyValue(ctx, ActivityConfig(s, c))
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("engine: bucket %s: %w", s.ActivityBucket(), err)
 	}
-	if err := discardOldest(ctx, js, "KV_"+s.ActivityBucket()); err != nil {
+	if err := retryJS(ctx, func(ctx context.Context) error { return discardOldest(ctx, js, "KV_"+s.ActivityBucket()) }); err != nil {
 		return nil, fmt.Errorf("engine: bucket %s: %w", s.ActivityBucket(), err)
 	}
 	return kv, nil
+}
+
+// stageOf is the stage whose stream is named name ("" for other streams).
+func stageOf(s subjects.Subjects, name string) string {
+	for _, st := range []string{subjects.StageGrounding, subjects.StageAuthorization, subjects.StageDispatch, subjects.StageReconciliation} {
+		if s.StageStream(st) == name {
+			return st
+		}
+	}
+	return ""
+}
+
+// apiTimeout bounds one JetStream API call of retryJS.
+const apiTimeout = 2 * time.Second
+
+// retryJS calls f with an apiTimeout context until it succeeds, fails for
+// a reason waiting does not fix, or ctx ends. A JetStream API call that
+// finds no leader gets no answer at all until its context ends (a cluster
+// right after its start, or electing one), or "no responders", or a 503:
+// those are retried.
+func retryJS(ctx context.Context, f func(ctx context.Context) error) error {
+	for {
+		cctx, cancel := context.WithTimeout(ctx, apiTimeout)
+		err := f(cctx)
+		cancel()
+		if err == nil || !unavailable(err) || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// unavailable reports an error that says JetStream did not answer, not
+// that it refused.
+func unavailable(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.Code == 503 {
+		return true
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrDisconnected)
 }
 
 // discardOldest makes a full KV bucket drop its oldest messages instead of

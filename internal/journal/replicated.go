@@ -116,46 +116,58 @@ func NewReplicated(o ReplicatedOptions) *Replicated {
 	return r
 }
 
-// BucketConfig is the journal bucket: one value per key (the latest is all
-// a compare-and-set needs), file storage, never expiring, refusing writes
-// when full rather than dropping a record.
-func BucketConfig(bucket string, replicas int) jetstream.KeyValueConfig {
-	return jetstream.KeyValueConfig{
-		Bucket:      bucket,
-		Description: "Portcullis dispatch journal: one record per intent fingerprint, receipts, reconciliation attempts",
-		History:     1,
-		Storage:     jetstream.FileStorage,
-		Replicas:    replicas,
+// BucketStream is the stream of the journal's KV bucket: what nats.go's
+// CreateKeyValue makes for one value per key (the latest is all a
+// compare-and-set needs), file storage, never expiring, refusing writes
+// when full rather than dropping a record — with AllowDirect off from the
+// start, so that every read is served by the stream's leader. Creating the
+// stream directly leaves no moment in which a processor could bind a
+// handle that reads from followers (CreateOrUpdateKeyValue would also turn
+// direct gets back on).
+func BucketStream(bucket string, replicas int) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:              "KV_" + bucket,
+		Description:       "Portcullis dispatch journal: one record per intent fingerprint, receipts, reconciliation attempts",
+		Subjects:          []string{"$KV." + bucket + ".>"},
+		MaxMsgsPerSubject: 1,
+		MaxBytes:          -1,
+		MaxMsgSize:        -1,
+		MaxMsgs:           -1,
+		MaxConsumers:      -1,
+		Storage:           jetstream.FileStorage,
+		Replicas:          replicas,
+		AllowRollup:       true,
+		DenyDelete:        true,
+		Duplicates:        2 * time.Minute,
+		AllowDirect:       false,
+		Discard:           jetstream.DiscardNew,
 	}
 }
 
-// EnsureBucket creates the journal bucket if it does not exist, makes its
-// stream serve reads from the leader only (AllowDirect off) with cfg's
-// replicas, and returns a handle bound after that, so that its Gets are
-// never served by a follower. It never calls CreateOrUpdateKeyValue, which
-// turns direct gets back on.
-func EnsureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	name := "KV_" + cfg.Bucket
-	st, err := js.Stream(ctx, name)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		if _, err = js.CreateKeyValue(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
-			return nil, fmt.Errorf("journal: bucket %s: %w", cfg.Bucket, err)
-		}
-		st, err = js.Stream(ctx, name)
+// EnsureBucket creates or updates the journal bucket's stream
+// (BucketStream) and returns a handle bound to it, whose Gets go to the
+// stream's leader.
+func EnsureBucket(ctx context.Context, js jetstream.JetStream, bucket string, replicas int) (jetstream.KeyValue, error) {
+	if _, err := js.CreateOrUpdateStream(ctx, BucketStream(bucket, replicas)); err != nil {
+		return nil, fmt.Errorf("journal: bucket %s: %w", bucket, err)
 	}
+	return Bind(ctx, js, bucket)
+}
+
+// Bind returns a handle on the journal bucket, whose stream exists. It
+// refuses a stream that serves direct gets (a follower's read can be
+// stale).
+func Bind(ctx context.Context, js jetstream.JetStream, bucket string) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, bucket)
 	if err != nil {
-		return nil, fmt.Errorf("journal: bucket %s: %w", cfg.Bucket, err)
+		return nil, fmt.Errorf("journal: bucket %s: %w", bucket, err)
 	}
-	sc := st.CachedInfo().Config
-	if sc.AllowDirect || sc.Replicas != cfg.Replicas {
-		sc.AllowDirect, sc.Replicas = false, cfg.Replicas
-		if _, err := js.UpdateStream(ctx, sc); err != nil {
-			return nil, fmt.Errorf("journal: bucket %s: leader reads: %w", cfg.Bucket, err)
-		}
-	}
-	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	st, err := js.Stream(ctx, "KV_"+bucket)
 	if err != nil {
-		return nil, fmt.Errorf("journal: bucket %s: %w", cfg.Bucket, err)
+		return nil, fmt.Errorf("journal: bucket %s: %w", bucket, err)
+	}
+	if st.CachedInfo().Config.AllowDirect {
+		return nil, fmt.Errorf("journal: bucket %s: its stream allows direct gets, which followers may answer stale", bucket)
 	}
 	return kv, nil
 }

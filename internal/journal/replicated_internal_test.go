@@ -32,7 +32,7 @@ func testBucket(t *testing.T) (*server.Server, jetstream.KeyValue) {
 	}
 	t.Cleanup(nc.Close)
 	js, _ := jetstream.New(nc)
-	kv, err := EnsureBucket(context.Background(), js, BucketConfig("journal_t", 1))
+	kv, err := EnsureBucket(context.Background(), js, "journal_t", 1)
 	if err != nil {
 		t.Fatal(err)
 	}

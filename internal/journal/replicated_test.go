@@ -39,7 +39,7 @@ func replicated(url string, replicas int) journaltest.Open {
 			}
 			var kv jetstream.KeyValue
 			testenv.Retry(t, func(ctx context.Context) (err error) {
-				kv, err = journal.EnsureBucket(ctx, js, journal.BucketConfig(bucket, replicas))
+				kv, err = journal.EnsureBucket(ctx, js, bucket, replicas)
 				return err
 			})
 			sealer, err := seal.New(make([]byte, 32))
@@ -92,7 +92,7 @@ func TestEnsureBucketReadsFromTheLeader(t *testing.T) {
 	js, _ := jetstream.New(nc)
 	ctx := context.Background()
 	for range 2 {
-		if _, err := journal.EnsureBucket(ctx, js, journal.BucketConfig("journal_x", 1)); err != nil {
+		if _, err := journal.EnsureBucket(ctx, js, "journal_x", 1); err != nil {
 			t.Fatal(err)
 		}
 		st, err := js.Stream(ctx, "KV_journal_x")
@@ -102,5 +102,13 @@ func TestEnsureBucketReadsFromTheLeader(t *testing.T) {
 		if c := st.CachedInfo().Config; c.AllowDirect || c.Discard != jetstream.DiscardNew || c.MaxMsgsPerSubject != 1 {
 			t.Fatalf("journal stream config %+v", c)
 		}
+	}
+	// A bucket whose stream serves direct gets (made by
+	// CreateOrUpdateKeyValue) is refused.
+	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "journal_y"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := journal.Bind(ctx, js, "journal_y"); err == nil {
+		t.Error("bound a journal bucket that allows direct gets")
 	}
 }
