@@ -59,6 +59,9 @@ func StartServer(t testing.TB, dir string) *server.Server {
 // server, so that it drains against a live server.
 func (e *Env) RestartServer(t testing.TB) *server.Server {
 	t.Helper()
+	if e.Cluster != nil {
+		t.Fatal("testenv: a Clustered Env restarts its servers with Cluster.Stop and Cluster.Start")
+	}
 	e.Server.Shutdown()
 	e.Server.WaitForShutdown()
 	s := e.startServer(t, e.serverAddr)
