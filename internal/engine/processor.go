@@ -64,19 +64,14 @@ type Options struct {
 
 // Processor is a running Portcullis.
 type Processor struct {
-	cfg   *config.Config
-	log   *slog.Logger
-	clock stages.Clock
-	subj  subjects.Subjects
-	srv   *server.Server
-	nc    *nats.Conn
-	js    jetstream.JetStream
-	store *kv.Store
-	// journal is the dispatch journal: Pebble (store), or the replicated
-	// one on a JetStream bucket (store.journal); self is the processor's
-	// instance id.
-	journal  journal.Store
-	self     string
+	cfg      *config.Config
+	log      *slog.Logger
+	clock    stages.Clock
+	subj     subjects.Subjects
+	srv      *server.Server
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	store    *kv.Store
 	activity *activity.Store
 	metrics  *metrics.Metrics
 	httpSrv  *http.Server
@@ -88,6 +83,11 @@ type Processor struct {
 	stopAdmin func()
 	// health is what /readyz reads (health.go).
 	health health
+	// journal is the dispatch journal: Pebble (store), or the replicated
+	// one on a JetStream bucket (store.journal); self is the processor's
+	// instance id.
+	journal journal.Store
+	self    string
 
 	stopFetch context.CancelFunc
 	stopWork  context.CancelFunc
