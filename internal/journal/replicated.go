@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/go-json-experiment/json"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/internal/timers"
@@ -73,8 +74,9 @@ type Replicated struct {
 	timers timers.Timers
 	writer string
 	log    *slog.Logger
-	op     time.Duration
-	settle time.Duration
+	op      time.Duration
+	attempt time.Duration
+	settle  time.Duration
 
 	locks    kv.KeyedMutex
 	mu       sync.Mutex
@@ -93,8 +95,12 @@ type ReplicatedOptions struct {
 	Writer string
 	// Log receives value-free warnings. nil: slog.Default().
 	Log *slog.Logger
-	// OpTimeout bounds one KV operation. Default 5s.
+	// OpTimeout bounds one KV operation, retries included. Default 5s.
 	OpTimeout time.Duration
+	// AttemptTimeout bounds one try of it: a request to a stream without
+	// a leader (during an election) gets no answer at all, so tries are
+	// short and repeated. Default 1s.
+	AttemptTimeout time.Duration
 	// SettleTimeout bounds how long Commit tries to learn whether a write
 	// that failed without an answer was stored. Default 15s.
 	SettleTimeout time.Duration
@@ -102,13 +108,16 @@ type ReplicatedOptions struct {
 
 // NewReplicated returns the journal on o.KV.
 func NewReplicated(o ReplicatedOptions) *Replicated {
-	r := &Replicated{kv: o.KV, timers: o.Timers, writer: o.Writer, log: o.Log, op: o.OpTimeout, settle: o.SettleTimeout,
-		sessions: map[string]*session{}}
+	r := &Replicated{kv: o.KV, timers: o.Timers, writer: o.Writer, log: o.Log, op: o.OpTimeout, attempt: o.AttemptTimeout,
+		settle: o.SettleTimeout, sessions: map[string]*session{}}
 	if r.log == nil {
 		r.log = slog.Default()
 	}
 	if r.op <= 0 {
 		r.op = 5 * time.Second
+	}
+	if r.attempt <= 0 {
+		r.attempt = time.Second
 	}
 	if r.settle <= 0 {
 		r.settle = 15 * time.Second
@@ -221,8 +230,31 @@ func endedKey(ref schema.ProposalRef) string {
 	return "end." + hex.EncodeToString(s[:])
 }
 
-func (r *Replicated) ctx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), r.op)
+// do runs an idempotent operation f, each try with an AttemptTimeout
+// context, until it succeeds, fails for another reason than JetStream not
+// answering, or OpTimeout has passed.
+func (r *Replicated) do(f func(ctx context.Context) error) error {
+	deadline := time.Now().Add(r.op)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), r.attempt)
+		err := f(ctx)
+		cancel()
+		if err == nil || !unanswered(err) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// unanswered reports an error that says JetStream did not answer (no
+// leader, an election, a server going away), not that it refused.
+func unanswered(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.Code == 503 {
+		return true
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrDisconnected) || errors.Is(err, nats.ErrConnectionReconnecting)
 }
 
 // Lock serializes this process's work on the fingerprint and starts the
@@ -248,9 +280,11 @@ func (r *Replicated) session(fingerprint string) *session {
 
 // get reads and decodes a key; found is false if it does not exist.
 func (r *Replicated) get(key string, v any) (rev uint64, found bool, err error) {
-	ctx, cancel := r.ctx()
-	defer cancel()
-	e, err := r.kv.Get(ctx, key)
+	var e jetstream.KeyValueEntry
+	err = r.do(func(ctx context.Context) (err error) {
+		e, err = r.kv.Get(ctx, key)
+		return err
+	})
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return 0, false, nil
 	}
@@ -328,10 +362,9 @@ func (r *Replicated) Commit(fingerprint string, w Writes) error {
 	}
 	// What is harmless if the commit never happens.
 	if w.Timer != nil {
-		ctx, cancel := r.ctx()
-		err := r.timers.Arm(ctx, *w.Timer)
-		cancel()
-		if err != nil {
+		// Arming twice stores the schedule twice: the second replaces the
+		// first.
+		if err := r.do(func(ctx context.Context) error { return r.timers.Arm(ctx, *w.Timer) }); err != nil {
 			return fmt.Errorf("journal: %w", err)
 		}
 	}
@@ -398,7 +431,7 @@ func (r *Replicated) swap(h string, rev uint64, s *stored) (uint64, error) {
 	}
 	key := recordKey(h)
 	write := func() (uint64, error) {
-		ctx, cancel := r.ctx()
+		ctx, cancel := context.WithTimeout(context.Background(), r.attempt)
 		defer cancel()
 		if rev == 0 {
 			return r.kv.Create(ctx, key, data)
@@ -452,9 +485,7 @@ func (r *Replicated) put(key string, v any) error {
 	if err != nil {
 		return fmt.Errorf("journal: encode: %w", err)
 	}
-	ctx, cancel := r.ctx()
-	defer cancel()
-	if _, err := r.kv.Put(ctx, key, data); err != nil {
+	if err := r.do(func(ctx context.Context) error { _, err := r.kv.Put(ctx, key, data); return err }); err != nil {
 		return fmt.Errorf("journal: put %s: %w", key, err)
 	}
 	return nil
@@ -467,9 +498,8 @@ func (r *Replicated) create(key string, v any) error {
 	if err != nil {
 		return fmt.Errorf("journal: encode: %w", err)
 	}
-	ctx, cancel := r.ctx()
-	defer cancel()
-	if _, err := r.kv.Create(ctx, key, data); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+	err = r.do(func(ctx context.Context) error { _, err := r.kv.Create(ctx, key, data); return err })
+	if err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 		return fmt.Errorf("journal: create %s: %w", key, err)
 	}
 	return nil
@@ -495,9 +525,7 @@ func (r *Replicated) apply(h string, rec *Record, a *after) error {
 		}
 	}
 	if a.Unindex {
-		ctx, cancel := r.ctx()
-		defer cancel()
-		if err := r.kv.Purge(ctx, indexKey(h)); err != nil {
+		if err := r.do(func(ctx context.Context) error { return r.kv.Purge(ctx, indexKey(h)) }); err != nil {
 			return fmt.Errorf("journal: unindex: %w", err)
 		}
 	}
@@ -506,7 +534,7 @@ func (r *Replicated) apply(h string, rec *Record, a *after) error {
 
 // keys lists the keys matching a filter, sorted.
 func (r *Replicated) keys(filter string) ([]string, error) {
-	ctx, cancel := r.ctx()
+	ctx, cancel := context.WithTimeout(context.Background(), r.op)
 	defer cancel()
 	l, err := r.kv.ListKeysFiltered(ctx, filter)
 	if err != nil {

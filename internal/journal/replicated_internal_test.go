@@ -131,7 +131,7 @@ func TestOwnStoredWriteIsNoConflict(t *testing.T) {
 // With JetStream gone, a commit neither claims success nor a conflict.
 func TestUnanswerableCommitIsUncertain(t *testing.T) {
 	srv, bucket := testBucket(t)
-	j := NewReplicated(ReplicatedOptions{KV: bucket, Writer: "p_me", OpTimeout: 200 * time.Millisecond, SettleTimeout: time.Second})
+	j := NewReplicated(ReplicatedOptions{KV: bucket, Writer: "p_me", OpTimeout: 300 * time.Millisecond, AttemptTimeout: 100 * time.Millisecond, SettleTimeout: time.Second})
 	unlock := j.Lock(tfp)
 	defer unlock()
 	if _, _, err := j.Load(tfp); err != nil {
