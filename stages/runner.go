@@ -189,6 +189,12 @@ func (r *Runner) Run(ctx, workCtx context.Context) error {
 	var runErr error
 	for {
 		m, err := it.Next()
+		if errors.Is(err, jetstream.ErrNoHeartbeat) {
+			// The consumer's server went away or its leader moved (SPEC §6:
+			// never a reason to stop). The iterator pulls again by itself.
+			r.log.Warn("consumer heartbeats missed; pulling again", "err", err)
+			continue
+		}
 		if err != nil {
 			if !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 				runErr = fmt.Errorf("stages: %s: next: %w", r.cfg.Stage, err)
