@@ -224,13 +224,21 @@ func (c *Cluster) Start(t testing.TB, i int) {
 }
 
 // WaitJetStream waits until some running server is the JetStream meta
-// leader (at most WaitTimeout).
+// leader and sees every running server as an online JetStream peer (at
+// most WaitTimeout): before that, creating an R3 stream fails with "no
+// suitable peers for placement".
 func (c *Cluster) WaitJetStream(t testing.TB) {
 	t.Helper()
 	deadline := time.Now().Add(WaitTimeout)
 	for {
+		running := 0
 		for i := range ClusterSize {
-			if s := c.Server(i); s != nil && s.JetStreamIsLeader() {
+			if c.Server(i) != nil {
+				running++
+			}
+		}
+		for i := range ClusterSize {
+			if s := c.Server(i); s != nil && s.JetStreamIsLeader() && len(s.JetStreamClusterPeers()) >= running {
 				return
 			}
 		}

@@ -163,6 +163,9 @@ func stageOf(s subjects.Subjects, name string) string {
 	return ""
 }
 
+// errCodeNoPeers is JetStream's "no suitable peers for placement".
+const errCodeNoPeers jetstream.ErrorCode = 10005
+
 // apiTimeout bounds one JetStream API call of retryJS.
 const apiTimeout = 2 * time.Second
 
@@ -188,10 +191,12 @@ func retryJS(ctx context.Context, f func(ctx context.Context) error) error {
 }
 
 // unavailable reports an error that says JetStream did not answer, not
-// that it refused.
+// that it refused — or that it cannot place a stream's replicas because a
+// server is down (10005), which a processor starting during an outage
+// waits out.
 func unavailable(err error) bool {
 	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.Code == 503 {
+	if errors.As(err, &apiErr) && (apiErr.Code == 503 || apiErr.ErrorCode == errCodeNoPeers) {
 		return true
 	}
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
