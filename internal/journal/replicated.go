@@ -70,10 +70,10 @@ import (
 // back and recognizes its own commit id; if it cannot tell within its
 // budget it returns ErrUncertain.
 type Replicated struct {
-	kv     jetstream.KeyValue
-	timers timers.Timers
-	writer string
-	log    *slog.Logger
+	kv      jetstream.KeyValue
+	timers  timers.Timers
+	writer  string
+	log     *slog.Logger
 	op      time.Duration
 	attempt time.Duration
 	settle  time.Duration
