@@ -7,6 +7,17 @@
 //	env := testenv.New(t)
 //	env.Publish(t, testenv.Lumber("prop-1"))
 //	out := env.Recorder.Wait(t, "prop-1", testenv.Terminal)
+//
+// For what one server cannot show, NewCluster starts three servers in
+// process, and Clustered runs an Env on them the way processors share a
+// cluster (SPEC §6): a replicated journal, more processors with
+// AddProcessor (in process) or ProcessorConfig and StartProcess (binaries
+// to SIGKILL), servers stopped and started again, stream leaders moved.
+//
+//	env := testenv.New(t, testenv.Clustered(), testenv.WithAuth())
+//	env.AddProcessor(t, "second")
+//	env.Cluster.Stop(t, 1)
+//	env.StepDownStream(t, "KV_"+env.Subjects.JournalBucket())
 package testenv
 
 import (

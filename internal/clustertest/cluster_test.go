@@ -84,9 +84,13 @@ func (p *provider) check(t *testing.T) {
 func proposal(t *testing.T, id, batch string) map[string]any {
 	t.Helper()
 	p := testenv.Lumber(id)
-	testenv.Set(p, "intent.payload", map[string]any{"quantity": 20, "batch": batch})
+	testenv.Set(p, "intent.payload", map[string]any{"quantity": 20, "batch": batch, "note": payloadOnly})
 	return testenv.Granted(t, p, "sku-1001", time.Now())
 }
+
+// payloadOnly is in every proposal's payload and must be stored nowhere:
+// records are value-free.
+const payloadOnly = "payload-only-3e1f9c"
 
 // publish publishes a signed proposal, retrying (with its proposal id as
 // Nats-Msg-Id, so a retry of a stored publish is dropped) while a server
@@ -189,6 +193,7 @@ func TestTwoProcessorsShareTheWork(t *testing.T) {
 	if env.Processor().InstanceID() == second.Processor().InstanceID() {
 		t.Error("two processors share an instance id")
 	}
+	env.AssertNowhere(t, payloadOnly)
 	if n := len(prov.fake.Delivered()); n != 12 {
 		t.Errorf("%d intents reached the provider, want 12", n)
 	}
