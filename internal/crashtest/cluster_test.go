@@ -48,7 +48,11 @@ func serveFarSide(t *testing.T, env *testenv.Env) *farSide {
 		}
 		return schema.AdapterReply{Outcome: schema.ReplyFailedBeforeDispatch}, nil
 	})
-	stop, err := f.Serve(env.NC, env.Subjects)
+	nc := env.NC
+	if env.Auth {
+		nc = env.ConnectAs(t, env.Connector) // the connector's own login
+	}
+	stop, err := f.Serve(nc, env.Subjects)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,16 +166,17 @@ func TestClusterKillMidDispatch(t *testing.T) {
 	}
 }
 
-// Two processor binaries share a burst of intents (each proposed twice);
-// one of them is SIGKILLed at a random moment, loses its store directory
-// and starts again. Every proposal ends, no key reaches the provider
-// twice, no attempt id is queried twice.
+// Two processor binaries, logging in to NATS with the processor's key
+// (authentication on, every role in its own account), share a burst of
+// intents (each proposed twice); one of them is SIGKILLed at a random
+// moment, loses its store directory and starts again. Every proposal ends,
+// no key reaches the provider twice, no attempt id is queried twice.
 func TestClusterBurstWithRandomKill(t *testing.T) {
 	intents := 12
 	if long(t) {
 		intents = 60
 	}
-	env := testenv.New(t, testenv.Clustered(), testenv.NotStarted(), fastReconcile)
+	env := testenv.New(t, testenv.Clustered(), testenv.WithAuth(), testenv.NotStarted(), fastReconcile)
 	far := serveFarSide(t, env)
 	a := &node{cfg: env.ProcessorConfig(t, "a")}
 	b := &node{cfg: env.ProcessorConfig(t, "b")}
