@@ -3,6 +3,7 @@ package journal_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -110,5 +111,56 @@ func TestEnsureBucketReadsFromTheLeader(t *testing.T) {
 	}
 	if _, err := journal.Bind(ctx, js, "journal_y"); err == nil {
 		t.Error("bound a journal bucket that allows direct gets")
+	}
+}
+
+// BenchmarkReplicatedCommit measures one compare-and-set of a record
+// (Lock, Load, Commit of an update) on R1 (one server) and R3 (a
+// three-server cluster).
+func BenchmarkReplicatedCommit(b *testing.B) {
+	for _, r := range []int{1, 3} {
+		b.Run(fmt.Sprintf("R%d", r), func(b *testing.B) {
+			url := ""
+			if r == 1 {
+				s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: b.TempDir(), NoSigs: true, NoLog: true})
+				if err != nil {
+					b.Fatal(err)
+				}
+				go s.Start()
+				if !s.ReadyForConnections(10 * time.Second) {
+					b.Fatal("nats-server did not start")
+				}
+				b.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+				url = s.ClientURL()
+			} else {
+				url = testenv.NewCluster(b).URL()
+			}
+			nc, err := nats.Connect(url)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(nc.Close)
+			js, _ := jetstream.New(nc)
+			var kv jetstream.KeyValue
+			testenv.Retry(b, func(ctx context.Context) (err error) {
+				kv, err = journal.EnsureBucket(ctx, js, "journal_bench", r)
+				return err
+			})
+			j := journal.NewReplicated(journal.ReplicatedOptions{KV: kv, Writer: "p_bench"})
+			fp := "sha256:" + strings.Repeat("ab", 32)
+			rec := journal.New(journal.Identity{Fingerprint: fp, IdempotencyKey: fp[7:], Provider: "demo", Referent: "sku-1"}, "fake", 1)
+			b.ResetTimer()
+			for i := range b.N {
+				unlock := j.Lock(fp)
+				if _, _, err := j.Load(fp); err != nil {
+					b.Fatal(err)
+				}
+				rec.UpdatedAtMs = int64(i)
+				if err := j.Commit(fp, journal.Writes{Record: &rec}); err != nil {
+					b.Fatal(err)
+				}
+				unlock()
+			}
+		})
 	}
 }
