@@ -7,8 +7,17 @@
 // becomes the intent's latest), the projections of a record (the outcome a
 // proposal gets, the activity snapshot), the triggers and timers of
 // reconciliation, and the only fingerprint lock. Stages reach storage
-// through Store: Pebble on a single node (NewPebble), a replicated backend
-// on a cluster.
+// through Store: Pebble on a single node (NewPebble), a JetStream KV
+// bucket shared by the processors of a cluster (NewReplicated).
+//
+// On a shared journal the fingerprint lock is only this process's: every
+// Commit is a compare-and-set against what Load returned, and a commit
+// that lost to another processor fails with ErrConflict, having changed
+// nothing that matters; the stage loads and decides again. The in-flight
+// record names the processor that wrote it (InFlightBy, its instance id)
+// and a lease (InFlightUntilMs): another processor waits for the receipt
+// until the lease ends, then records the dispatch as interrupted — never
+// dispatches it again (SPEC §6).
 package journal
 
 import (
