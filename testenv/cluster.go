@@ -210,8 +210,9 @@ func (c *Cluster) Stop(t testing.TB, i int) {
 }
 
 // Start starts server i again (after Stop) on the same ports and JetStream
-// store directory, and waits until it is ready and the cluster has a meta
-// leader. It catches up with what it missed by itself (about 1.5–2 s).
+// store directory, and waits until it is ready, the cluster has a meta
+// leader and the server has caught up with the meta layer. Its streams
+// catch up with what they missed by themselves (about 1.5–2 s).
 func (c *Cluster) Start(t testing.TB, i int) {
 	t.Helper()
 	if c.Server(i) != nil {
@@ -220,7 +221,22 @@ func (c *Cluster) Start(t testing.TB, i int) {
 	if err := c.start(i); err != nil {
 		t.Fatal(err)
 	}
-	c.WaitJetStream(t)
+	deadline := time.Now().Add(WaitTimeout)
+	for !c.Server(i).JetStreamIsCurrent() || !c.hasMetaLeader() {
+		if time.Now().After(deadline) {
+			t.Fatalf("testenv: server n%d not current with a meta leader within %s", i, WaitTimeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (c *Cluster) hasMetaLeader() bool {
+	for i := range ClusterSize {
+		if s := c.Server(i); s != nil && s.JetStreamIsLeader() {
+			return true
+		}
+	}
+	return false
 }
 
 // WaitJetStream waits until some running server is the JetStream meta
@@ -237,13 +253,18 @@ func (c *Cluster) WaitJetStream(t testing.TB) {
 				running++
 			}
 		}
+		leader, peers := -1, 0
 		for i := range ClusterSize {
-			if s := c.Server(i); s != nil && s.JetStreamIsLeader() && len(s.JetStreamClusterPeers()) >= running {
-				return
+			if s := c.Server(i); s != nil && s.JetStreamIsLeader() {
+				leader, peers = i, len(s.JetStreamClusterPeers())
 			}
 		}
+		if leader >= 0 && peers >= running {
+			return
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("testenv: no JetStream meta leader within %s", WaitTimeout)
+			t.Fatalf("testenv: JetStream not ready within %s: meta leader n%d (-1: none) sees %d online peers of %d running servers",
+				WaitTimeout, leader, peers, running)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
