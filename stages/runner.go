@@ -155,11 +155,19 @@ func (r *Runner) EnsureConsumer(ctx context.Context) (jetstream.Consumer, error)
 // outlives ctx) and returns.
 func (r *Runner) Run(ctx, workCtx context.Context) error {
 	cons, err := r.EnsureConsumer(ctx)
+	for try := 1; err != nil && ctx.Err() == nil; try++ {
+		// The consumer was created at start; JetStream not answering now
+		// (a server stopping, a leader moving) is waited out (SPEC §6).
+		wait := Backoff(250*time.Millisecond, 5*time.Second, try)
+		r.log.Warn("consumer not reachable; trying again", "err", err, "retry", wait)
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+			cons, err = r.EnsureConsumer(ctx)
+		}
+	}
 	if ctx.Err() != nil {
 		return nil // stopped while starting: nothing was fetched
-	}
-	if err != nil {
-		return err
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(r.cfg.Workers), jetstream.PullExpiry(5*time.Second))
 	if ctx.Err() != nil {
