@@ -200,7 +200,7 @@ func TestTwoProcessorsShareTheWork(t *testing.T) {
 }
 
 // One NATS server of three stops while processors work, and comes back:
-// nothing is lost or repeated.
+// nothing is lost or repeated, and a processor started meanwhile joins.
 func TestOneServerDown(t *testing.T) {
 	env := testenv.New(t, testenv.Clustered(), fastReconcile)
 	prov := newProvider(env)
@@ -211,6 +211,7 @@ func TestOneServerDown(t *testing.T) {
 	down := env.Cluster.StreamLeader(t, env.Account(), "KV_"+env.Subjects.JournalBucket())
 	env.Cluster.Stop(t, down)
 	tr.send(t, env, "down", 12)
+	env.AddProcessor(t, "third")
 	env.Cluster.Start(t, down)
 	tr.send(t, env, "after", 8)
 	tr.confirmed(t, env)
