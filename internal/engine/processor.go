@@ -344,7 +344,7 @@ func (p *Processor) openJournal(ctx context.Context) error {
 		return fmt.Errorf("engine: %w", err)
 	}
 	p.journal = journal.NewReplicated(journal.ReplicatedOptions{
-		KV: bucket, Writer: id, Log: p.log.With("component", "journal"),
+		KV: bucket, JS: p.js, Writer: id, Log: p.log.With("component", "journal"),
 		Timers: &timers.Schedules{JS: p.js, Subjects: p.subj, Seal: p.seal},
 	})
 	return nil

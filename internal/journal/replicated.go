@@ -71,6 +71,7 @@ import (
 // budget it returns ErrUncertain.
 type Replicated struct {
 	kv      jetstream.KeyValue
+	js      jetstream.JetStream
 	timers  timers.Timers
 	writer  string
 	log     *slog.Logger
@@ -87,8 +88,10 @@ var _ Store = (*Replicated)(nil)
 
 // ReplicatedOptions configure NewReplicated.
 type ReplicatedOptions struct {
-	// KV is the journal's bucket (EnsureBucket).
+	// KV is the journal's bucket (Bind, EnsureBucket), and JS the
+	// JetStream context it was bound with (for listing keys).
 	KV jetstream.KeyValue
+	JS jetstream.JetStream
 	// Timers arms the timers commits carry (timers.Schedules).
 	Timers timers.Timers
 	// Writer is this processor's instance id, recorded with each commit.
@@ -108,7 +111,7 @@ type ReplicatedOptions struct {
 
 // NewReplicated returns the journal on o.KV.
 func NewReplicated(o ReplicatedOptions) *Replicated {
-	r := &Replicated{kv: o.KV, timers: o.Timers, writer: o.Writer, log: o.Log, op: o.OpTimeout, attempt: o.AttemptTimeout,
+	r := &Replicated{kv: o.KV, js: o.JS, timers: o.Timers, writer: o.Writer, log: o.Log, op: o.OpTimeout, attempt: o.AttemptTimeout,
 		settle: o.SettleTimeout, sessions: map[string]*session{}}
 	if r.log == nil {
 		r.log = slog.Default()
@@ -532,24 +535,34 @@ func (r *Replicated) apply(h string, rec *Record, a *after) error {
 	return nil
 }
 
-// keys lists the keys matching a filter, sorted.
+// keys lists the keys matching a filter (a key pattern), sorted: the
+// subjects of the bucket's stream, from the stream's leader in one request
+// (paged by the client), without creating a consumer. A deleted or purged
+// key may be listed (its marker is a message); get finds it absent.
 func (r *Replicated) keys(filter string) ([]string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), r.op)
-	defer cancel()
-	l, err := r.kv.ListKeysFiltered(ctx, filter)
+	prefix := "$KV." + r.kv.Bucket() + "."
+	var subjects map[string]uint64
+	err := r.do(func(ctx context.Context) error {
+		st, err := r.js.Stream(ctx, "KV_"+r.kv.Bucket())
+		if err != nil {
+			return err
+		}
+		info, err := st.Info(ctx, jetstream.WithSubjectFilter(prefix+filter))
+		if err != nil {
+			return err
+		}
+		subjects = info.State.Subjects
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("journal: list %s: %w", filter, err)
 	}
-	defer func() { _ = l.Stop() }()
-	var out []string
-	for k := range l.Keys() {
-		out = append(out, k)
-	}
-	if ctx.Err() != nil {
-		return nil, fmt.Errorf("journal: list %s: %w", filter, ctx.Err())
+	out := make([]string, 0, len(subjects))
+	for subj := range subjects {
+		out = append(out, strings.TrimPrefix(subj, prefix))
 	}
 	slices.Sort(out)
-	return slices.Compact(out), nil
+	return out, nil
 }
 
 // Receipts returns the fingerprint's receipts, oldest first: the history's

@@ -15,7 +15,7 @@ import (
 	"github.com/portcullis/portcullis/schema"
 )
 
-func testBucket(t *testing.T) (*server.Server, jetstream.KeyValue) {
+func testBucket(t *testing.T) (*server.Server, jetstream.JetStream, jetstream.KeyValue) {
 	t.Helper()
 	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
 	if err != nil {
@@ -36,7 +36,7 @@ func testBucket(t *testing.T) (*server.Server, jetstream.KeyValue) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, kv
+	return s, js, kv
 }
 
 var (
@@ -48,7 +48,7 @@ var (
 // the other keys unwritten: reads fill them in from the record, and the
 // next commit of the fingerprint, by any processor, writes them.
 func TestCrashAfterTheRecordIsRepaired(t *testing.T) {
-	_, bucket := testBucket(t)
+	_, js, bucket := testBucket(t)
 	h := Hex(tfp)
 	// The record of a settled reconciliation attempt, as a processor wrote
 	// it before dying: its After was never applied. Before it, the
@@ -73,7 +73,7 @@ func TestCrashAfterTheRecordIsRepaired(t *testing.T) {
 	put(indexKey(h), int64(100))
 	put(recordKey(h), stored{Record: rec, Writer: "p_dead", Commit: "c1", After: &after{Receipt: &second, Attempt: &done, Unindex: true}})
 
-	j := NewReplicated(ReplicatedOptions{KV: bucket, Writer: "p_live"})
+	j := NewReplicated(ReplicatedOptions{KV: bucket, JS: js, Writer: "p_live"})
 	rs, err := j.Receipts(tfp)
 	if err != nil || len(rs) != 2 || rs[1].ReceiptID != second.ReceiptID {
 		t.Fatalf("Receipts = %+v %v", rs, err)
@@ -110,8 +110,8 @@ func TestCrashAfterTheRecordIsRepaired(t *testing.T) {
 // A write whose answer was lost but which was stored is recognized as the
 // writer's own by its commit id: not a conflict.
 func TestOwnStoredWriteIsNoConflict(t *testing.T) {
-	_, bucket := testBucket(t)
-	j := NewReplicated(ReplicatedOptions{KV: bucket, Writer: "p_me"})
+	_, js, bucket := testBucket(t)
+	j := NewReplicated(ReplicatedOptions{KV: bucket, JS: js, Writer: "p_me"})
 	h := Hex(tfp)
 	s := &stored{Record: New(tid, "fake", 1), Writer: "p_me", Commit: "mine"}
 	data, _ := json.Marshal(s, json.Deterministic(true))
@@ -130,8 +130,8 @@ func TestOwnStoredWriteIsNoConflict(t *testing.T) {
 
 // With JetStream gone, a commit neither claims success nor a conflict.
 func TestUnanswerableCommitIsUncertain(t *testing.T) {
-	srv, bucket := testBucket(t)
-	j := NewReplicated(ReplicatedOptions{KV: bucket, Writer: "p_me", OpTimeout: 300 * time.Millisecond, AttemptTimeout: 100 * time.Millisecond, SettleTimeout: time.Second})
+	srv, js, bucket := testBucket(t)
+	j := NewReplicated(ReplicatedOptions{KV: bucket, JS: js, Writer: "p_me", OpTimeout: 300 * time.Millisecond, AttemptTimeout: 100 * time.Millisecond, SettleTimeout: time.Second})
 	unlock := j.Lock(tfp)
 	defer unlock()
 	if _, _, err := j.Load(tfp); err != nil {

@@ -49,7 +49,7 @@ func replicated(url string, replicas int) journaltest.Open {
 			}
 			n++
 			return journal.NewReplicated(journal.ReplicatedOptions{
-				KV: kv, Writer: fmt.Sprintf("p_%016d", n),
+				KV: kv, JS: js, Writer: fmt.Sprintf("p_%016d", n),
 				Timers: &timers.Schedules{JS: js, Subjects: subjects.Default(), Seal: sealer},
 			})
 		}
@@ -146,7 +146,7 @@ func BenchmarkReplicatedCommit(b *testing.B) {
 				kv, err = journal.EnsureBucket(ctx, js, "journal_bench", r)
 				return err
 			})
-			j := journal.NewReplicated(journal.ReplicatedOptions{KV: kv, Writer: "p_bench"})
+			j := journal.NewReplicated(journal.ReplicatedOptions{KV: kv, JS: js, Writer: "p_bench"})
 			fp := "sha256:" + strings.Repeat("ab", 32)
 			rec := journal.New(journal.Identity{Fingerprint: fp, IdempotencyKey: fp[7:], Provider: "demo", Referent: "sku-1"}, "fake", 1)
 			b.ResetTimer()

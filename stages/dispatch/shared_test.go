@@ -59,7 +59,7 @@ func sharedStages(t *testing.T, timeout, margin time.Duration) (a, b *dispatch.S
 		if err != nil {
 			t.Fatal(err)
 		}
-		j := journal.NewReplicated(journal.ReplicatedOptions{KV: bucket, Writer: self,
+		j := journal.NewReplicated(journal.ReplicatedOptions{KV: bucket, JS: js, Writer: self,
 			Timers: &timers.Schedules{JS: js, Subjects: subj, Seal: sealer}})
 		return &dispatch.Stage{
 			Journal: j, Adapters: map[string]adapters.Adapter{"demo": fake}, Providers: []config.Provider{prov},
