@@ -139,12 +139,42 @@ func terminal(t *testing.T, env *testenv.Env, ids []string) map[string]schema.Ou
 				t.Logf("reading the outcome of %s: %v", id, err)
 			}
 			if time.Now().After(deadline) {
+				dumpLogs(t, env)
 				t.Fatalf("%s: no terminal outcome within 60s (last: %+v)", id, o)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
 	return out
+}
+
+// instances are the processors AddProcessor started, by Env, for dumpLogs.
+var instances sync.Map // *testenv.Env → []*testenv.Instance
+
+func addProcessor(t *testing.T, env *testenv.Env, name string) *testenv.Instance {
+	in := env.AddProcessor(t, name)
+	v, _ := instances.LoadOrStore(env, &[]*testenv.Instance{})
+	l := v.(*[]*testenv.Instance)
+	*l = append(*l, in)
+	return in
+}
+
+// dumpLogs logs what the processors warned about, for a failure.
+func dumpLogs(t *testing.T, env *testenv.Env) {
+	t.Helper()
+	logs := map[string][]byte{"first": env.Logs.Bytes()}
+	if v, ok := instances.Load(env); ok {
+		for _, in := range *v.(*[]*testenv.Instance) {
+			logs[in.Name] = in.Logs.Bytes()
+		}
+	}
+	for name, b := range logs {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, `"level":"WARN"`) || strings.Contains(l, `"level":"ERROR"`) || strings.Contains(l, "reconciliation") {
+				t.Logf("%s: %s", name, l)
+			}
+		}
+	}
 }
 
 // traffic publishes n proposals named prefix-i, two per intent, every
@@ -185,7 +215,7 @@ func (tr *traffic) confirmed(t *testing.T, env *testenv.Env) {
 func TestTwoProcessorsShareTheWork(t *testing.T) {
 	env := testenv.New(t, testenv.Clustered(), testenv.WithAuth(), fastReconcile)
 	prov := newProvider(env)
-	second := env.AddProcessor(t, "second")
+	second := addProcessor(t, env, "second")
 	var tr traffic
 	tr.send(t, env, "share", 24)
 	tr.confirmed(t, env)
@@ -204,14 +234,14 @@ func TestTwoProcessorsShareTheWork(t *testing.T) {
 func TestOneServerDown(t *testing.T) {
 	env := testenv.New(t, testenv.Clustered(), fastReconcile)
 	prov := newProvider(env)
-	env.AddProcessor(t, "second")
+	addProcessor(t, env, "second")
 	var tr traffic
 	tr.send(t, env, "before", 8)
 	// The server leading the journal, where every dispatch commits.
 	down := env.Cluster.StreamLeader(t, env.Account(), "KV_"+env.Subjects.JournalBucket())
 	env.Cluster.Stop(t, down)
 	tr.send(t, env, "down", 12)
-	env.AddProcessor(t, "third")
+	addProcessor(t, env, "third")
 	env.Cluster.Start(t, down)
 	tr.send(t, env, "after", 8)
 	tr.confirmed(t, env)
@@ -223,7 +253,7 @@ func TestOneServerDown(t *testing.T) {
 func TestLeadersMoveDuringTraffic(t *testing.T) {
 	env := testenv.New(t, testenv.Clustered(), fastReconcile)
 	prov := newProvider(env)
-	env.AddProcessor(t, "second")
+	addProcessor(t, env, "second")
 	var tr traffic
 	for i, stream := range []string{
 		"KV_" + env.Subjects.JournalBucket(),

@@ -99,11 +99,17 @@ func Step(f Facts, r Rules) Decision {
 	rec := f.Record
 	if !f.Found || rec.Receipt == nil {
 		if f.Found && rec.State == journal.StateInFlight && !f.Trigger.Announce {
-			return Decision{Note: "dispatch not recorded yet", Retry: r.early()}
+			return Decision{Note: "dispatch not recorded yet", Retry: r.early(rec, f.Now)}
 		}
 		return Decision{Note: "trigger for a fingerprint without a receipt"}
 	}
 	if f.Trigger.Announce {
+		if rec.Resolution != journal.ResolvedByOperator {
+			// Only an operator's settlement is announced, and it is not
+			// recorded yet (or its commit lost to a poll that settled the
+			// effect first: the retries end, the poll's outcome stands).
+			return Decision{Note: "settlement not recorded yet", Retry: r.early(rec, f.Now)}
+		}
 		var events []schema.Incident
 		if rc := rec.Receipt; rec.Resolution == journal.ResolvedByOperator && rc.Reconciliation != nil &&
 			rc.Reconciliation.AttemptID == journal.OperatorAttemptID(rec.Fingerprint) {
@@ -134,7 +140,7 @@ func Step(f Facts, r Rules) Decision {
 	case n == rec.ReconcileAttempt+1 && rec.NeedsWork() && rec.ReconcileAttempt > 0 &&
 		!finished(rec, f.Previous, f.PreviousFound, journal.AttemptID(rec.Fingerprint, rec.ReconcileAttempt)):
 		// Armed by the attempt before, whose result is not recorded yet.
-		return Decision{Note: "previous attempt unfinished", Retry: r.early()}
+		return Decision{Note: "previous attempt unfinished", Retry: r.early(rec, f.Now)}
 	case n == rec.ReconcileAttempt+1 && rec.NeedsWork() && f.Queried:
 		return Decision{Note: "queried already"} // never twice; unreachable by construction
 	case n == rec.ReconcileAttempt+1 && rec.NeedsWork():
@@ -165,9 +171,16 @@ func latest(rec journal.Record, id string) bool {
 }
 
 // early is the wait before looking again at a trigger that came before
-// its journal step was recorded: one interval, between 250ms and 5s.
-func (r Rules) early() time.Duration {
-	return min(max(r.Interval, 250*time.Millisecond), 5*time.Second)
+// the journal step that armed it was recorded: a quarter of the time the
+// record has stood still, at least one interval (between 250ms and 5s),
+// at most 30s. The step it waits for may take long to be recorded — a
+// commit whose outcome was unknown during an outage is learned only when
+// its input is redelivered — so the waits grow, and the runner's bounded
+// retries cover many minutes, not a few seconds.
+func (r Rules) early(rec journal.Record, nowMs int64) time.Duration {
+	base := min(max(r.Interval, 250*time.Millisecond), 5*time.Second)
+	still := time.Duration(nowMs-rec.UpdatedAtMs) * time.Millisecond
+	return min(max(still/4, base), 30*time.Second)
 }
 
 // finish records an attempt's verdict: the attempt finished, the new

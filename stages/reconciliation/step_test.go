@@ -52,7 +52,9 @@ func TestStep(t *testing.T) {
 		{name: "runner gave up: recorded without asking", f: reconciliation.Facts{Trigger: trigger(1), Record: waiting(rc, 0), Found: true, Now: 1000}, receipt: rc, outcomes: 2},
 		{name: "finished before: nothing new", f: reconciliation.Facts{Trigger: trigger(1), Record: waiting(rc, 1), Found: true, Checkpoint: finished, CheckpointFound: true}, note: "attempt finished before"},
 		{name: "stale trigger", f: reconciliation.Facts{Trigger: trigger(5), Record: waiting(rc, 1), Found: true, MayQuery: true}, note: "stale trigger"},
-		{name: "announcement republishes", f: reconciliation.Facts{Trigger: journal.Trigger{Fingerprint: fpA, Announce: true}, Record: waiting(rc, 1), Found: true}, outcomes: 2},
+		{name: "announcement republishes", f: reconciliation.Facts{Trigger: journal.Trigger{Fingerprint: fpA, Announce: true}, Record: resolved(), Found: true}, outcomes: 2},
+		{name: "an announcement before its settlement: later", f: reconciliation.Facts{Trigger: journal.Trigger{Fingerprint: fpA, Announce: true}, Record: waiting(rc, 1), Found: true},
+			note: "settlement not recorded yet", retry: true},
 
 		// A shared journal arms a poll before the commit it belongs to.
 		{name: "a poll before its dispatch's receipt: later", f: reconciliation.Facts{Trigger: trigger(1), Record: inFlight(), Found: true, MayQuery: true},
@@ -85,6 +87,28 @@ func TestStep(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A trigger that came before its step was recorded looks again later,
+// the later the longer the record has stood still.
+func TestEarlyTriggerWaitsGrow(t *testing.T) {
+	f := reconciliation.Facts{Trigger: journal.Trigger{Fingerprint: fpA, Attempt: 1}, Record: inFlight(), Found: true, MayQuery: true}
+	for _, c := range []struct {
+		still time.Duration
+		want  time.Duration
+	}{{0, time.Second}, {8 * time.Second, 2 * time.Second}, {time.Minute, 15 * time.Second}, {time.Hour, 30 * time.Second}} {
+		f.Now = f.Record.UpdatedAtMs + c.still.Milliseconds()
+		if d := reconciliation.Step(f, rules()); d.Retry != c.want {
+			t.Errorf("record still for %s: retry after %s, want %s", c.still, d.Retry, c.want)
+		}
+	}
+}
+
+// resolved is a record an operator settled.
+func resolved() journal.Record {
+	rec := waiting(schema.StatusReconciliationRequired, 1)
+	rec.Resolution = journal.ResolvedByOperator
+	return rec
 }
 
 // inFlight is fpA's record while its dispatch is in the provider call.
