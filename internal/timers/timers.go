@@ -45,8 +45,10 @@
 //
 // A timer is armed before the journal's compare-and-set that makes its
 // step take effect, so that a crash between the two leaves an extra timer,
-// never a missing one; every stage ignores a timer that does not match its
-// journal (stale, early, or for a step that lost its compare-and-set).
+// never a missing one. A stage ignores a timer its journal has moved past
+// (stale, or armed by a step that lost its compare-and-set to one that
+// armed its own), and waits — redelivery with growing delays — for one
+// that came before the commit that armed it is visible.
 // There is no Cancel for the same reason: a cancelled timer would have to
 // be cancelled after the commit and could race the next one, while a stale
 // one costs one ignored message.
