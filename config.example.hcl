@@ -69,6 +69,9 @@ store {
   #                losing a processor with its dir, or one NATS server of
   #                three, loses and repeats nothing (SPEC §6). Needs url.
   #   "auto"       replicated with url, local with the embedded server.
+  # A processor whose dir holds a local journal refuses to start on a
+  # replicated one (it would not know the intents dispatched so far): a
+  # processor that ran with url before keeps journal = "local".
   journal = "auto"
 }
 

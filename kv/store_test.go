@@ -268,3 +268,18 @@ func TestInstanceID(t *testing.T) {
 		t.Error("two stores share an instance id")
 	}
 }
+
+func TestHasIntents(t *testing.T) {
+	s := open(t)
+	if has, err := s.HasIntents(); has || err != nil {
+		t.Fatalf("empty store: %v %v", has, err)
+	}
+	b := s.NewBatch()
+	b.PutIntent("sha256:"+strings.Repeat("ab", 32), map[string]string{"state": "done"})
+	if err := b.Commit(Sync); err != nil {
+		t.Fatal(err)
+	}
+	if has, err := s.HasIntents(); !has || err != nil {
+		t.Fatalf("after a record: %v %v", has, err)
+	}
+}

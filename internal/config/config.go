@@ -159,6 +159,8 @@ type Store struct {
 	//     schedules: any number of processors may share it. Needs url.
 	//   - JournalAuto (default): replicated with url, local with the
 	//     embedded server.
+	// A processor whose Dir holds a local journal refuses to start on a
+	// replicated one, which would not know what it dispatched.
 	Journal string
 }
 

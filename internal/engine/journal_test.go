@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/engine"
 	"github.com/portcullis/portcullis/internal/journal"
+	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/subjects"
 	"github.com/portcullis/portcullis/testenv"
 )
@@ -67,5 +69,48 @@ func TestJournalStreams(t *testing.T) {
 	}
 	if c := st.CachedInfo().Config; c.AllowDirect || c.Replicas != 1 {
 		t.Errorf("journal bucket %+v", c)
+	}
+}
+
+// A store that holds a local journal never starts on a replicated one,
+// which would not know the intents it dispatched.
+func TestLocalJournalIsNotLeftBehind(t *testing.T) {
+	srv := testenv.StartServer(t, "")
+	cfg := config.Defaults()
+	cfg.NATS = config.NATS{URL: srv.ClientURL(), Replicas: 1}
+	cfg.Store.Dir = t.TempDir()
+	cfg.Metrics.Listen = ""
+	st, err := kv.Open(cfg.Store.Dir, kv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := st.NewBatch()
+	b.PutIntent("sha256:"+strings.Repeat("ab", 32), map[string]string{"state": "done"})
+	if err := b.Commit(kv.Sync); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	for _, j := range []string{config.JournalAuto, config.JournalReplicated} {
+		cfg.Store.Journal = j
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		p, err := engine.Start(ctx, engine.Options{Config: cfg})
+		cancel()
+		if err == nil {
+			p.Close()
+			t.Fatalf("journal %s: started on a store with a local journal", j)
+		}
+		if !strings.Contains(err.Error(), "local dispatch journal") {
+			t.Errorf("journal %s: %v", j, err)
+		}
+	}
+	cfg.Store.Journal = config.JournalLocal
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := engine.Start(ctx, engine.Options{Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -334,6 +334,15 @@ func (p *Processor) openJournal(ctx context.Context) error {
 		p.journal = journal.NewPebble(p.store)
 		return nil
 	}
+	// A processor that used a local journal has dispatched intents the
+	// replicated one does not know: on it, it could dispatch them again.
+	local, err := p.store.HasIntents()
+	if err != nil {
+		return err
+	}
+	if local {
+		return fmt.Errorf("engine: store.dir %s holds a local dispatch journal, which a replicated journal would not see: set store.journal = \"local\" to keep using it (this processor alone on its NATS); moving a local journal into a replicated one is not supported yet", p.cfg.Store.Dir)
+	}
 	// EnsureStreams made its stream (StreamConfigs).
 	var bucket jetstream.KeyValue
 	err = retryJS(ctx, func(ctx context.Context) (err error) {
