@@ -15,7 +15,7 @@ nats {
   sync_always = false            # fsync every JetStream write before its ack (power-loss safe, slower)
   # url         = "nats://n1:4222,nats://n2:4222"  # instead of embedded
   # credentials = "/etc/portcullis/processor.creds" # with url: a .creds file (JWT + seed) or an nkey seed file (SU…)
-  replicas    = 1                # stream and bucket replicas, 1–5 (1 with embedded)
+  replicas    = 1                # replicas of every stream and bucket Portcullis creates (the journal's too), 1–5 (1 with embedded)
 
   # Every client of the embedded server logs in with the nkey of its host,
   # connector, resolver, source or operator block below, in a NATS account
@@ -49,11 +49,30 @@ streams {
   history_max_bytes = "1GiB" # outcomes, incidents and the activity bucket, each: when full, the oldest go
 }
 
-# The local Pebble store: in-flight records, receipts, delivery dedupe,
-# parked approvals, reconciliation attempts, timers. Never holds payloads or
-# protected values.
+# The local Pebble store: delivery dedupe, parked approvals, and with a
+# local journal in-flight records, receipts, reconciliation attempts and
+# timers. Never holds payloads or protected values.
 store {
   dir = "data/store"
+
+  # Where the dispatch journal lives: the record per intent fingerprint that
+  # makes dispatch exactly-once, its receipts and reconciliation attempts.
+  #   "local"      in dir, timers fired by this processor: one processor
+  #                only. Another processor on the same NATS and prefix would
+  #                not see it and could dispatch the same intent again.
+  #   "replicated" in the JetStream KV bucket <prefix>_journal (nats.replicas
+  #                replicas, reads from the stream leader), every write a
+  #                compare-and-set per fingerprint; reconciliation polls are
+  #                nats-server message schedules in the reconciliation
+  #                stream. Any number of processors may share it, each with
+  #                its own dir and the same config and internal.key_file;
+  #                losing a processor with its dir, or one NATS server of
+  #                three, loses and repeats nothing (SPEC §6). Needs url.
+  #   "auto"       replicated with url, local with the embedded server.
+  # A processor whose dir holds a local journal refuses to start on a
+  # replicated one (it would not know the intents dispatched so far): a
+  # processor that ran with url before keeps journal = "local".
+  journal = "auto"
 }
 
 # Prometheus /metrics. "" disables the endpoint.

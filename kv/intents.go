@@ -41,6 +41,17 @@ func (s *Store) Intent(fingerprint string, v any) (bool, error) {
 	return s.get(intentKey(fp), v)
 }
 
+// HasIntents reports whether the store holds any fingerprint's journal
+// record (a local journal in use).
+func (s *Store) HasIntents() (bool, error) {
+	found := false
+	err := s.scan([]byte{prefixIntent}, func(_, _ []byte) (bool, error) {
+		found = true
+		return false, nil
+	})
+	return found, err
+}
+
 // PutIntent writes a fingerprint's journal record.
 func (b *Batch) PutIntent(fingerprint string, v any) {
 	fp, err := fingerprintBytes(fingerprint)

@@ -63,6 +63,8 @@ type Store struct {
 	locks  KeyedMutex
 	// timerAdded signals commits that added a timer (TimerAdded).
 	timerAdded chan struct{}
+	// idMu serializes InstanceID's first call.
+	idMu sync.Mutex
 }
 
 // fatalPanic carries a Pebble Fatalf out of the commit path.

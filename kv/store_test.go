@@ -234,3 +234,52 @@ func TestFailedWALWriteIsAnError(t *testing.T) {
 		t.Fatalf("commit after failure: %v", err)
 	}
 }
+
+// The instance id is created once and survives a reopen; another store
+// directory has another one.
+func TestInstanceID(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := s.InstanceID()
+	if err != nil || len(id) != 18 {
+		t.Fatalf("InstanceID = %q, %v", id, err)
+	}
+	if again, _ := s.InstanceID(); again != id {
+		t.Errorf("second call %q, first %q", again, id)
+	}
+	s.Close()
+	s, err = Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if again, _ := s.InstanceID(); again != id {
+		t.Errorf("after reopening %q, before %q", again, id)
+	}
+	other, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if o, _ := other.InstanceID(); o == id {
+		t.Error("two stores share an instance id")
+	}
+}
+
+func TestHasIntents(t *testing.T) {
+	s := open(t)
+	if has, err := s.HasIntents(); has || err != nil {
+		t.Fatalf("empty store: %v %v", has, err)
+	}
+	b := s.NewBatch()
+	b.PutIntent("sha256:"+strings.Repeat("ab", 32), map[string]string{"state": "done"})
+	if err := b.Commit(Sync); err != nil {
+		t.Fatal(err)
+	}
+	if has, err := s.HasIntents(); !has || err != nil {
+		t.Fatalf("after a record: %v %v", has, err)
+	}
+}

@@ -155,11 +155,19 @@ func (r *Runner) EnsureConsumer(ctx context.Context) (jetstream.Consumer, error)
 // outlives ctx) and returns.
 func (r *Runner) Run(ctx, workCtx context.Context) error {
 	cons, err := r.EnsureConsumer(ctx)
+	for try := 1; err != nil && ctx.Err() == nil; try++ {
+		// The consumer was created at start; JetStream not answering now
+		// (a server stopping, a leader moving) is waited out (SPEC §6).
+		wait := Backoff(250*time.Millisecond, 5*time.Second, try)
+		r.log.Warn("consumer not reachable; trying again", "err", err, "retry", wait)
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+			cons, err = r.EnsureConsumer(ctx)
+		}
+	}
 	if ctx.Err() != nil {
 		return nil // stopped while starting: nothing was fetched
-	}
-	if err != nil {
-		return err
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(r.cfg.Workers), jetstream.PullExpiry(5*time.Second))
 	if ctx.Err() != nil {
@@ -189,6 +197,12 @@ func (r *Runner) Run(ctx, workCtx context.Context) error {
 	var runErr error
 	for {
 		m, err := it.Next()
+		if errors.Is(err, jetstream.ErrNoHeartbeat) {
+			// The consumer's server went away or its leader moved (SPEC §6:
+			// never a reason to stop). The iterator pulls again by itself.
+			r.log.Warn("consumer heartbeats missed; pulling again", "err", err)
+			continue
+		}
 		if err != nil {
 			if !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 				runErr = fmt.Errorf("stages: %s: next: %w", r.cfg.Stage, err)

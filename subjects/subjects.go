@@ -184,6 +184,16 @@ func (s Subjects) Stage(stage, kind, id string) string {
 	return s.p() + ".stage." + stage + "." + kind + "." + id
 }
 
+// Schedules is the filter of the schedule messages (nats-server message
+// scheduling, ADR-51) of a stage's timers: they live in the stage's stream
+// beside the timer messages the server publishes from them, outside the
+// stage consumer's filter (StageAll).
+func (s Subjects) Schedules(stage string) string { return s.p() + ".schedule." + stage + ".>" }
+
+// Schedule is the subject of one of a stage's schedule messages; id is one
+// subject token naming the timer.
+func (s Subjects) Schedule(stage, id string) string { return s.p() + ".schedule." + stage + "." + id }
+
 // ParseStage splits a stage subject into its kind and id.
 func (s Subjects) ParseStage(subject string) (stage, kind, id string, ok bool) {
 	rest, found := strings.CutPrefix(subject, s.p()+".stage.")
@@ -230,6 +240,12 @@ func (s Subjects) IncidentsStream() string { return s.streamBase() + "_INCIDENTS
 // dispatch, reconciliation).
 func (s Subjects) StageStream(stage string) string {
 	return s.streamBase() + "_" + strings.ToUpper(stage)
+}
+
+// JournalBucket is the KV bucket of the replicated dispatch journal:
+// "actions_journal" for the default prefix.
+func (s Subjects) JournalBucket() string {
+	return strings.NewReplacer(".", "_", "-", "_").Replace(s.p()) + "_journal"
 }
 
 // ActivityBucket is the KV bucket of activity snapshots: "actions_activity"

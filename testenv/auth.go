@@ -77,7 +77,7 @@ func (e *Env) ConnectAs(t testing.TB, kp nkeys.KeyPair) *nats.Conn {
 	if nc, ok := e.conns[key]; ok {
 		return nc
 	}
-	nc, err := nats.Connect(e.Server.ClientURL(), opts...)
+	nc, err := nats.Connect(e.natsURL(), opts...)
 	if err != nil {
 		t.Fatalf("testenv: connect as %s: %v", key, err)
 	}

@@ -71,6 +71,9 @@ type Env struct {
 	// They outlive restarts: their counters tell how often a provider was
 	// really called.
 	Fakes map[string]*adapters.Fake
+	// Cluster is the three-server cluster of a Clustered Env (nil
+	// otherwise); Server is then its first server.
+	Cluster *Cluster
 
 	mu   sync.Mutex
 	proc *engine.Processor
@@ -88,6 +91,7 @@ type Option func(*envOptions)
 
 type envOptions struct {
 	auth      bool
+	cluster   bool
 	configure []func(*config.Config)
 	clock     stages.Clock
 	noStart   bool
@@ -120,6 +124,14 @@ func WithEngine(f func(*engine.Options)) Option {
 // listens as the operator, and ConnectAs gives any role's connection.
 func WithAuth() Option { return func(o *envOptions) { o.auth = true } }
 
+// Clustered runs the Env on a three-server JetStream cluster (NewCluster)
+// instead of one server, as processors sharing a cluster do (SPEC §6):
+// nats.url lists the three servers, nats.replicas is 3, store.journal is
+// replicated, and internal.key_file is a file every processor of the Env
+// shares (AddProcessor, ProcessorConfig). With WithAuth every server has
+// the accounts `processor nats-permissions` prints.
+func Clustered() Option { return func(o *envOptions) { o.cluster = true } }
+
 // NotStarted leaves the processor stopped; call Start.
 func NotStarted() Option { return func(o *envOptions) { o.noStart = true } }
 
@@ -142,6 +154,14 @@ func New(t testing.TB, opts ...Option) *Env {
 	cfg := config.Defaults()
 	cfg.NATS = config.NATS{Replicas: 1}
 	cfg.Store.Dir = filepath.Join(dir, "store")
+	// One processor on its own server: the journal in its store, where the
+	// tests look (Processor().Store()).
+	cfg.Store.Journal = config.JournalLocal
+	if o.cluster {
+		cfg.NATS.Replicas = 3
+		cfg.Store.Journal = config.JournalReplicated
+		cfg.Internal.KeyFile = filepath.Join(dir, "internal.key")
+	}
 	cfg.Metrics.Listen = "127.0.0.1:0"
 	cfg.Hosts = []trust.Host{
 		{Name: HostName, PublicKey: pub(e.Host), Tenants: []string{Tenant}},
@@ -171,10 +191,16 @@ func New(t testing.TB, opts ...Option) *Env {
 		e.auth = newServerAuth(t, cfg, e.Subjects, filepath.Join(dir, "processor.nk"))
 		cfg.NATS.Credentials = e.auth.seedFile
 	}
-	e.serverDir = t.TempDir()
-	e.Server = e.startServer(t, "127.0.0.1:0")
-	e.serverAddr = e.Server.Addr().String()
-	cfg.NATS.URL = e.Server.ClientURL()
+	if o.cluster {
+		e.Cluster = e.startCluster(t, cfg)
+		e.Server = e.Cluster.Server(0)
+		cfg.NATS.URL = e.Cluster.URL()
+	} else {
+		e.serverDir = t.TempDir()
+		e.Server = e.startServer(t, "127.0.0.1:0")
+		e.serverAddr = e.Server.Addr().String()
+		cfg.NATS.URL = e.Server.ClientURL()
+	}
 	e.Config = cfg
 	e.NC = e.ConnectAs(t, e.auth.processorKey())
 	if e.JS, err = jetstream.New(e.NC); err != nil {

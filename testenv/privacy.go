@@ -18,7 +18,7 @@ import (
 // AssertNowhere fails the test if any secret appears in anything Portcullis
 // emitted or stored outside its input streams: outcome and incident
 // messages (as received and as stored in their streams), the activity
-// bucket, every Pebble record and file, the processor's logs and its
+// bucket, the replicated journal's bucket, every Pebble record and file, the processor's logs and its
 // metrics. Call it with the processor running.
 func (e *Env) AssertNowhere(t testing.TB, secrets ...string) {
 	t.Helper()
@@ -27,7 +27,11 @@ func (e *Env) AssertNowhere(t testing.TB, secrets ...string) {
 	places["logs"] = [][]byte{e.Logs.Bytes()}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, stream := range []string{e.Subjects.OutcomesStream(), e.Subjects.IncidentsStream(), "KV_" + e.Subjects.ActivityBucket()} {
+	streams := []string{e.Subjects.OutcomesStream(), e.Subjects.IncidentsStream(), "KV_" + e.Subjects.ActivityBucket()}
+	if e.Config.ReplicatedJournal() {
+		streams = append(streams, "KV_"+e.Subjects.JournalBucket())
+	}
+	for _, stream := range streams {
 		places["stream "+stream] = streamBytes(t, ctx, e.JS, stream)
 	}
 	if p := e.Processor(); p != nil {

@@ -12,6 +12,17 @@
 // to assert that something did not happen, call Env.Quiesce first, never
 // time.Sleep: it returns once the pipeline has nothing left to do at the
 // clock's current time, so whatever has not happened then will not.
+//
+// For what one server cannot show, NewCluster starts three servers in
+// process, and Clustered runs an Env on them the way processors share a
+// cluster (SPEC §6): a replicated journal, more processors with
+// AddProcessor (in process) or ProcessorConfig and StartProcess (binaries
+// to SIGKILL), servers stopped and started again, stream leaders moved.
+//
+//	env := testenv.New(t, testenv.Clustered(), testenv.WithAuth())
+//	env.AddProcessor(t, "second")
+//	env.Cluster.Stop(t, 1)
+//	env.StepDownStream(t, "KV_"+env.Subjects.JournalBucket())
 package testenv
 
 import (
@@ -64,6 +75,9 @@ func StartServer(t testing.TB, dir string) *server.Server {
 // server, so that it drains against a live server.
 func (e *Env) RestartServer(t testing.TB) *server.Server {
 	t.Helper()
+	if e.Cluster != nil {
+		t.Fatal("testenv: a Clustered Env restarts its servers with Cluster.Stop and Cluster.Start")
+	}
 	e.Server.Shutdown()
 	e.Server.WaitForShutdown()
 	s := e.startServer(t, e.serverAddr)

@@ -144,6 +144,39 @@ type Streams struct {
 type Store struct {
 	// Dir is the Pebble directory. Default data/store.
 	Dir string
+	// Journal is where the dispatch journal lives — the record that makes
+	// dispatch exactly-once, receipts, reconciliation attempts and their
+	// timers (SPEC §3, §6):
+	//   - JournalLocal: in Dir (Pebble), timers fired by this processor.
+	//     Only for a processor that is alone on its NATS (and subject
+	//     prefix): another processor sharing the streams would not see it.
+	//   - JournalReplicated: in the JetStream KV bucket <prefix>_journal
+	//     with nats.replicas replicas, timers as nats-server message
+	//     schedules: any number of processors may share it. Needs url.
+	//   - JournalAuto (default): replicated with url, local with the
+	//     embedded server.
+	// A processor whose Dir holds a local journal refuses to start on a
+	// replicated one, which would not know what it dispatched.
+	Journal string
+}
+
+// Journal backends (store.journal).
+const (
+	JournalAuto       = "auto"
+	JournalLocal      = "local"
+	JournalReplicated = "replicated"
+)
+
+// ReplicatedJournal reports whether store.journal, resolved, is the
+// replicated journal.
+func (c *Config) ReplicatedJournal() bool {
+	switch c.Store.Journal {
+	case JournalReplicated:
+		return true
+	case JournalLocal:
+		return false
+	}
+	return !c.NATS.Embedded
 }
 
 // Metrics is the Prometheus endpoint.
@@ -256,7 +289,7 @@ func (e *Error) Unwrap() error { return ErrInvalid }
 func Defaults() *Config {
 	return &Config{
 		NATS:           NATS{Embedded: true, Listen: DefaultListen, StoreDir: DefaultNATSStoreDir, Replicas: 1, Auth: true},
-		Store:          Store{Dir: DefaultStoreDir},
+		Store:          Store{Dir: DefaultStoreDir, Journal: JournalAuto},
 		Metrics:        Metrics{Listen: DefaultMetricsListen},
 		Prefix:         subjects.DefaultPrefix,
 		Admission:      Admission{MaxPayloadBytes: DefaultMaxPayloadBytes},
@@ -410,6 +443,15 @@ func (c *Config) Validate() error {
 	}
 	if c.Store.Dir == "" {
 		add("store.dir: required")
+	}
+	switch c.Store.Journal {
+	case JournalAuto, JournalLocal, "":
+	case JournalReplicated:
+		if c.NATS.Embedded {
+			add("store.journal: a replicated journal needs nats.url")
+		}
+	default:
+		add("store.journal: %q, %q or %q", JournalAuto, JournalLocal, JournalReplicated)
 	}
 	if c.Admission.MaxPayloadBytes < 1 || c.Admission.MaxPayloadBytes > MaxMaxPayloadBytes {
 		add("admission.max_payload_bytes: 1–%d", MaxMaxPayloadBytes)

@@ -111,6 +111,8 @@ func TestErrorsCarryFileLine(t *testing.T) {
 		{"short max_age", "streams {\n  max_age = \"15m\"\n}\n", "bad.hcl:1,"},
 		{"max_in_flight", "provider \"p\" {\n  max_in_flight = 0\n}\n", "bad.hcl:2,"},
 		{"empty key_file", "internal {\n  key_file = \"\"\n}\n", "bad.hcl:2,"},
+		{"unknown journal", "store {\n  journal = \"raft\"\n}\n", `bad.hcl:2,13-19: Invalid value for journal; must be "auto", "local" or "replicated"`},
+		{"replicated journal on the embedded server", "store {\n  journal = \"replicated\"\n}\n", "bad.hcl:2,"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -245,5 +247,40 @@ tenant "u" {
 	var cerr *config.Error
 	if !errors.As(err, &cerr) || len(cerr.Diags) != len(lines) {
 		t.Errorf("Diags hold %d, the message %d", len(cerr.Diags), len(lines))
+	}
+}
+
+// store.journal: auto picks the replicated journal with an external server
+// (possibly shared by several processors) and the local one with the
+// embedded server; an explicit choice wins.
+func TestJournalChoice(t *testing.T) {
+	cases := []struct {
+		src        string
+		replicated bool
+	}{
+		{"", false},
+		{"store {\n  journal = \"local\"\n}\n", false},
+		{"nats {\n  url = \"nats://a:4222,nats://b:4222\"\n  replicas = 3\n}\n", true},
+		{"nats {\n  url = \"nats://a:4222\"\n}\nstore {\n  journal = \"auto\"\n}\n", true},
+		{"nats {\n  url = \"nats://a:4222\"\n}\nstore {\n  journal = \"local\"\n}\n", false},
+		{"nats {\n  url = \"nats://a:4222\"\n}\nstore {\n  journal = \"replicated\"\n}\n", true},
+	}
+	for _, tc := range cases {
+		c, err := config.Parse([]byte(tc.src), "j.hcl")
+		if err != nil {
+			t.Fatalf("%q: %v", tc.src, err)
+		}
+		if c.ReplicatedJournal() != tc.replicated {
+			t.Errorf("%q: replicated journal %v, want %v", tc.src, c.ReplicatedJournal(), tc.replicated)
+		}
+		back, err := config.Parse(config.Format(c), "formatted.hcl")
+		if err != nil || back.Store != c.Store {
+			t.Errorf("%q: formatted and parsed again: %+v %v", tc.src, back.Store, err)
+		}
+	}
+	c := config.Defaults()
+	c.Store.Journal = config.JournalReplicated
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "store.journal") {
+		t.Errorf("a replicated journal on the embedded server validated: %v", err)
 	}
 }

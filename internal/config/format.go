@@ -51,7 +51,11 @@ func Format(c *Config) []byte {
 			}
 		}
 	}
-	str(root.AppendNewBlock("store", nil).Body(), "dir", c.Store.Dir)
+	sb := root.AppendNewBlock("store", nil).Body()
+	str(sb, "dir", c.Store.Dir)
+	if c.Store.Journal != "" {
+		str(sb, "journal", c.Store.Journal)
+	}
 	str(root.AppendNewBlock("metrics", nil).Body(), "listen", c.Metrics.Listen)
 	str(root.AppendNewBlock("subjects", nil).Body(), "prefix", c.Prefix)
 	a := root.AppendNewBlock("admission", nil).Body()

@@ -98,8 +98,9 @@ type streamsHCL struct {
 }
 
 type storeHCL struct {
-	Dir  *string  `hcl:"dir,optional"`
-	Body hcl.Body `hcl:",body"`
+	Dir     *string  `hcl:"dir,optional"`
+	Journal *string  `hcl:"journal,optional"`
+	Body    hcl.Body `hcl:",body"`
 }
 
 type metricsHCL struct {
@@ -315,6 +316,16 @@ func (f *fileHCL) build() (*Config, hcl.Diagnostics) {
 		c.Store.Dir = or(s.Dir, c.Store.Dir)
 		if c.Store.Dir == "" {
 			d.at(s.Body, "dir", "must not be empty")
+		}
+		c.Store.Journal = or(s.Journal, c.Store.Journal)
+		switch c.Store.Journal {
+		case JournalAuto, JournalLocal:
+		case JournalReplicated:
+			if c.NATS.Embedded {
+				d.at(s.Body, "journal", "the embedded server serves one processor: a replicated journal needs nats.url")
+			}
+		default:
+			d.at(s.Body, "journal", "must be %q, %q or %q", JournalAuto, JournalLocal, JournalReplicated)
 		}
 	}
 	if m := f.Metrics; m != nil {

@@ -59,6 +59,11 @@ type Spec struct {
 	Workers int
 	// Next is the successor's name ("" for none).
 	Next string
+	// Scheduled: the journal's timers fire on this stage (its
+	// predecessor's Route.NextTimer, its own Route.Timer); with a
+	// replicated journal they are nats-server message schedules (package
+	// timers), which its stream then holds.
+	Scheduled bool
 	// New builds the stage's handler.
 	New func(parts *Parts, route stages.Route) (stages.Handler, error)
 }
@@ -75,7 +80,7 @@ func Pipeline() []Spec {
 		{Name: subjects.StageGrants, Ingress: Grants, Next: subjects.StageDispatch, New: newGrants},
 		{Name: subjects.StageDispatch, Phase: schema.PhaseDispatch, Workers: 16, Next: subjects.StageReconciliation, New: newDispatch},
 		// Workers may wait up to a provider's timeout on a reconcile.
-		{Name: subjects.StageReconciliation, Phase: schema.PhaseReconciliation, Workers: 8, New: newReconciliation},
+		{Name: subjects.StageReconciliation, Phase: schema.PhaseReconciliation, Workers: 8, Scheduled: true, New: newReconciliation},
 	}
 }
 
@@ -128,12 +133,12 @@ func checkPipeline(p []Spec) error {
 	return nil
 }
 
-// internalStages names the stages that consume their own stream.
-func internalStages(p []Spec) []string {
-	var out []string
+// internalStages are the stages that consume their own stream.
+func internalStages(p []Spec) []Spec {
+	var out []Spec
 	for _, s := range p {
 		if s.Ingress == Internal {
-			out = append(out, s.Name)
+			out = append(out, s)
 		}
 	}
 	return out
@@ -150,13 +155,15 @@ func names(p []Spec) []string {
 // Parts are what stage constructors build from: the processor's
 // configuration and shared components.
 type Parts struct {
-	Config    *config.Config
-	Subjects  subjects.Subjects
-	Clock     stages.Clock
-	Metrics   *metrics.Metrics
-	Log       *slog.Logger
-	NC        *nats.Conn
-	JS        jetstream.JetStream
+	Config   *config.Config
+	Subjects subjects.Subjects
+	Clock    stages.Clock
+	Metrics  *metrics.Metrics
+	Log      *slog.Logger
+	NC       *nats.Conn
+	JS       jetstream.JetStream
+	// Self is the processor's instance id (kv.Store.InstanceID).
+	Self      string
 	Store     *kv.Store
 	Journal   journal.Store
 	Approvals approvals.Store
@@ -249,6 +256,7 @@ func newGrants(p *Parts, _ stages.Route) (stages.Handler, error) {
 
 func newDispatch(p *Parts, r stages.Route) (stages.Handler, error) {
 	return &dispatch.Stage{
+		Self:    p.Self,
 		Journal: p.Journal, Adapters: p.Adapters, Providers: p.Config.Providers, Policy: p.rules(),
 		NC: p.NC, Route: r, Clock: p.Clock, Metrics: p.Metrics, Activity: p.Activity,
 		Log:               p.stageLog(r.Self),

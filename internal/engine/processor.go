@@ -26,6 +26,7 @@ import (
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/seal"
+	"github.com/portcullis/portcullis/internal/timers"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/stages"
@@ -83,6 +84,11 @@ type Processor struct {
 	stopAdmin func()
 	// health is what /readyz reads (health.go).
 	health health
+	// journal is the dispatch journal: Pebble (store), or the replicated
+	// one on a JetStream bucket (store.journal); self is the processor's
+	// instance id.
+	journal journal.Store
+	self    string
 
 	stopFetch context.CancelFunc
 	stopWork  context.CancelFunc
@@ -193,6 +199,9 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 	for _, pr := range cfg.Providers {
 		providers = append(providers, pr.Name)
 	}
+	if err := p.openJournal(ctx); err != nil {
+		return err
+	}
 	p.metrics = metrics.New(names(pipeline), providers)
 	p.metrics.SetApprovalsPending(p.approvals.Count)
 	p.serveMetrics()
@@ -210,10 +219,10 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 		p.adapters[pr.Name] = a
 	}
 	deps := stages.Deps{JS: p.js, Seal: p.seal, Subjects: subj, Metrics: p.metrics, Outcomes: p.store, Clock: p.clock, Log: p.log}
-	jr := journal.NewPebble(p.store)
+	jr := p.journal
 	parts := &Parts{
 		Config: cfg, Subjects: subj, Clock: p.clock, Metrics: p.metrics, Log: p.log, NC: p.nc, JS: p.js,
-		Store: p.store, Journal: jr, Approvals: p.approvals, Activity: p.activity, Adapters: p.adapters,
+		Self: p.self, Store: p.store, Journal: jr, Approvals: p.approvals, Activity: p.activity, Adapters: p.adapters,
 	}
 	runners, err := p.runners(pipeline, parts, deps)
 	if err != nil {
@@ -228,7 +237,7 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 		return err
 	}
 	for _, r := range runners {
-		if _, err := r.EnsureConsumer(ctx); err != nil {
+		if err := retryJS(ctx, func(ctx context.Context) error { _, err := r.EnsureConsumer(ctx); return err }); err != nil {
 			return err
 		}
 	}
@@ -246,8 +255,56 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 	p.watchStages(fetchCtx, runners, o.LagPoll)
 	sched := &stages.Scheduler{Store: p.store, JS: p.js, Seal: p.seal, Clock: p.clock, Log: p.log}
 	p.wg.Go(func() { _ = sched.Run(fetchCtx) })
-	p.log.Info("processor started", "nats", p.NATSURL(), "metrics", p.MetricsAddr(), "store", cfg.Store.Dir, "prefix", subj.Prefix())
+	p.log.Info("processor started", "nats", p.NATSURL(), "metrics", p.MetricsAddr(), "store", cfg.Store.Dir, "prefix", subj.Prefix(),
+		"journal", journalKind(cfg), "instance", p.self)
 	return nil
+}
+
+// openJournal opens the dispatch journal store.journal names: Pebble, or
+// the replicated bucket with its timers as message schedules.
+func (p *Processor) openJournal(ctx context.Context) error {
+	id, err := p.store.InstanceID()
+	if err != nil {
+		return err
+	}
+	p.self = id
+	if !p.cfg.ReplicatedJournal() {
+		if !p.cfg.NATS.Embedded {
+			p.log.Warn("store.journal is local: the dispatch journal is in this processor's store, so no other processor may use this NATS and subject prefix (set store.journal = \"replicated\" to share it)")
+		}
+		p.journal = journal.NewPebble(p.store)
+		return nil
+	}
+	// A processor that used a local journal has dispatched intents the
+	// replicated one does not know: on it, it could dispatch them again.
+	local, err := p.store.HasIntents()
+	if err != nil {
+		return err
+	}
+	if local {
+		return fmt.Errorf("engine: store.dir %s holds a local dispatch journal, which a replicated journal would not see: set store.journal = \"local\" to keep using it (this processor alone on its NATS); moving a local journal into a replicated one is not supported yet", p.cfg.Store.Dir)
+	}
+	// EnsureStreams made its stream (StreamConfigs).
+	var bucket jetstream.KeyValue
+	err = retryJS(ctx, func(ctx context.Context) (err error) {
+		bucket, err = journal.Bind(ctx, p.js, p.subj.JournalBucket())
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
+	p.journal = journal.NewReplicated(journal.ReplicatedOptions{
+		KV: bucket, JS: p.js, Writer: id, Log: p.log.With("component", "journal"),
+		Timers: &timers.Schedules{JS: p.js, Subjects: p.subj, Seal: p.seal},
+	})
+	return nil
+}
+
+func journalKind(c *config.Config) string {
+	if c.ReplicatedJournal() {
+		return config.JournalReplicated
+	}
+	return config.JournalLocal
 }
 
 // watchStore stops the processor once Pebble reported a fatal error (a
@@ -368,6 +425,13 @@ func (p *Processor) Store() *kv.Store { return p.store }
 
 // Approvals returns the authorization stage's approval records (tests).
 func (p *Processor) Approvals() approvals.Store { return p.approvals }
+
+// Journal returns the processor's dispatch journal (for tests and tools
+// running in the same process).
+func (p *Processor) Journal() journal.Store { return p.journal }
+
+// InstanceID is the processor's instance id (kv.Store.InstanceID).
+func (p *Processor) InstanceID() string { return p.self }
 
 // Activity returns the activity bucket's store.
 func (p *Processor) Activity() *activity.Store { return p.activity }

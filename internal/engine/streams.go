@@ -2,12 +2,15 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/subjects"
 )
 
@@ -33,7 +36,10 @@ const headerAllowance = 4096
 // MaxAge is at least twice the approval TTL: a parked proposal's envelope
 // is re-read from the authorization stream when its grant arrives.
 //
-// pipeline's internal stages each get a stream; nil: Pipeline().
+// pipeline's internal stages each get a stream; nil: Pipeline(). With a
+// replicated journal (store.journal) the list also holds the journal
+// bucket's stream (journal.BucketStream), and the stages of
+// ScheduledStages take their timers' schedules.
 func StreamConfigs(s subjects.Subjects, c *config.Config, pipeline []Spec) []jetstream.StreamConfig {
 	if pipeline == nil {
 		pipeline = Pipeline()
@@ -69,9 +75,28 @@ func StreamConfigs(s subjects.Subjects, c *config.Config, pipeline []Spec) []jet
 		history(mk(s.IncidentsStream(), "Portcullis value-free incident events", lim.HistoryMaxBytes, jetstream.DiscardOld, s.Incidents())),
 	}
 	for _, st := range internalStages(pipeline) {
-		out = append(out, mk(s.StageStream(st), "Portcullis hand-off to the "+st+" stage", lim.StageMaxBytes, jetstream.DiscardNew, s.StageAll(st)))
+		cfg := mk(s.StageStream(st.Name), "Portcullis hand-off to the "+st.Name+" stage", lim.StageMaxBytes, jetstream.DiscardNew, s.StageAll(st.Name))
+		if c.ReplicatedJournal() && st.Scheduled {
+			cfg = scheduled(s, st.Name, cfg)
+		}
+		out = append(out, cfg)
+	}
+	if c.ReplicatedJournal() {
+		out = append(out, journal.BucketStream(s.JournalBucket(), c.NATS.Replicas))
 	}
 	return out
+}
+
+// scheduled makes a stage stream take its timers' schedules: their
+// subjects (outside the stage consumer's filter), message schedules on,
+// and — which schedules require — the oldest messages dropped when full.
+// The stage holds only timer messages, each due within 32 reconciliation
+// intervals.
+func scheduled(s subjects.Subjects, stage string, cfg jetstream.StreamConfig) jetstream.StreamConfig {
+	cfg.Subjects = []string{s.StageAll(stage), s.Schedules(stage)}
+	cfg.AllowMsgSchedules = true
+	cfg.Discard = jetstream.DiscardOld
+	return cfg
 }
 
 // ActivityConfig is the activity bucket: one value-free snapshot per
@@ -91,25 +116,95 @@ func ActivityConfig(s subjects.Subjects, c *config.Config) jetstream.KeyValueCon
 }
 
 // EnsureStreams creates or updates every stream of the default pipeline
-// and the activity bucket. It is idempotent: every start runs it.
+// and the activity bucket. It is idempotent: every start runs it. Each
+// JetStream API call is retried with a short context while the server (a
+// cluster without a meta leader yet, or electing one) does not answer,
+// until ctx ends.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, s subjects.Subjects, c *config.Config) (jetstream.KeyValue, error) {
 	return ensureStreams(ctx, js, s, c, Pipeline())
 }
 
 func ensureStreams(ctx context.Context, js jetstream.JetStream, s subjects.Subjects, c *config.Config, pipeline []Spec) (jetstream.KeyValue, error) {
 	for _, cfg := range StreamConfigs(s, c, pipeline) {
-		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+		err := retryJS(ctx, func(ctx context.Context) error {
+			if stage, ok := scheduledStage(s, pipeline, cfg.Name); ok && !cfg.AllowMsgSchedules {
+				// A stream once given schedules keeps them (the server
+				// refuses to turn them off): a local journal after a
+				// replicated one uses it as it is.
+				if st, err := js.Stream(ctx, cfg.Name); err == nil && st.CachedInfo().Config.AllowMsgSchedules {
+					cfg = scheduled(s, stage, cfg)
+				}
+			}
+			_, err := js.CreateOrUpdateStream(ctx, cfg)
+			return err
+		})
+		if err != nil {
 			return nil, fmt.Errorf("engine: stream %s: %w", cfg.Name, err)
 		}
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, ActivityConfig(s, c))
+	var kv jetstream.KeyValue
+	err := retryJS(ctx, func(ctx context.Context) (err error) {
+		kv, err = js.CreateOrUpdateKeyValue(ctx, ActivityConfig(s, c))
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("engine: bucket %s: %w", s.ActivityBucket(), err)
 	}
-	if err := discardOldest(ctx, js, "KV_"+s.ActivityBucket()); err != nil {
+	if err := retryJS(ctx, func(ctx context.Context) error { return discardOldest(ctx, js, "KV_"+s.ActivityBucket()) }); err != nil {
 		return nil, fmt.Errorf("engine: bucket %s: %w", s.ActivityBucket(), err)
 	}
 	return kv, nil
+}
+
+// scheduledStage is the Scheduled stage of pipeline whose stream is named
+// name, if there is one.
+func scheduledStage(s subjects.Subjects, pipeline []Spec, name string) (string, bool) {
+	for _, st := range internalStages(pipeline) {
+		if st.Scheduled && s.StageStream(st.Name) == name {
+			return st.Name, true
+		}
+	}
+	return "", false
+}
+
+// errCodeNoPeers is JetStream's "no suitable peers for placement".
+const errCodeNoPeers jetstream.ErrorCode = 10005
+
+// apiTimeout bounds one JetStream API call of retryJS.
+const apiTimeout = 2 * time.Second
+
+// retryJS calls f with an apiTimeout context until it succeeds, fails for
+// a reason waiting does not fix, or ctx ends. A JetStream API call that
+// finds no leader gets no answer at all until its context ends (a cluster
+// right after its start, or electing one), or "no responders", or a 503:
+// those are retried.
+func retryJS(ctx context.Context, f func(ctx context.Context) error) error {
+	for {
+		cctx, cancel := context.WithTimeout(ctx, apiTimeout)
+		err := f(cctx)
+		cancel()
+		if err == nil || !unavailable(err) || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// unavailable reports an error that says JetStream did not answer, not
+// that it refused — or that it cannot place a stream's replicas because a
+// server is down (10005), which a processor starting during an outage
+// waits out.
+func unavailable(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && (apiErr.Code == 503 || apiErr.ErrorCode == errCodeNoPeers) {
+		return true
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrDisconnected)
 }
 
 // discardOldest makes a full KV bucket drop its oldest messages instead of

@@ -7,8 +7,17 @@
 // becomes the intent's latest), the projections of a record (the outcome a
 // proposal gets, the activity snapshot), the triggers and timers of
 // reconciliation, and the only fingerprint lock. Stages reach storage
-// through Store: Pebble on a single node (NewPebble), a replicated backend
-// on a cluster.
+// through Store: Pebble on a single node (NewPebble), a JetStream KV
+// bucket shared by the processors of a cluster (NewReplicated).
+//
+// On a shared journal the fingerprint lock is only this process's: every
+// Commit is a compare-and-set against what Load returned, and a commit
+// that lost to another processor fails with ErrConflict, having changed
+// nothing that matters; the stage loads and decides again. The in-flight
+// record names the processor that wrote it (InFlightBy, its instance id)
+// and a lease (InFlightUntilMs): another processor waits for the receipt
+// until the lease ends, then records the dispatch as interrupted — never
+// dispatches it again (SPEC §6).
 package journal
 
 import (
@@ -78,6 +87,14 @@ type Record struct {
 	DispatchAttempts  int   `json:"dispatch_attempts"`
 	InFlightAtMs      int64 `json:"in_flight_at_ms,omitempty"`
 	NotInvokedSinceMs int64 `json:"not_invoked_since_ms,omitempty"`
+	// InFlightBy is the instance id (kv.Store.InstanceID) of the processor
+	// that wrote the in-flight record, and InFlightUntilMs the end of its
+	// lease: the moment after which a processor that did not write it may
+	// declare the dispatch interrupted (in_flight_at + the provider's
+	// timeout + a margin). Empty and 0 in records written before they
+	// existed: those count as the reader's own.
+	InFlightBy      string `json:"in_flight_by,omitempty"`
+	InFlightUntilMs int64  `json:"in_flight_until_ms,omitempty"`
 	// Receipt is the latest receipt; ReceiptSeq its number in the history.
 	Receipt    *schema.Receipt `json:"receipt,omitempty"`
 	ReceiptSeq uint64          `json:"receipt_seq,omitempty"`

@@ -43,8 +43,21 @@ func (w *Writes) Empty() bool {
 	return w.Record == nil && w.Receipt == nil && w.Attempt == nil && w.Timer == nil && !w.CancelTimer && w.Indeterminate == 0 && w.Ended == nil
 }
 
-// ErrBadWrites is returned by Commit for writes no step produces.
-var ErrBadWrites = errors.New("journal: inconsistent writes")
+// Errors of Commit.
+var (
+	// ErrBadWrites is returned for writes no step produces.
+	ErrBadWrites = errors.New("journal: inconsistent writes")
+	// ErrConflict: another writer changed the fingerprint's record since
+	// this caller's Load (another processor on a shared journal). Nothing
+	// of the commit took effect (writes that are harmless on their own, a
+	// timer or an index entry, may have); Load again and step again. A
+	// caller that has called a provider since its Load never calls it again.
+	ErrConflict = errors.New("journal: the record changed since it was loaded")
+	// ErrUncertain: a write may or may not have been stored (a replicated
+	// write that timed out and could not be read back). Treat it as both:
+	// act on nothing it would have allowed, and expect to find it later.
+	ErrUncertain = errors.New("journal: the write's outcome is unknown")
+)
 
 func (w *Writes) check() error {
 	switch {
@@ -60,14 +73,27 @@ func (w *Writes) check() error {
 
 // Store is the journal's storage. Every method is safe for concurrent use;
 // callers hold Lock(fingerprint) around each read-decide-write of one
-// fingerprint, so that dispatch, reconciliation and an operator's
-// settlement never interleave for it.
+// fingerprint (Load, decide, Commit), so that dispatch, reconciliation and
+// an operator's settlement never interleave for it in one processor.
+//
+// Across processors sharing a replicated journal, Lock excludes nothing:
+// Commit is a compare-and-set against the record the last Load under the
+// same Lock returned, and fails with ErrConflict when another writer got
+// there first. A Pebble journal belongs to one processor and never
+// conflicts.
 type Store interface {
-	// Lock serializes work on one fingerprint and returns its unlock.
+	// Lock serializes work on one fingerprint in this process and returns
+	// its unlock.
 	Lock(fingerprint string) (unlock func())
-	// Load returns a fingerprint's record; found is false if none.
+	// Load returns a fingerprint's record; found is false if none. Under
+	// Lock, the first Load (and the first after a Commit's ErrConflict) is
+	// what the next Commit compares against.
 	Load(fingerprint string) (rec Record, found bool, err error)
-	// Commit writes w for fingerprint atomically and durably.
+	// Commit writes w for fingerprint, durably: the record, when w has
+	// one, only if it is still the one Load returned (none, if nothing was
+	// loaded), else ErrConflict. The Pebble journal writes everything in
+	// one atomic batch; a replicated one commits at the record's
+	// compare-and-set and repairs the rest (see Replicated).
 	Commit(fingerprint string, w Writes) error
 	// Receipts returns a fingerprint's receipts, oldest first.
 	Receipts(fingerprint string) ([]schema.Receipt, error)

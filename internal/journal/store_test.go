@@ -13,12 +13,12 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestPebble(t *testing.T) {
-	journaltest.Run(t, func(t *testing.T) journal.Store {
+	journaltest.Run(t, func(t *testing.T) (journal.Store, func() journal.Store) {
 		s, err := kv.Open(t.TempDir(), kv.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { s.Close() })
-		return journal.NewPebble(s)
+		return journal.NewPebble(s), func() journal.Store { return journal.NewPebble(s) }
 	})
 }

@@ -44,7 +44,15 @@ type Stage struct {
 	// ReconcileInterval is the wait before the first reconciliation or
 	// verification poll.
 	ReconcileInterval time.Duration
+	// Self is this processor's instance id, written into its in-flight
+	// records; LeaseMargin is Rules.LeaseMargin (0: the default).
+	Self        string
+	LeaseMargin time.Duration
 }
+
+// maxConflicts bounds how often one input reloads the journal after
+// another writer changed it; then the input is redelivered.
+const maxConflicts = 8
 
 var _ stages.Handler = (*Stage)(nil)
 
@@ -53,6 +61,7 @@ func (s *Stage) rules() Rules {
 		Policy:            s.Policy,
 		ReconcileInterval: s.ReconcileInterval,
 		PollSubject:       s.Route.NextTimer,
+		LeaseMargin:       s.LeaseMargin,
 	}
 }
 
@@ -129,7 +138,13 @@ func (s *Stage) GiveUp(ctx context.Context, in *stages.Input, cause error) (stag
 	return s.run(ctx, env, true)
 }
 
-// run is the shell around Step.
+// run is the shell around Step. On a shared journal another processor may
+// change the record between Load and Commit (ErrConflict): nothing of the
+// commit took effect, so run loads again and steps again — keeping what
+// this run did since: a provider called once is never called again, and
+// its reply, if another processor's record won (it found the dispatch's
+// lease lapsed and recorded DISPATCH_INTERRUPTED), is left to
+// reconciliation, which asks the provider what happened.
 func (s *Stage) run(ctx context.Context, env *schema.Envelope, givingUp bool) (stages.Result, error) {
 	fp := env.Grounded.Fingerprint
 	unlock := s.Journal.Lock(fp)
@@ -145,13 +160,28 @@ func (s *Stage) run(ctx context.Context, env *schema.Envelope, givingUp bool) (s
 		}
 	}()
 	r := s.rules()
+	conflicts := 0
 	for {
 		d := Step(f, r)
 		if d.Call == CallProvider {
+			if f.Dispatched {
+				return stages.Result{}, fmt.Errorf("dispatch: a step asked to call the provider twice: %w", stages.ErrPermanent)
+			}
 			fault.Hit(fault.DispatchBeforeInFlight)
 		}
 		if err := s.Journal.Commit(fp, d.Writes); err != nil {
-			if d.Call == CallProvider {
+			if errors.Is(err, journal.ErrConflict) && conflicts < maxConflicts {
+				conflicts++
+				if f.Dispatched {
+					s.Log.Warn("dispatch: another processor recorded this intent while its provider call ran; its record stands and reconciliation settles the effect",
+						"fingerprint", fp, "reply", f.Reply.Outcome, "call_failed", f.CallErr != nil)
+				}
+				if err := s.reload(&f); err != nil {
+					return stages.Result{}, err
+				}
+				continue
+			}
+			if d.Call == CallProvider && !errors.Is(err, journal.ErrUncertain) && !errors.Is(err, journal.ErrConflict) {
 				s.Log.Error("in-flight record not written; the provider is not called", "fingerprint", fp, "err", err)
 				f.CheckpointErr = err
 				continue
@@ -183,15 +213,33 @@ func (s *Stage) run(ctx context.Context, env *schema.Envelope, givingUp bool) (s
 				s.Log.Error("adapter refused the request as invalid; nothing was sent", "fingerprint", fp)
 			}
 		default:
+			if d.Retry > 0 && d.Writes.Empty() {
+				s.Log.Debug("dispatch: in flight at another processor; waiting for its receipt or the end of its lease",
+					"fingerprint", fp, "writer", f.Record.InFlightBy, "retry", d.Retry)
+			}
 			return s.result(env, d), nil
 		}
 	}
 }
 
+// reload reads the fingerprint's record again after a conflict.
+func (s *Stage) reload(f *Facts) error {
+	rec, found, err := s.Journal.Load(f.Env.Grounded.Fingerprint)
+	if err != nil {
+		return fmt.Errorf("dispatch: %w", err)
+	}
+	f.Now = stages.NowMs(s.Clock)
+	if !found {
+		rec = journal.New(journal.IdentityOf(f.Env), f.Adapter, f.Now)
+	}
+	f.Record, f.Found = rec, found
+	return nil
+}
+
 // facts loads what the step decides from.
 func (s *Stage) facts(env *schema.Envelope, givingUp bool) (Facts, error) {
 	now := stages.NowMs(s.Clock)
-	f := Facts{Env: env, Now: now, GivingUp: givingUp}
+	f := Facts{Env: env, Now: now, GivingUp: givingUp, Self: s.Self}
 	if e, found, err := s.Journal.Ended(env.Ref()); err != nil {
 		return Facts{}, fmt.Errorf("dispatch: read proposal end: %w", err)
 	} else if found {

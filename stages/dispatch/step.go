@@ -34,6 +34,9 @@ type Facts struct {
 	// Ended is this proposal's end at an earlier re-check, if any.
 	Ended *kv.Ended
 	Now   int64
+	// Self is this processor's instance id (kv.Store.InstanceID): the
+	// writer it names in its in-flight records.
+	Self string
 	// Provider is the intent's configured provider; Known is false when it
 	// is not configured or has no adapter. Adapter is the adapter's kind.
 	Provider config.Provider
@@ -89,12 +92,24 @@ type Rules struct {
 	// PollSubject is where the fingerprint's polls fire (the successor
 	// stage's timer subject for its hex digits).
 	PollSubject func(hex string) string
+	// LeaseMargin is added to the provider's timeout to make an in-flight
+	// record's lease: how long another processor that finds it waits for
+	// its receipt before declaring the dispatch interrupted. It covers the
+	// writer committing the receipt after the call and the processors'
+	// clocks disagreeing. Default DefaultLeaseMargin.
+	LeaseMargin time.Duration
 }
+
+// DefaultLeaseMargin is Rules.LeaseMargin's default.
+const DefaultLeaseMargin = 5 * time.Second
 
 // Step runs SPEC §3 Dispatch for one proposal, one decision at a time:
 //  1. a receipt exists: it is the answer (the proposal is recorded on the
 //     intent, so it hears of reconciliation);
-//  2. in flight without a receipt: DISPATCH_INTERRUPTED, never sent again;
+//  2. in flight without a receipt: DISPATCH_INTERRUPTED, never sent again
+//     (SPEC §6: whoever wrote it) — but while another processor's lease on
+//     it runs, that processor may still be in the call: wait (Retry, no
+//     writes) for its receipt or the lease's end;
 //  3. the grant window and managed policy again, then disclosure: a denial
 //     ends this proposal only, never the fingerprint;
 //  4. the in-flight record, synced, then the provider call;
@@ -109,15 +124,22 @@ func Step(f Facts, r Rules) Decision {
 		return ended(f.Env, *f.Ended)
 	}
 	rec := f.Record
+	known := len(rec.Proposals)
 	rec.AddProposal(ref)
 	switch {
 	case rec.Receipt != nil:
-		return Decision{
-			Writes:   journal.Writes{Record: &rec},
+		d := Decision{
 			Outcome:  outcome(rec.Outcome(ref, f.Now)),
 			Activity: rec.Project,
 		}
+		if len(rec.Proposals) != known {
+			d.Writes.Record = &rec
+		}
+		return d
 	case rec.State == journal.StateInFlight && !f.Dispatched:
+		if wait := LeaseWait(rec, f.Self, f.Now); wait > 0 && !f.GivingUp {
+			return Decision{Retry: wait}
+		}
 		return finish(f, rec, Interrupted(), "interrupted", r)
 	case f.GivingUp && rec.State == journal.StateNotInvoked:
 		return finish(f, rec, MapDispatch(schema.AdapterReply{}, adapters.ErrNotInvoked), "dispatch", r)
@@ -155,6 +177,12 @@ func Step(f Facts, r Rules) Decision {
 		rec.State = journal.StateInFlight
 		rec.DispatchAttempts++
 		rec.InFlightAtMs = f.Now
+		rec.InFlightBy = f.Self
+		margin := r.LeaseMargin
+		if margin <= 0 {
+			margin = DefaultLeaseMargin
+		}
+		rec.InFlightUntilMs = f.Now + (f.Provider.Timeout + margin).Milliseconds()
 		rec.Adapter = f.Adapter
 		rec.UpdatedAtMs = f.Now
 		return Decision{Writes: journal.Writes{Record: &rec}, Call: CallProvider}
@@ -177,6 +205,22 @@ func Step(f Facts, r Rules) Decision {
 	}
 	// Step 5: the receipt, synced; then the outcome.
 	return finish(f, rec, MapDispatch(f.Reply, f.CallErr), "dispatch", r)
+}
+
+// LeaseWait is how long a processor (instance id self) that finds rec in
+// flight without a receipt waits before looking again, at nowMs: 0 when it
+// may declare the dispatch interrupted — the record is its own (written by
+// it before a restart: nothing of that run is still calling; or by this
+// run, whose call ended without a receipt, since the fingerprint's lock
+// excludes a concurrent call), predates leases, or its lease has ended.
+// Otherwise the writer may be in the call right now: a quarter of the
+// lease's rest, between 250ms and 5s, and never past its end.
+func LeaseWait(rec journal.Record, self string, nowMs int64) time.Duration {
+	if rec.InFlightBy == "" || rec.InFlightBy == self || nowMs >= rec.InFlightUntilMs {
+		return 0
+	}
+	left := time.Duration(rec.InFlightUntilMs-nowMs) * time.Millisecond
+	return min(max(left/4, 250*time.Millisecond), 5*time.Second, left+time.Millisecond)
 }
 
 // finish settles verdict v as the fingerprint's receipt, with its first

@@ -126,6 +126,35 @@ func TestStep(t *testing.T) {
 		}), want{record: journal.StateDone, receipt: schema.StatusFailedBeforeDispatch, kind: schema.KindFailedBeforeDispatch, code: schema.CodeAdapterUnavailable, proposals: 1}},
 		{"giving up in flight", facts(func(f *Facts) { f.GivingUp, f.Record.State, f.Found = true, journal.StateInFlight, true }),
 			want{record: journal.StateDone, receipt: schema.StatusReconciliationRequired, kind: schema.KindReconciliationRequired, code: schema.CodeDispatchInterrupted, timer: true, indet: 1, proposals: 1}},
+
+		// More than one processor (SPEC §6).
+		{"1: a receipt, the proposal on it already: nothing to write", facts(func(f *Facts) {
+			f.Record, f.Found = settled(schema.StatusConfirmed), true
+			f.Record.AddProposal(f.Env.Ref())
+		}), want{kind: schema.KindConfirmed}},
+		{"2: in flight at another processor, its lease running: wait, write nothing", facts(func(f *Facts) {
+			f.Record.State, f.Found, f.Self = journal.StateInFlight, true, "p_me"
+			f.Record.InFlightBy, f.Record.InFlightUntilMs = "p_other", now+10_000
+		}), want{retry: true}},
+		{"2: in flight at another processor, its lease ended", facts(func(f *Facts) {
+			f.Record.State, f.Found, f.Self = journal.StateInFlight, true, "p_me"
+			f.Record.InFlightBy, f.Record.InFlightUntilMs = "p_other", now
+		}), want{record: journal.StateDone, receipt: schema.StatusReconciliationRequired, kind: schema.KindReconciliationRequired,
+			code: schema.CodeDispatchInterrupted, timer: true, indet: 1, proposals: 1}},
+		{"2: in flight by this processor before a restart, its lease running", facts(func(f *Facts) {
+			f.Record.State, f.Found, f.Self = journal.StateInFlight, true, "p_me"
+			f.Record.InFlightBy, f.Record.InFlightUntilMs = "p_me", now+10_000
+		}), want{record: journal.StateDone, receipt: schema.StatusReconciliationRequired, kind: schema.KindReconciliationRequired,
+			code: schema.CodeDispatchInterrupted, timer: true, indet: 1, proposals: 1}},
+		{"2: giving up during another processor's lease", facts(func(f *Facts) {
+			f.Record.State, f.Found, f.Self, f.GivingUp = journal.StateInFlight, true, "p_me", true
+			f.Record.InFlightBy, f.Record.InFlightUntilMs = "p_other", now+10_000
+		}), want{record: journal.StateDone, receipt: schema.StatusReconciliationRequired, kind: schema.KindReconciliationRequired,
+			code: schema.CodeDispatchInterrupted, timer: true, indet: 1, proposals: 1}},
+		{"5: the reply came after another processor recorded the intent: its receipt stands", facts(func(f *Facts) {
+			f.Record, f.Found = settled(schema.StatusReconciliationRequired), true
+			f.Dispatched, f.Reply = true, schema.AdapterReply{Outcome: "confirmed"}
+		}), want{record: journal.StateDone, kind: schema.KindReconciliationRequired, proposals: 2}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -164,6 +193,37 @@ func TestStep(t *testing.T) {
 				t.Errorf("poll on %s", w.Timer.Subject)
 			}
 		})
+	}
+}
+
+// The in-flight record names its writer and its lease: the provider's
+// timeout and the margin from the moment it is written.
+func TestInFlightLease(t *testing.T) {
+	f := facts(func(f *Facts) { f.Self, f.Provider.Timeout = "p_me", 10*time.Second })
+	d := Step(f, rules)
+	if d.Call != CallProvider || d.Writes.Record.InFlightBy != "p_me" || d.Writes.Record.InFlightUntilMs != now+15_000 {
+		t.Fatalf("in-flight record %+v", d.Writes.Record)
+	}
+	r := rules
+	r.LeaseMargin = time.Second
+	if d := Step(f, r); d.Writes.Record.InFlightUntilMs != now+11_000 {
+		t.Errorf("lease with a 1s margin ends at %d", d.Writes.Record.InFlightUntilMs-now)
+	}
+	// Waiting for another's lease: a quarter of the rest, at least 250ms,
+	// at most 5s, never past its end.
+	rec := d.Writes.Record
+	for _, c := range []struct {
+		left, want time.Duration
+	}{{time.Minute, 5 * time.Second}, {8 * time.Second, 2 * time.Second}, {time.Second, 250 * time.Millisecond}, {100 * time.Millisecond, 101 * time.Millisecond}, {0, 0}} {
+		if got := LeaseWait(*rec, "p_other", rec.InFlightUntilMs-c.left.Milliseconds()); got != c.want {
+			t.Errorf("%s before the lease ends: wait %s, want %s", c.left, got, c.want)
+		}
+	}
+	if got := LeaseWait(*rec, "p_me", now); got != 0 {
+		t.Errorf("the writer waits for its own lease: %s", got)
+	}
+	if got := LeaseWait(journal.Record{State: journal.StateInFlight}, "p_me", now); got != 0 {
+		t.Errorf("a record without a writer waits: %s", got)
 	}
 }
 

@@ -118,25 +118,37 @@ func (s *Stage) GiveUp(ctx context.Context, in *stages.Input, cause error) (stag
 	return s.run(ctx, tr, false)
 }
 
-// run is the shell around Step.
+// maxConflicts bounds how often one trigger reloads the journal after
+// another writer changed it; then the trigger is redelivered.
+const maxConflicts = 8
+
+// run is the shell around Step. On a shared journal another processor may
+// change the record between Load and Commit (ErrConflict: nothing of the
+// commit took effect): run loads again and steps again, keeping the
+// provider's answer if it was asked — it is never asked twice.
 func (s *Stage) run(ctx context.Context, tr journal.Trigger, mayQuery bool) (stages.Result, error) {
 	fp := tr.Fingerprint
 	unlock := s.Journal.Lock(fp)
 	defer unlock()
-	rec, found, err := s.Journal.Load(fp)
-	if err != nil {
-		return stages.Result{}, fmt.Errorf("reconciliation: %w", err)
-	}
-	f := Facts{Trigger: tr, Record: rec, Found: found, Now: stages.NowMs(s.Clock), MayQuery: mayQuery}
-	if found && !tr.Announce && tr.Attempt == rec.ReconcileAttempt {
-		if f.Checkpoint, f.CheckpointFound, err = s.Journal.Attempt(fp, journal.AttemptID(fp, tr.Attempt)); err != nil {
-			return stages.Result{}, fmt.Errorf("reconciliation: read attempt: %w", err)
-		}
+	f := Facts{Trigger: tr, MayQuery: mayQuery}
+	if err := s.load(&f); err != nil {
+		return stages.Result{}, err
 	}
 	r := s.rules()
+	conflicts := 0
 	for {
 		d := Step(f, r)
+		if d.Call && f.Queried {
+			return stages.Result{}, fmt.Errorf("reconciliation: a step asked to query twice: %w", stages.ErrPermanent)
+		}
 		if err := s.Journal.Commit(fp, d.Writes); err != nil {
+			if errors.Is(err, journal.ErrConflict) && conflicts < maxConflicts {
+				conflicts++
+				if err := s.load(&f); err != nil {
+					return stages.Result{}, err
+				}
+				continue
+			}
 			// Nothing changed on disk; a redelivery finds the attempt
 			// started and unfinished and records it without asking again.
 			return stages.Result{}, fmt.Errorf("reconciliation: %w", err)
@@ -151,6 +163,32 @@ func (s *Stage) run(ctx context.Context, tr journal.Trigger, mayQuery bool) (sta
 		fault.Hit(fault.ReconcileAfterReply)
 		f.Now = stages.NowMs(s.Clock)
 	}
+}
+
+// load reads what Step decides from: the record, and the checkpoints of
+// the trigger's attempt (when it is the record's current one) and of the
+// attempt before it (when the trigger is the next one).
+func (s *Stage) load(f *Facts) error {
+	fp, n := f.Trigger.Fingerprint, f.Trigger.Attempt
+	rec, found, err := s.Journal.Load(fp)
+	if err != nil {
+		return fmt.Errorf("reconciliation: %w", err)
+	}
+	f.Record, f.Found, f.Now = rec, found, stages.NowMs(s.Clock)
+	f.Checkpoint, f.CheckpointFound, f.Previous, f.PreviousFound = journal.Attempt{}, false, journal.Attempt{}, false
+	if !found || f.Trigger.Announce {
+		return nil
+	}
+	switch {
+	case n == rec.ReconcileAttempt:
+		f.Checkpoint, f.CheckpointFound, err = s.Journal.Attempt(fp, journal.AttemptID(fp, n))
+	case n == rec.ReconcileAttempt+1 && rec.ReconcileAttempt > 0:
+		f.Previous, f.PreviousFound, err = s.Journal.Attempt(fp, journal.AttemptID(fp, rec.ReconcileAttempt))
+	}
+	if err != nil {
+		return fmt.Errorf("reconciliation: read attempt: %w", err)
+	}
+	return nil
 }
 
 // query asks the provider, read-only, what became of the intent.
@@ -176,7 +214,7 @@ func (s *Stage) result(d Decision) stages.Result {
 	if d.Note != "" {
 		s.log().Debug("reconciliation trigger: nothing to do", "why", d.Note)
 	}
-	res := stages.Result{Outcomes: d.Outcomes, Events: d.Events}
+	res := stages.Result{Outcomes: d.Outcomes, Events: d.Events, RetryAfter: d.Retry}
 	if v, rc := d.Verdict, d.Writes.Receipt; v != nil && rc != nil {
 		s.Metrics.ReconcileAttempts.WithLabelValues(rc.Provider, v.AttemptStatus).Inc()
 		s.log().Info("reconciliation recorded", "fingerprint", rc.Fingerprint, "attempt_id", d.Writes.Attempt.AttemptID,
@@ -251,25 +289,37 @@ func (s *Stage) Resolve(fp string, present bool, evidenceRef, operator string) (
 	}
 	unlock := s.Journal.Lock(fp)
 	defer unlock()
-	rec, found, err := s.Journal.Load(fp)
-	if err != nil {
-		return Resolution{}, fmt.Errorf("reconciliation: %w", err)
-	}
-	if !found || rec.Receipt == nil {
-		return Resolution{}, ErrNotFound
-	}
-	if rec.Receipt.Status != schema.StatusReconciliationRequired {
-		return Resolution{}, fmt.Errorf("%w: its latest receipt is %s", ErrNotIndeterminate, rec.Receipt.Status)
-	}
-	now := stages.NowMs(s.Clock)
-	prev := rec.Receipt
-	v := Operator(prev, present, evidenceRef, operator)
-	link := &schema.ReceiptReconcileRef{AttemptID: journal.OperatorAttemptID(fp), PreviousReceiptID: prev.ReceiptID, Operator: operator}
-	r := rec.Settle(v.Verdict, OperatorStep, link, nil, now)
-	rec.ReconcileNextAtMs = 0
-	t := journal.AnnounceTimer(s.Route.Timer(journal.Hex(fp)), fp, OperatorStep, now)
-	if err := s.Journal.Commit(fp, journal.Writes{Record: &rec, Receipt: &r, Timer: &t, Indeterminate: -1}); err != nil {
-		return Resolution{}, fmt.Errorf("reconciliation: record resolution: %w", err)
+	var rec journal.Record
+	var r schema.Receipt
+	for conflicts := 0; ; conflicts++ {
+		var found bool
+		var err error
+		rec, found, err = s.Journal.Load(fp)
+		if err != nil {
+			return Resolution{}, fmt.Errorf("reconciliation: %w", err)
+		}
+		if !found || rec.Receipt == nil {
+			return Resolution{}, ErrNotFound
+		}
+		if rec.Receipt.Status != schema.StatusReconciliationRequired {
+			return Resolution{}, fmt.Errorf("%w: its latest receipt is %s", ErrNotIndeterminate, rec.Receipt.Status)
+		}
+		now := stages.NowMs(s.Clock)
+		prev := rec.Receipt
+		v := Operator(prev, present, evidenceRef, operator)
+		link := &schema.ReceiptReconcileRef{AttemptID: journal.OperatorAttemptID(fp), PreviousReceiptID: prev.ReceiptID, Operator: operator}
+		r = rec.Settle(v.Verdict, OperatorStep, link, nil, now)
+		rec.ReconcileNextAtMs = 0
+		t := journal.AnnounceTimer(s.Route.Timer(journal.Hex(fp)), fp, OperatorStep, now)
+		err = s.Journal.Commit(fp, journal.Writes{Record: &rec, Receipt: &r, Timer: &t, Indeterminate: -1})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, journal.ErrConflict) || conflicts >= maxConflicts {
+			return Resolution{}, fmt.Errorf("reconciliation: record resolution: %w", err)
+		}
+		// A poll or a dispatch of the intent changed it meanwhile (on
+		// another processor): judge again on what it holds now.
 	}
 	s.log().Info("operator resolved an indeterminate action", "fingerprint", fp, "status", r.Status, "receipt_id", r.ReceiptID, "operator", operator)
 	return Resolution{Receipt: r, OutcomeKind: rec.Latest.Kind, Proposals: slices.Clone(rec.Proposals)}, nil

@@ -41,7 +41,11 @@ type Facts struct {
 	// record's current attempt; CheckpointFound whether it exists.
 	Checkpoint      journal.Attempt
 	CheckpointFound bool
-	Now             int64
+	// Previous is the checkpoint of the record's current attempt when
+	// Trigger.Attempt is the next one (PreviousFound whether it exists).
+	Previous      journal.Attempt
+	PreviousFound bool
+	Now           int64
 	// MayQuery is false when the runner gave up on the trigger: record the
 	// attempt without asking the provider.
 	MayQuery bool
@@ -72,18 +76,40 @@ type Decision struct {
 	Verdict *Verdict
 	// Note is a value-free reason when the step does nothing.
 	Note string
+	// Retry > 0 asks to see the trigger again after this wait: it came
+	// before the journal step that armed it was recorded (a shared
+	// journal arms a timer before its commit).
+	Retry time.Duration
 }
 
 // Step decides one trigger: an announcement republishes the latest
 // outcome; poll n asks the provider once (checkpoint first), records an
 // attempt found started and never finished without asking again, and
 // ignores stale or settled triggers.
+//
+// On a shared journal a poll is armed before the commit it belongs to, so
+// it can arrive before that commit is visible — or without it ever
+// happening (the commit lost its compare-and-set, or its processor died
+// and the step's redelivery commits and arms it again). A poll that comes
+// while the dispatch is still in flight, or while the attempt before it is
+// unfinished, is seen again later instead of being dropped or starting a
+// second attempt beside the first. Neither happens on a single node, where
+// a timer is committed with its step.
 func Step(f Facts, r Rules) Decision {
 	rec := f.Record
 	if !f.Found || rec.Receipt == nil {
+		if f.Found && rec.State == journal.StateInFlight && !f.Trigger.Announce {
+			return Decision{Note: "dispatch not recorded yet", Retry: r.early(rec, f.Now)}
+		}
 		return Decision{Note: "trigger for a fingerprint without a receipt"}
 	}
 	if f.Trigger.Announce {
+		if rec.Resolution != journal.ResolvedByOperator {
+			// Only an operator's settlement is announced, and it is not
+			// recorded yet (or its commit lost to a poll that settled the
+			// effect first: the retries end, the poll's outcome stands).
+			return Decision{Note: "settlement not recorded yet", Retry: r.early(rec, f.Now)}
+		}
 		var events []schema.Incident
 		if rc := rec.Receipt; rec.Resolution == journal.ResolvedByOperator && rc.Reconciliation != nil &&
 			rc.Reconciliation.AttemptID == journal.OperatorAttemptID(rec.Fingerprint) {
@@ -94,10 +120,10 @@ func Step(f Facts, r Rules) Decision {
 	n := f.Trigger.Attempt
 	id := journal.AttemptID(rec.Fingerprint, n)
 	switch {
-	case n == rec.ReconcileAttempt && f.CheckpointFound && f.Checkpoint.Status != "":
+	case n == rec.ReconcileAttempt && finished(rec, f.Checkpoint, f.CheckpointFound, id):
 		// Finished: its receipt is on disk. If it is still the latest, its
 		// outcomes may not have gone out (a crash before the ack).
-		if rc := rec.Receipt; rc.Reconciliation != nil && rc.Reconciliation.AttemptID == id {
+		if latest(rec, id) {
 			return Decision{Outcomes: rec.Outcomes(f.Now), Activity: true}
 		}
 		return Decision{Note: "attempt finished before"}
@@ -111,6 +137,12 @@ func Step(f Facts, r Rules) Decision {
 			cp = journal.Attempt{AttemptID: id, Number: n, StartedAtMs: f.Now}
 		}
 		return finish(f, rec, cp, Replayed(rec.Receipt, n, r.MaxAttempts), r)
+	case n == rec.ReconcileAttempt+1 && rec.NeedsWork() && rec.ReconcileAttempt > 0 &&
+		!finished(rec, f.Previous, f.PreviousFound, journal.AttemptID(rec.Fingerprint, rec.ReconcileAttempt)):
+		// Armed by the attempt before, whose result is not recorded yet.
+		return Decision{Note: "previous attempt unfinished", Retry: r.early(rec, f.Now)}
+	case n == rec.ReconcileAttempt+1 && rec.NeedsWork() && f.Queried:
+		return Decision{Note: "queried already"} // never twice; unreachable by construction
 	case n == rec.ReconcileAttempt+1 && rec.NeedsWork():
 		cp := journal.Attempt{AttemptID: id, Number: n, StartedAtMs: f.Now}
 		rec.ReconcileAttempt, rec.UpdatedAtMs = n, f.Now
@@ -123,6 +155,32 @@ func Step(f Facts, r Rules) Decision {
 		return finish(f, rec, cp, Decide(rec.Receipt, f.Reply, f.CallErr, n, r.MaxAttempts), r)
 	}
 	return Decision{Note: "stale trigger"}
+}
+
+// finished reports whether attempt id's result is recorded: its checkpoint
+// says so, or the record's latest receipt is its (on a shared journal the
+// record is committed first and the checkpoint after it).
+func finished(rec journal.Record, cp journal.Attempt, found bool, id string) bool {
+	return (found && cp.Status != "") || latest(rec, id)
+}
+
+// latest reports whether the record's latest receipt is attempt id's.
+func latest(rec journal.Record, id string) bool {
+	rc := rec.Receipt
+	return rc != nil && rc.Reconciliation != nil && rc.Reconciliation.AttemptID == id
+}
+
+// early is the wait before looking again at a trigger that came before
+// the journal step that armed it was recorded: a quarter of the time the
+// record has stood still, at least one interval (between 250ms and 5s),
+// at most 30s. The step it waits for may take long to be recorded — a
+// commit whose outcome was unknown during an outage is learned only when
+// its input is redelivered — so the waits grow, and the runner's bounded
+// retries cover many minutes, not a few seconds.
+func (r Rules) early(rec journal.Record, nowMs int64) time.Duration {
+	base := min(max(r.Interval, 250*time.Millisecond), 5*time.Second)
+	still := time.Duration(nowMs-rec.UpdatedAtMs) * time.Millisecond
+	return min(max(still/4, base), 30*time.Second)
 }
 
 // finish records an attempt's verdict: the attempt finished, the new

@@ -41,6 +41,7 @@ func TestStep(t *testing.T) {
 		receipt  schema.Status
 		outcomes int
 		note     string
+		retry    bool
 	}{
 		{name: "unknown fingerprint", f: reconciliation.Facts{Trigger: trigger(1)}, note: "trigger for a fingerprint without a receipt"},
 		{name: "first poll checkpoints, then calls", f: reconciliation.Facts{Trigger: trigger(1), Record: waiting(rc, 0), Found: true, MayQuery: true, Now: 1000}, call: true},
@@ -51,13 +52,32 @@ func TestStep(t *testing.T) {
 		{name: "runner gave up: recorded without asking", f: reconciliation.Facts{Trigger: trigger(1), Record: waiting(rc, 0), Found: true, Now: 1000}, receipt: rc, outcomes: 2},
 		{name: "finished before: nothing new", f: reconciliation.Facts{Trigger: trigger(1), Record: waiting(rc, 1), Found: true, Checkpoint: finished, CheckpointFound: true}, note: "attempt finished before"},
 		{name: "stale trigger", f: reconciliation.Facts{Trigger: trigger(5), Record: waiting(rc, 1), Found: true, MayQuery: true}, note: "stale trigger"},
-		{name: "announcement republishes", f: reconciliation.Facts{Trigger: journal.Trigger{Fingerprint: fpA, Announce: true}, Record: waiting(rc, 1), Found: true}, outcomes: 2},
+		{name: "announcement republishes", f: reconciliation.Facts{Trigger: journal.Trigger{Fingerprint: fpA, Announce: true}, Record: resolved(), Found: true}, outcomes: 2},
+		{name: "an announcement before its settlement: later", f: reconciliation.Facts{Trigger: journal.Trigger{Fingerprint: fpA, Announce: true}, Record: waiting(rc, 1), Found: true},
+			note: "settlement not recorded yet", retry: true},
+
+		// A shared journal arms a poll before the commit it belongs to.
+		{name: "a poll before its dispatch's receipt: later", f: reconciliation.Facts{Trigger: trigger(1), Record: inFlight(), Found: true, MayQuery: true},
+			note: "dispatch not recorded yet", retry: true},
+		{name: "a poll while the attempt before is unfinished: later", f: reconciliation.Facts{Trigger: trigger(2), Record: waiting(rc, 1), Found: true,
+			Previous: started, PreviousFound: true, MayQuery: true}, note: "previous attempt unfinished", retry: true},
+		{name: "a poll after a finished attempt", f: reconciliation.Facts{Trigger: trigger(2), Record: waiting(rc, 1), Found: true,
+			Previous: finished, PreviousFound: true, MayQuery: true}, call: true},
+		{name: "a poll after an attempt whose receipt is recorded, its checkpoint not yet", f: reconciliation.Facts{Trigger: trigger(2), Record: settledBy(1), Found: true,
+			Previous: started, PreviousFound: true, MayQuery: true}, call: true},
+		{name: "an attempt recorded before its checkpoint: republished, never replayed", f: reconciliation.Facts{Trigger: trigger(1), Record: settledBy(1), Found: true,
+			Checkpoint: started, CheckpointFound: true, MayQuery: true}, outcomes: 2},
+		{name: "queried already: never again", f: reconciliation.Facts{Trigger: trigger(1), Record: waiting(rc, 0), Found: true, MayQuery: true, Queried: true},
+			note: "queried already"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			d := reconciliation.Step(c.f, rules())
-			if d.Call != c.call || d.Note != c.note || len(d.Outcomes) != c.outcomes {
+			if d.Call != c.call || d.Note != c.note || len(d.Outcomes) != c.outcomes || (d.Retry > 0) != c.retry {
 				t.Fatalf("decision = %+v", d)
+			}
+			if d.Retry > 0 && (!d.Writes.Empty() || d.Retry != time.Second) {
+				t.Errorf("a retry with writes, or after %s", d.Retry)
 			}
 			if (d.Writes.Receipt != nil) != (c.receipt != "") || (d.Writes.Receipt != nil && d.Writes.Receipt.Status != c.receipt) {
 				t.Fatalf("receipt = %+v", d.Writes.Receipt)
@@ -67,6 +87,45 @@ func TestStep(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A trigger that came before its step was recorded looks again later,
+// the later the longer the record has stood still.
+func TestEarlyTriggerWaitsGrow(t *testing.T) {
+	f := reconciliation.Facts{Trigger: journal.Trigger{Fingerprint: fpA, Attempt: 1}, Record: inFlight(), Found: true, MayQuery: true}
+	for _, c := range []struct {
+		still time.Duration
+		want  time.Duration
+	}{{0, time.Second}, {8 * time.Second, 2 * time.Second}, {time.Minute, 15 * time.Second}, {time.Hour, 30 * time.Second}} {
+		f.Now = f.Record.UpdatedAtMs + c.still.Milliseconds()
+		if d := reconciliation.Step(f, rules()); d.Retry != c.want {
+			t.Errorf("record still for %s: retry after %s, want %s", c.still, d.Retry, c.want)
+		}
+	}
+}
+
+// resolved is a record an operator settled.
+func resolved() journal.Record {
+	rec := waiting(schema.StatusReconciliationRequired, 1)
+	rec.Resolution = journal.ResolvedByOperator
+	return rec
+}
+
+// inFlight is fpA's record while its dispatch is in the provider call.
+func inFlight() journal.Record {
+	rec := waiting(schema.StatusReconciliationRequired, 0)
+	rec.Receipt, rec.ReceiptSeq, rec.State = nil, 0, journal.StateInFlight
+	return rec
+}
+
+// settledBy is a record whose latest receipt is attempt n's, still to be
+// reconciled further.
+func settledBy(n int) journal.Record {
+	rec := waiting(schema.StatusReconciliationRequired, n)
+	rc := *rec.Receipt
+	rc.Reconciliation = &schema.ReceiptReconcileRef{AttemptID: journal.AttemptID(fpA, n), PreviousReceiptID: "rcpt_x"}
+	rec.Receipt = &rc
+	return rec
 }
 
 // TestStepLinksAndSchedules checks what a finished attempt writes: a new

@@ -1,11 +1,20 @@
 // Package journaltest is the conformance suite every journal.Store backend
-// passes: the single-node Pebble journal and any replicated one.
+// passes: the single-node Pebble journal and the replicated one.
+//
+// Every write follows the protocol the stages follow: Lock, Load, decide,
+// Commit. The conflict cases hold for both kinds of backend: a journal
+// whose instances exclude each other with Lock (Pebble: one store, one
+// lock table) and a shared one whose Commit is a compare-and-set (two
+// processors, each with its own instance).
 package journaltest
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,15 +23,21 @@ import (
 	"github.com/portcullis/portcullis/schema"
 )
 
+// Open makes a fresh, empty journal for one subtest. another returns one
+// more instance over the same storage: what another processor sharing the
+// journal sees (for a single-node journal, another handle on the same
+// store).
+type Open func(t *testing.T) (s journal.Store, another func() journal.Store)
+
 // Run checks a Store made fresh by open for each subtest.
-func Run(t *testing.T, open func(t *testing.T) journal.Store) {
+func Run(t *testing.T, open Open) {
 	fp := "sha256:" + strings.Repeat("ab", 32)
 	other := "sha256:" + strings.Repeat("cd", 32)
 	id := journal.Identity{Fingerprint: fp, IdempotencyKey: journal.Hex(fp), Provider: "demo", Capability: "inventory.adjust",
 		Operation: "adjust_stock", Environment: "test", Referent: "sku-1"}
 
 	t.Run("empty", func(t *testing.T) {
-		s := open(t)
+		s, _ := open(t)
 		if _, found, err := s.Load(fp); found || err != nil {
 			t.Fatalf("Load of nothing: %v %v", found, err)
 		}
@@ -38,16 +53,23 @@ func Run(t *testing.T, open func(t *testing.T) journal.Store) {
 	})
 
 	t.Run("commit and read back", func(t *testing.T) {
-		s := open(t)
+		s, _ := open(t)
+		unlock := s.Lock(fp)
+		defer unlock()
+		if _, found, err := s.Load(fp); found || err != nil {
+			t.Fatalf("Load = %v %v", found, err)
+		}
 		rec := journal.New(id, "fake", 100)
 		rec.AddProposal(schema.ProposalRef{Host: "h", ProposalID: "p1"})
 		rec.AddProposal(schema.ProposalRef{Host: "h", ProposalID: "p1"})
 		rec.State, rec.DispatchAttempts, rec.InFlightAtMs = journal.StateInFlight, 1, 100
+		rec.InFlightBy, rec.InFlightUntilMs = "p_0123456789abcdef", 12100
 		if err := s.Commit(fp, journal.Writes{Record: &rec}); err != nil {
 			t.Fatal(err)
 		}
 		got, found, err := s.Load(fp)
-		if err != nil || !found || got.State != journal.StateInFlight || len(got.Proposals) != 1 || got.Identity != id {
+		if err != nil || !found || got.State != journal.StateInFlight || len(got.Proposals) != 1 || got.Identity != id ||
+			got.InFlightBy != rec.InFlightBy || got.InFlightUntilMs != rec.InFlightUntilMs {
 			t.Fatalf("Load = %+v %v %v", got, found, err)
 		}
 		// Two receipts, each appended with the record that numbers it.
@@ -87,7 +109,7 @@ func Run(t *testing.T, open func(t *testing.T) journal.Store) {
 	})
 
 	t.Run("ended proposals", func(t *testing.T) {
-		s := open(t)
+		s, _ := open(t)
 		ref := schema.ProposalRef{Host: "h", ProposalID: "p9"}
 		e := kv.Ended{Phase: schema.PhaseAuthorization, Code: schema.CodeGrantExpired, AtMs: 5}
 		if err := s.Commit(fp, journal.Writes{Ended: &journal.EndedProposal{Ref: ref, Ended: e}}); err != nil {
@@ -105,7 +127,7 @@ func Run(t *testing.T, open func(t *testing.T) journal.Store) {
 	})
 
 	t.Run("inconsistent writes are refused whole", func(t *testing.T) {
-		s := open(t)
+		s, _ := open(t)
 		rec := journal.New(id, "fake", 1)
 		rc := schema.Receipt{Fingerprint: fp}
 		for _, w := range []journal.Writes{
@@ -123,7 +145,7 @@ func Run(t *testing.T, open func(t *testing.T) journal.Store) {
 	})
 
 	t.Run("lock excludes", func(t *testing.T) {
-		s := open(t)
+		s, _ := open(t)
 		unlock := s.Lock(fp)
 		var wg sync.WaitGroup
 		got := make(chan string, 2)
@@ -150,5 +172,177 @@ func Run(t *testing.T, open func(t *testing.T) journal.Store) {
 			t.Fatal(v)
 		}
 		wg.Wait()
+	})
+
+	t.Run("racing first writers: exactly one wins", func(t *testing.T) {
+		s, another := open(t)
+		stores := []journal.Store{s, another(), another()}
+		const n = 9
+		var wins, conflicts atomic.Int32
+		winner := make(chan string, n)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range n {
+			st := stores[i%len(stores)]
+			wg.Go(func() {
+				<-start
+				unlock := st.Lock(fp)
+				defer unlock()
+				_, found, err := st.Load(fp)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if found {
+					return // a writer before this one committed, and this one saw it
+				}
+				rec := journal.New(id, "fake", 100)
+				rec.AddProposal(schema.ProposalRef{Host: "h", ProposalID: fmt.Sprintf("p%d", i)})
+				rec.State, rec.DispatchAttempts, rec.InFlightAtMs, rec.InFlightBy = journal.StateInFlight, 1, 100, fmt.Sprintf("w%d", i)
+				switch err := st.Commit(fp, journal.Writes{Record: &rec}); {
+				case err == nil:
+					wins.Add(1)
+					winner <- rec.InFlightBy
+				case errors.Is(err, journal.ErrConflict):
+					conflicts.Add(1)
+				default:
+					t.Error(err)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if wins.Load() != 1 {
+			t.Fatalf("%d writers that found no record committed one (%d conflicts), want exactly 1", wins.Load(), conflicts.Load())
+		}
+		got, found, err := another().Load(fp)
+		if w := <-winner; err != nil || !found || got.InFlightBy != w {
+			t.Fatalf("record %+v %v %v, want the winner %s's", got, found, err, w)
+		}
+	})
+
+	t.Run("a commit on a stale load loses, whole", func(t *testing.T) {
+		s, another := open(t)
+		b := another()
+		pA, pB := schema.ProposalRef{Host: "h", ProposalID: "pa"}, schema.ProposalRef{Host: "h", ProposalID: "pb"}
+		func() {
+			unlock := s.Lock(fp)
+			defer unlock()
+			if _, _, err := s.Load(fp); err != nil {
+				t.Fatal(err)
+			}
+			rec := journal.New(id, "fake", 100)
+			rec.State, rec.DispatchAttempts, rec.InFlightAtMs = journal.StateInFlight, 1, 100
+			if err := s.Commit(fp, journal.Writes{Record: &rec}); err != nil {
+				t.Fatal(err)
+			}
+		}()
+
+		unlock := s.Lock(fp)
+		locked := true
+		defer func() {
+			if locked {
+				unlock()
+			}
+		}()
+		recA, _, err := s.Load(fp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bDone := make(chan error, 1)
+		go func() {
+			u := b.Lock(fp)
+			defer u()
+			recB, _, err := b.Load(fp)
+			if err != nil {
+				bDone <- err
+				return
+			}
+			recB.AddProposal(pB)
+			bDone <- b.Commit(fp, journal.Writes{Record: &recB})
+		}()
+		// A settles the dispatch on what it loaded: a receipt, a started
+		// attempt, the index.
+		recA.AddProposal(pA)
+		rc := recA.Settle(journal.Verdict{Status: schema.StatusReconciliationRequired, NextAction: schema.NextReconcile, Attempted: true}, "dispatch", nil, nil, 200)
+		cp := journal.Attempt{AttemptID: journal.AttemptID(fp, 1), Number: 1, StartedAtMs: 200}
+		wA := journal.Writes{Record: &recA, Receipt: &rc, Attempt: &cp, Indeterminate: 1, SinceMs: 200}
+		select {
+		case err := <-bDone:
+			// B did not wait for A's Lock: a shared journal. A's load is
+			// stale, and none of A's commit may take effect.
+			if err != nil {
+				t.Fatalf("B's commit: %v", err)
+			}
+			if err := s.Commit(fp, wA); !errors.Is(err, journal.ErrConflict) {
+				t.Fatalf("commit on a stale load = %v, want ErrConflict", err)
+			}
+			if got, _, _ := b.Load(fp); got.Receipt != nil || len(got.Proposals) != 1 || got.Proposals[0] != pB {
+				t.Fatalf("after the stale commit the record is %+v", got)
+			}
+			if rs, err := b.Receipts(fp); err != nil || len(rs) != 0 {
+				t.Errorf("the stale commit's receipt is in the history: %+v %v", rs, err)
+			}
+			if _, found, err := b.Attempt(fp, cp.AttemptID); err != nil || found {
+				t.Errorf("the stale commit's attempt is recorded: %v %v", found, err)
+			}
+			if idx, err := b.Indeterminates(); err != nil || len(idx) != 0 {
+				t.Errorf("the stale commit's fingerprint is listed indeterminate: %+v %v", idx, err)
+			}
+			// Load again, decide again, commit.
+			if recA, _, err = s.Load(fp); err != nil {
+				t.Fatal(err)
+			}
+			recA.AddProposal(pA)
+			rc = recA.Settle(journal.Verdict{Status: schema.StatusReconciliationRequired, NextAction: schema.NextReconcile, Attempted: true}, "dispatch", nil, nil, 200)
+			if err := s.Commit(fp, journal.Writes{Record: &recA, Receipt: &rc, Attempt: &cp, Indeterminate: 1, SinceMs: 200}); err != nil {
+				t.Fatalf("commit after loading again: %v", err)
+			}
+			unlock()
+			locked = false
+		case <-time.After(time.Second):
+			// B waits for A's Lock: a journal whose instances exclude
+			// each other. A's load cannot be stale.
+			if err := s.Commit(fp, wA); err != nil {
+				t.Fatal(err)
+			}
+			unlock()
+			locked = false
+			if err := <-bDone; err != nil {
+				t.Fatalf("B's commit after A's: %v", err)
+			}
+		}
+		got, _, err := another().Load(fp)
+		if err != nil || !slices.Contains(got.Proposals, pA) || !slices.Contains(got.Proposals, pB) || got.Receipt == nil {
+			t.Fatalf("an update was lost: %+v %v", got, err)
+		}
+		if rs, err := another().Receipts(fp); err != nil || len(rs) != 1 || rs[0].ReceiptID != got.Receipt.ReceiptID {
+			t.Errorf("Receipts = %+v %v", rs, err)
+		}
+		if idx, err := another().Indeterminates(); err != nil || len(idx) != 1 {
+			t.Errorf("Indeterminates = %+v %v", idx, err)
+		}
+		if _, found, err := another().Attempt(fp, cp.AttemptID); err != nil || !found {
+			t.Errorf("Attempt = %v %v", found, err)
+		}
+	})
+
+	t.Run("a commit without a load expects no record", func(t *testing.T) {
+		s, another := open(t)
+		rec := journal.New(id, "fake", 1)
+		if err := s.Commit(fp, journal.Writes{Record: &rec}); err != nil {
+			t.Fatal(err)
+		}
+		b := another()
+		unlock := b.Lock(fp)
+		defer unlock()
+		err := b.Commit(fp, journal.Writes{Record: &rec})
+		switch {
+		case errors.Is(err, journal.ErrConflict):
+		case err == nil:
+			// A single-node journal has no other writer to lose to.
+		default:
+			t.Fatal(err)
+		}
 	})
 }

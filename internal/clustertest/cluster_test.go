@@ -1,0 +1,268 @@
+// Package clustertest runs processors that share a three-server JetStream
+// cluster in process (SPEC §6): the stage consumers shared between them,
+// one NATS server stopped and brought back, stream leaders moving during
+// traffic. The SIGKILL tests of real processor binaries on a cluster are in
+// internal/crashtest.
+//
+// Every test checks the same invariants, from the far side: the fake
+// provider saw each idempotency key at most once, each reconciliation
+// attempt id at most once, and every proposal's last stored outcome is
+// terminal. Outcomes are read from the outcomes stream, not from a live
+// subscription, which misses what is published while its server is down.
+package clustertest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/portcullis/portcullis/internal/adapters"
+	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/subjects"
+	"github.com/portcullis/portcullis/testenv"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var fastReconcile = testenv.WithConfig(func(c *config.Config) { c.Reconciliation.Interval = 200 * time.Millisecond })
+
+// provider scripts the fake "demo" of env: an intent whose batch starts
+// with "unk" answers indeterminate (reconciliation settles it as
+// confirmed), every other one confirms. It counts reconcile attempt ids.
+type provider struct {
+	fake     *adapters.Fake
+	mu       sync.Mutex
+	attempts map[string]int
+}
+
+func newProvider(env *testenv.Env) *provider {
+	p := &provider{fake: env.Fakes["demo"], attempts: map[string]int{}}
+	p.fake.OnDispatch(func(_ context.Context, req schema.DispatchRequest) (schema.AdapterReply, error) {
+		if strings.Contains(string(req.Payload), `"unk`) {
+			return schema.AdapterReply{Outcome: schema.ReplyIndeterminate}, nil
+		}
+		return schema.AdapterReply{Outcome: schema.ReplyConfirmed, ProviderActionID: "fake:" + req.IdempotencyKey[:8]}, nil
+	})
+	p.fake.OnReconcile(func(_ context.Context, req schema.ReconcileRequest) (schema.AdapterReply, error) {
+		p.mu.Lock()
+		p.attempts[req.AttemptID]++
+		p.mu.Unlock()
+		return schema.AdapterReply{Outcome: schema.ReplyConfirmed, EvidenceRefs: []string{"fake:reconciled"}}, nil
+	})
+	return p
+}
+
+// check asserts the far side's invariants: each key dispatched at most
+// once, each attempt id queried at most once.
+func (p *provider) check(t *testing.T) {
+	t.Helper()
+	for key, n := range p.fake.Delivered() {
+		if n > 1 {
+			t.Errorf("idempotency key %s… dispatched %d times", key[:12], n)
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id, n := range p.attempts {
+		if n > 1 {
+			t.Errorf("reconciliation attempt %s queried %d times", id, n)
+		}
+	}
+}
+
+// proposal is a granted lumber proposal for "demo" whose intent is
+// batch's: proposals of one batch are one intent.
+func proposal(t *testing.T, id, batch string) map[string]any {
+	t.Helper()
+	p := testenv.Lumber(id)
+	testenv.Set(p, "intent.payload", map[string]any{"quantity": 20, "batch": batch, "note": payloadOnly})
+	return testenv.Granted(t, p, "sku-1001", time.Now())
+}
+
+// payloadOnly is in every proposal's payload and must be stored nowhere:
+// records are value-free.
+const payloadOnly = "payload-only-3e1f9c"
+
+// publish publishes a signed proposal, retrying (with its proposal id as
+// Nats-Msg-Id, so a retry of a stored publish is dropped) while a server
+// is down or a leader moves.
+func publish(t *testing.T, env *testenv.Env, id, batch string) {
+	t.Helper()
+	body := testenv.Body(t, proposal(t, id, batch))
+	m := nats.NewMsg(env.Subjects.Proposal(testenv.HostName))
+	m.Data = body
+	for k, v := range testenv.Sign(t, env.Host, body) {
+		m.Header[k] = v
+	}
+	m.Header.Set(jetstream.MsgIDHeader, "test/"+id)
+	testenv.Retry(t, func(ctx context.Context) error {
+		_, err := env.JS.PublishMsg(ctx, m)
+		return err
+	})
+}
+
+// terminal waits until the last stored outcome of each proposal is
+// terminal and returns them.
+func terminal(t *testing.T, env *testenv.Env, ids []string) map[string]schema.Outcome {
+	t.Helper()
+	out := map[string]schema.Outcome{}
+	deadline := time.Now().Add(60 * time.Second)
+	for _, id := range ids {
+		subject := env.Subjects.Outcome(testenv.HostName, id)
+		for {
+			var o schema.Outcome
+			ctx, cancel := context.WithTimeout(context.Background(), testenv.APITimeout)
+			st, err := env.JS.Stream(ctx, env.Subjects.OutcomesStream())
+			var m *jetstream.RawStreamMsg
+			if err == nil {
+				m, err = st.GetLastMsgForSubject(ctx, subject)
+			}
+			cancel()
+			if err == nil {
+				if err := schema.Decode(m.Data, &o); err != nil {
+					t.Fatalf("outcome of %s: %v", id, err)
+				}
+				if o.Terminal {
+					out[id] = o
+					break
+				}
+			} else if !errors.Is(err, jetstream.ErrMsgNotFound) && !errors.Is(err, context.DeadlineExceeded) {
+				t.Logf("reading the outcome of %s: %v", id, err)
+			}
+			if time.Now().After(deadline) {
+				dumpLogs(t, env)
+				t.Fatalf("%s: no terminal outcome within 60s (last: %+v)", id, o)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return out
+}
+
+// instances are the processors AddProcessor started, by Env, for dumpLogs.
+var instances sync.Map // *testenv.Env → []*testenv.Instance
+
+func addProcessor(t *testing.T, env *testenv.Env, name string) *testenv.Instance {
+	in := env.AddProcessor(t, name)
+	v, _ := instances.LoadOrStore(env, &[]*testenv.Instance{})
+	l := v.(*[]*testenv.Instance)
+	*l = append(*l, in)
+	return in
+}
+
+// dumpLogs logs what the processors warned about, for a failure.
+func dumpLogs(t *testing.T, env *testenv.Env) {
+	t.Helper()
+	logs := map[string][]byte{"first": env.Logs.Bytes()}
+	if v, ok := instances.Load(env); ok {
+		for _, in := range *v.(*[]*testenv.Instance) {
+			logs[in.Name] = in.Logs.Bytes()
+		}
+	}
+	for name, b := range logs {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, `"level":"WARN"`) || strings.Contains(l, `"level":"ERROR"`) || strings.Contains(l, "reconciliation") {
+				t.Logf("%s: %s", name, l)
+			}
+		}
+	}
+}
+
+// traffic publishes n proposals named prefix-i, two per intent, every
+// third intent answered indeterminate first; it returns their ids and
+// checks, once all are terminal, that each ended confirmed.
+type traffic struct {
+	ids []string
+}
+
+func (tr *traffic) send(t *testing.T, env *testenv.Env, prefix string, n int) {
+	t.Helper()
+	for i := range n {
+		batch := fmt.Sprintf("%s-%d", prefix, i/2)
+		if (i/2)%3 == 0 {
+			batch = "unk-" + batch
+		}
+		id := fmt.Sprintf("%s-%02d", prefix, i)
+		publish(t, env, id, batch)
+		tr.ids = append(tr.ids, id)
+	}
+}
+
+func (tr *traffic) confirmed(t *testing.T, env *testenv.Env) {
+	t.Helper()
+	for id, o := range terminal(t, env, tr.ids) {
+		if o.Kind != schema.KindConfirmed {
+			t.Errorf("%s ended %s: %+v", id, o.Kind, o.Incidents)
+		}
+	}
+}
+
+// Two processors on one cluster, with NATS authentication on, share the
+// stage consumers: every proposal gets its outcome, every intent reaches
+// the provider once (both proposals of an intent may be handled by
+// different processors), and reconciliation polls — message schedules in
+// the reconciliation stream — settle the indeterminate ones, each attempt
+// once.
+func TestTwoProcessorsShareTheWork(t *testing.T) {
+	env := testenv.New(t, testenv.Clustered(), testenv.WithAuth(), fastReconcile)
+	prov := newProvider(env)
+	second := addProcessor(t, env, "second")
+	var tr traffic
+	tr.send(t, env, "share", 24)
+	tr.confirmed(t, env)
+	prov.check(t)
+	if env.Processor().InstanceID() == second.Processor().InstanceID() {
+		t.Error("two processors share an instance id")
+	}
+	env.AssertNowhere(t, payloadOnly)
+	if n := len(prov.fake.Delivered()); n != 12 {
+		t.Errorf("%d intents reached the provider, want 12", n)
+	}
+}
+
+// One NATS server of three stops while processors work, and comes back:
+// nothing is lost or repeated, and a processor started meanwhile joins.
+func TestOneServerDown(t *testing.T) {
+	env := testenv.New(t, testenv.Clustered(), fastReconcile)
+	prov := newProvider(env)
+	addProcessor(t, env, "second")
+	var tr traffic
+	tr.send(t, env, "before", 8)
+	// The server leading the journal, where every dispatch commits.
+	down := env.Cluster.StreamLeader(t, env.Account(), "KV_"+env.Subjects.JournalBucket())
+	env.Cluster.Stop(t, down)
+	tr.send(t, env, "down", 12)
+	addProcessor(t, env, "third")
+	env.Cluster.Start(t, down)
+	tr.send(t, env, "after", 8)
+	tr.confirmed(t, env)
+	prov.check(t)
+}
+
+// Stream leaders move while proposals flow: the journal's, the dispatch
+// stage's and the reconciliation stage's (where the polls are scheduled).
+func TestLeadersMoveDuringTraffic(t *testing.T) {
+	env := testenv.New(t, testenv.Clustered(), fastReconcile)
+	prov := newProvider(env)
+	addProcessor(t, env, "second")
+	var tr traffic
+	for i, stream := range []string{
+		"KV_" + env.Subjects.JournalBucket(),
+		env.Subjects.StageStream(subjects.StageDispatch),
+		env.Subjects.StageStream(subjects.StageReconciliation),
+	} {
+		tr.send(t, env, fmt.Sprintf("move%d", i), 8)
+		env.StepDownStream(t, stream)
+	}
+	tr.confirmed(t, env)
+	prov.check(t)
+}

@@ -1,0 +1,116 @@
+package engine_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/internal/engine"
+	"github.com/portcullis/portcullis/internal/journal"
+	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/subjects"
+	"github.com/portcullis/portcullis/testenv"
+)
+
+// store.journal decides the streams: a replicated journal adds its bucket
+// (reads from the leader only) and gives the reconciliation stream its
+// schedules; going back to a local journal keeps the schedules, which the
+// server cannot turn off, and the same processor starts.
+func TestJournalStreams(t *testing.T) {
+	srv := testenv.StartServer(t, "")
+	cfg := config.Defaults()
+	cfg.NATS = config.NATS{URL: srv.ClientURL(), Replicas: 1}
+	cfg.Store.Dir = t.TempDir()
+	cfg.Metrics.Listen = ""
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	subj := subjects.Default()
+	recon := func() jetstream.StreamConfig {
+		st, err := js.Stream(context.Background(), subj.StageStream(subjects.StageReconciliation))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.CachedInfo().Config
+	}
+	for _, step := range []struct {
+		journal   string
+		schedules bool
+	}{{config.JournalLocal, false}, {config.JournalReplicated, true}, {config.JournalLocal, true}, {config.JournalAuto, true}} {
+		cfg.Store.Journal = step.journal
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		p, err := engine.Start(ctx, engine.Options{Config: cfg})
+		cancel()
+		if err != nil {
+			t.Fatalf("journal %s: %v", step.journal, err)
+		}
+		if _, replicated := p.Journal().(*journal.Replicated); replicated != cfg.ReplicatedJournal() {
+			t.Errorf("journal %s: a %T", step.journal, p.Journal())
+		}
+		if c := recon(); c.AllowMsgSchedules != step.schedules || (c.Discard == jetstream.DiscardOld) != step.schedules ||
+			len(c.Subjects) != map[bool]int{false: 1, true: 2}[step.schedules] {
+			t.Errorf("journal %s: reconciliation stream %+v", step.journal, c)
+		}
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := js.Stream(context.Background(), "KV_"+subj.JournalBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := st.CachedInfo().Config; c.AllowDirect || c.Replicas != 1 {
+		t.Errorf("journal bucket %+v", c)
+	}
+}
+
+// A store that holds a local journal never starts on a replicated one,
+// which would not know the intents it dispatched.
+func TestLocalJournalIsNotLeftBehind(t *testing.T) {
+	srv := testenv.StartServer(t, "")
+	cfg := config.Defaults()
+	cfg.NATS = config.NATS{URL: srv.ClientURL(), Replicas: 1}
+	cfg.Store.Dir = t.TempDir()
+	cfg.Metrics.Listen = ""
+	st, err := kv.Open(cfg.Store.Dir, kv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := st.NewBatch()
+	b.PutIntent("sha256:"+strings.Repeat("ab", 32), map[string]string{"state": "done"})
+	if err := b.Commit(kv.Sync); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	for _, j := range []string{config.JournalAuto, config.JournalReplicated} {
+		cfg.Store.Journal = j
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		p, err := engine.Start(ctx, engine.Options{Config: cfg})
+		cancel()
+		if err == nil {
+			p.Close()
+			t.Fatalf("journal %s: started on a store with a local journal", j)
+		}
+		if !strings.Contains(err.Error(), "local dispatch journal") {
+			t.Errorf("journal %s: %v", j, err)
+		}
+	}
+	cfg.Store.Journal = config.JournalLocal
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := engine.Start(ctx, engine.Options{Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

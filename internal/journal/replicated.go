@@ -1,0 +1,669 @@
+package journal
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-json-experiment/json"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/portcullis/portcullis/internal/timers"
+	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/schema"
+)
+
+// Replicated is the journal on a JetStream KV bucket, shared by every
+// processor of a cluster (SPEC §6): what makes dispatch exactly-once
+// survives losing a processor with its store directory, or one NATS server
+// of three.
+//
+// # Keys
+//
+//	rec.<hex>               the record, in an envelope (below): the commit point
+//	rcpt.<hex>.<seq>        receipt number seq (10 digits) of the history
+//	att.<hex>.<attempt_id>  a reconciliation attempt's checkpoint
+//	ind.<hex>               since_ms, while the effect is unknown
+//	end.<sha256(host, id)>  a proposal ended at dispatch's re-check
+//
+// The bucket's stream has AllowDirect off, so that every read is served by
+// the stream's leader: a follower's direct get can be stale right after an
+// update (ENGINEERING.md measured 6–16 % under load).
+//
+// # Commit
+//
+// Commit is a compare-and-set of rec.<hex> against the revision the Load
+// under the same Lock returned (kv Update; Create when nothing was found):
+// never read-then-write. Another writer first: ErrConflict. The other keys
+// cannot join that write, so each is written where a crash before or after
+// it leaves a state a later step repairs or ignores:
+//
+//   - before the compare-and-set, what is harmless if the commit never
+//     happens: the step's timer (a timer that finds its journal not as
+//     expected is ignored, or retried if the journal is behind it) and a
+//     new indeterminate index entry (Indeterminates lists only entries whose
+//     record is indeterminate);
+//   - the compare-and-set; the envelope also holds the commit's After
+//     writes, the writer's instance id and a random commit id;
+//   - after it, the After writes: the receipt's history entry (Create),
+//     the attempt checkpoint (Create when started, so an attempt id is
+//     used once; Put when finished) and the removal of the index entry;
+//   - the next Commit of the fingerprint, by any processor, first writes
+//     the After of the version it loaded again (all idempotent), so that
+//     no version is superseded before its After is stored: a crash right
+//     after a compare-and-set loses nothing. Until then, reads fill the
+//     gap from the record: Receipts adds the record's latest receipt and
+//     Attempt the envelope's checkpoint.
+//
+// A write that times out may have been stored: Commit reads the record
+// back and recognizes its own commit id; if it cannot tell within its
+// budget it returns ErrUncertain.
+type Replicated struct {
+	kv      jetstream.KeyValue
+	js      jetstream.JetStream
+	timers  timers.Timers
+	writer  string
+	log     *slog.Logger
+	op      time.Duration
+	attempt time.Duration
+	settle  time.Duration
+
+	locks    kv.KeyedMutex
+	mu       sync.Mutex
+	sessions map[string]*session
+}
+
+var _ Store = (*Replicated)(nil)
+
+// ReplicatedOptions configure NewReplicated.
+type ReplicatedOptions struct {
+	// KV is the journal's bucket (Bind, EnsureBucket), and JS the
+	// JetStream context it was bound with (for listing keys).
+	KV jetstream.KeyValue
+	JS jetstream.JetStream
+	// Timers arms the timers commits carry (timers.Schedules).
+	Timers timers.Timers
+	// Writer is this processor's instance id, recorded with each commit.
+	Writer string
+	// Log receives value-free warnings. nil: slog.Default().
+	Log *slog.Logger
+	// OpTimeout bounds one KV operation, retries included. Default 5s.
+	OpTimeout time.Duration
+	// AttemptTimeout bounds one try of it: a request to a stream without
+	// a leader (during an election) gets no answer at all, so tries are
+	// short and repeated. Default 1s.
+	AttemptTimeout time.Duration
+	// SettleTimeout bounds how long Commit tries to learn whether a write
+	// that failed without an answer was stored. Default 15s.
+	SettleTimeout time.Duration
+}
+
+// NewReplicated returns the journal on o.KV.
+func NewReplicated(o ReplicatedOptions) *Replicated {
+	r := &Replicated{kv: o.KV, js: o.JS, timers: o.Timers, writer: o.Writer, log: o.Log, op: o.OpTimeout, attempt: o.AttemptTimeout,
+		settle: o.SettleTimeout, sessions: map[string]*session{}}
+	if r.log == nil {
+		r.log = slog.Default()
+	}
+	if r.op <= 0 {
+		r.op = 5 * time.Second
+	}
+	if r.attempt <= 0 {
+		r.attempt = time.Second
+	}
+	if r.settle <= 0 {
+		r.settle = 15 * time.Second
+	}
+	return r
+}
+
+// BucketStream is the stream of the journal's KV bucket: what nats.go's
+// CreateKeyValue makes for one value per key (the latest is all a
+// compare-and-set needs), file storage, never expiring, refusing writes
+// when full rather than dropping a record — with AllowDirect off from the
+// start, so that every read is served by the stream's leader. Creating the
+// stream directly leaves no moment in which a processor could bind a
+// handle that reads from followers (CreateOrUpdateKeyValue would also turn
+// direct gets back on).
+func BucketStream(bucket string, replicas int) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:              "KV_" + bucket,
+		Description:       "Portcullis dispatch journal: one record per intent fingerprint, receipts, reconciliation attempts",
+		Subjects:          []string{"$KV." + bucket + ".>"},
+		MaxMsgsPerSubject: 1,
+		MaxBytes:          -1,
+		MaxMsgSize:        -1,
+		MaxMsgs:           -1,
+		MaxConsumers:      -1,
+		Storage:           jetstream.FileStorage,
+		Replicas:          replicas,
+		AllowRollup:       true,
+		DenyDelete:        true,
+		Duplicates:        2 * time.Minute,
+		AllowDirect:       false,
+		Discard:           jetstream.DiscardNew,
+	}
+}
+
+// EnsureBucket creates or updates the journal bucket's stream
+// (BucketStream) and returns a handle bound to it, whose Gets go to the
+// stream's leader.
+func EnsureBucket(ctx context.Context, js jetstream.JetStream, bucket string, replicas int) (jetstream.KeyValue, error) {
+	if _, err := js.CreateOrUpdateStream(ctx, BucketStream(bucket, replicas)); err != nil {
+		return nil, fmt.Errorf("journal: bucket %s: %w", bucket, err)
+	}
+	return Bind(ctx, js, bucket)
+}
+
+// Bind returns a handle on the journal bucket, whose stream exists. It
+// refuses a stream that serves direct gets (a follower's read can be
+// stale).
+func Bind(ctx context.Context, js jetstream.JetStream, bucket string) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, bucket)
+	if err != nil {
+		return nil, fmt.Errorf("journal: bucket %s: %w", bucket, err)
+	}
+	st, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return nil, fmt.Errorf("journal: bucket %s: %w", bucket, err)
+	}
+	if st.CachedInfo().Config.AllowDirect {
+		return nil, fmt.Errorf("journal: bucket %s: its stream allows direct gets, which followers may answer stale", bucket)
+	}
+	return kv, nil
+}
+
+// stored is the value of rec.<hex>.
+type stored struct {
+	Record Record `json:"record"`
+	// Writer is the instance id of the processor that committed it, and
+	// Commit a random id of the commit: a writer whose write timed out
+	// recognizes its own.
+	Writer string `json:"writer"`
+	Commit string `json:"commit"`
+	// After are the writes that follow this version's compare-and-set.
+	After *after `json:"after,omitempty"`
+}
+
+type after struct {
+	// Receipt is the history's entry number Record.ReceiptSeq.
+	Receipt *schema.Receipt `json:"receipt,omitempty"`
+	Attempt *Attempt        `json:"attempt,omitempty"`
+	// Unindex removes the fingerprint from the indeterminate index.
+	Unindex bool `json:"unindex,omitempty"`
+}
+
+// session is what Load under one Lock remembered.
+type session struct {
+	loaded bool
+	rev    uint64  // 0: nothing was found
+	cur    *stored // the version at rev
+	// clean: this session stored cur's After itself.
+	clean bool
+}
+
+var hexPattern = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+func keyHex(fingerprint string) (string, error) {
+	h, ok := strings.CutPrefix(fingerprint, "sha256:")
+	if !ok || !hexPattern.MatchString(h) {
+		return "", fmt.Errorf("journal: not a fingerprint: %q", fingerprint)
+	}
+	return h, nil
+}
+
+func recordKey(h string) string              { return "rec." + h }
+func receiptKey(h string, seq uint64) string { return fmt.Sprintf("rcpt.%s.%010d", h, seq) }
+func attemptKey(h, id string) string         { return "att." + h + "." + id }
+func indexKey(h string) string               { return "ind." + h }
+
+func endedKey(ref schema.ProposalRef) string {
+	s := sha256.Sum256([]byte(ref.Host + "\x00" + ref.ProposalID))
+	return "end." + hex.EncodeToString(s[:])
+}
+
+// do runs an idempotent operation f, each try with an AttemptTimeout
+// context, until it succeeds, fails for another reason than JetStream not
+// answering, or OpTimeout has passed.
+func (r *Replicated) do(f func(ctx context.Context) error) error {
+	deadline := time.Now().Add(r.op)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), r.attempt)
+		err := f(ctx)
+		cancel()
+		if err == nil || !unanswered(err) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// unanswered reports an error that says JetStream did not answer (no
+// leader, an election, a server going away), not that it refused.
+func unanswered(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.Code == 503 {
+		return true
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrDisconnected) || errors.Is(err, nats.ErrConnectionReconnecting)
+}
+
+// Lock serializes this process's work on the fingerprint and starts the
+// session that remembers what Load read.
+func (r *Replicated) Lock(fingerprint string) func() {
+	unlock := r.locks.Lock(fingerprint)
+	r.mu.Lock()
+	r.sessions[fingerprint] = &session{}
+	r.mu.Unlock()
+	return func() {
+		r.mu.Lock()
+		delete(r.sessions, fingerprint)
+		r.mu.Unlock()
+		unlock()
+	}
+}
+
+func (r *Replicated) session(fingerprint string) *session {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.sessions[fingerprint]
+}
+
+// get reads and decodes a key; found is false if it does not exist.
+func (r *Replicated) get(key string, v any) (rev uint64, found bool, err error) {
+	var e jetstream.KeyValueEntry
+	err = r.do(func(ctx context.Context) (err error) {
+		e, err = r.kv.Get(ctx, key)
+		return err
+	})
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("journal: get %s: %w", key, err)
+	}
+	if err := json.Unmarshal(e.Value(), v); err != nil {
+		return 0, false, fmt.Errorf("journal: %s: %w: %w", key, kv.ErrCorrupt, err)
+	}
+	return e.Revision(), true, nil
+}
+
+func (r *Replicated) loadStored(fingerprint string) (*stored, uint64, error) {
+	h, err := keyHex(fingerprint)
+	if err != nil {
+		return nil, 0, err
+	}
+	var s stored
+	rev, found, err := r.get(recordKey(h), &s)
+	if err != nil || !found {
+		return nil, 0, err
+	}
+	return &s, rev, nil
+}
+
+// Load reads the fingerprint's record from the stream's leader.
+func (r *Replicated) Load(fingerprint string) (Record, bool, error) {
+	s, rev, err := r.loadStored(fingerprint)
+	if err != nil {
+		return Record{}, false, fmt.Errorf("journal: load: %w", err)
+	}
+	if sess := r.session(fingerprint); sess != nil {
+		r.mu.Lock()
+		// The first Load of a session is what its Commit compares with. A
+		// later Load (by this caller, or by a reader that does not hold the
+		// Lock) never moves it forward: a revision remembered too early
+		// only makes the compare-and-set fail.
+		if !sess.loaded {
+			sess.loaded, sess.rev, sess.cur, sess.clean = true, rev, s, false
+		}
+		r.mu.Unlock()
+	}
+	if s == nil {
+		return Record{}, false, nil
+	}
+	return s.Record, true, nil
+}
+
+// Commit writes w as the Replicated doc comment describes.
+func (r *Replicated) Commit(fingerprint string, w Writes) error {
+	if err := w.check(); err != nil {
+		return err
+	}
+	if w.Empty() {
+		return nil
+	}
+	h, err := keyHex(fingerprint)
+	if err != nil {
+		return err
+	}
+	sess := r.session(fingerprint)
+	if sess == nil {
+		sess = &session{} // not under Lock: expects no record
+	}
+	r.mu.Lock()
+	rev, cur, clean := sess.rev, sess.cur, sess.clean
+	r.mu.Unlock()
+
+	// The loaded version's After, again: it must be stored before that
+	// version is superseded.
+	if cur != nil && cur.After != nil && !clean {
+		if err := r.apply(h, &cur.Record, cur.After); err != nil {
+			return fmt.Errorf("journal: repair: %w", err)
+		}
+	}
+	// What is harmless if the commit never happens.
+	if w.Timer != nil {
+		// Arming twice stores the schedule twice: the second replaces the
+		// first.
+		if err := r.do(func(ctx context.Context) error { return r.timers.Arm(ctx, *w.Timer) }); err != nil {
+			return fmt.Errorf("journal: %w", err)
+		}
+	}
+	if w.Indeterminate > 0 {
+		if err := r.put(indexKey(h), w.SinceMs); err != nil {
+			return err
+		}
+	}
+	a := &after{Receipt: w.Receipt, Attempt: w.Attempt, Unindex: w.Indeterminate < 0}
+	if a.Receipt == nil && a.Attempt == nil && !a.Unindex {
+		a = nil
+	}
+	if w.Record != nil {
+		s := &stored{Record: *w.Record, Writer: r.writer, Commit: newCommitID(), After: a}
+		newRev, err := r.swap(h, rev, s)
+		if err != nil {
+			if errors.Is(err, ErrConflict) {
+				r.mu.Lock()
+				sess.loaded, sess.rev, sess.cur, sess.clean = false, 0, nil, false
+				r.mu.Unlock()
+			}
+			return err
+		}
+		r.mu.Lock()
+		sess.loaded, sess.rev, sess.cur, sess.clean = true, newRev, s, false
+		r.mu.Unlock()
+		// Committed. The After writes are repaired by the next Commit if
+		// they fail now; reads fill the gap meanwhile.
+		if a != nil {
+			if err := r.apply(h, w.Record, a); err != nil {
+				r.log.Warn("journal: writes after the commit failed; the next commit repeats them", "fingerprint", fingerprint, "err", err)
+			} else {
+				r.mu.Lock()
+				sess.clean = sess.cur == s
+				r.mu.Unlock()
+			}
+		}
+	} else if a != nil {
+		if err := r.apply(h, nil, a); err != nil {
+			return err
+		}
+	}
+	if w.Ended != nil {
+		if err := r.put(endedKey(w.Ended.Ref), w.Ended.Ended); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func newCommitID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// swap is the compare-and-set of the record: Create when nothing was
+// loaded, else Update against rev. A failure that is not a clear conflict
+// is settled by reading the record back.
+func (r *Replicated) swap(h string, rev uint64, s *stored) (uint64, error) {
+	data, err := json.Marshal(s, json.Deterministic(true))
+	if err != nil {
+		return 0, fmt.Errorf("journal: encode: %w", err)
+	}
+	key := recordKey(h)
+	write := func() (uint64, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), r.attempt)
+		defer cancel()
+		if rev == 0 {
+			return r.kv.Create(ctx, key, data)
+		}
+		return r.kv.Update(ctx, key, data, rev)
+	}
+	deadline := time.Now().Add(r.settle)
+	for {
+		newRev, err := write()
+		if err == nil {
+			return newRev, nil
+		}
+		// A conflict — or our own earlier attempt, timed out but stored —
+		// or no answer at all: what is stored now says which.
+		cas := errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
+		for {
+			got, gotRev, rerr := r.readBack(h)
+			if rerr == nil {
+				switch {
+				case got != nil && got.Commit == s.Commit:
+					return gotRev, nil
+				case cas || gotRev != rev:
+					return 0, ErrConflict
+				}
+				break // unchanged, and not ours: write again
+			}
+			if time.Now().After(deadline) {
+				return 0, fmt.Errorf("%w: record %s…: %w", ErrUncertain, h[:12], errors.Join(err, rerr))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("%w: record %s…: %w", ErrUncertain, h[:12], err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// readBack reads the record and its revision (0, nil when there is none).
+func (r *Replicated) readBack(h string) (*stored, uint64, error) {
+	var s stored
+	rev, found, err := r.get(recordKey(h), &s)
+	if err != nil || !found {
+		return nil, 0, err
+	}
+	return &s, rev, nil
+}
+
+func (r *Replicated) put(key string, v any) error {
+	data, err := json.Marshal(v, json.Deterministic(true))
+	if err != nil {
+		return fmt.Errorf("journal: encode: %w", err)
+	}
+	if err := r.do(func(ctx context.Context) error { _, err := r.kv.Put(ctx, key, data); return err }); err != nil {
+		return fmt.Errorf("journal: put %s: %w", key, err)
+	}
+	return nil
+}
+
+// create writes key unless it exists (an existing key is no error: these
+// writes are repeated by repairs).
+func (r *Replicated) create(key string, v any) error {
+	data, err := json.Marshal(v, json.Deterministic(true))
+	if err != nil {
+		return fmt.Errorf("journal: encode: %w", err)
+	}
+	err = r.do(func(ctx context.Context) error { _, err := r.kv.Create(ctx, key, data); return err })
+	if err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("journal: create %s: %w", key, err)
+	}
+	return nil
+}
+
+// apply stores a commit's After writes; each is idempotent.
+func (r *Replicated) apply(h string, rec *Record, a *after) error {
+	if a.Receipt != nil && rec != nil {
+		if err := r.create(receiptKey(h, rec.ReceiptSeq), a.Receipt); err != nil {
+			return err
+		}
+	}
+	if cp := a.Attempt; cp != nil {
+		var err error
+		if cp.Status == "" {
+			// Started: an attempt id is used once.
+			err = r.create(attemptKey(h, cp.AttemptID), cp)
+		} else {
+			err = r.put(attemptKey(h, cp.AttemptID), cp)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if a.Unindex {
+		if err := r.do(func(ctx context.Context) error { return r.kv.Purge(ctx, indexKey(h)) }); err != nil {
+			return fmt.Errorf("journal: unindex: %w", err)
+		}
+	}
+	return nil
+}
+
+// keys lists the keys matching a filter (a key pattern), sorted: the
+// subjects of the bucket's stream, from the stream's leader in one request
+// (paged by the client), without creating a consumer. A deleted or purged
+// key may be listed (its marker is a message); get finds it absent.
+func (r *Replicated) keys(filter string) ([]string, error) {
+	prefix := "$KV." + r.kv.Bucket() + "."
+	var subjects map[string]uint64
+	err := r.do(func(ctx context.Context) error {
+		st, err := r.js.Stream(ctx, "KV_"+r.kv.Bucket())
+		if err != nil {
+			return err
+		}
+		info, err := st.Info(ctx, jetstream.WithSubjectFilter(prefix+filter))
+		if err != nil {
+			return err
+		}
+		subjects = info.State.Subjects
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("journal: list %s: %w", filter, err)
+	}
+	out := make([]string, 0, len(subjects))
+	for subj := range subjects {
+		out = append(out, strings.TrimPrefix(subj, prefix))
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// Receipts returns the fingerprint's receipts, oldest first: the history's
+// entries, and the record's latest receipt if its entry is not stored yet.
+func (r *Replicated) Receipts(fingerprint string) ([]schema.Receipt, error) {
+	h, err := keyHex(fingerprint)
+	if err != nil {
+		return nil, err
+	}
+	keys, err := r.keys("rcpt." + h + ".*")
+	if err != nil {
+		return nil, err
+	}
+	var out []schema.Receipt
+	var last uint64
+	for _, k := range keys {
+		seq, err := strconv.ParseUint(k[strings.LastIndexByte(k, '.')+1:], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("journal: receipt key %s: %w", k, kv.ErrCorrupt)
+		}
+		var rc schema.Receipt
+		if _, found, err := r.get(k, &rc); err != nil {
+			return nil, err
+		} else if found {
+			out = append(out, rc)
+			last = seq
+		}
+	}
+	s, _, err := r.loadStored(fingerprint)
+	if err != nil {
+		return nil, err
+	}
+	if s != nil && s.Record.Receipt != nil && s.Record.ReceiptSeq > last {
+		out = append(out, *s.Record.Receipt)
+	}
+	return out, nil
+}
+
+// Attempt returns a reconciliation attempt's checkpoint; if the stored one
+// is missing or unfinished, the record's pending After may hold a newer one.
+func (r *Replicated) Attempt(fingerprint, attemptID string) (Attempt, bool, error) {
+	h, err := keyHex(fingerprint)
+	if err != nil {
+		return Attempt{}, false, err
+	}
+	var a Attempt
+	_, found, err := r.get(attemptKey(h, attemptID), &a)
+	if err != nil || (found && a.Status != "") {
+		return a, found, err
+	}
+	s, _, err := r.loadStored(fingerprint)
+	if err != nil {
+		return Attempt{}, false, err
+	}
+	if s != nil && s.After != nil && s.After.Attempt != nil && s.After.Attempt.AttemptID == attemptID {
+		return *s.After.Attempt, true, nil
+	}
+	return a, found, nil
+}
+
+// Ended returns a proposal's dispatch-time end.
+func (r *Replicated) Ended(ref schema.ProposalRef) (kv.Ended, bool, error) {
+	var e kv.Ended
+	_, found, err := r.get(endedKey(ref), &e)
+	return e, found, err
+}
+
+// CountIndeterminate counts Indeterminates: the same on every processor
+// (actions_indeterminate_actions is cluster-wide), at the cost of a read
+// per index entry at each scrape.
+func (r *Replicated) CountIndeterminate() (int, error) {
+	ind, err := r.Indeterminates()
+	return len(ind), err
+}
+
+// Indeterminates lists every fingerprint whose latest receipt leaves the
+// effect unknown, by fingerprint: the index's entries whose record says so
+// (an entry written for a commit that lost its compare-and-set, or not yet
+// removed, is left out).
+func (r *Replicated) Indeterminates() ([]kv.Indeterminate, error) {
+	keys, err := r.keys("ind.*")
+	if err != nil {
+		return nil, err
+	}
+	var out []kv.Indeterminate
+	for _, k := range keys {
+		var since int64
+		if _, found, err := r.get(k, &since); err != nil {
+			return nil, err
+		} else if !found {
+			continue
+		}
+		fp := "sha256:" + strings.TrimPrefix(k, "ind.")
+		s, _, err := r.loadStored(fp)
+		if err != nil {
+			return nil, err
+		}
+		if s == nil || !Indeterminate(s.Record.Receipt) {
+			continue
+		}
+		out = append(out, kv.Indeterminate{Fingerprint: fp, SinceMs: since})
+	}
+	return out, nil
+}

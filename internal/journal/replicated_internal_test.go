@@ -1,0 +1,146 @@
+package journal
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-json-experiment/json"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/portcullis/portcullis/schema"
+)
+
+func testBucket(t *testing.T) (*server.Server, jetstream.JetStream, jetstream.KeyValue) {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server did not start")
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	kv, err := EnsureBucket(context.Background(), js, "journal_t", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, js, kv
+}
+
+var (
+	tfp = "sha256:" + strings.Repeat("ab", 32)
+	tid = Identity{Fingerprint: tfp, IdempotencyKey: Hex(tfp), Provider: "demo", Capability: "c", Operation: "o", Environment: "test", Referent: "r"}
+)
+
+// A processor that dies right after its record's compare-and-set leaves
+// the other keys unwritten: reads fill them in from the record, and the
+// next commit of the fingerprint, by any processor, writes them.
+func TestCrashAfterTheRecordIsRepaired(t *testing.T) {
+	_, js, bucket := testBucket(t)
+	h := Hex(tfp)
+	// The record of a settled reconciliation attempt, as a processor wrote
+	// it before dying: its After was never applied. Before it, the
+	// dispatch receipt (1) and the index entry were stored.
+	rec := New(tid, "fake", 100)
+	first := rec.Settle(Verdict{Status: schema.StatusReconciliationRequired, NextAction: schema.NextReconcile, Attempted: true}, "dispatch", nil, nil, 100)
+	cp := Attempt{AttemptID: AttemptID(tfp, 1), Number: 1, StartedAtMs: 150}
+	rec.ReconcileAttempt = 1
+	second := rec.Settle(Verdict{Status: schema.StatusConfirmed, NextAction: schema.NextNone, Attempted: true, Settled: true},
+		"reconcile/"+cp.AttemptID, &schema.ReceiptReconcileRef{AttemptID: cp.AttemptID, PreviousReceiptID: first.ReceiptID}, nil, 200)
+	done := cp
+	done.Status, done.FinishedAtMs = "confirmed", 200
+	ctx := context.Background()
+	put := func(key string, v any) {
+		data, _ := json.Marshal(v)
+		if _, err := bucket.Put(ctx, key, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(receiptKey(h, 1), first)
+	put(attemptKey(h, cp.AttemptID), cp)
+	put(indexKey(h), int64(100))
+	put(recordKey(h), stored{Record: rec, Writer: "p_dead", Commit: "c1", After: &after{Receipt: &second, Attempt: &done, Unindex: true}})
+
+	j := NewReplicated(ReplicatedOptions{KV: bucket, JS: js, Writer: "p_live"})
+	rs, err := j.Receipts(tfp)
+	if err != nil || len(rs) != 2 || rs[1].ReceiptID != second.ReceiptID {
+		t.Fatalf("Receipts = %+v %v", rs, err)
+	}
+	if a, found, err := j.Attempt(tfp, cp.AttemptID); err != nil || !found || a.Status != "confirmed" {
+		t.Fatalf("Attempt = %+v %v %v", a, found, err)
+	}
+	if idx, err := j.Indeterminates(); err != nil || len(idx) != 0 {
+		t.Fatalf("Indeterminates = %+v %v", idx, err)
+	}
+
+	// The next commit (a later proposal of the intent) stores them.
+	unlock := j.Lock(tfp)
+	got, _, err := j.Load(tfp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.AddProposal(schema.ProposalRef{Host: "h", ProposalID: "later"})
+	if err := j.Commit(tfp, Writes{Record: &got}); err != nil {
+		t.Fatal(err)
+	}
+	unlock()
+	if e, err := bucket.Get(ctx, receiptKey(h, 2)); err != nil || !strings.Contains(string(e.Value()), second.ReceiptID) {
+		t.Errorf("receipt 2 after the repair: %v", err)
+	}
+	if e, err := bucket.Get(ctx, attemptKey(h, cp.AttemptID)); err != nil || !strings.Contains(string(e.Value()), `"confirmed"`) {
+		t.Errorf("attempt after the repair: %v", err)
+	}
+	if _, err := bucket.Get(ctx, indexKey(h)); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("index entry after the repair: %v", err)
+	}
+}
+
+// A write whose answer was lost but which was stored is recognized as the
+// writer's own by its commit id: not a conflict.
+func TestOwnStoredWriteIsNoConflict(t *testing.T) {
+	_, js, bucket := testBucket(t)
+	j := NewReplicated(ReplicatedOptions{KV: bucket, JS: js, Writer: "p_me"})
+	h := Hex(tfp)
+	s := &stored{Record: New(tid, "fake", 1), Writer: "p_me", Commit: "mine"}
+	data, _ := json.Marshal(s, json.Deterministic(true))
+	rev, err := bucket.Create(context.Background(), recordKey(h), data) // the "lost" first attempt
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := j.swap(h, 0, s); err != nil || got != rev {
+		t.Fatalf("swap of a stored write = %d %v, want %d", got, err, rev)
+	}
+	other := &stored{Record: New(tid, "fake", 2), Writer: "p_me", Commit: "another"}
+	if _, err := j.swap(h, 0, other); !errors.Is(err, ErrConflict) {
+		t.Fatalf("swap of another write = %v, want ErrConflict", err)
+	}
+}
+
+// With JetStream gone, a commit neither claims success nor a conflict.
+func TestUnanswerableCommitIsUncertain(t *testing.T) {
+	srv, js, bucket := testBucket(t)
+	j := NewReplicated(ReplicatedOptions{KV: bucket, JS: js, Writer: "p_me", OpTimeout: 300 * time.Millisecond, AttemptTimeout: 100 * time.Millisecond, SettleTimeout: time.Second})
+	unlock := j.Lock(tfp)
+	defer unlock()
+	if _, _, err := j.Load(tfp); err != nil {
+		t.Fatal(err)
+	}
+	srv.Shutdown()
+	srv.WaitForShutdown()
+	rec := New(tid, "fake", 1)
+	if err := j.Commit(tfp, Writes{Record: &rec}); !errors.Is(err, ErrUncertain) {
+		t.Fatalf("Commit = %v, want ErrUncertain", err)
+	}
+}
