@@ -85,12 +85,16 @@ func (b *Batch) PutOutcome(o schema.Outcome) {
 }
 
 // RecordOutcomes records each proposal's latest outcome (stages.OutcomeLog).
+// NoSync: the record must be durable before the input is acked, not
+// before the outcome is published (a crash in between redelivers the
+// input, which records it again); the runner calls Flush before the ack,
+// one fsync for every input acked at that moment.
 func (s *Store) RecordOutcomes(outcomes []schema.Outcome) error {
 	b := s.NewBatch()
 	for _, o := range outcomes {
 		b.PutOutcome(o)
 	}
-	return b.Commit(Sync)
+	return b.Commit(NoSync)
 }
 
 // Ended records a proposal that the dispatch stage ended without

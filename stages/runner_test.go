@@ -353,7 +353,7 @@ func TestRunnerDrainFinishesInFlight(t *testing.T) {
 		close(started)
 		<-release
 		return stages.Result{Outcomes: []schema.Outcome{failure("slow", schema.CodeDiscriminatorMismatch)}}, nil
-	}}, stages.RunnerConfig{Workers: 1})
+	}}, stages.RunnerConfig{MaxInFlight: 1})
 	r.publish(t, "in.1", "slow")
 	<-started
 	stopped := make(chan struct{})
@@ -373,7 +373,7 @@ func TestRunnerHeartbeatPreventsRedelivery(t *testing.T) {
 		calls.Add(1)
 		time.Sleep(1500 * time.Millisecond)
 		return stages.Result{}, nil
-	}}, stages.RunnerConfig{Workers: 2, AckWait: 500 * time.Millisecond})
+	}}, stages.RunnerConfig{MaxInFlight: 2, AckWait: 500 * time.Millisecond})
 	r.publish(t, "in.1", "x")
 	time.Sleep(200 * time.Millisecond)
 	r.waitPendingAcks(t, 0)

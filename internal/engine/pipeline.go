@@ -54,9 +54,11 @@ type Spec struct {
 	// Phase is the phase of INTERNAL_MESSAGE_REJECTED events for an
 	// internal stage's unsealed inputs.
 	Phase schema.Phase
-	// Workers handle messages concurrently (stages.RunnerConfig's default
-	// when 0).
-	Workers int
+	// MaxInFlight bounds the messages the stage handles at once
+	// (stages.RunnerConfig's default when 0). Waiting on outside capacity
+	// — a provider, a candidate source — is bounded per provider or
+	// source by the stage's bulkheads, not by this.
+	MaxInFlight int
 	// Next is the successor's name ("" for none).
 	Next string
 	// New builds the stage's handler.
@@ -68,14 +70,12 @@ type Spec struct {
 // resuming parked proposals into dispatch. It returns a fresh slice.
 func Pipeline() []Spec {
 	return []Spec{
-		{Name: subjects.StageAdmission, Ingress: Proposals, Workers: 8, Next: subjects.StageGrounding, New: newAdmission},
-		// Workers may wait up to source_timeout on a candidate source.
-		{Name: subjects.StageGrounding, Phase: schema.PhaseGrounding, Workers: 8, Next: subjects.StageAuthorization, New: newGrounding},
+		{Name: subjects.StageAdmission, Ingress: Proposals, Next: subjects.StageGrounding, New: newAdmission},
+		{Name: subjects.StageGrounding, Phase: schema.PhaseGrounding, Next: subjects.StageAuthorization, New: newGrounding},
 		{Name: subjects.StageAuthorization, Phase: schema.PhaseAuthorization, Next: subjects.StageDispatch, New: newAuthorization},
 		{Name: subjects.StageGrants, Ingress: Grants, Next: subjects.StageDispatch, New: newGrants},
-		{Name: subjects.StageDispatch, Phase: schema.PhaseDispatch, Workers: 16, Next: subjects.StageReconciliation, New: newDispatch},
-		// Workers may wait up to a provider's timeout on a reconcile.
-		{Name: subjects.StageReconciliation, Phase: schema.PhaseReconciliation, Workers: 8, New: newReconciliation},
+		{Name: subjects.StageDispatch, Phase: schema.PhaseDispatch, Next: subjects.StageReconciliation, New: newDispatch},
+		{Name: subjects.StageReconciliation, Phase: schema.PhaseReconciliation, New: newReconciliation},
 	}
 }
 
@@ -277,7 +277,7 @@ func (p *Processor) runners(pipeline []Spec, parts *Parts, deps stages.Deps) ([]
 		if err != nil {
 			return nil, fmt.Errorf("engine: stage %s: %w", s.Name, err)
 		}
-		rc := stages.RunnerConfig{Stage: s.Name, Workers: s.Workers}
+		rc := stages.RunnerConfig{Stage: s.Name, MaxInFlight: s.MaxInFlight}
 		switch s.Ingress {
 		case Proposals:
 			rc.Stream, rc.FilterSubject = p.subj.ProposalsStream(), p.subj.Proposals()
