@@ -158,8 +158,9 @@ provider "demo" {
 }
 
 grounding {
-  max_candidates = 32   # more candidates: GROUNDING_CANDIDATES_UNBOUNDED (at most 1024)
-  source_timeout = "2s" # candidate source request (actions.candidates.<name>)
+  max_candidates       = 32   # more candidates: GROUNDING_CANDIDATES_UNBOUNDED (at most 1024)
+  source_timeout       = "2s" # candidate source request (actions.candidates.<name>)
+  source_max_in_flight = 16   # concurrent requests to each candidate source; others' proposals never wait for it
 }
 
 approval {

@@ -109,6 +109,7 @@ func TestErrorsCarryFileLine(t *testing.T) {
 		{"tiny stream", "streams {\n  history_max_bytes = \"1KiB\"\n}\n", "bad.hcl:1,"},
 		{"short max_age", "streams {\n  max_age = \"15m\"\n}\n", "bad.hcl:1,"},
 		{"max_in_flight", "provider \"p\" {\n  max_in_flight = 0\n}\n", "bad.hcl:2,"},
+		{"source_max_in_flight", "grounding {\n  source_max_in_flight = 5000\n}\n", "bad.hcl:2,"},
 		{"empty key_file", "internal {\n  key_file = \"\"\n}\n", "bad.hcl:2,"},
 	}
 	for _, tc := range cases {

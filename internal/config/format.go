@@ -136,6 +136,7 @@ func Format(c *Config) []byte {
 	g := root.AppendNewBlock("grounding", nil).Body()
 	num(g, "max_candidates", int64(c.Grounding.MaxCandidates))
 	dur(g, "source_timeout", c.Grounding.SourceTimeout)
+	num(g, "source_max_in_flight", int64(c.Grounding.SourceMaxInFlight))
 	ap := root.AppendNewBlock("approval", nil).Body()
 	dur(ap, "ttl", c.Approval.TTL)
 	dur(ap, "clock_skew", c.Approval.ClockSkew)

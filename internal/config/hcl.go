@@ -158,9 +158,10 @@ type scriptHCL struct {
 }
 
 type groundingHCL struct {
-	MaxCandidates *int     `hcl:"max_candidates,optional"`
-	SourceTimeout *string  `hcl:"source_timeout,optional"`
-	Body          hcl.Body `hcl:",body"`
+	MaxCandidates     *int     `hcl:"max_candidates,optional"`
+	SourceTimeout     *string  `hcl:"source_timeout,optional"`
+	SourceMaxInFlight *int     `hcl:"source_max_in_flight,optional"`
+	Body              hcl.Body `hcl:",body"`
 }
 
 type approvalHCL struct {
@@ -384,6 +385,7 @@ func (f *fileHCL) build() (*Config, hcl.Diagnostics) {
 	if g := f.Grounding; g != nil {
 		c.Grounding.MaxCandidates = d.intIn(g.Body, "max_candidates", g.MaxCandidates, DefaultMaxCandidates, 1, MaxMaxCandidates)
 		c.Grounding.SourceTimeout = d.duration(g.Body, "source_timeout", g.SourceTimeout, DefaultSourceTimeout)
+		c.Grounding.SourceMaxInFlight = d.intIn(g.Body, "source_max_in_flight", g.SourceMaxInFlight, DefaultSourceMaxInFlight, 1, MaxMaxInFlight)
 	}
 	if a := f.Approval; a != nil {
 		c.Approval.TTL = d.duration(a.Body, "ttl", a.TTL, DefaultApprovalTTL)

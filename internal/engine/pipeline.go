@@ -202,8 +202,9 @@ func newAdmission(p *Parts, r stages.Route) (stages.Handler, error) {
 func newGrounding(p *Parts, r stages.Route) (stages.Handler, error) {
 	return &grounding.Stage{
 		Route: r, Clock: p.Clock, Store: p.Store,
-		Source:        &grounding.Source{Conn: p.NC, Subjects: p.Subjects, Timeout: p.Config.Grounding.SourceTimeout},
-		MaxCandidates: p.Config.Grounding.MaxCandidates,
+		Source:            &grounding.Source{Conn: p.NC, Subjects: p.Subjects, Timeout: p.Config.Grounding.SourceTimeout},
+		MaxCandidates:     p.Config.Grounding.MaxCandidates,
+		SourceMaxInFlight: p.Config.Grounding.SourceMaxInFlight,
 	}, nil
 }
 
@@ -262,7 +263,20 @@ func newReconciliation(p *Parts, r stages.Route) (stages.Handler, error) {
 		Log:      p.stageLog(r.Self),
 		Interval: p.Config.Reconciliation.Interval, MaxAttempts: p.Config.Reconciliation.MaxAttempts,
 	}
-	return p.recon, nil
+	limits := map[string]int{}
+	for _, pr := range p.Config.Providers {
+		limits[pr.Name] = pr.MaxInFlight
+	}
+	// Polls of one provider share its max_in_flight (a bulkhead of its
+	// own, apart from dispatch's): a provider whose reconcile hangs delays
+	// only its own intents' polls.
+	return stages.WithBulkhead(p.recon, func(in *stages.Input) (string, int) {
+		name, ok := p.recon.Provider(in)
+		if !ok || limits[name] == 0 {
+			return "", 0
+		}
+		return "provider/" + name, limits[name]
+	}), nil
 }
 
 // runners builds one runner per stage of the pipeline.
