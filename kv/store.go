@@ -66,12 +66,13 @@ type Store struct {
 	locks  KeyedMutex
 	// timerAdded signals commits that added a timer (TimerAdded).
 	timerAdded chan struct{}
-	// written counts commits that returned; synced is the count a WAL
-	// fsync has covered (Flush). syncMu serializes the fsyncs of Flush,
-	// so that callers arriving during one share the next.
+	// written counts NoSync commits that returned; synced is the count a
+	// WAL fsync has covered (Flush). syncing, guarded by syncMu, is closed
+	// when Flush's running fsync ends (nil when none runs).
 	written atomic.Uint64
 	synced  atomic.Uint64
 	syncMu  sync.Mutex
+	syncing chan struct{}
 }
 
 // fatalPanic carries a Pebble Fatalf out of the commit path.
@@ -326,21 +327,50 @@ func (b *Batch) Commit(d Durability) (err error) {
 
 // Flush makes every commit that returned before it was called durable, as
 // if each had been committed with Sync: one WAL fsync covers every earlier
-// write, and callers that arrive while one runs share the next. It returns
-// at once when nothing was written since the last fsync. A NoSync write
-// whose only requirement is to be durable before an ack (not before a
-// publish or an external call) is committed NoSync and flushed by the
-// stage runner before the ack, together with every other input's.
-func (s *Store) Flush() (err error) {
+// write, and callers that arrive while one runs wait for it, then share the
+// next one (group commit: one caller leads each round, the others sleep
+// until the round's channel closes). It returns at once when nothing was
+// written since the last fsync. A NoSync write whose only requirement is
+// to be durable before an ack (not before a publish or an external call)
+// is committed NoSync and flushed by the stage runner before the ack,
+// together with every other input's.
+func (s *Store) Flush() error {
 	target := s.written.Load()
 	if s.synced.Load() >= target {
 		return nil
 	}
 	s.syncMu.Lock()
-	defer s.syncMu.Unlock()
-	if s.synced.Load() >= target {
-		return nil // another caller's fsync covered it
+	for s.synced.Load() < target {
+		if s.syncing != nil { // a round runs: wait for it, then look again
+			done := s.syncing
+			s.syncMu.Unlock()
+			<-done
+			s.syncMu.Lock()
+			continue
+		}
+		done := make(chan struct{})
+		s.syncing = done
+		s.syncMu.Unlock()
+		covered := s.written.Load()
+		err := s.logSync()
+		s.syncMu.Lock()
+		if err == nil {
+			s.synced.Store(covered) // rounds never overlap: covered only grows
+		}
+		s.syncing = nil
+		close(done)
+		if err != nil {
+			s.syncMu.Unlock()
+			return err
+		}
 	}
+	s.syncMu.Unlock()
+	return nil
+}
+
+// logSync writes an empty record to the WAL and fsyncs it, which makes
+// every record before it durable.
+func (s *Store) logSync() (err error) {
 	if err := s.begin(); err != nil {
 		return err
 	}
@@ -348,7 +378,6 @@ func (s *Store) Flush() (err error) {
 	if err := s.Failed(); err != nil {
 		return err
 	}
-	covered := s.written.Load()
 	defer func() {
 		if r := recover(); r != nil {
 			fp, ok := r.(fatalPanic)
@@ -362,7 +391,6 @@ func (s *Store) Flush() (err error) {
 	if err := s.db.LogData(nil, pebble.Sync); err != nil {
 		return fmt.Errorf("kv: flush: %w", err)
 	}
-	s.synced.Store(covered)
 	return nil
 }
 
