@@ -1,9 +1,6 @@
 package stages
 
-import (
-	"context"
-	"sync"
-)
+import "sync"
 
 // Bulkheads is implemented by a handler whose inputs use outside capacity
 // that other inputs must not be starved of (SPEC §3, Isolation): a
@@ -135,9 +132,4 @@ func (r *Runner) bulkheadOf(in *Input) (string, int) {
 		return "", 0
 	}
 	return key, limit
-}
-
-// resume runs a queued input that took over a finished input's slots.
-func (r *Runner) resume(ctx context.Context, f *flight) {
-	r.wg.Go(func() { r.handle(ctx, f) })
 }

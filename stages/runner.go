@@ -154,11 +154,8 @@ type Runner struct {
 	log       *slog.Logger
 	// consuming is set while Run's message iterator runs (see Consuming).
 	consuming atomic.Bool
-	// slots holds a token per input in flight (MaxInFlight).
-	slots chan struct{}
-	wg    sync.WaitGroup
-	live  liveSet
-	bulk  *bulkheads
+	live      liveSet
+	bulk      *bulkheads
 	// counters are the stage's StageMessages series, by result.
 	counters map[string]prometheus.Counter
 	duration prometheus.Observer
@@ -172,7 +169,7 @@ func NewRunner(cfg RunnerConfig, deps Deps, h Handler) *Runner {
 		log = slog.Default()
 	}
 	r := &Runner{cfg: cfg, deps: deps, h: h, log: log.With("stage", cfg.Stage),
-		slots: make(chan struct{}, cfg.MaxInFlight), bulk: newBulkheads(cfg.MaxQueued),
+		bulk:     newBulkheads(cfg.MaxQueued),
 		counters: map[string]prometheus.Counter{}}
 	for _, res := range metrics.Results() {
 		r.counters[res] = deps.Metrics.StageMessages.WithLabelValues(cfg.Stage, res)
@@ -252,20 +249,30 @@ func (r *Runner) Run(ctx, workCtx context.Context) error {
 		defer close(beating)
 		r.heartbeats(beatDone)
 	}()
+	// MaxInFlight long-lived workers: a worker is an in-flight slot (and
+	// its stack, grown once by Pebble and the JSON codecs, is reused).
+	work := make(chan jetstream.Msg)
+	var wg sync.WaitGroup
+	for range r.cfg.MaxInFlight {
+		wg.Go(func() {
+			for m := range work {
+				r.process(workCtx, m)
+			}
+		})
+	}
 	var runErr error
 	for {
-		r.slots <- struct{}{}
 		m, err := it.Next()
 		if err != nil {
-			<-r.slots
 			if !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 				runErr = fmt.Errorf("stages: %s: next: %w", r.cfg.Stage, err)
 				it.Stop()
 			}
 			break
 		}
-		r.wg.Go(func() { r.process(workCtx, m) })
+		work <- m
 	}
+	close(work)
 	r.consuming.Store(false)
 	// Queued inputs are not in flight: redelivered now (here or to another
 	// processor), not held through the drain.
@@ -273,7 +280,7 @@ func (r *Runner) Run(ctx, workCtx context.Context) error {
 		r.live.remove(f)
 		_ = f.m.Nak()
 	}
-	r.wg.Wait()
+	wg.Wait()
 	close(beatDone)
 	<-beating
 	return runErr
@@ -336,9 +343,9 @@ func (r *Runner) heartbeats(done <-chan struct{}) {
 	}
 }
 
-// process admits one delivered input: it holds an in-flight slot. A
-// rejected input ends here; one over its bulkhead's limit waits in its
-// key's queue, and its slot goes back to the fetch loop.
+// process admits one delivered input, on a worker. A rejected input ends
+// here; one over its bulkhead's limit waits in its key's queue, and the
+// worker goes back to the fetch loop.
 func (r *Runner) process(ctx context.Context, m jetstream.Msg) {
 	now := time.Now()
 	meta, err := m.Metadata()
@@ -346,7 +353,6 @@ func (r *Runner) process(ctx context.Context, m jetstream.Msg) {
 		r.log.Error("message without JetStream metadata; terminated") // its subject is host-chosen: not logged
 		_ = m.Term()
 		r.count(metrics.ResultRejected, now)
-		<-r.slots
 		return
 	}
 	in := &Input{
@@ -362,11 +368,11 @@ func (r *Runner) process(ctx context.Context, m jetstream.Msg) {
 	if r.cfg.Internal && !r.deps.Seal.Check(in.Subject, in.Data, in.Header) {
 		r.count(r.reject(ctx, m, in), now)
 		r.live.remove(f)
-		<-r.slots
 		return
 	}
 	requested, deferred := r.seqCount(&r.requested, in.StreamSeq), r.seqCount(&r.deferred, in.StreamSeq)
-	f.gaveUp = in.Delivered-requested-deferred > uint64(r.cfg.MaxAttempts) || requested >= MaxRequestedRetries
+	attempts := int64(in.Delivered) - int64(requested) - int64(deferred)
+	f.gaveUp = attempts > int64(r.cfg.MaxAttempts) || requested >= MaxRequestedRetries
 	var limit int
 	if !f.gaveUp {
 		// Giving up calls nothing outside: no bulkhead.
@@ -375,8 +381,7 @@ func (r *Runner) process(ctx context.Context, m jetstream.Msg) {
 	if f.key != "" {
 		switch r.bulk.enter(f.key, limit, f, deferred >= MaxDeferrals) {
 		case admitQueue:
-			<-r.slots // waits without a slot; leave hands it one
-			return
+			return // waits without a worker; a finishing one of its key takes it
 		case admitDefer:
 			r.deferred.Store(in.StreamSeq, deferred+1)
 			r.live.remove(f)
@@ -384,28 +389,28 @@ func (r *Runner) process(ctx context.Context, m jetstream.Msg) {
 				r.log.Warn("nak failed; redelivery after ack wait", "seq", in.StreamSeq, "err", err)
 			}
 			r.count(metrics.ResultRetry, now)
-			<-r.slots
 			return
 		}
 	}
 	r.handle(ctx, f)
 }
 
-// handle handles one admitted input end to end, then hands its slots to
-// the next input queued on its bulkhead, or frees them. Every path ends in
-// an ack, a delayed nak, or (never silently) a give-up outcome.
+// handle handles one admitted input end to end, then goes on with the
+// next input queued on its bulkhead, if any (it takes over the finished
+// input's key slot and this worker). Every path ends in an ack, a delayed
+// nak, or (never silently) a give-up outcome.
 func (r *Runner) handle(ctx context.Context, f *flight) {
-	result := r.run(ctx, f)
-	r.live.remove(f)
-	r.count(result, f.start)
-	if f.key != "" {
-		if next := r.bulk.leave(f.key); next != nil {
-			next.start = time.Now()
-			r.resume(ctx, next)
+	for f != nil {
+		result := r.run(ctx, f)
+		r.live.remove(f)
+		r.count(result, f.start)
+		if f.key == "" {
 			return
 		}
+		if f = r.bulk.leave(f.key); f != nil {
+			f.start = time.Now()
+		}
 	}
-	<-r.slots
 }
 
 func (r *Runner) count(result string, start time.Time) {
