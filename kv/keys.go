@@ -23,6 +23,7 @@ const (
 	prefixGrounding     byte = 'g' // sha256(stream, seq, input) → Grounding
 	prefixNonce         byte = 'n' // sha256(nonce) → expires_at_ms (operator requests)
 	prefixNonceExpiry   byte = 'N' // expires_at_ms, sha256(nonce) → nothing (for the sweep)
+	prefixExpiry        byte = 'x' // class, filed_at_ms, id → nothing (retention.go)
 )
 
 // Variable-length components are escaped so that ordering and prefix scans

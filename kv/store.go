@@ -52,6 +52,9 @@ type Options struct {
 	FS vfs.FS
 	// Logger receives Pebble's messages. nil: slog.Default().
 	Logger *slog.Logger
+	// Now is the processor's clock in Unix ms: when intent journals were
+	// last written, for their retention horizon. nil: the wall clock.
+	Now func() int64
 }
 
 // Store owns one Pebble database. Its methods are safe for concurrent use;
@@ -63,6 +66,7 @@ type Store struct {
 	fmu    sync.Mutex
 	failed error // set once Pebble reports a fatal error; guarded by fmu
 	log    *slog.Logger
+	now    func() int64
 	locks  KeyedMutex
 	// timerAdded signals commits that added a timer (TimerAdded).
 	timerAdded chan struct{}
@@ -132,7 +136,11 @@ func Open(dir string, o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kv: open %s: %w", dir, err)
 	}
-	return &Store{db: db, log: log, timerAdded: make(chan struct{}, 1)}, nil
+	now := o.Now
+	if now == nil {
+		now = func() int64 { return time.Now().UnixMilli() }
+	}
+	return &Store{db: db, log: log, now: now, timerAdded: make(chan struct{}, 1)}, nil
 }
 
 // Close closes the database. Operations still running finish first; later
@@ -238,6 +246,8 @@ type op struct {
 	key []byte
 	val []byte
 	del bool
+	// end, when set, makes a deletion a range deletion [key, end).
+	end []byte
 }
 
 // NewBatch starts an atomic group of writes.
@@ -297,9 +307,12 @@ func (b *Batch) Commit(d Durability) (err error) {
 		pb.Close()
 	}()
 	for _, o := range b.ops {
-		if o.del {
+		switch {
+		case o.del && o.end != nil:
+			err = pb.DeleteRange(o.key, o.end, nil)
+		case o.del:
 			err = pb.Delete(o.key, nil)
-		} else {
+		default:
 			err = pb.Set(o.key, o.val, nil)
 		}
 		if err != nil {

@@ -82,6 +82,7 @@ type Config struct {
 	Grounding      Grounding
 	Approval       Approval
 	Reconciliation Reconciliation
+	Retention      Retention
 }
 
 // NATS says where JetStream is: an embedded server (default) or a URL.
@@ -328,6 +329,7 @@ func Defaults() *Config {
 		Approval:       Approval{TTL: DefaultApprovalTTL, ClockSkew: DefaultClockSkew, MaxGrantLifetime: DefaultMaxGrantLifetime},
 		Streams:        Streams{MaxAge: DefaultStreamMaxAge, IngressMaxBytes: DefaultIngressMaxBytes, StageMaxBytes: DefaultStageMaxBytes, HistoryMaxBytes: DefaultHistoryMaxBytes},
 		Reconciliation: Reconciliation{Interval: DefaultReconcileEvery, MaxAttempts: DefaultReconcileMax},
+		Retention:      Retention{SweepInterval: DefaultSweepInterval},
 	}
 }
 
@@ -519,6 +521,9 @@ func (c *Config) Validate() error {
 	}
 	if msg := c.Streams.problem(c.Approval.TTL); msg != "" {
 		add("streams: %s", msg)
+	}
+	if attr, msg := c.retentionProblem(); msg != "" {
+		add("retention.%s: %s", attr, msg)
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))

@@ -144,5 +144,14 @@ func Format(c *Config) []byte {
 	r := root.AppendNewBlock("reconciliation", nil).Body()
 	dur(r, "interval", c.Reconciliation.Interval)
 	num(r, "max_attempts", int64(c.Reconciliation.MaxAttempts))
+	ret := root.AppendNewBlock("retention", nil).Body()
+	// Unset horizons stay unset: derived from streams and approval.
+	if c.Retention.Proposals != 0 {
+		dur(ret, "proposals", c.Retention.Proposals)
+	}
+	if c.Retention.Receipts != 0 {
+		dur(ret, "receipts", c.Retention.Receipts)
+	}
+	dur(ret, "sweep_interval", c.Retention.SweepInterval)
 	return hclwrite.Format(f.Bytes())
 }

@@ -34,6 +34,15 @@ type fileHCL struct {
 	Grounding      *groundingHCL      `hcl:"grounding,block"`
 	Approval       *approvalHCL       `hcl:"approval,block"`
 	Reconciliation *reconciliationHCL `hcl:"reconciliation,block"`
+	Retention      *retentionHCL      `hcl:"retention,block"`
+}
+
+type retentionHCL struct {
+	Proposals     *string   `hcl:"proposals,optional"`
+	Receipts      *string   `hcl:"receipts,optional"`
+	SweepInterval *string   `hcl:"sweep_interval,optional"`
+	Body          hcl.Body  `hcl:",body"`
+	Range         hcl.Range `hcl:",def_range"`
 }
 
 type natsHCL struct {
@@ -426,6 +435,15 @@ func (f *fileHCL) build() (*Config, hcl.Diagnostics) {
 	if r := f.Reconciliation; r != nil {
 		c.Reconciliation.Interval = d.duration(r.Body, "interval", r.Interval, DefaultReconcileEvery)
 		c.Reconciliation.MaxAttempts = d.intIn(r.Body, "max_attempts", r.MaxAttempts, DefaultReconcileMax, 1, 1000)
+	}
+	if r := f.Retention; r != nil {
+		// 0 (absent): derived from streams and approval (RetentionHorizons).
+		c.Retention.Proposals = d.duration(r.Body, "proposals", r.Proposals, 0)
+		c.Retention.Receipts = d.duration(r.Body, "receipts", r.Receipts, 0)
+		c.Retention.SweepInterval = d.duration(r.Body, "sweep_interval", r.SweepInterval, DefaultSweepInterval)
+		if attr, msg := c.retentionProblem(); msg != "" {
+			d.at(r.Body, attr, "%s", msg)
+		}
 	}
 	return c, d.Diagnostics
 }
