@@ -19,7 +19,9 @@ func TestFlushMakesNoSyncWritesDurable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref := func(i int) schema.ProposalRef { return schema.ProposalRef{Host: "h", ProposalID: fmt.Sprintf("p-%03d", i)} }
+	ref := func(i int) schema.ProposalRef {
+		return schema.ProposalRef{Host: "h", ProposalID: fmt.Sprintf("p-%03d", i)}
+	}
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Go(func() {
