@@ -177,8 +177,9 @@ provider "demo" {
 }
 
 grounding {
-  max_candidates = 32   # more candidates: GROUNDING_CANDIDATES_UNBOUNDED (at most 1024)
-  source_timeout = "2s" # candidate source request (actions.candidates.<name>)
+  max_candidates       = 32   # more candidates: GROUNDING_CANDIDATES_UNBOUNDED (at most 1024)
+  source_timeout       = "2s" # candidate source request (actions.candidates.<name>)
+  source_max_in_flight = 16   # concurrent requests to each candidate source; others' proposals never wait for it
 }
 
 approval {
@@ -190,4 +191,21 @@ approval {
 reconciliation {
   interval     = "5s" # first poll after this; later polls double, up to 32× interval
   max_attempts = 10   # then RECONCILE_EXHAUSTED for an operator
+}
+
+# How long the processor's own store keeps records after their last change;
+# a background sweep removes the rest every sweep_interval. Unset horizons
+# follow the settings above (shown: their values with these defaults).
+retention {
+  # Delivery and admission records, last outcomes, approval decisions,
+  # dispatch-time denials, grounding checkpoints. Default streams.max_age + 24h;
+  # at least streams.max_age (a message still in its stream must be recognized).
+  proposals = "192h"
+  # Finished intent journals, their receipts and reconciliation attempts: a
+  # repeat of the intent is answered with its receipt for this long. Default
+  # the longer of 30 days and the least allowed: streams.max_age and
+  # approval.max_grant_lifetime + clock_skew. Journals still polling or waiting
+  # for an operator are kept whatever their age.
+  receipts       = "720h"
+  sweep_interval = "1m"
 }

@@ -17,7 +17,9 @@ func (s *Store) Approval(ref schema.ProposalRef, v any) (bool, error) {
 // while parked, none otherwise. Callers serialize per proposal and put the
 // approval's expiry timer in the same batch.
 func (b *Batch) PutApproval(ref schema.ProposalRef, v any, parked bool, expiresAtMs int64) {
-	b.set(proposalKey(prefixApproval, ref), v)
+	key := proposalKey(prefixApproval, ref)
+	b.set(key, v)
+	b.file(ClassProposal, stampOf(v), key[1:])
 	if parked {
 		b.set(proposalKey(prefixPending, ref), expiresAtMs)
 	} else {

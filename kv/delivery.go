@@ -39,7 +39,9 @@ func (s *Store) Delivery(host, deliveryID string) (Delivery, bool, error) {
 
 // PutDelivery records a delivery.
 func (b *Batch) PutDelivery(host, deliveryID string, d Delivery) {
-	b.set(deliveryKey(host, deliveryID), d)
+	key := deliveryKey(host, deliveryID)
+	b.set(key, d)
+	b.file(ClassDelivery, d.AtMs, key[1:])
 }
 
 // Admitted records that a host's proposal id was taken by an admitted
@@ -68,7 +70,9 @@ func (s *Store) Admitted(ref schema.ProposalRef) (Admitted, bool, error) {
 
 // PutAdmitted records a proposal's admission.
 func (b *Batch) PutAdmitted(ref schema.ProposalRef, a Admitted) {
-	b.set(proposalKey(prefixAdmitted, ref), a)
+	key := proposalKey(prefixAdmitted, ref)
+	b.set(key, a)
+	b.file(ClassProposal, a.AtMs, key[1:])
 }
 
 // LastOutcome returns the last outcome recorded for a proposal.
@@ -81,16 +85,22 @@ func (s *Store) LastOutcome(ref schema.ProposalRef) (schema.Outcome, bool, error
 
 // PutOutcome records a proposal's latest outcome (outcomes are value-free).
 func (b *Batch) PutOutcome(o schema.Outcome) {
-	b.set(proposalKey(prefixOutcome, o.To()), o)
+	key := proposalKey(prefixOutcome, o.To())
+	b.set(key, o)
+	b.file(ClassProposal, o.AtMs, key[1:])
 }
 
 // RecordOutcomes records each proposal's latest outcome (stages.OutcomeLog).
+// NoSync: the record must be durable before the input is acked, not
+// before the outcome is published (a crash in between redelivers the
+// input, which records it again); the runner calls Flush before the ack,
+// one fsync for every input acked at that moment.
 func (s *Store) RecordOutcomes(outcomes []schema.Outcome) error {
 	b := s.NewBatch()
 	for _, o := range outcomes {
 		b.PutOutcome(o)
 	}
-	return b.Commit(Sync)
+	return b.Commit(NoSync)
 }
 
 // Ended records a proposal that the dispatch stage ended without
@@ -113,5 +123,7 @@ func (s *Store) Ended(ref schema.ProposalRef) (Ended, bool, error) {
 
 // PutEnded records a proposal's dispatch-time end.
 func (b *Batch) PutEnded(ref schema.ProposalRef, e Ended) {
-	b.set(proposalKey(prefixEnded, ref), e)
+	key := proposalKey(prefixEnded, ref)
+	b.set(key, e)
+	b.file(ClassProposal, e.AtMs, key[1:])
 }

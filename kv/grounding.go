@@ -45,4 +45,7 @@ func (s *Store) Grounding(key []byte) (Grounding, bool, error) {
 // PutGrounding records a checkpoint.
 func (b *Batch) PutGrounding(key []byte, g Grounding) {
 	b.set(key, g)
+	if len(key) > 1 {
+		b.file(ClassGrounding, g.AtMs, key[1:])
+	}
 }

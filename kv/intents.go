@@ -60,6 +60,13 @@ func (b *Batch) PutIntent(fingerprint string, v any) {
 		return
 	}
 	b.set(intentKey(fp), v)
+	// Filed, and its last write noted, at the time of the write, not the
+	// record's own change time: a proposal answered from the journal
+	// (dispatch step 1) changes no state but must keep it for as long as
+	// its own replays can arrive.
+	now := b.s.now()
+	b.file(ClassIntent, now, fp)
+	b.ops = append(b.ops, op{key: lastWriteKey(ClassIntent, fp), val: appendUint64(nil, uint64(max(now, 0)))})
 }
 
 // AppendReceipt stores a receipt as number seq of the fingerprint's history.

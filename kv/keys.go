@@ -24,6 +24,7 @@ const (
 	prefixNonce         byte = 'n' // sha256(nonce) → expires_at_ms (operator requests)
 	prefixNonceExpiry   byte = 'N' // expires_at_ms, sha256(nonce) → nothing (for the sweep)
 	prefixMeta          byte = 'z' // name → the store's own facts (its instance id)
+	prefixExpiry        byte = 'x' // class, filed_at_ms, id → nothing (retention.go)
 )
 
 // Variable-length components are escaped so that ordering and prefix scans

@@ -1,6 +1,17 @@
 package kv
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/portcullis/portcullis/schema"
+)
+
+// ProposalLockKey is the lock (Store.Lock) of a proposal's admission
+// records: admission holds it while it decides on a proposal, the
+// retention sweep while it removes them.
+func ProposalLockKey(ref schema.ProposalRef) string {
+	return "proposal/" + ref.Host + "\x00" + ref.ProposalID
+}
 
 // KeyedMutex serializes work per key (a fingerprint, a proposal id) without
 // one global lock. Entries are reference-counted and removed when unused.

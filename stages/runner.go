@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/portcullis/portcullis/internal/fault"
 	"github.com/portcullis/portcullis/internal/seal"
@@ -23,8 +24,15 @@ import (
 
 // OutcomeLog records each proposal's last outcome before it is published
 // (kv.Store implements it), so that a repeated delivery can republish it.
+// RecordOutcomes need not wait for the disk: the runner calls Flush before
+// it acks the input, so that the record is durable before JetStream
+// forgets the input (a crash before then redelivers it, and it is recorded
+// again).
 type OutcomeLog interface {
 	RecordOutcomes(outcomes []schema.Outcome) error
+	// Flush makes every write committed so far durable; concurrent callers
+	// share one fsync.
+	Flush() error
 }
 
 // Deps are what every runner shares.
@@ -52,11 +60,24 @@ type RunnerConfig struct {
 	// INTERNAL_MESSAGE_REJECTED event of Phase.
 	Internal bool
 	Phase    schema.Phase
-	// Workers handle messages concurrently. Default 4.
-	Workers int
+	// MaxInFlight bounds the inputs handled at once, each in its own
+	// goroutine from fetch to ack: a handler that waits (for Pebble's group
+	// commit, a provider, its PubAcks) holds one slot, not the stage.
+	// Default DefaultMaxInFlight.
+	MaxInFlight int
+	// Batch is how many messages one pull asks for (the client re-pulls
+	// when half are delivered). Default min(MaxInFlight, 128): a message
+	// waits in the client's buffer only until a slot frees, and AckWait
+	// runs while it waits there.
+	Batch int
+	// MaxQueued bounds the inputs waiting in bulkhead queues (Bulkheads)
+	// across keys. Beyond it an input over its key's limit is redelivered
+	// later instead. Default DefaultMaxQueued.
+	MaxQueued int
 	// AckWait is the server's redelivery timer (and how long a message a
-	// crashed processor held waits before redelivery). Default 10s; a handler
-	// running longer is kept alive with InProgress every AckWait/3.
+	// crashed processor held waits before redelivery). Default 10s; an
+	// input held longer (handled, or queued) is kept alive with InProgress
+	// every AckWait/3.
 	AckWait time.Duration
 	// MaxAttempts is the number of deliveries after which GiveUp is asked
 	// instead of Handle. Default 5. The server's MaxDeliver is set higher,
@@ -65,13 +86,31 @@ type RunnerConfig struct {
 	// Backoff is the redelivery delay after the n-th failed delivery.
 	// Default 250ms·2^(n-1), at most 10s.
 	Backoff func(n uint64) time.Duration
-	// PublishTimeout bounds waiting for PubAcks. Default 10s.
+	// PublishTimeout bounds waiting for PubAcks (and for room among the
+	// connection's pending asynchronous publishes). Default 10s.
 	PublishTimeout time.Duration
 }
 
+// Defaults of RunnerConfig.
+const (
+	DefaultMaxInFlight = 256
+	DefaultMaxQueued   = 4096
+)
+
+// MaxDeferrals bounds the redeliveries of one input that found every
+// bulkhead queue full. They do not count toward MaxAttempts; after them
+// the input is queued whatever the bound.
+const MaxDeferrals = 64
+
 func (c *RunnerConfig) defaults() {
-	if c.Workers <= 0 {
-		c.Workers = 4
+	if c.MaxInFlight <= 0 {
+		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.Batch <= 0 {
+		c.Batch = min(c.MaxInFlight, 128)
+	}
+	if c.MaxQueued <= 0 {
+		c.MaxQueued = DefaultMaxQueued
 	}
 	if c.AckWait <= 0 {
 		c.AckWait = 10 * time.Second
@@ -92,17 +131,34 @@ func DefaultBackoff(n uint64) time.Duration {
 	return Backoff(250*time.Millisecond, 10*time.Second, int(min(n, 64)))
 }
 
-// Runner runs one stage: a durable pull consumer with explicit acks, a pool
-// of workers, and the publish-then-ack protocol every stage shares.
+// Runner runs one stage: a durable pull consumer with explicit acks, up to
+// MaxInFlight inputs handled at once (bulkheads per key, for handlers that
+// name them), and the publish-then-ack protocol every stage shares:
+//
+//   - outcomes are recorded, then every output is published
+//     asynchronously under a message id derived from the input;
+//   - once every PubAck arrived, Done runs, the store is flushed (writes a
+//     handler made without Sync become durable, one fsync shared by every
+//     input acked at that moment), and the input is acked;
+//   - any failure before that redelivers the input, which republishes the
+//     same ids (duplicates the streams drop).
 type Runner struct {
-	// requested counts RetryAfter redeliveries by stream sequence.
+	// requested counts RetryAfter redeliveries by stream sequence;
+	// deferred counts redeliveries of inputs every bulkhead queue was too
+	// full to take. Neither counts toward MaxAttempts.
 	requested sync.Map
+	deferred  sync.Map
 	cfg       RunnerConfig
 	deps      Deps
 	h         Handler
 	log       *slog.Logger
 	// consuming is set while Run's message iterator runs (see Consuming).
 	consuming atomic.Bool
+	live      liveSet
+	bulk      *bulkheads
+	// counters are the stage's StageMessages series, by result.
+	counters map[string]prometheus.Counter
+	duration prometheus.Observer
 }
 
 // NewRunner creates a runner for a stage.
@@ -112,7 +168,15 @@ func NewRunner(cfg RunnerConfig, deps Deps, h Handler) *Runner {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Runner{cfg: cfg, deps: deps, h: h, log: log.With("stage", cfg.Stage)}
+	r := &Runner{cfg: cfg, deps: deps, h: h, log: log.With("stage", cfg.Stage),
+		bulk:     newBulkheads(cfg.MaxQueued),
+		counters: map[string]prometheus.Counter{}}
+	for _, res := range metrics.Results() {
+		r.counters[res] = deps.Metrics.StageMessages.WithLabelValues(cfg.Stage, res)
+	}
+	r.duration = deps.Metrics.StageDuration.WithLabelValues(cfg.Stage)
+	r.live.flights = map[*flight]struct{}{}
+	return r
 }
 
 // Stage is the runner's stage: its durable consumer's name and its
@@ -128,15 +192,17 @@ func (r *Runner) Stream() string { return r.cfg.Stream }
 // iterator resumes by itself after a reconnect.
 func (r *Runner) Consuming() bool { return r.consuming.Load() }
 
-// ConsumerConfig is the durable consumer the runner uses.
+// ConsumerConfig is the durable consumer the runner uses. MaxAckPending
+// covers what the runner may hold delivered and unacknowledged: the
+// client's buffer, the inputs in flight and those queued in bulkheads.
 func (r *Runner) ConsumerConfig() jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
 		Durable:       r.cfg.Stage,
 		FilterSubject: r.cfg.FilterSubject,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       r.cfg.AckWait,
-		MaxDeliver:    2*r.cfg.MaxAttempts + 10 + MaxRequestedRetries,
-		MaxAckPending: max(64, 8*r.cfg.Workers),
+		MaxDeliver:    2*r.cfg.MaxAttempts + 10 + MaxRequestedRetries + MaxDeferrals,
+		MaxAckPending: 2*r.cfg.Batch + r.cfg.MaxInFlight + r.cfg.MaxQueued,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	}
 }
@@ -150,9 +216,9 @@ func (r *Runner) EnsureConsumer(ctx context.Context) (jetstream.Consumer, error)
 	return c, nil
 }
 
-// Run consumes until ctx is cancelled, then stops fetching, lets the
-// workers finish the messages they hold (handlers see workCtx, which
-// outlives ctx) and returns.
+// Run consumes until ctx is cancelled, then stops fetching, redelivers the
+// inputs queued in bulkheads, lets the inputs in flight finish (handlers
+// see workCtx, which outlives ctx) and returns.
 func (r *Runner) Run(ctx, workCtx context.Context) error {
 	cons, err := r.EnsureConsumer(ctx)
 	for try := 1; err != nil && ctx.Err() == nil; try++ {
@@ -169,7 +235,10 @@ func (r *Runner) Run(ctx, workCtx context.Context) error {
 	if ctx.Err() != nil {
 		return nil // stopped while starting: nothing was fetched
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(r.cfg.Workers), jetstream.PullExpiry(5*time.Second))
+	if err != nil {
+		return err
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(r.cfg.Batch), jetstream.PullExpiry(5*time.Second))
 	if ctx.Err() != nil {
 		if it != nil {
 			it.Stop()
@@ -185,11 +254,19 @@ func (r *Runner) Run(ctx, workCtx context.Context) error {
 		it.Drain()
 	})
 	defer stop()
-	msgs := make(chan jetstream.Msg)
+	beatDone := make(chan struct{})
+	beating := make(chan struct{})
+	go func() {
+		defer close(beating)
+		r.heartbeats(beatDone)
+	}()
+	// MaxInFlight long-lived workers: a worker is an in-flight slot (and
+	// its stack, grown once by Pebble and the JSON codecs, is reused).
+	work := make(chan jetstream.Msg)
 	var wg sync.WaitGroup
-	for range r.cfg.Workers {
+	for range r.cfg.MaxInFlight {
 		wg.Go(func() {
-			for m := range msgs {
+			for m := range work {
 				r.process(workCtx, m)
 			}
 		})
@@ -210,27 +287,89 @@ func (r *Runner) Run(ctx, workCtx context.Context) error {
 			}
 			break
 		}
-		msgs <- m
+		work <- m
 	}
+	close(work)
 	r.consuming.Store(false)
-	close(msgs)
+	// Queued inputs are not in flight: redelivered now (here or to another
+	// processor), not held through the drain.
+	for _, f := range r.bulk.close() {
+		r.live.remove(f)
+		_ = f.m.Nak()
+	}
 	wg.Wait()
+	close(beatDone)
+	<-beating
 	return runErr
 }
 
-// process handles one message end to end. Every path ends in an ack, a
-// delayed nak, or (never silently) a give-up outcome.
+// flight is one input the runner holds, from delivery to ack.
+type flight struct {
+	m        jetstream.Msg
+	in       *Input
+	key      string
+	start    time.Time
+	lastBeat time.Time
+	gaveUp   bool
+}
+
+// liveSet is every input held, for the heartbeats.
+type liveSet struct {
+	mu      sync.Mutex
+	flights map[*flight]struct{}
+}
+
+func (l *liveSet) add(f *flight) {
+	l.mu.Lock()
+	l.flights[f] = struct{}{}
+	l.mu.Unlock()
+}
+
+func (l *liveSet) remove(f *flight) {
+	l.mu.Lock()
+	delete(l.flights, f)
+	l.mu.Unlock()
+}
+
+// heartbeats keeps every input held longer than AckWait/3 (a long
+// handler, a queued input) from being redelivered: one ticker for the
+// runner, InProgress for each such input.
+func (r *Runner) heartbeats(done <-chan struct{}) {
+	every := r.cfg.AckWait / 3
+	t := time.NewTicker(every / 2)
+	defer t.Stop()
+	var due []jetstream.Msg
+	for {
+		select {
+		case <-done:
+			return
+		case now := <-t.C:
+			due = due[:0]
+			r.live.mu.Lock()
+			for f := range r.live.flights {
+				if now.Sub(f.lastBeat) >= every {
+					f.lastBeat = now
+					due = append(due, f.m)
+				}
+			}
+			r.live.mu.Unlock()
+			for _, m := range due {
+				_ = m.InProgress()
+			}
+		}
+	}
+}
+
+// process admits one delivered input, on a worker. A rejected input ends
+// here; one over its bulkhead's limit waits in its key's queue, and the
+// worker goes back to the fetch loop.
 func (r *Runner) process(ctx context.Context, m jetstream.Msg) {
-	start := time.Now()
-	result := metrics.ResultRetry
-	defer func() {
-		r.deps.Metrics.StageMessages.WithLabelValues(r.cfg.Stage, result).Inc()
-		r.deps.Metrics.StageDuration.WithLabelValues(r.cfg.Stage).Observe(time.Since(start).Seconds())
-	}()
+	now := time.Now()
 	meta, err := m.Metadata()
 	if err != nil {
 		r.log.Error("message without JetStream metadata; terminated") // its subject is host-chosen: not logged
 		_ = m.Term()
+		r.count(metrics.ResultRejected, now)
 		return
 	}
 	in := &Input{
@@ -241,18 +380,70 @@ func (r *Runner) process(ctx context.Context, m jetstream.Msg) {
 		StreamSeq: meta.Sequence.Stream,
 		Delivered: meta.NumDelivered,
 	}
-	stopBeat := r.heartbeat(m)
-	defer stopBeat()
+	f := &flight{m: m, in: in, start: now, lastBeat: now}
+	r.live.add(f)
 	if r.cfg.Internal && !r.deps.Seal.Check(in.Subject, in.Data, in.Header) {
-		result = r.reject(ctx, m, in)
+		r.count(r.reject(ctx, m, in), now)
+		r.live.remove(f)
 		return
 	}
+	requested, deferred := r.seqCount(&r.requested, in.StreamSeq), r.seqCount(&r.deferred, in.StreamSeq)
+	attempts := int64(in.Delivered) - int64(requested) - int64(deferred)
+	f.gaveUp = attempts > int64(r.cfg.MaxAttempts) || requested >= MaxRequestedRetries
+	var limit int
+	if !f.gaveUp {
+		// Giving up calls nothing outside: no bulkhead.
+		f.key, limit = r.bulkheadOf(in)
+	}
+	if f.key != "" {
+		switch r.bulk.enter(f.key, limit, f, deferred >= MaxDeferrals) {
+		case admitQueue:
+			return // waits without a worker; a finishing one of its key takes it
+		case admitDefer:
+			r.deferred.Store(in.StreamSeq, deferred+1)
+			r.live.remove(f)
+			if err := m.NakWithDelay(Backoff(100*time.Millisecond, 5*time.Second, int(deferred)+1)); err != nil {
+				r.log.Warn("nak failed; redelivery after ack wait", "seq", in.StreamSeq, "err", err)
+			}
+			r.count(metrics.ResultRetry, now)
+			return
+		}
+	}
+	r.handle(ctx, f)
+}
 
-	var res Result
-	gaveUp := false
-	requested := r.requestedRetries(in.StreamSeq)
-	if in.Delivered-requested > uint64(r.cfg.MaxAttempts) || requested >= MaxRequestedRetries {
-		gaveUp = true
+// handle handles one admitted input end to end, then goes on with the
+// next input queued on its bulkhead, if any (it takes over the finished
+// input's key slot and this worker). Every path ends in an ack, a delayed
+// nak, or (never silently) a give-up outcome.
+func (r *Runner) handle(ctx context.Context, f *flight) {
+	for f != nil {
+		result := r.run(ctx, f)
+		r.live.remove(f)
+		r.count(result, f.start)
+		if f.key == "" {
+			return
+		}
+		if f = r.bulk.leave(f.key); f != nil {
+			f.start = time.Now()
+		}
+	}
+}
+
+func (r *Runner) count(result string, start time.Time) {
+	r.counters[result].Inc()
+	r.duration.Observe(time.Since(start).Seconds())
+}
+
+// run handles an input and returns its result label.
+func (r *Runner) run(ctx context.Context, f *flight) string {
+	m, in := f.m, f.in
+	var (
+		res Result
+		err error
+	)
+	gaveUp := f.gaveUp
+	if gaveUp {
 		res, err = r.h.GiveUp(ctx, in, ErrRetriesExhausted)
 	} else {
 		res, err = r.h.Handle(ctx, in)
@@ -263,27 +454,31 @@ func (r *Runner) process(ctx context.Context, m jetstream.Msg) {
 	}
 	if err != nil {
 		r.retry(m, in, "handler failed", err)
-		return
+		return metrics.ResultRetry
 	}
 	if err := r.publish(ctx, in, res); err != nil {
 		r.retry(m, in, "publish failed", err)
-		return
+		return metrics.ResultRetry
 	}
 	if res.Done != nil {
 		if err := res.Done(ctx); err != nil {
 			r.retry(m, in, "completion failed", err)
-			return
+			return metrics.ResultRetry
 		}
 	}
+	if err := r.flush(); err != nil {
+		r.retry(m, in, "store flush failed", err)
+		return metrics.ResultRetry
+	}
 	if res.RetryAfter > 0 && !gaveUp {
-		r.requested.Store(in.StreamSeq, requested+1)
+		r.requested.Store(in.StreamSeq, r.seqCount(&r.requested, in.StreamSeq)+1)
 		if err := m.NakWithDelay(res.RetryAfter); err != nil {
 			r.log.Warn("nak failed; redelivery after ack wait", "seq", in.StreamSeq, "err", err)
 		}
-		result = metrics.ResultRetry
-		return
+		return metrics.ResultRetry
 	}
 	r.requested.Delete(in.StreamSeq)
+	r.deferred.Delete(in.StreamSeq)
 	fault.Hit(fault.RunnerAfterPublish)
 	if err := m.Ack(); err != nil {
 		// The outputs are published under derived ids; a redelivery
@@ -292,20 +487,33 @@ func (r *Runner) process(ctx context.Context, m jetstream.Msg) {
 	}
 	switch {
 	case gaveUp:
-		result = metrics.ResultGaveUp
 		r.log.Error("gave up on a message", "seq", in.StreamSeq, "deliveries", in.Delivered)
+		return metrics.ResultGaveUp
 	case len(res.Outcomes) > 0 || len(res.Replayed) > 0:
-		result = metrics.ResultOutcome
+		return metrics.ResultOutcome
 	case len(res.Next) > 0:
-		result = metrics.ResultForwarded
+		return metrics.ResultForwarded
 	default:
-		result = metrics.ResultConsumed
+		return metrics.ResultConsumed
 	}
 }
 
-// requestedRetries counts the RetryAfter redeliveries of an input so far.
-func (r *Runner) requestedRetries(seq uint64) uint64 {
-	if n, ok := r.requested.Load(seq); ok {
+// flush makes the store's writes so far durable before an ack (see
+// OutcomeLog).
+func (r *Runner) flush() error {
+	if r.deps.Outcomes == nil {
+		return nil
+	}
+	if err := r.deps.Outcomes.Flush(); err != nil && !errors.Is(err, kv.ErrFailed) {
+		return err
+	}
+	// A failed store stops the processor; what it could not flush is
+	// redelivered after the restart.
+	return nil
+}
+
+func (r *Runner) seqCount(m *sync.Map, seq uint64) uint64 {
+	if n, ok := m.Load(seq); ok {
 		return n.(uint64)
 	}
 	return 0
@@ -334,25 +542,6 @@ func (r *Runner) retry(m jetstream.Msg, in *Input, what string, err error) {
 	if nerr := m.NakWithDelay(delay); nerr != nil {
 		r.log.Warn("nak failed; redelivery after ack wait", "seq", in.StreamSeq, "err", nerr)
 	}
-}
-
-// heartbeat keeps a long-running message from being redelivered.
-func (r *Runner) heartbeat(m jetstream.Msg) (stop func()) {
-	every := r.cfg.AckWait / 3
-	done := make(chan struct{})
-	go func() {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				_ = m.InProgress()
-			}
-		}
-	}()
-	return func() { close(done) }
 }
 
 // publish records the outcomes, then publishes every output and waits for
@@ -415,7 +604,7 @@ func (r *Runner) publish(ctx context.Context, in *Input, res Result) error {
 	}
 	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
 	for _, m := range msgs {
-		f, err := r.deps.JS.PublishMsgAsync(m)
+		f, err := r.deps.JS.PublishMsgAsync(m, jetstream.WithStallWait(r.cfg.PublishTimeout))
 		if err != nil {
 			return fmt.Errorf("publish %s: %w", m.Subject, err)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -146,6 +147,33 @@ func (r *rig) counted(t *testing.T, result string, want float64) {
 	if got := testutil.ToFloat64(c); got != want {
 		t.Errorf("%s = %v, want %v", result, got, want)
 	}
+}
+
+func (r *rig) pendingAcks(t *testing.T) int {
+	t.Helper()
+	c, err := r.js.Consumer(context.Background(), "IN", subjects.StageGrounding)
+	if err != nil {
+		return -1
+	}
+	info, err := c.Info(context.Background())
+	if err != nil {
+		return -1
+	}
+	return info.NumAckPending
+}
+
+// waitPendingAcks waits until the consumer has want inputs unacked and
+// none undelivered.
+func (r *rig) waitPendingAcks(t *testing.T, want int) {
+	t.Helper()
+	testenv.WaitFor(t, fmt.Sprintf("consumer settled to %d pending acks", want), func() bool {
+		c, err := r.js.Consumer(context.Background(), "IN", subjects.StageGrounding)
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(context.Background())
+		return err == nil && info.NumAckPending == want && info.NumPending == 0
+	})
 }
 
 func failure(pid string, code schema.Code) schema.Outcome {
@@ -343,7 +371,7 @@ func TestRunnerDrainFinishesInFlight(t *testing.T) {
 		close(started)
 		<-release
 		return stages.Result{Outcomes: []schema.Outcome{failure("slow", schema.CodeDiscriminatorMismatch)}}, nil
-	}}, stages.RunnerConfig{Workers: 1})
+	}}, stages.RunnerConfig{MaxInFlight: 1})
 	r.publish(t, "in.1", "slow")
 	<-started
 	stopped := make(chan struct{})
@@ -363,7 +391,7 @@ func TestRunnerHeartbeatPreventsRedelivery(t *testing.T) {
 		calls.Add(1)
 		time.Sleep(1500 * time.Millisecond) // real work, three ack waits long: only heartbeats keep it
 		return stages.Result{}, nil
-	}}, stages.RunnerConfig{Workers: 2, AckWait: 500 * time.Millisecond})
+	}}, stages.RunnerConfig{MaxInFlight: 2, AckWait: 500 * time.Millisecond})
 	r.publish(t, "in.1", "x")
 	r.quiesce(t) // a redelivery would be handled by the second worker before this returns
 	if calls.Load() != 1 {
@@ -426,5 +454,181 @@ func TestRunnerRejectsUnsealedInternalMessages(t *testing.T) {
 		if e.Code == schema.CodeInternalMessageRejected && (e.Phase != schema.PhaseGrounding || e.DispatchBoundary != schema.BoundaryNotInvoked) {
 			t.Errorf("event = %+v", e)
 		}
+	}
+}
+
+func countEvents(rec *testenv.Recorder, code schema.Code) int {
+	n := 0
+	for _, e := range rec.Events() {
+		if e.Code == code {
+			n++
+		}
+	}
+	return n
+}
+
+// keyed is a handler whose inputs ("<key>/<id>") belong to bulkhead key
+// with the given limit; inputs of key "slow" block until released.
+type keyed struct {
+	funcHandler
+	limit int
+}
+
+func (k keyed) Bulkhead(in *stages.Input) (string, int) {
+	key, _, _ := strings.Cut(string(in.Data), "/")
+	return key, k.limit
+}
+
+// A saturated bulkhead holds no worker: with one worker and the slow key's
+// limit taken by a handler that does not return, inputs of the slow key
+// queue, and those of another key are handled at once; released, the
+// queued ones run in arrival order, each once.
+func TestRunnerBulkheadIsolatesKeys(t *testing.T) {
+	r := newRig(t)
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var order []string
+	var slowRunning, slowMax atomic.Int32
+	h := keyed{limit: 2, funcHandler: funcHandler{handle: func(_ context.Context, in *stages.Input) (stages.Result, error) {
+		id := string(in.Data)
+		if strings.HasPrefix(id, "slow/") {
+			n := slowRunning.Add(1)
+			for {
+				m := slowMax.Load()
+				if n <= m || slowMax.CompareAndSwap(m, n) {
+					break
+				}
+			}
+			<-release
+			slowRunning.Add(-1)
+		}
+		mu.Lock()
+		order = append(order, id)
+		mu.Unlock()
+		return stages.Result{Outcomes: []schema.Outcome{failure(strings.ReplaceAll(id, "/", "-"), schema.CodeDiscriminatorMismatch)}}, nil
+	}}}
+	r.run(t, h, stages.RunnerConfig{MaxInFlight: 3})
+	for i := range 6 {
+		r.publish(t, fmt.Sprintf("in.%d", i), fmt.Sprintf("slow/%d", i))
+	}
+	testenv.WaitFor(t, "two slow inputs running", func() bool { return slowRunning.Load() == 2 })
+	for i := range 5 {
+		r.publish(t, fmt.Sprintf("in.f%d", i), fmt.Sprintf("fast/%d", i))
+	}
+	for i := range 5 {
+		r.rec.Wait(t, fmt.Sprintf("fast-%d", i), testenv.Terminal)
+	}
+	if n := r.rec.Outcomes("slow-0"); len(n) != 0 {
+		t.Fatal("a slow input finished before its release")
+	}
+	close(release)
+	for i := range 6 {
+		r.rec.Wait(t, fmt.Sprintf("slow-%d", i), testenv.Terminal)
+	}
+	r.waitPendingAcks(t, 0)
+	if m := slowMax.Load(); m != 2 {
+		t.Errorf("slow inputs at once: %d, want the limit 2", m)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	seen := map[string]int{}
+	for _, id := range order {
+		seen[id]++
+	}
+	if len(order) != 11 || len(seen) != 11 {
+		t.Errorf("handled %v, want each of the 11 inputs once", order)
+	}
+}
+
+// Queued inputs are kept alive like handled ones: with an ack wait shorter
+// than their wait, none is redelivered (handled twice).
+func TestRunnerBulkheadQueueHeartbeats(t *testing.T) {
+	r := newRig(t)
+	var calls atomic.Int32
+	h := keyed{limit: 1, funcHandler: funcHandler{handle: func(_ context.Context, in *stages.Input) (stages.Result, error) {
+		calls.Add(1)
+		time.Sleep(700 * time.Millisecond)
+		return stages.Result{}, nil
+	}}}
+	r.run(t, h, stages.RunnerConfig{AckWait: 500 * time.Millisecond})
+	for i := range 3 {
+		r.publish(t, fmt.Sprintf("in.%d", i), "k/x")
+	}
+	testenv.WaitFor(t, "all handled", func() bool { return calls.Load() >= 3 })
+	r.waitPendingAcks(t, 0)
+	if n := calls.Load(); n != 3 {
+		t.Errorf("handled %d times, want 3 (a queued input was redelivered)", n)
+	}
+}
+
+// Beyond MaxQueued, an input over its key's limit is redelivered later
+// instead of queued, and such redeliveries do not count as attempts: it is
+// handled normally once its key has room, never given up.
+func TestRunnerBulkheadOverflowDefers(t *testing.T) {
+	r := newRig(t)
+	release := make(chan struct{})
+	var handled atomic.Int32
+	h := keyed{limit: 1, funcHandler: funcHandler{
+		handle: func(_ context.Context, in *stages.Input) (stages.Result, error) {
+			if string(in.Data) == "k/first" {
+				<-release
+			}
+			handled.Add(1)
+			return stages.Result{}, nil
+		},
+		giveUp: func(context.Context, *stages.Input, error) (stages.Result, error) {
+			t.Error("gave up on a deferred input")
+			return stages.Result{}, nil
+		},
+	}}
+	r.run(t, h, stages.RunnerConfig{MaxQueued: 1, MaxAttempts: 2})
+	r.publish(t, "in.0", "k/first")
+	testenv.WaitFor(t, "first running", func() bool { return r.pendingAcks(t) == 1 })
+	for i := range 3 {
+		r.publish(t, fmt.Sprintf("in.%d", i+1), "k/later")
+	}
+	// One queued, two deferred, redelivered more often than MaxAttempts.
+	time.Sleep(1500 * time.Millisecond)
+	close(release)
+	testenv.WaitFor(t, "all handled", func() bool { return handled.Load() == 4 })
+	r.waitPendingAcks(t, 0)
+	if got := testutil.ToFloat64(r.metrics.StageMessages.WithLabelValues(subjects.StageGrounding, metrics.ResultGaveUp)); got != 0 {
+		t.Errorf("gave_up = %v", got)
+	}
+}
+
+// Stopping redelivers queued inputs at once (they were never in flight)
+// and lets the handled ones finish: started again, the runner gets them
+// back well before their ack wait would have run out.
+func TestRunnerDrainRedeliversQueued(t *testing.T) {
+	r := newRig(t)
+	release := make(chan struct{})
+	var started atomic.Int32
+	h := keyed{limit: 1, funcHandler: funcHandler{handle: func(_ context.Context, in *stages.Input) (stages.Result, error) {
+		started.Add(1)
+		<-release
+		return stages.Result{}, nil
+	}}}
+	cfg := stages.RunnerConfig{AckWait: time.Minute}
+	stop := r.run(t, h, cfg)
+	for i := range 3 {
+		r.publish(t, fmt.Sprintf("in.%d", i), "k/x")
+	}
+	testenv.WaitFor(t, "queued", func() bool { return started.Load() == 1 && r.pendingAcks(t) == 3 })
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	time.Sleep(100 * time.Millisecond)
+	close(release)
+	<-stopped
+	if n := started.Load(); n != 1 {
+		t.Errorf("%d inputs handled while stopping, want only the one in flight", n)
+	}
+	r.run(t, h, cfg)
+	deadline := time.Now().Add(5 * time.Second) // far below the minute of ack wait
+	for r.pendingAcks(t) != 0 || started.Load() != 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("queued inputs not redelivered at once: %d handled, %d pending", started.Load(), r.pendingAcks(t))
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

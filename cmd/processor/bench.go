@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"time"
 
@@ -28,6 +29,8 @@ func cmdBench(c *cmdline, args []string, _ io.Reader) int {
 	syncAlways := fs.Bool("sync-always", false, "embedded server fsyncs every write (nats.sync_always)")
 	dir := fs.String("data", "", "data directory (default: a temporary one, removed afterwards)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the Portcullis side to this file")
+	mutexProfile := fs.String("mutexprofile", "", "write a mutex contention profile of the Portcullis side to this file")
+	memProfile := fs.String("memprofile", "", "write a heap profile (in use at the end, allocations throughout) to this file")
 	if _, code, done := c.parse(args); done {
 		return code
 	}
@@ -81,9 +84,21 @@ func cmdBench(c *cmdline, args []string, _ io.Reader) int {
 			return 1
 		}
 	}
+	if *mutexProfile != "" {
+		runtime.SetMutexProfileFraction(5)
+	}
 	pc, _, err := bench.Pipeline(ctx, p, o)
 	if *cpuProfile != "" {
 		pprof.StopCPUProfile()
+	}
+	for _, pf := range []struct{ file, name string }{{*mutexProfile, "mutex"}, {*memProfile, "heap"}} {
+		if pf.file == "" {
+			continue
+		}
+		if werr := writeProfile(pf.file, pf.name); werr != nil {
+			fmt.Fprintln(stderr, "processor bench:", werr)
+			return 1
+		}
 	}
 	fmt.Fprintf(stderr, "\r%-60s\r", "")
 	if err != nil {
@@ -94,15 +109,18 @@ func cmdBench(c *cmdline, args []string, _ io.Reader) int {
 		*syncAlways, len(size), *n, *window, *rate, *duration)
 	fmt.Fprintf(stdout, "raw          %d-hop chain: pull, republish async with Nats-Msg-Id, ack after the PubAck\n", bench.Hops)
 	fmt.Fprintf(stdout, "portcullis   5 stages, inline grants, connector over NATS, %.0f%% acknowledged then verified\n", *ackShare*100)
-	fmt.Fprintf(stdout, "%-12s %12s %10s %10s %10s %10s\n", "", "msg/s", "p50", "p99", "max", "peak RSS")
+	fmt.Fprintf(stdout, "%-12s %12s %10s %10s %10s %10s %10s\n", "", "msg/s", "CPU/msg", "p50", "p99", "max", "peak RSS")
 	row := func(name string, s bench.Side) {
-		fmt.Fprintf(stdout, "%-12s %12.0f %10s %10s %10s %10s\n", name, s.Throughput.Throughput(),
+		fmt.Fprintf(stdout, "%-12s %12.0f %10s %10s %10s %10s %10s\n", name, s.Throughput.Throughput(), s.Throughput.CPUPerMsg().Round(time.Microsecond),
 			s.Latency.Percentile(0.5).Round(10*time.Microsecond), s.Latency.Percentile(0.99).Round(10*time.Microsecond),
 			s.Latency.Percentile(1).Round(10*time.Microsecond), mib(s.PeakRSS))
 	}
 	row("raw", raw)
 	row("portcullis", pc)
 	fmt.Fprintf(stdout, "ratio %.3f\n", pc.Throughput.Throughput()/raw.Throughput.Throughput())
+	if c := pc.Throughput.CPUPerMsg(); c > 0 {
+		fmt.Fprintf(stdout, "CPU ratio %.2f (raw CPU per message over Portcullis CPU per proposal)\n", float64(raw.Throughput.CPUPerMsg())/float64(c))
+	}
 	if r := raw.Latency.Percentile(0.99); r > 0 {
 		fmt.Fprintf(stdout, "p99 ratio %.2f\n", float64(pc.Latency.Percentile(0.99))/float64(r))
 	}
@@ -118,4 +136,16 @@ func mib(b int64) string {
 		return "n/a"
 	}
 	return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20))
+}
+
+func writeProfile(file, name string) error {
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup(name).WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

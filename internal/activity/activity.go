@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -27,6 +28,50 @@ type Store struct {
 	Now func() int64
 
 	locks kv.KeyedMutex
+	// last remembers what this store last wrote for a key and at which
+	// revision, so that the next update of the same intent (dispatch after
+	// authorization, reconciliation after dispatch) writes at that revision
+	// without reading it back first. A stale entry (another processor
+	// wrote since) only costs a failed compare-and-set and a read.
+	mu   sync.Mutex
+	last map[string]written
+}
+
+type written struct {
+	rev  uint64
+	data []byte
+}
+
+// maxRemembered bounds Store.last: intents are updated a few times within
+// seconds of each other, then rarely.
+const maxRemembered = 8192
+
+func (s *Store) remembered(key string) (written, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w, ok := s.last[key]
+	return w, ok
+}
+
+func (s *Store) remember(key string, w written) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.last == nil {
+		s.last = map[string]written{}
+	}
+	if _, ok := s.last[key]; !ok && len(s.last) >= maxRemembered {
+		for k := range s.last { // forget an arbitrary one
+			delete(s.last, k)
+			break
+		}
+	}
+	s.last[key] = w
+}
+
+func (s *Store) forget(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.last, key)
 }
 
 // Get returns the snapshot of a fingerprint.
@@ -48,25 +93,31 @@ func (s *Store) Get(ctx context.Context, fingerprint string) (*schema.Activity, 
 // Update applies edit to the fingerprint's snapshot (a new one if none)
 // and writes it with compare-and-set, retrying on a concurrent writer.
 // Writers in this process are serialized per fingerprint; the CAS guards
-// against other processors.
+// against other processors. The snapshot is read from the bucket only when
+// this store did not write it last: a fingerprint it has not seen is
+// created outright (and read only if that finds it exists), one it wrote
+// is updated at the revision it wrote.
 func (s *Store) Update(ctx context.Context, fingerprint string, edit func(a *schema.Activity)) error {
 	key := Key(fingerprint)
 	unlock := s.locks.Lock(key)
 	defer unlock()
+	// known: the snapshot and revision to edit come from memory (the last
+	// write here) or from a fresh read; fresh: nothing is known, try to
+	// create.
+	var cur []byte
+	var rev uint64
+	w, known := s.remembered(key)
+	if known {
+		cur, rev = w.data, w.rev
+	}
 	for range 10 {
 		var a schema.Activity
-		var rev uint64
-		e, err := s.KV.Get(ctx, key)
-		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-			a = schema.Activity{Schema: schema.SchemaActivity, Fingerprint: fingerprint}
-		case err != nil:
-			return fmt.Errorf("activity: get: %w", err)
-		default:
-			if err := schema.Decode(e.Value(), &a); err != nil {
+		if known && rev != 0 {
+			if err := schema.Decode(cur, &a); err != nil {
 				return fmt.Errorf("activity: decode: %w", err)
 			}
-			rev = e.Revision()
+		} else {
+			a = schema.Activity{Schema: schema.SchemaActivity, Fingerprint: fingerprint}
 		}
 		edit(&a)
 		if s.Now != nil {
@@ -76,16 +127,29 @@ func (s *Store) Update(ctx context.Context, fingerprint string, edit func(a *sch
 		if err != nil {
 			return fmt.Errorf("activity: encode: %w", err)
 		}
+		var newRev uint64
 		if rev == 0 {
-			_, err = s.KV.Create(ctx, key, data)
+			newRev, err = s.KV.Create(ctx, key, data)
 		} else {
-			_, err = s.KV.Update(ctx, key, data, rev)
+			newRev, err = s.KV.Update(ctx, key, data, rev)
 		}
 		if err == nil {
+			s.remember(key, written{rev: newRev, data: data})
 			return nil
 		}
+		s.forget(key)
 		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongSequence(err) {
 			return fmt.Errorf("activity: write: %w", err)
+		}
+		// Someone else wrote it: read what is there and edit that.
+		e, err := s.KV.Get(ctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			cur, rev, known = nil, 0, true
+		case err != nil:
+			return fmt.Errorf("activity: get: %w", err)
+		default:
+			cur, rev, known = e.Value(), e.Revision(), true
 		}
 	}
 	return errors.New("activity: too many concurrent updates")

@@ -78,6 +78,19 @@ type Phase struct {
 	// Failed counts messages that did not end as expected (a pipeline
 	// outcome other than CONFIRMED).
 	Failed int
+	// CPU is the process's CPU time (user and system, every goroutine:
+	// the embedded server, the clients and the side itself) during the
+	// phase; 0 where the platform does not say. Unlike throughput, it
+	// hardly depends on what else runs on the machine.
+	CPU time.Duration
+}
+
+// CPUPerMsg is the process's CPU time per message of the phase.
+func (p Phase) CPUPerMsg() time.Duration {
+	if p.Count == 0 {
+		return 0
+	}
+	return p.CPU / time.Duration(p.Count)
 }
 
 // Throughput is messages per second.
@@ -117,6 +130,7 @@ type tracker struct {
 	slots   chan struct{}
 	ended   atomic.Int64
 	started time.Time
+	cpu0    time.Duration
 }
 
 func newTracker(want, window int) *tracker {
@@ -171,7 +185,7 @@ func (t *tracker) wait(ctx context.Context, label string, progress func(string))
 			t.mu.Lock()
 			defer t.mu.Unlock()
 			slices.Sort(t.lat)
-			return Phase{Count: t.want, Elapsed: time.Since(t.started), Latencies: t.lat, Failed: t.failed}, nil
+			return Phase{Count: t.want, Elapsed: time.Since(t.started), Latencies: t.lat, Failed: t.failed, CPU: cpuTime() - t.cpu0}, nil
 		case <-tick.C:
 			if progress != nil {
 				progress(fmt.Sprintf("%s %d/%d", label, t.ended.Load(), t.want))
@@ -200,6 +214,12 @@ func paced(ctx context.Context, count, rate int, send func(i int) error) error {
 		}
 	}
 	return nil
+}
+
+// start notes the phase's start: its time and the process's CPU time.
+func (t *tracker) start() {
+	t.started = time.Now()
+	t.cpu0 = cpuTime()
 }
 
 // errNoRSS: the platform does not report peak RSS.

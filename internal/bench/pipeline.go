@@ -130,7 +130,7 @@ func Pipeline(ctx context.Context, p *engine.Processor, o Options) (Side, int, e
 	resetPeakRSS()
 	t := newTracker(o.Count, o.Window)
 	cur.Store(t)
-	t.started = time.Now()
+	t.start()
 	for i, b := range tp {
 		id := fmt.Sprintf("t-%06d", i)
 		if err := t.send(ctx, id); err != nil {
@@ -145,7 +145,7 @@ func Pipeline(ctx context.Context, p *engine.Processor, o Options) (Side, int, e
 	}
 	t = newTracker(latencyN, latencyN)
 	cur.Store(t)
-	t.started = time.Now()
+	t.start()
 	if err := paced(ctx, latencyN, o.Rate, func(i int) error {
 		id := fmt.Sprintf("l-%06d", i)
 		if err := t.send(ctx, id); err != nil {

@@ -126,7 +126,7 @@ func Raw(ctx context.Context, url string, bodyBytes int, o Options) (Side, error
 	// Throughput.
 	t := newTracker(o.Count, o.Window)
 	cur.Store(t)
-	t.started = time.Now()
+	t.start()
 	for i := range o.Count {
 		id := "t" + strconv.Itoa(i)
 		if err := t.send(ctx, id); err != nil {
@@ -143,7 +143,7 @@ func Raw(ctx context.Context, url string, bodyBytes int, o Options) (Side, error
 	n := max(1, int(float64(o.Rate)*o.Duration.Seconds()))
 	t = newTracker(n, n)
 	cur.Store(t)
-	t.started = time.Now()
+	t.start()
 	if err := paced(ctx, n, o.Rate, func(i int) error {
 		id := "l" + strconv.Itoa(i)
 		if err := t.send(ctx, id); err != nil {

@@ -54,6 +54,10 @@ const (
 	MaxReplicas             = 5
 )
 
+// DefaultSourceMaxInFlight bounds concurrent requests to one candidate
+// source (grounding.source_max_in_flight).
+const DefaultSourceMaxInFlight = 16
+
 // Config is a loaded, validated configuration with defaults applied.
 type Config struct {
 	NATS           NATS
@@ -74,6 +78,7 @@ type Config struct {
 	Grounding      Grounding
 	Approval       Approval
 	Reconciliation Reconciliation
+	Retention      Retention
 }
 
 // NATS says where JetStream is: an embedded server (default) or a URL.
@@ -234,6 +239,11 @@ type Grounding struct {
 	MaxCandidates int
 	// SourceTimeout bounds a candidate source request. Default 2s.
 	SourceTimeout time.Duration
+	// SourceMaxInFlight bounds the concurrent requests to each candidate
+	// source; a source's further proposals wait without taking capacity
+	// from other sources' (SPEC §3, Isolation). Default 16, at most
+	// MaxMaxInFlight.
+	SourceMaxInFlight int
 }
 
 // Approval configures parked proposals.
@@ -293,10 +303,11 @@ func Defaults() *Config {
 		Metrics:        Metrics{Listen: DefaultMetricsListen},
 		Prefix:         subjects.DefaultPrefix,
 		Admission:      Admission{MaxPayloadBytes: DefaultMaxPayloadBytes},
-		Grounding:      Grounding{MaxCandidates: DefaultMaxCandidates, SourceTimeout: DefaultSourceTimeout},
+		Grounding:      Grounding{MaxCandidates: DefaultMaxCandidates, SourceTimeout: DefaultSourceTimeout, SourceMaxInFlight: DefaultSourceMaxInFlight},
 		Approval:       Approval{TTL: DefaultApprovalTTL, ClockSkew: DefaultClockSkew, MaxGrantLifetime: DefaultMaxGrantLifetime},
 		Streams:        Streams{MaxAge: DefaultStreamMaxAge, IngressMaxBytes: DefaultIngressMaxBytes, StageMaxBytes: DefaultStageMaxBytes, HistoryMaxBytes: DefaultHistoryMaxBytes},
 		Reconciliation: Reconciliation{Interval: DefaultReconcileEvery, MaxAttempts: DefaultReconcileMax},
+		Retention:      Retention{SweepInterval: DefaultSweepInterval},
 	}
 }
 
@@ -486,6 +497,9 @@ func (c *Config) Validate() error {
 	if c.Grounding.MaxCandidates < 1 || c.Grounding.MaxCandidates > MaxMaxCandidates || c.Grounding.SourceTimeout <= 0 {
 		add("grounding: max_candidates 1–%d, source_timeout > 0", MaxMaxCandidates)
 	}
+	if c.Grounding.SourceMaxInFlight < 1 || c.Grounding.SourceMaxInFlight > MaxMaxInFlight {
+		add("grounding: source_max_in_flight 1–%d", MaxMaxInFlight)
+	}
 	if c.Approval.TTL <= 0 || c.Reconciliation.Interval <= 0 || c.Reconciliation.MaxAttempts < 1 {
 		add("approval.ttl, reconciliation.interval and reconciliation.max_attempts must be positive")
 	}
@@ -494,6 +508,9 @@ func (c *Config) Validate() error {
 	}
 	if msg := c.Streams.problem(c.Approval.TTL); msg != "" {
 		add("streams: %s", msg)
+	}
+	if attr, msg := c.retentionProblem(); msg != "" {
+		add("retention.%s: %s", attr, msg)
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))

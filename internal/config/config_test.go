@@ -110,6 +110,10 @@ func TestErrorsCarryFileLine(t *testing.T) {
 		{"tiny stream", "streams {\n  history_max_bytes = \"1KiB\"\n}\n", "bad.hcl:1,"},
 		{"short max_age", "streams {\n  max_age = \"15m\"\n}\n", "bad.hcl:1,"},
 		{"max_in_flight", "provider \"p\" {\n  max_in_flight = 0\n}\n", "bad.hcl:2,"},
+		{"source_max_in_flight", "grounding {\n  source_max_in_flight = 5000\n}\n", "bad.hcl:2,"},
+		{"short proposals horizon", "retention {\n  receipts = \"800h\"\n  proposals = \"24h\"\n}\n", "bad.hcl:3,"},
+		{"short receipts horizon", "approval {\n  max_grant_lifetime = \"240h\"\n}\nretention {\n  receipts = \"200h\"\n}\n", "bad.hcl:5,"},
+		{"bad sweep interval", "retention {\n  sweep_interval = \"0s\"\n}\n", "bad.hcl:2,"},
 		{"empty key_file", "internal {\n  key_file = \"\"\n}\n", "bad.hcl:2,"},
 		{"unknown journal", "store {\n  journal = \"raft\"\n}\n", `bad.hcl:2,13-19: Invalid value for journal; must be "auto", "local" or "replicated"`},
 		{"replicated journal on the embedded server", "store {\n  journal = \"replicated\"\n}\n", "bad.hcl:2,"},
@@ -282,5 +286,28 @@ func TestJournalChoice(t *testing.T) {
 	c.Store.Journal = config.JournalReplicated
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "store.journal") {
 		t.Errorf("a replicated journal on the embedded server validated: %v", err)
+	}
+}
+
+// Unset retention horizons follow the streams and approval settings.
+func TestRetentionHorizons(t *testing.T) {
+	c := config.Defaults()
+	if p, r := c.RetentionHorizons(); p != 192*time.Hour || r != 720*time.Hour {
+		t.Errorf("defaults: proposals %s, receipts %s", p, r)
+	}
+	c.Streams.MaxAge = 1000 * time.Hour
+	if p, r := c.RetentionHorizons(); p != 1024*time.Hour || r != 1000*time.Hour {
+		t.Errorf("long max_age: proposals %s, receipts %s", p, r)
+	}
+	c.Retention.Proposals, c.Retention.Receipts = 2000*time.Hour, 3000*time.Hour
+	if p, r := c.RetentionHorizons(); p != 2000*time.Hour || r != 3000*time.Hour {
+		t.Errorf("explicit: proposals %s, receipts %s", p, r)
+	}
+	if err := c.Validate(); err != nil {
+		t.Errorf("explicit horizons refused: %v", err)
+	}
+	c.Retention.Receipts = 100 * time.Hour
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "retention.receipts") {
+		t.Errorf("short receipts horizon: %v", err)
 	}
 }

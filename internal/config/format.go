@@ -135,6 +135,7 @@ func Format(c *Config) []byte {
 	g := root.AppendNewBlock("grounding", nil).Body()
 	num(g, "max_candidates", int64(c.Grounding.MaxCandidates))
 	dur(g, "source_timeout", c.Grounding.SourceTimeout)
+	num(g, "source_max_in_flight", int64(c.Grounding.SourceMaxInFlight))
 	ap := root.AppendNewBlock("approval", nil).Body()
 	dur(ap, "ttl", c.Approval.TTL)
 	dur(ap, "clock_skew", c.Approval.ClockSkew)
@@ -142,5 +143,14 @@ func Format(c *Config) []byte {
 	r := root.AppendNewBlock("reconciliation", nil).Body()
 	dur(r, "interval", c.Reconciliation.Interval)
 	num(r, "max_attempts", int64(c.Reconciliation.MaxAttempts))
+	ret := root.AppendNewBlock("retention", nil).Body()
+	// Unset horizons stay unset: derived from streams and approval.
+	if c.Retention.Proposals != 0 {
+		dur(ret, "proposals", c.Retention.Proposals)
+	}
+	if c.Retention.Receipts != 0 {
+		dur(ret, "receipts", c.Retention.Receipts)
+	}
+	dur(ret, "sweep_interval", c.Retention.SweepInterval)
 	return hclwrite.Format(f.Bytes())
 }

@@ -37,6 +37,15 @@ type fileHCL struct {
 	Grounding      *groundingHCL      `hcl:"grounding,block"`
 	Approval       *approvalHCL       `hcl:"approval,block"`
 	Reconciliation *reconciliationHCL `hcl:"reconciliation,block"`
+	Retention      *retentionHCL      `hcl:"retention,block"`
+}
+
+type retentionHCL struct {
+	Proposals     *string   `hcl:"proposals,optional"`
+	Receipts      *string   `hcl:"receipts,optional"`
+	SweepInterval *string   `hcl:"sweep_interval,optional"`
+	Body          hcl.Body  `hcl:",body"`
+	Range         hcl.Range `hcl:",def_range"`
 }
 
 type natsHCL struct {
@@ -155,9 +164,10 @@ type providerHCL struct {
 }
 
 type groundingHCL struct {
-	MaxCandidates *int     `hcl:"max_candidates,optional"`
-	SourceTimeout *string  `hcl:"source_timeout,optional"`
-	Body          hcl.Body `hcl:",body"`
+	MaxCandidates     *int     `hcl:"max_candidates,optional"`
+	SourceTimeout     *string  `hcl:"source_timeout,optional"`
+	SourceMaxInFlight *int     `hcl:"source_max_in_flight,optional"`
+	Body              hcl.Body `hcl:",body"`
 }
 
 type approvalHCL struct {
@@ -391,6 +401,7 @@ func (f *fileHCL) build() (*Config, hcl.Diagnostics) {
 	if g := f.Grounding; g != nil {
 		c.Grounding.MaxCandidates = d.intIn(g.Body, "max_candidates", g.MaxCandidates, DefaultMaxCandidates, 1, MaxMaxCandidates)
 		c.Grounding.SourceTimeout = d.duration(g.Body, "source_timeout", g.SourceTimeout, DefaultSourceTimeout)
+		c.Grounding.SourceMaxInFlight = d.intIn(g.Body, "source_max_in_flight", g.SourceMaxInFlight, DefaultSourceMaxInFlight, 1, MaxMaxInFlight)
 	}
 	if a := f.Approval; a != nil {
 		c.Approval.TTL = d.duration(a.Body, "ttl", a.TTL, DefaultApprovalTTL)
@@ -431,6 +442,15 @@ func (f *fileHCL) build() (*Config, hcl.Diagnostics) {
 	if r := f.Reconciliation; r != nil {
 		c.Reconciliation.Interval = d.duration(r.Body, "interval", r.Interval, DefaultReconcileEvery)
 		c.Reconciliation.MaxAttempts = d.intIn(r.Body, "max_attempts", r.MaxAttempts, DefaultReconcileMax, 1, 1000)
+	}
+	if r := f.Retention; r != nil {
+		// 0 (absent): derived from streams and approval (RetentionHorizons).
+		c.Retention.Proposals = d.duration(r.Body, "proposals", r.Proposals, 0)
+		c.Retention.Receipts = d.duration(r.Body, "receipts", r.Receipts, 0)
+		c.Retention.SweepInterval = d.duration(r.Body, "sweep_interval", r.SweepInterval, DefaultSweepInterval)
+		if attr, msg := c.retentionProblem(); msg != "" {
+			d.at(r.Body, attr, "%s", msg)
+		}
 	}
 	return c, d.Diagnostics
 }

@@ -54,9 +54,11 @@ type Spec struct {
 	// Phase is the phase of INTERNAL_MESSAGE_REJECTED events for an
 	// internal stage's unsealed inputs.
 	Phase schema.Phase
-	// Workers handle messages concurrently (stages.RunnerConfig's default
-	// when 0).
-	Workers int
+	// MaxInFlight bounds the messages the stage handles at once
+	// (stages.RunnerConfig's default when 0). Waiting on outside capacity
+	// — a provider, a candidate source — is bounded per provider or
+	// source by the stage's bulkheads, not by this.
+	MaxInFlight int
 	// Next is the successor's name ("" for none).
 	Next string
 	// Scheduled: the journal's timers fire on this stage (its
@@ -73,14 +75,12 @@ type Spec struct {
 // resuming parked proposals into dispatch. It returns a fresh slice.
 func Pipeline() []Spec {
 	return []Spec{
-		{Name: subjects.StageAdmission, Ingress: Proposals, Workers: 8, Next: subjects.StageGrounding, New: newAdmission},
-		// Workers may wait up to source_timeout on a candidate source.
-		{Name: subjects.StageGrounding, Phase: schema.PhaseGrounding, Workers: 8, Next: subjects.StageAuthorization, New: newGrounding},
+		{Name: subjects.StageAdmission, Ingress: Proposals, Next: subjects.StageGrounding, New: newAdmission},
+		{Name: subjects.StageGrounding, Phase: schema.PhaseGrounding, Next: subjects.StageAuthorization, New: newGrounding},
 		{Name: subjects.StageAuthorization, Phase: schema.PhaseAuthorization, Next: subjects.StageDispatch, New: newAuthorization},
 		{Name: subjects.StageGrants, Ingress: Grants, Next: subjects.StageDispatch, New: newGrants},
-		{Name: subjects.StageDispatch, Phase: schema.PhaseDispatch, Workers: 16, Next: subjects.StageReconciliation, New: newDispatch},
-		// Workers may wait up to a provider's timeout on a reconcile.
-		{Name: subjects.StageReconciliation, Phase: schema.PhaseReconciliation, Workers: 8, Scheduled: true, New: newReconciliation},
+		{Name: subjects.StageDispatch, Phase: schema.PhaseDispatch, Next: subjects.StageReconciliation, New: newDispatch},
+		{Name: subjects.StageReconciliation, Phase: schema.PhaseReconciliation, Scheduled: true, New: newReconciliation},
 	}
 }
 
@@ -209,8 +209,9 @@ func newAdmission(p *Parts, r stages.Route) (stages.Handler, error) {
 func newGrounding(p *Parts, r stages.Route) (stages.Handler, error) {
 	return &grounding.Stage{
 		Route: r, Clock: p.Clock, Store: p.Store,
-		Source:        &grounding.Source{Conn: p.NC, Subjects: p.Subjects, Timeout: p.Config.Grounding.SourceTimeout},
-		MaxCandidates: p.Config.Grounding.MaxCandidates,
+		Source:            &grounding.Source{Conn: p.NC, Subjects: p.Subjects, Timeout: p.Config.Grounding.SourceTimeout},
+		MaxCandidates:     p.Config.Grounding.MaxCandidates,
+		SourceMaxInFlight: p.Config.Grounding.SourceMaxInFlight,
 	}, nil
 }
 
@@ -270,7 +271,20 @@ func newReconciliation(p *Parts, r stages.Route) (stages.Handler, error) {
 		Log:      p.stageLog(r.Self),
 		Interval: p.Config.Reconciliation.Interval, MaxAttempts: p.Config.Reconciliation.MaxAttempts,
 	}
-	return p.recon, nil
+	limits := map[string]int{}
+	for _, pr := range p.Config.Providers {
+		limits[pr.Name] = pr.MaxInFlight
+	}
+	// Polls of one provider share its max_in_flight (a bulkhead of its
+	// own, apart from dispatch's): a provider whose reconcile hangs delays
+	// only its own intents' polls.
+	return stages.WithBulkhead(p.recon, func(in *stages.Input) (string, int) {
+		name, ok := p.recon.Provider(in)
+		if !ok || limits[name] == 0 {
+			return "", 0
+		}
+		return "provider/" + name, limits[name]
+	}), nil
 }
 
 // runners builds one runner per stage of the pipeline.
@@ -285,7 +299,7 @@ func (p *Processor) runners(pipeline []Spec, parts *Parts, deps stages.Deps) ([]
 		if err != nil {
 			return nil, fmt.Errorf("engine: stage %s: %w", s.Name, err)
 		}
-		rc := stages.RunnerConfig{Stage: s.Name, Workers: s.Workers}
+		rc := stages.RunnerConfig{Stage: s.Name, MaxInFlight: s.MaxInFlight}
 		switch s.Ingress {
 		case Proposals:
 			rc.Stream, rc.FilterSubject = p.subj.ProposalsStream(), p.subj.Proposals()

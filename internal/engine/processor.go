@@ -188,7 +188,7 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 		return err
 	}
 	p.activity = &activity.Store{KV: bucket, Now: func() int64 { return stages.NowMs(p.clock) }}
-	p.store, err = kv.Open(cfg.Store.Dir, kv.Options{FS: o.StoreFS, Logger: p.log.With("component", "pebble")})
+	p.store, err = kv.Open(cfg.Store.Dir, kv.Options{FS: o.StoreFS, Logger: p.log.With("component", "pebble"), Now: func() int64 { return stages.NowMs(p.clock) }})
 	if err != nil {
 		return err
 	}
@@ -255,6 +255,8 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 	p.watchStages(fetchCtx, runners, o.LagPoll)
 	sched := &stages.Scheduler{Store: p.store, JS: p.js, Seal: p.seal, Clock: p.clock, Log: p.log}
 	p.wg.Go(func() { _ = sched.Run(fetchCtx) })
+	sweeper := p.sweeper(jr)
+	p.wg.Go(func() { sweeper.Run(fetchCtx, cfg.Retention.SweepInterval) })
 	p.log.Info("processor started", "nats", p.NATSURL(), "metrics", p.MetricsAddr(), "store", cfg.Store.Dir, "prefix", subj.Prefix(),
 		"journal", journalKind(cfg), "instance", p.self)
 	return nil

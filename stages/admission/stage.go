@@ -50,7 +50,7 @@ func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 	p := v.Proposal
 	ref := v.Ref()
 	digest := Digest(p)
-	unlock := s.Store.Lock("proposal/" + ref.Host + "\x00" + ref.ProposalID)
+	unlock := s.Store.Lock(kv.ProposalLockKey(ref))
 	defer unlock()
 	delivery := p.Context.Delivery.DeliveryID
 	unlockDelivery := s.Store.Lock("delivery/" + ref.Host + "\x00" + delivery)

@@ -24,6 +24,9 @@ type Stage struct {
 	Source *Source
 	// MaxCandidates is grounding.max_candidates.
 	MaxCandidates int
+	// SourceMaxInFlight bounds the requests to one candidate source at
+	// once (grounding.source_max_in_flight; see Bulkhead). 0: unbounded.
+	SourceMaxInFlight int
 }
 
 var _ stages.Handler = (*Stage)(nil)

@@ -1,0 +1,93 @@
+package activity_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/portcullis/portcullis/internal/activity"
+	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/testenv"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const fp = "sha256:5a6883578c195c2db4563345d2872d693c6dfabca09b1ae4918d1cd00103e446"
+
+func bucket(t *testing.T) jetstream.KeyValue {
+	t.Helper()
+	js, err := jetstream.New(testenv.Connect(t, testenv.StartServer(t, "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.CreateKeyValue(context.Background(), jetstream.KeyValueConfig{Bucket: "activity"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
+}
+
+func addProposal(id string) func(a *schema.Activity) {
+	return func(a *schema.Activity) { a.AddProposal(schema.ProposalRef{Host: "h", ProposalID: id}) }
+}
+
+// Updates from two stores (two processors) on one snapshot never lose an
+// edit: a store that wrote last updates at the revision it wrote, and one
+// whose memory is stale reads the snapshot back when its write is refused.
+func TestUpdateTwoWriters(t *testing.T) {
+	kv := bucket(t)
+	ctx := context.Background()
+	a, b := &activity.Store{KV: kv}, &activity.Store{KV: kv}
+	steps := []struct {
+		s  *activity.Store
+		id string
+	}{{a, "p1"}, {a, "p2"}, {b, "p3"}, {a, "p4"}, {b, "p5"}, {b, "p6"}}
+	for _, st := range steps {
+		if err := st.s.Update(ctx, fp, addProposal(st.id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := a.Get(ctx, fp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Proposals) != len(steps) {
+		t.Fatalf("proposals %v, want %d of them", got.Proposals, len(steps))
+	}
+	if e, err := kv.Get(ctx, activity.Key(fp)); err != nil || e.Revision() != uint64(len(steps)) {
+		t.Fatalf("revision %d, %v: want one write per update", e.Revision(), err)
+	}
+}
+
+// A store that never wrote a snapshot which exists (written by another
+// processor, or before a restart) finds it when its create is refused.
+func TestUpdateExistingSnapshot(t *testing.T) {
+	kv := bucket(t)
+	ctx := context.Background()
+	if err := (&activity.Store{KV: kv}).Update(ctx, fp, addProposal("old")); err != nil {
+		t.Fatal(err)
+	}
+	s := &activity.Store{KV: kv}
+	if err := s.Update(ctx, fp, addProposal("new")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Get(ctx, fp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Proposals) != 2 {
+		t.Fatalf("proposals %v, want old and new", got.Proposals)
+	}
+	// Deleted behind its back: created again.
+	if err := kv.Delete(ctx, activity.Key(fp)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Update(ctx, fp, addProposal("again")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err = s.Get(ctx, fp); err != nil || len(got.Proposals) != 1 {
+		t.Fatalf("after delete: %+v, %v", got, err)
+	}
+}
