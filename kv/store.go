@@ -81,6 +81,22 @@ type Store struct {
 	syncing chan struct{}
 }
 
+// failedBy handles what a commit path recovered: nil is nothing; a
+// fatalPanic (Pebble's Fatalf) marks the store failed and sets *err to
+// ErrFailed; any other panic goes on. It reports whether r was one.
+func (s *Store) failedBy(r any, err *error) bool {
+	if r == nil {
+		return false
+	}
+	fp, ok := r.(fatalPanic)
+	if !ok {
+		panic(r)
+	}
+	s.markFailed(fp.msg)
+	*err = fmt.Errorf("%w: %s", ErrFailed, fp.msg)
+	return true
+}
+
 // fatalPanic carries a Pebble Fatalf out of the commit path.
 type fatalPanic struct{ msg string }
 
@@ -297,16 +313,9 @@ func (b *Batch) Commit(d Durability) (err error) {
 	}
 	pb := s.db.NewBatch()
 	defer func() {
-		if r := recover(); r != nil {
-			fp, ok := r.(fatalPanic)
-			if !ok {
-				panic(r)
-			}
-			s.markFailed(fp.msg)
-			err = fmt.Errorf("%w: %s", ErrFailed, fp.msg)
-			return
+		if !s.failedBy(recover(), &err) {
+			pb.Close()
 		}
-		pb.Close()
 	}()
 	for _, o := range b.ops {
 		switch {
@@ -393,16 +402,7 @@ func (s *Store) logSync() (err error) {
 	if err := s.Failed(); err != nil {
 		return err
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			fp, ok := r.(fatalPanic)
-			if !ok {
-				panic(r)
-			}
-			s.markFailed(fp.msg)
-			err = fmt.Errorf("%w: %s", ErrFailed, fp.msg)
-		}
-	}()
+	defer func() { s.failedBy(recover(), &err) }()
 	if err := s.db.LogData(nil, pebble.Sync); err != nil {
 		return fmt.Errorf("kv: flush: %w", err)
 	}
