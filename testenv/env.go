@@ -75,9 +75,8 @@ type Env struct {
 	// otherwise); Server is then its first server.
 	Cluster *Cluster
 
-	mu   sync.Mutex
-	proc *engine.Processor
-	opts engine.Options
+	mu   sync.Mutex // guards conns
+	slot slot
 	// serverAddr and serverDir are where Server listens and stores, for
 	// RestartServer; auth is its accounts and users when Auth.
 	serverAddr, serverDir string
@@ -225,7 +224,7 @@ func New(t testing.TB, opts ...Option) *Env {
 			overrides[p.Name] = f
 		}
 	}
-	e.opts = engine.Options{
+	e.slot.opts = engine.Options{
 		Adapters:     overrides,
 		StoreFS:      o.storeFS,
 		Config:       cfg,
@@ -234,7 +233,7 @@ func New(t testing.TB, opts ...Option) *Env {
 		DrainTimeout: 5 * time.Second,
 	}
 	for _, f := range o.engine {
-		f(&e.opts)
+		f(&e.slot.opts)
 	}
 	t.Cleanup(func() { e.Stop(t) })
 	// Runs before the processor stops (cleanups run last first).
@@ -248,42 +247,18 @@ func New(t testing.TB, opts ...Option) *Env {
 // Start starts the processor (again).
 func (e *Env) Start(t testing.TB) *engine.Processor {
 	t.Helper()
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.proc != nil {
-		t.Fatal("testenv: processor already running")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	p, err := engine.Start(ctx, e.opts)
-	if err != nil {
-		t.Fatalf("processor start: %v", err)
-	}
-	e.proc = p
-	return p
+	return e.slot.start(t)
 }
 
 // Stop drains and stops the processor, if running.
 func (e *Env) Stop(t testing.TB) {
 	t.Helper()
-	e.mu.Lock()
-	p := e.proc
-	e.proc = nil
-	e.mu.Unlock()
-	if p != nil {
-		if err := p.Close(); err != nil {
-			t.Errorf("processor stopped with error: %v", err)
-		}
-	}
+	e.slot.stop(t)
 }
 
 // Forget drops the running processor without stopping it again (a test
 // that stopped it itself and checked its error).
-func (e *Env) Forget() {
-	e.mu.Lock()
-	e.proc = nil
-	e.mu.Unlock()
-}
+func (e *Env) Forget() { e.slot.forget() }
 
 // Restart stops and starts the processor on the same store and streams.
 func (e *Env) Restart(t testing.TB) *engine.Processor {
@@ -303,11 +278,7 @@ func (e *Env) Admin() *admin.Client {
 }
 
 // Processor returns the running processor.
-func (e *Env) Processor() *engine.Processor {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.proc
-}
+func (e *Env) Processor() *engine.Processor { return e.slot.get() }
 
 // Body encodes a fixture (a map from Lumber and friends, or any value) as
 // JSON; []byte passes through unchanged.

@@ -84,9 +84,7 @@ type Instance struct {
 	// Logs holds what this processor logged.
 	Logs *LogBuffer
 
-	mu   sync.Mutex
-	opts engine.Options
-	proc *engine.Processor
+	slot slot
 }
 
 // AddProcessor starts another processor of Env's deployment in process.
@@ -95,9 +93,10 @@ type Instance struct {
 func (e *Env) AddProcessor(t testing.TB, name string) *Instance {
 	t.Helper()
 	in := &Instance{Name: name, Config: e.ProcessorConfig(t, name), Logs: &LogBuffer{}}
-	in.opts = e.opts
-	in.opts.Config = in.Config
-	in.opts.Log = slog.New(slog.NewJSONHandler(io.MultiWriter(in.Logs), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	in.slot.name = "processor " + name
+	in.slot.opts = e.slot.opts
+	in.slot.opts.Config = in.Config
+	in.slot.opts.Log = slog.New(slog.NewJSONHandler(io.MultiWriter(in.Logs), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	t.Cleanup(func() { in.Stop(t) })
 	in.Start(t)
 	return in
@@ -106,41 +105,74 @@ func (e *Env) AddProcessor(t testing.TB, name string) *Instance {
 // Start starts the processor (again).
 func (in *Instance) Start(t testing.TB) *engine.Processor {
 	t.Helper()
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if in.proc != nil {
-		t.Fatalf("testenv: processor %s already running", in.Name)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	p, err := engine.Start(ctx, in.opts)
-	if err != nil {
-		t.Fatalf("processor %s start: %v", in.Name, err)
-	}
-	in.proc = p
-	return p
+	return in.slot.start(t)
 }
 
 // Stop drains and stops the processor, if running.
 func (in *Instance) Stop(t testing.TB) {
 	t.Helper()
-	in.mu.Lock()
-	p := in.proc
-	in.proc = nil
-	in.mu.Unlock()
+	in.slot.stop(t)
+}
+
+// Processor returns the running processor (nil when stopped).
+func (in *Instance) Processor() *engine.Processor { return in.slot.get() }
+
+func (in *Instance) String() string { return fmt.Sprintf("processor %s", in.Name) }
+
+// slot is one in-process processor: its options and, while it runs, the
+// processor.
+type slot struct {
+	name string // in messages; "" is Env's own "processor"
+	mu   sync.Mutex
+	opts engine.Options
+	proc *engine.Processor
+}
+
+func (s *slot) String() string {
+	if s.name == "" {
+		return "processor"
+	}
+	return s.name
+}
+
+func (s *slot) start(t testing.TB) *engine.Processor {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc != nil {
+		t.Fatalf("testenv: %s already running", s)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := engine.Start(ctx, s.opts)
+	if err != nil {
+		t.Fatalf("%s start: %v", s, err)
+	}
+	s.proc = p
+	return p
+}
+
+func (s *slot) stop(t testing.TB) {
+	t.Helper()
+	s.mu.Lock()
+	p := s.proc
+	s.proc = nil
+	s.mu.Unlock()
 	if p != nil {
 		if err := p.Close(); err != nil {
-			t.Errorf("processor %s stopped with error: %v", in.Name, err)
+			t.Errorf("%s stopped with error: %v", s, err)
 		}
 	}
 }
 
-// Processor returns the running processor (nil when stopped).
-func (in *Instance) Processor() *engine.Processor {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return in.proc
+func (s *slot) get() *engine.Processor {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.proc
 }
 
-// String names the instance in test logs.
-func (in *Instance) String() string { return fmt.Sprintf("processor %s", in.Name) }
+func (s *slot) forget() {
+	s.mu.Lock()
+	s.proc = nil
+	s.mu.Unlock()
+}
