@@ -68,6 +68,11 @@ store {
   #                its own dir and the same config and internal.key_file;
   #                losing a processor with its dir, or one NATS server of
   #                three, loses and repeats nothing (SPEC §6). Needs url.
+  #                The admission records (proposal ids and delivery ids
+  #                taken, value-free) and operator request nonces are then
+  #                shared too, in the buckets <prefix>_admission and
+  #                <prefix>_nonces: a reused id, a repeated delivery or a
+  #                replayed operator request is refused by any processor.
   #   "auto"       replicated with url, local with the embedded server.
   # A processor whose dir holds a local journal refuses to start on a
   # replicated one (it would not know the intents dispatched so far): a

@@ -248,6 +248,19 @@ func (s Subjects) JournalBucket() string {
 	return strings.NewReplacer(".", "_", "-", "_").Replace(s.p()) + "_journal"
 }
 
+// AdmissionBucket is the KV bucket of the replicated admission records
+// (proposal ids and delivery ids taken): "actions_admission" for the
+// default prefix.
+func (s Subjects) AdmissionBucket() string {
+	return strings.NewReplacer(".", "_", "-", "_").Replace(s.p()) + "_admission"
+}
+
+// NonceBucket is the KV bucket of the operator request nonces claimed on a
+// cluster: "actions_nonces" for the default prefix.
+func (s Subjects) NonceBucket() string {
+	return strings.NewReplacer(".", "_", "-", "_").Replace(s.p()) + "_nonces"
+}
+
 // ActivityBucket is the KV bucket of activity snapshots: "actions_activity"
 // for the default prefix.
 func (s Subjects) ActivityBucket() string {

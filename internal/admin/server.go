@@ -18,7 +18,6 @@ import (
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/version"
-	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/stages/reconciliation"
@@ -29,6 +28,13 @@ import (
 // was claimed before (kv.Store implements it).
 type Nonces interface {
 	ClaimNonce(nonce string, expiresAtMs, nowMs int64) (bool, error)
+}
+
+// Proposals map a proposal to the fingerprint it was grounded to (found
+// false if unknown): kv.Store on one processor, the replicated admission
+// records (admission.Replicated) on a cluster.
+type Proposals interface {
+	ProposalFingerprint(ref schema.ProposalRef) (fingerprint string, found bool, err error)
 }
 
 // MaxRequestBytes bounds a request body.
@@ -52,10 +58,12 @@ type Server struct {
 	// Approvals are the authorization stage's records: parked approvals
 	// (approvals.list) and a proposal's decision (proposals.get).
 	Approvals approvals.Store
-	// Nonces remembers operator request nonces (the processor's store).
+	// Nonces remembers operator request nonces: the processor's store, or
+	// on a cluster the shared bucket (ReplicatedNonces).
 	Nonces Nonces
-	// Store is the processor's store: the fingerprint of a proposal.
-	Store          *kv.Store
+	// Store maps a proposal to its fingerprint: the processor's store, or
+	// on a cluster the replicated admission records.
+	Store          Proposals
 	Reconciliation *reconciliation.Stage
 	Subjects       subjects.Subjects
 	Clock          stages.Clock

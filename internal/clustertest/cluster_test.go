@@ -13,6 +13,7 @@ package clustertest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -25,6 +26,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/portcullis/portcullis/internal/adapters"
+	"github.com/portcullis/portcullis/internal/admin"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/subjects"
@@ -265,4 +267,121 @@ func TestLeadersMoveDuringTraffic(t *testing.T) {
 	}
 	tr.confirmed(t, env)
 	prov.check(t)
+}
+
+// publishBody publishes a signed proposal body as is, with a message id.
+func publishBody(t *testing.T, env *testenv.Env, body []byte, msgID string) {
+	t.Helper()
+	m := nats.NewMsg(env.Subjects.Proposal(testenv.HostName))
+	m.Data = body
+	for k, v := range testenv.Sign(t, env.Host, body) {
+		m.Header[k] = v
+	}
+	m.Header.Set(jetstream.MsgIDHeader, msgID)
+	testenv.Retry(t, func(ctx context.Context) error {
+		_, err := env.JS.PublishMsg(ctx, m)
+		return err
+	})
+}
+
+// operatorCode sends an operator request as is and returns its error code
+// ("" for a result).
+func operatorCode(t *testing.T, env *testenv.Env, verb string, body []byte, hdr nats.Header) string {
+	t.Helper()
+	r, err := env.NC.RequestMsg(&nats.Msg{Subject: env.Subjects.Admin(verb), Data: body, Header: hdr}, 20*time.Second)
+	if err != nil {
+		t.Fatalf("%s: %v", verb, err)
+	}
+	var rep struct {
+		Error *struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(r.Data, &rep); err != nil {
+		t.Fatalf("%s: reply %s: %v", verb, r.Data, err)
+	}
+	if rep.Error == nil {
+		return ""
+	}
+	return rep.Error.Code
+}
+
+// What one processor admitted, and the operator requests it answered, are
+// known to every other (SPEC §6): with the first processor gone, the
+// second refuses the proposal id reused with other content (the incident
+// only), answers a repeat of the proposal and a repeat of its delivery id
+// with the recorded outcome, refuses a replayed signed operator request,
+// and finds the intent of the proposal for the operator.
+func TestAnotherProcessorKnowsWhatOneAdmitted(t *testing.T) {
+	env := testenv.New(t, testenv.Clustered())
+	newProvider(env)
+	// The first processor alone admits the proposal and answers a signed
+	// operator request.
+	first := proposal(t, "taken-1", "cedar")
+	firstBody := testenv.Body(t, first)
+	publishBody(t, env, firstBody, "test/taken-1")
+	confirmed := terminal(t, env, []string{"taken-1"})["taken-1"]
+	if confirmed.Kind != schema.KindConfirmed {
+		t.Fatalf("taken-1 ended %s", confirmed.Kind)
+	}
+	st, err := admin.NewStamp(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := fmt.Appendf(nil, `{"requested_at_ms":%d,"nonce":%q}`, st.RequestedAtMs, st.Nonce)
+	hdr, err := admin.Sign(env.Operator, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := operatorCode(t, env, subjects.AdminReconcileList, req, hdr); code != "" {
+		t.Fatalf("signed request: %s", code)
+	}
+
+	// Only the second processor runs from now on.
+	second := addProcessor(t, env, "second")
+	env.Stop(t)
+	defer dumpLogs(t, env)
+
+	// The id reused with other content: the incident, nothing else.
+	reused := proposal(t, "taken-1", "spruce")
+	testenv.Set(reused, "context.delivery.delivery_id", "delivery:reused")
+	publishBody(t, env, testenv.Body(t, reused), "test/taken-1-reused")
+	env.Recorder.WaitEvent(t, schema.PhaseAdmission, schema.CodeAdmissionProposalIDReused)
+
+	// A repeat of the proposal under a new delivery id, and a repeat of
+	// its delivery id: each answered with the recorded outcome.
+	var again map[string]any
+	if err := json.Unmarshal(firstBody, &again); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Set(again, "context.delivery.delivery_id", "delivery:again")
+	publishBody(t, env, testenv.Body(t, again), "test/taken-1-again")
+	publishBody(t, env, firstBody, "test/taken-1-redelivered") // its delivery id again
+	outs := env.Recorder.WaitAll(t, "taken-1", testenv.Count(3))
+	for i, o := range outs[1:] {
+		if o.Kind != schema.KindConfirmed || o.Receipt == nil || confirmed.Receipt == nil || o.Receipt.ReceiptID != confirmed.Receipt.ReceiptID {
+			t.Errorf("repeat %d answered %+v, want the recorded outcome", i, o)
+		}
+	}
+	if n := env.Recorder.CountEvents(schema.PhaseAdmission, schema.CodeAdmissionProposalIDReused); n != 1 {
+		t.Errorf("%d reuse incidents, want 1", n)
+	}
+
+	// The operator's replayed request is refused by the other processor.
+	if code := operatorCode(t, env, subjects.AdminReconcileList, req, hdr); code != admin.CodeReplayed {
+		t.Errorf("replayed to the other processor: code %q, want %q", code, admin.CodeReplayed)
+	}
+	// The other processor finds the proposal's intent.
+	ref := schema.ProposalRef{Host: testenv.HostName, ProposalID: "taken-1"}
+	rs, err := env.Admin().ReceiptsOf(context.Background(), admin.Target{Proposal: &ref})
+	if err != nil {
+		t.Fatalf("receipts of %s on the other processor: %v", ref, err)
+	}
+	if confirmed.Fingerprint == nil || rs.Fingerprint != *confirmed.Fingerprint {
+		t.Errorf("receipts of %s: fingerprint %s", ref, rs.Fingerprint)
+	}
+	if second.Processor() == nil {
+		t.Fatal("the second processor stopped")
+	}
+	env.AssertNowhere(t, payloadOnly)
 }

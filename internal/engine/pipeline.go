@@ -163,9 +163,11 @@ type Parts struct {
 	NC       *nats.Conn
 	JS       jetstream.JetStream
 	// Self is the processor's instance id (kv.Store.InstanceID).
-	Self      string
-	Store     *kv.Store
-	Journal   journal.Store
+	Self    string
+	Store   *kv.Store
+	Journal journal.Store
+	// Admission are the admission stage's records. nil: on Store.
+	Admission admission.Records
 	Approvals approvals.Store
 	Activity  *activity.Store
 	// Adapters are the providers' adapters, by provider name.
@@ -202,7 +204,7 @@ func newAdmission(p *Parts, r stages.Route) (stages.Handler, error) {
 			Tenants:         c.Tenants,
 			Providers:       providers,
 		},
-		Store: p.Store, Route: r, Clock: p.Clock, Log: p.stageLog(r.Self),
+		Records: p.Admission, Store: p.Store, Route: r, Clock: p.Clock, Log: p.stageLog(r.Self),
 	}, nil
 }
 

@@ -30,6 +30,7 @@ import (
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/stages"
+	"github.com/portcullis/portcullis/stages/admission"
 	"github.com/portcullis/portcullis/stages/reconciliation"
 	"github.com/portcullis/portcullis/subjects"
 )
@@ -89,6 +90,13 @@ type Processor struct {
 	// instance id.
 	journal journal.Store
 	self    string
+	// admission are the admission records, nonces the operator request
+	// nonces and proposals the proposal-to-fingerprint map the operator
+	// API reads: the store, or with a replicated journal the buckets a
+	// cluster shares.
+	admission admission.Records
+	nonces    admin.Nonces
+	proposals admin.Proposals
 
 	stopFetch context.CancelFunc
 	stopWork  context.CancelFunc
@@ -222,7 +230,7 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 	jr := p.journal
 	parts := &Parts{
 		Config: cfg, Subjects: subj, Clock: p.clock, Metrics: p.metrics, Log: p.log, NC: p.nc, JS: p.js,
-		Self: p.self, Store: p.store, Journal: jr, Approvals: p.approvals, Activity: p.activity, Adapters: p.adapters,
+		Self: p.self, Store: p.store, Journal: jr, Admission: p.admission, Approvals: p.approvals, Activity: p.activity, Adapters: p.adapters,
 	}
 	runners, err := p.runners(pipeline, parts, deps)
 	if err != nil {
@@ -231,7 +239,7 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 	p.recon = parts.recon
 	p.metrics.SetIndeterminateSource(jr.CountIndeterminate)
 	// The operator's API (processor receipts, processor reconcile).
-	adm := &admin.Server{Journal: jr, Approvals: p.approvals, Nonces: p.store, Store: p.store, Reconciliation: p.recon, Subjects: subj, Clock: p.clock,
+	adm := &admin.Server{Journal: jr, Approvals: p.approvals, Nonces: p.nonces, Store: p.proposals, Reconciliation: p.recon, Subjects: subj, Clock: p.clock,
 		Log: p.log.With("component", "admin"), JS: p.js, Operators: cfg.Operators, AllowUnsigned: cfg.Admission.AllowUnsigned}
 	if p.stopAdmin, err = adm.Serve(p.nc); err != nil {
 		return err
@@ -275,6 +283,7 @@ func (p *Processor) openJournal(ctx context.Context) error {
 			p.log.Warn("store.journal is local: the dispatch journal is in this processor's store, so no other processor may use this NATS and subject prefix (set store.journal = \"replicated\" to share it)")
 		}
 		p.journal = journal.NewPebble(p.store)
+		p.admission, p.nonces, p.proposals = admission.Pebble{Store: p.store}, p.store, p.store
 		return nil
 	}
 	// A processor that used a local journal has dispatched intents the
@@ -299,6 +308,23 @@ func (p *Processor) openJournal(ctx context.Context) error {
 		KV: bucket, JS: p.js, Writer: id, Log: p.log.With("component", "journal"),
 		Timers: &timers.Schedules{JS: p.js, Subjects: p.subj, Seal: p.seal},
 	})
+	// The admission records and operator nonces are shared too (SPEC §6):
+	// a reused proposal id, a repeated delivery id or a replayed operator
+	// request is refused whichever processor sees it.
+	var adm, nonces jetstream.KeyValue
+	err = retryJS(ctx, func(ctx context.Context) (err error) {
+		if adm, err = admission.Bind(ctx, p.js, p.subj.AdmissionBucket()); err != nil {
+			return err
+		}
+		nonces, err = p.js.KeyValue(ctx, p.subj.NonceBucket())
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
+	rec := admission.NewReplicated(admission.ReplicatedOptions{KV: adm, JS: p.js, Local: p.store, Subjects: p.subj})
+	p.admission, p.proposals = rec, rec
+	p.nonces = &admin.ReplicatedNonces{KV: nonces, Margin: max(p.cfg.Approval.ClockSkew, 30*time.Second)}
 	return nil
 }
 

@@ -9,8 +9,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/portcullis/portcullis/internal/admin"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/journal"
+	"github.com/portcullis/portcullis/stages/admission"
 	"github.com/portcullis/portcullis/subjects"
 )
 
@@ -37,8 +39,10 @@ const headerAllowance = 4096
 // is re-read from the authorization stream when its grant arrives.
 //
 // pipeline's internal stages each get a stream; nil: Pipeline(). With a
-// replicated journal (store.journal) the list also holds the journal
-// bucket's stream (journal.BucketStream), and the stages of
+// replicated journal (store.journal) the list also holds the buckets'
+// streams a cluster shares — the journal's (journal.BucketStream), the
+// admission records' (admission.BucketStream) and the operator nonces'
+// (admin.NonceBucketStream) — and the stages of
 // ScheduledStages take their timers' schedules.
 func StreamConfigs(s subjects.Subjects, c *config.Config, pipeline []Spec) []jetstream.StreamConfig {
 	if pipeline == nil {
@@ -82,7 +86,10 @@ func StreamConfigs(s subjects.Subjects, c *config.Config, pipeline []Spec) []jet
 		out = append(out, cfg)
 	}
 	if c.ReplicatedJournal() {
-		out = append(out, journal.BucketStream(s.JournalBucket(), c.NATS.Replicas))
+		proposals, _ := c.RetentionHorizons()
+		out = append(out, journal.BucketStream(s.JournalBucket(), c.NATS.Replicas),
+			admission.BucketStream(s.AdmissionBucket(), c.NATS.Replicas, proposals),
+			admin.NonceBucketStream(s.NonceBucket(), c.NATS.Replicas))
 	}
 	return out
 }

@@ -16,7 +16,9 @@ import (
 // Stage is the admission stage's handler.
 type Stage struct {
 	Policy Policy
-	Store  *kv.Store
+	// Records remember the ids hosts have used. nil: Pebble on Store.
+	Records Records
+	Store   *kv.Store
 	// Route: the hosts' proposals stream in, the next stage out.
 	Route stages.Route
 	Clock stages.Clock
@@ -50,32 +52,44 @@ func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 	p := v.Proposal
 	ref := v.Ref()
 	digest := Digest(p)
-	unlock := s.Store.Lock(kv.ProposalLockKey(ref))
+	rs := s.records()
+	unlock := rs.Lock(kv.ProposalLockKey(ref))
 	defer unlock()
 	delivery := p.Context.Delivery.DeliveryID
-	unlockDelivery := s.Store.Lock("delivery/" + ref.Host + "\x00" + delivery)
+	unlockDelivery := rs.Lock("delivery/" + ref.Host + "\x00" + delivery)
 	defer unlockDelivery()
 
-	d, found, err := s.Store.Delivery(ref.Host, delivery)
+	d, found, err := rs.Delivery(ref.Host, delivery)
 	if err != nil {
 		return stages.Result{}, fmt.Errorf("admission: read delivery: %w", err)
 	}
 	if found && d.Seq != in.StreamSeq {
-		// A repeated delivery: republish what was recorded, do nothing else.
-		s.log().Debug("admission: repeated delivery; the recorded outcome is republished", "host", ref.Host, "proposal_id", d.ProposalID, "seq", in.StreamSeq)
-		return s.replay(schema.ProposalRef{Host: ref.Host, ProposalID: d.ProposalID})
+		return s.repeatedDelivery(ref.Host, d, in)
 	}
-	a, found, err := s.Store.Admitted(ref)
+	a, found, err := rs.Admitted(ref)
 	if err != nil {
 		return stages.Result{}, fmt.Errorf("admission: read proposal: %w", err)
+	}
+	if !found {
+		a = kv.Admitted{Digest: digest, Seq: in.StreamSeq, AtMs: now}
+		c, err := rs.Admit(ref, a, delivery, kv.Delivery{ProposalID: ref.ProposalID, Seq: in.StreamSeq, AtMs: now})
+		if err != nil {
+			return stages.Result{}, fmt.Errorf("admission: record proposal: %w", err)
+		}
+		switch {
+		case c.Delivery != nil:
+			// Another processor took the delivery id first.
+			return s.repeatedDelivery(ref.Host, *c.Delivery, in)
+		case c.Admitted != nil:
+			// Another processor took the proposal id first (or this
+			// message did, before).
+			a, found = *c.Admitted, true
+		}
 	}
 	switch {
 	case found && a.Seq != in.StreamSeq && a.Digest == digest:
 		// The same proposal under a new delivery id: a repeat.
-		b := s.Store.NewBatch()
-		b.PutDelivery(ref.Host, delivery, kv.Delivery{ProposalID: ref.ProposalID, Seq: in.StreamSeq, AtMs: now})
-		// NoSync: a lost record only makes the next repeat compare digests again.
-		if err := b.Commit(kv.NoSync); err != nil {
+		if err := rs.Repeat(ref.Host, delivery, kv.Delivery{ProposalID: ref.ProposalID, Seq: in.StreamSeq, AtMs: now}); err != nil {
 			return stages.Result{}, fmt.Errorf("admission: record delivery: %w", err)
 		}
 		s.log().Debug("admission: repeated proposal; the recorded outcome is republished", "host", ref.Host, "proposal_id", ref.ProposalID, "seq", in.StreamSeq)
@@ -86,14 +100,6 @@ func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 		return s.reused(v, in), nil
 	case found && a.Forwarded:
 		return stages.Result{}, nil // this very message was handed off already
-	case !found:
-		a = kv.Admitted{Digest: digest, Seq: in.StreamSeq, AtMs: now}
-		b := s.Store.NewBatch()
-		b.PutAdmitted(ref, a)
-		b.PutDelivery(ref.Host, delivery, kv.Delivery{ProposalID: ref.ProposalID, Seq: in.StreamSeq, AtMs: now})
-		if err := b.Commit(kv.Sync); err != nil {
-			return stages.Result{}, fmt.Errorf("admission: record proposal: %w", err)
-		}
 	}
 	fault.Hit(fault.AdmissionAfterRecord)
 	if v.Incident != nil {
@@ -112,19 +118,32 @@ func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 		}},
 		Done: func(context.Context) error {
 			a.Forwarded = true
-			b := s.Store.NewBatch()
-			b.PutAdmitted(ref, a)
-			// NoSync: if lost, a redelivery hands off again under the same
-			// message id, inside the stream's duplicate window.
-			return b.Commit(kv.NoSync)
+			// If lost, a redelivery hands off again under the same message
+			// id, inside the stream's duplicate window.
+			return rs.Forwarded(ref, a)
 		},
 	}, nil
+}
+
+// repeatedDelivery answers a repeated delivery: republish what was
+// recorded, do nothing else.
+func (s *Stage) repeatedDelivery(host string, d kv.Delivery, in *stages.Input) (stages.Result, error) {
+	s.log().Debug("admission: repeated delivery; the recorded outcome is republished", "host", host, "proposal_id", d.ProposalID, "seq", in.StreamSeq)
+	return s.replay(schema.ProposalRef{Host: host, ProposalID: d.ProposalID})
+}
+
+// records are the stage's Records: Pebble on Store unless set.
+func (s *Stage) records() Records {
+	if s.Records != nil {
+		return s.Records
+	}
+	return Pebble{Store: s.Store}
 }
 
 // replay republishes a proposal's recorded outcome; a proposal still in
 // flight has none yet, and its outcome comes on its own.
 func (s *Stage) replay(ref schema.ProposalRef) (stages.Result, error) {
-	o, ok, err := s.Store.LastOutcome(ref)
+	o, ok, err := s.records().LastOutcome(ref)
 	if err != nil {
 		return stages.Result{}, fmt.Errorf("admission: read outcome: %w", err)
 	}
@@ -156,7 +175,7 @@ func (s *Stage) refuse(v Verdict, in *stages.Input, now int64) (stages.Result, e
 		s.logRefusal(v, in, v.Incident.Code)
 		return stages.Result{Events: []schema.Incident{*v.Incident}}, nil
 	}
-	if _, taken, err := s.Store.Admitted(v.Ref()); err != nil {
+	if _, taken, err := s.records().Admitted(v.Ref()); err != nil {
 		return stages.Result{}, fmt.Errorf("admission: read proposal: %w", err)
 	} else if taken {
 		// Its outcome subject belongs to the proposal that took the id.
@@ -209,7 +228,7 @@ func (s *Stage) GiveUp(_ context.Context, in *stages.Input, _ error) (stages.Res
 		return stages.Result{Events: []schema.Incident{inc}}, nil
 	}
 	ref := schema.ProposalRef{Host: h, ProposalID: id}
-	a, taken, err := s.Store.Admitted(ref)
+	a, taken, err := s.records().Admitted(ref)
 	if err == nil && taken && a.Seq != in.StreamSeq {
 		return reused(), nil // the subject belongs to another message's proposal
 	}

@@ -1,0 +1,408 @@
+package admission
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-json-experiment/json"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/subjects"
+)
+
+// Replicated are the admission records on a JetStream KV bucket that every
+// processor of a cluster shares (SPEC §6), so that a proposal id reused
+// with other content, or a repeated delivery id, is caught whichever
+// processors handle the two messages.
+//
+// # Keys
+//
+//	prop.<sha256(host, proposal_id)>  kv.Admitted: content digest, stream seq
+//	dlv.<sha256(host, delivery_id)>   kv.Delivery: proposal id, stream seq
+//
+// Neither key holds the host or the delivery id; the values hold only
+// digests, sequences, times and the proposal id (an outcome subject
+// token).
+//
+// # Claims
+//
+// A claim is a KV Create (expected last subject sequence 0): of two
+// processors claiming one id at once exactly one wins, the other reads
+// the winner's record. The delivery id is claimed first, then the
+// proposal id; a claim that finds a record of its own message (the same
+// stream sequence: a redelivery, or its own write that timed out but was
+// stored) has won. A delivery claim followed by a lost proposal claim
+// with other content (a reuse) is withdrawn again, so the refused
+// message's delivery id stays free as on one node. The bucket's stream has
+// AllowDirect off: every read is served by the stream's leader (a
+// follower's direct get can be stale right after a write).
+//
+// A proposal's latest outcome is read from the outcome stream — the last
+// message on its subject, by direct get — and from the processor's own
+// store only when the stream has none (the processor records an outcome
+// before it publishes it): a repeat is answered whichever processor
+// handled the proposal.
+type Replicated struct {
+	kv       jetstream.KeyValue
+	js       jetstream.JetStream
+	local    *kv.Store
+	subjects subjects.Subjects
+	op       time.Duration
+	attempt  time.Duration
+}
+
+var _ Records = (*Replicated)(nil)
+
+// ReplicatedOptions configure NewReplicated.
+type ReplicatedOptions struct {
+	// KV is the admission bucket (EnsureBucket, Bind); JS reads the
+	// outcome stream.
+	KV jetstream.KeyValue
+	JS jetstream.JetStream
+	// Local is the processor's store: its locks (shared with the
+	// retention sweep), and the outcomes it recorded.
+	Local    *kv.Store
+	Subjects subjects.Subjects
+	// OpTimeout bounds one operation, retries included. Default 5s.
+	OpTimeout time.Duration
+	// AttemptTimeout bounds one try of it (a stream electing a leader
+	// answers nothing). Default 1s.
+	AttemptTimeout time.Duration
+}
+
+// NewReplicated returns the records on o.KV.
+func NewReplicated(o ReplicatedOptions) *Replicated {
+	r := &Replicated{kv: o.KV, js: o.JS, local: o.Local, subjects: o.Subjects, op: o.OpTimeout, attempt: o.AttemptTimeout}
+	if r.op <= 0 {
+		r.op = 5 * time.Second
+	}
+	if r.attempt <= 0 {
+		r.attempt = time.Second
+	}
+	return r
+}
+
+// BucketStream is the admission bucket's stream: one value per key, file
+// storage, refusing writes when full, AllowDirect off from the start (as
+// journal.BucketStream, and for the same reason). Records expire maxAge
+// after their last write: the retention horizon of proposals
+// (config.RetentionHorizons), at least the streams' MaxAge, so that a
+// message that can still be redelivered or replayed finds its records.
+func BucketStream(bucket string, replicas int, maxAge time.Duration) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:              "KV_" + bucket,
+		Description:       "Portcullis admission records: proposal ids and delivery ids taken, value-free",
+		Subjects:          []string{"$KV." + bucket + ".>"},
+		MaxMsgsPerSubject: 1,
+		MaxBytes:          -1,
+		MaxMsgSize:        -1,
+		MaxMsgs:           -1,
+		MaxConsumers:      -1,
+		MaxAge:            maxAge,
+		Storage:           jetstream.FileStorage,
+		Replicas:          replicas,
+		AllowRollup:       true,
+		Duplicates:        2 * time.Minute,
+		AllowDirect:       false,
+		Discard:           jetstream.DiscardNew,
+	}
+}
+
+// Bind returns a handle on a bucket whose stream exists, refusing a stream
+// that serves direct gets (a follower's read can be stale).
+func Bind(ctx context.Context, js jetstream.JetStream, bucket string) (jetstream.KeyValue, error) {
+	h, err := js.KeyValue(ctx, bucket)
+	if err != nil {
+		return nil, fmt.Errorf("admission: bucket %s: %w", bucket, err)
+	}
+	st, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return nil, fmt.Errorf("admission: bucket %s: %w", bucket, err)
+	}
+	if st.CachedInfo().Config.AllowDirect {
+		return nil, fmt.Errorf("admission: bucket %s: its stream allows direct gets, which followers may answer stale", bucket)
+	}
+	return h, nil
+}
+
+// EnsureBucket creates or updates the bucket's stream (BucketStream) and
+// binds it.
+func EnsureBucket(ctx context.Context, js jetstream.JetStream, bucket string, replicas int, maxAge time.Duration) (jetstream.KeyValue, error) {
+	if _, err := js.CreateOrUpdateStream(ctx, BucketStream(bucket, replicas, maxAge)); err != nil {
+		return nil, fmt.Errorf("admission: bucket %s: %w", bucket, err)
+	}
+	return Bind(ctx, js, bucket)
+}
+
+func hashKey(kind string, parts ...string) string {
+	h := sha256.New()
+	h.Write([]byte(kind))
+	for _, p := range parts {
+		h.Write([]byte{0})
+		h.Write([]byte(p))
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func proposalKey(ref schema.ProposalRef) string {
+	return "prop." + hashKey("proposal", ref.Host, ref.ProposalID)
+}
+func deliveryKey(host, id string) string { return "dlv." + hashKey("delivery", host, id) }
+
+// do runs an idempotent operation, each try with an AttemptTimeout
+// context, until it succeeds, fails for another reason than JetStream not
+// answering, or OpTimeout has passed.
+func (r *Replicated) do(f func(ctx context.Context) error) error {
+	return retry(r.op, r.attempt, f)
+}
+
+func retry(op, attempt time.Duration, f func(ctx context.Context) error) error {
+	deadline := time.Now().Add(op)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), attempt)
+		err := f(ctx)
+		cancel()
+		if err == nil || !unanswered(err) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// unanswered reports an error that says JetStream did not answer (no
+// leader, an election, a server going away), not that it refused.
+func unanswered(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.Code == 503 {
+		return true
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrDisconnected) || errors.Is(err, nats.ErrConnectionReconnecting)
+}
+
+// get reads and decodes a key from the stream's leader.
+func (r *Replicated) get(key string, v any) (rev uint64, found bool, err error) {
+	var e jetstream.KeyValueEntry
+	err = r.do(func(ctx context.Context) (err error) {
+		e, err = r.kv.Get(ctx, key)
+		return err
+	})
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("admission: get %s: %w", key, err)
+	}
+	if err := json.Unmarshal(e.Value(), v); err != nil {
+		return 0, false, fmt.Errorf("admission: %s: %w: %w", key, kv.ErrCorrupt, err)
+	}
+	return e.Revision(), true, nil
+}
+
+// claim creates key with v unless it exists. A try that times out may
+// have been stored: the next try then finds the key, and the caller tells
+// its own record from another's by what it holds. won is false when the
+// key existed; out then holds what is stored.
+func (r *Replicated) claim(key string, v, out any) (rev uint64, won bool, err error) {
+	return r.claimN(key, v, out, 0)
+}
+
+func (r *Replicated) claimN(key string, v, out any, depth int) (rev uint64, won bool, err error) {
+	data, err := json.Marshal(v, json.Deterministic(true))
+	if err != nil {
+		return 0, false, fmt.Errorf("admission: encode: %w", err)
+	}
+	err = r.do(func(ctx context.Context) (err error) {
+		rev, err = r.kv.Create(ctx, key, data)
+		return err
+	})
+	if err == nil {
+		return rev, true, nil
+	}
+	if !errors.Is(err, jetstream.ErrKeyExists) {
+		return 0, false, fmt.Errorf("admission: claim %s: %w", key, err)
+	}
+	rev, found, err := r.get(key, out)
+	if err != nil {
+		return 0, false, err
+	}
+	if !found {
+		// Taken, then gone (expired, or a withdrawn delivery): claim again.
+		if depth >= 3 {
+			return 0, false, fmt.Errorf("admission: claim %s: taken and gone again and again", key)
+		}
+		return r.claimN(key, v, out, depth+1)
+	}
+	return rev, false, nil
+}
+
+func (r *Replicated) Lock(key string) func() { return r.local.Lock(key) }
+
+func (r *Replicated) Delivery(host, deliveryID string) (kv.Delivery, bool, error) {
+	var d kv.Delivery
+	_, found, err := r.get(deliveryKey(host, deliveryID), &d)
+	return d, found, err
+}
+
+func (r *Replicated) Admitted(ref schema.ProposalRef) (kv.Admitted, bool, error) {
+	var a kv.Admitted
+	_, found, err := r.get(proposalKey(ref), &a)
+	return a, found, err
+}
+
+// Admit claims the delivery id, then the proposal id (the Replicated doc
+// comment says why in this order).
+func (r *Replicated) Admit(ref schema.ProposalRef, a kv.Admitted, deliveryID string, d kv.Delivery) (Claim, error) {
+	dkey := deliveryKey(ref.Host, deliveryID)
+	var gotD kv.Delivery
+	drev, won, err := r.claim(dkey, d, &gotD)
+	if err != nil {
+		return Claim{}, err
+	}
+	if !won && gotD.Seq != d.Seq {
+		return Claim{Delivery: &gotD}, nil
+	}
+	var gotA kv.Admitted
+	if _, won, err = r.claim(proposalKey(ref), a, &gotA); err != nil {
+		return Claim{}, err
+	}
+	if won {
+		return Claim{}, nil
+	}
+	if gotA.Seq != a.Seq && gotA.Digest != a.Digest {
+		// A reuse: refused, and its delivery id left free again. If this
+		// fails the id stays taken and a repeat of the refused message
+		// republishes the first proposal's outcome on its own subject.
+		if err := r.do(func(ctx context.Context) error {
+			return r.kv.Delete(ctx, dkey, jetstream.LastRevision(drev))
+		}); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+			return Claim{}, fmt.Errorf("admission: withdraw delivery: %w", err)
+		}
+	}
+	return Claim{Admitted: &gotA}, nil
+}
+
+// Repeat claims the delivery id for a repeat; a delivery id another
+// message took meanwhile keeps its record.
+func (r *Replicated) Repeat(host, deliveryID string, d kv.Delivery) error {
+	var got kv.Delivery
+	_, _, err := r.claim(deliveryKey(host, deliveryID), d, &got)
+	return err
+}
+
+// Forwarded overwrites the proposal's record with a, which this message's
+// own claim wrote (no other message writes a taken key).
+func (r *Replicated) Forwarded(ref schema.ProposalRef, a kv.Admitted) error {
+	data, err := json.Marshal(a, json.Deterministic(true))
+	if err != nil {
+		return fmt.Errorf("admission: encode: %w", err)
+	}
+	return r.do(func(ctx context.Context) error { _, err := r.kv.Put(ctx, proposalKey(ref), data); return err })
+}
+
+// LastOutcome reads the last message on the proposal's outcome subject,
+// and the local store's record when the stream has none.
+func (r *Replicated) LastOutcome(ref schema.ProposalRef) (schema.Outcome, bool, error) {
+	o, found, err := LastStreamOutcome(r.js, r.subjects, ref, r.op, r.attempt)
+	if err != nil || found {
+		return o, found, err
+	}
+	return r.local.LastOutcome(ref)
+}
+
+// LastStreamOutcome reads a proposal's last outcome from the outcome
+// stream: a direct get of the last message on its subject (the stream
+// allows direct gets, SPEC §2.8).
+func LastStreamOutcome(js jetstream.JetStream, subj subjects.Subjects, ref schema.ProposalRef, op, attempt time.Duration) (schema.Outcome, bool, error) {
+	var m *jetstream.RawStreamMsg
+	err := retry(op, attempt, func(ctx context.Context) error {
+		st, err := js.Stream(ctx, subj.OutcomesStream())
+		if err != nil {
+			return err
+		}
+		m, err = st.GetLastMsgForSubject(ctx, subj.Outcome(ref.Host, ref.ProposalID))
+		return err
+	})
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return schema.Outcome{}, false, nil
+	}
+	if err != nil {
+		return schema.Outcome{}, false, fmt.Errorf("admission: read outcome: %w", err)
+	}
+	var o schema.Outcome
+	if err := schema.Decode(m.Data, &o); err != nil {
+		return schema.Outcome{}, false, fmt.Errorf("admission: outcome seq %d: %w", m.Sequence, err)
+	}
+	o.Host = ref.Host
+	return o, true, nil
+}
+
+// ProposalFingerprint returns the fingerprint a proposal was grounded to,
+// on any processor: the local store's (kv.Store.ProposalFingerprint), else
+// the one its outcomes name on the outcome stream — every outcome from
+// grounding on does (its fingerprint, approval or receipt): the last
+// message on its subject, else the first MaxFingerprintScan.
+func (r *Replicated) ProposalFingerprint(ref schema.ProposalRef) (string, bool, error) {
+	if fp, found, err := r.local.ProposalFingerprint(ref); err != nil || found {
+		return fp, found, err
+	}
+	o, found, err := LastStreamOutcome(r.js, r.subjects, ref, r.op, r.attempt)
+	if err != nil || !found {
+		return "", false, err
+	}
+	if fp := OutcomeFingerprint(o); fp != "" {
+		return fp, true, nil
+	}
+	subject := r.subjects.Outcome(ref.Host, ref.ProposalID)
+	seq := uint64(1)
+	for range MaxFingerprintScan {
+		var m *jetstream.RawStreamMsg
+		err := r.do(func(ctx context.Context) error {
+			st, err := r.js.Stream(ctx, r.subjects.OutcomesStream())
+			if err != nil {
+				return err
+			}
+			m, err = st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+			return err
+		})
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return "", false, fmt.Errorf("admission: read outcomes: %w", err)
+		}
+		seq = m.Sequence + 1
+		var o schema.Outcome
+		if schema.Decode(m.Data, &o) != nil {
+			continue
+		}
+		if fp := OutcomeFingerprint(o); fp != "" {
+			return fp, true, nil
+		}
+	}
+	return "", false, nil
+}
+
+// MaxFingerprintScan bounds the outcomes ProposalFingerprint reads.
+const MaxFingerprintScan = 16
+
+// OutcomeFingerprint is the fingerprint an outcome names: its own, its
+// approval's or its receipt's ("" for none).
+func OutcomeFingerprint(o schema.Outcome) string {
+	switch {
+	case o.Fingerprint != nil && *o.Fingerprint != "":
+		return *o.Fingerprint
+	case o.Approval != nil && o.Approval.Fingerprint != "":
+		return o.Approval.Fingerprint
+	case o.Receipt != nil && o.Receipt.Fingerprint != "":
+		return o.Receipt.Fingerprint
+	}
+	return ""
+}

@@ -1,0 +1,251 @@
+package admission_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+
+	"github.com/portcullis/portcullis/internal/trust"
+	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/stages"
+	"github.com/portcullis/portcullis/stages/admission"
+	"github.com/portcullis/portcullis/subjects"
+	"github.com/portcullis/portcullis/testenv"
+)
+
+func startServer(t *testing.T) *server.Server {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server did not start")
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return s
+}
+
+var buckets atomic.Int64
+
+// processor is one processor's admission stage on the shared records.
+type processor struct {
+	stage   *admission.Stage
+	records *admission.Replicated
+	js      jetstream.JetStream
+}
+
+// cluster opens n processors' admission stages on one fresh bucket on url,
+// each with its own connection and Pebble store, and the outcome stream.
+func cluster(t *testing.T, url string, replicas, n int) ([]processor, nkeys.KeyPair) {
+	t.Helper()
+	host, _ := nkeys.CreateUser()
+	key, _ := host.PublicKey()
+	pol := admission.Policy{MaxPayloadBytes: 65536, Providers: []string{"demo"},
+		Hosts:   []trust.Host{{Name: testenv.HostName, PublicKey: key, Tenants: []string{"tenant:demo"}}},
+		Tenants: []trust.Tenant{{Ref: "tenant:demo", SecurityDomains: []string{"security-domain:demo"}}}}
+	bucket := fmt.Sprintf("admission_%d", buckets.Add(1))
+	subj := subjects.Default()
+	var out []processor
+	for i := range n {
+		nc, err := nats.Connect(url, nats.MaxReconnects(-1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var h jetstream.KeyValue
+		testenv.Retry(t, func(ctx context.Context) (err error) {
+			h, err = admission.EnsureBucket(ctx, js, bucket, replicas, time.Hour)
+			return err
+		})
+		if i == 0 {
+			testenv.Retry(t, func(ctx context.Context) error {
+				_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: subj.OutcomesStream(), Subjects: []string{subj.Outcomes()}, Replicas: replicas, AllowDirect: true})
+				return err
+			})
+		}
+		st, err := kv.Open(t.TempDir(), kv.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		rec := admission.NewReplicated(admission.ReplicatedOptions{KV: h, JS: js, Local: st, Subjects: subj})
+		out = append(out, processor{
+			stage: &admission.Stage{Policy: pol, Records: rec, Store: st,
+				Route: stages.Route{Subjects: subj, Self: subjects.StageAdmission, Next: subjects.StageGrounding}, Clock: stages.SystemClock{}},
+			records: rec, js: js,
+		})
+	}
+	return out, host
+}
+
+// input is proposal p as the stream's message number seq.
+func input(t *testing.T, host nkeys.KeyPair, p map[string]any, seq uint64) *stages.Input {
+	t.Helper()
+	body := testenv.Body(t, p)
+	hdr, err := trust.Sign(host, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &stages.Input{Subject: subjects.Default().Proposal(testenv.HostName), Data: body, Header: hdr, Stream: "ACTIONS_PROPOSALS", StreamSeq: seq, Delivered: 1}
+}
+
+func reusedCode(r stages.Result) bool {
+	return len(r.Events) == 1 && r.Events[0].Code == schema.CodeAdmissionProposalIDReused && len(r.Next) == 0 && len(r.Outcomes) == 0 && len(r.Replayed) == 0
+}
+
+// Two processors handle one proposal id with different content at the same
+// moment: exactly one admits it, the other refuses it as a reuse.
+func testRacingClaims(t *testing.T, url string, replicas int) {
+	ps, host := cluster(t, url, replicas, 2)
+	for round := range 10 {
+		id := fmt.Sprintf("race-%d", round)
+		a := testenv.Set(testenv.Lumber(id), "context.delivery.delivery_id", "delivery:a-"+id)
+		b := testenv.Set(testenv.Set(testenv.Lumber(id), "context.delivery.delivery_id", "delivery:b-"+id), "intent.payload", map[string]any{"quantity": 21})
+		ins := []*stages.Input{input(t, host, a, uint64(2*round+1)), input(t, host, b, uint64(2*round+2))}
+		res := make([]stages.Result, 2)
+		var wg sync.WaitGroup
+		for i := range 2 {
+			wg.Go(func() {
+				var err error
+				if res[i], err = ps[i].stage.Handle(context.Background(), ins[i]); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		admitted, reused := 0, 0
+		for _, r := range res {
+			switch {
+			case len(r.Next) == 1:
+				admitted++
+			case reusedCode(r):
+				reused++
+			default:
+				t.Errorf("round %d: unexpected result %+v", round, r)
+			}
+		}
+		if admitted != 1 || reused != 1 {
+			t.Fatalf("round %d: %d admitted, %d refused as reuse; want one each", round, admitted, reused)
+		}
+		// The refused message's delivery id stays free: it was withdrawn.
+		for i, in := range ins {
+			if len(res[i].Next) == 1 {
+				continue
+			}
+			del := "delivery:a-" + id
+			if i == 1 {
+				del = "delivery:b-" + id
+			}
+			if _, found, err := ps[0].records.Delivery(testenv.HostName, del); err != nil || found {
+				t.Errorf("round %d: refused message's delivery id recorded (%v, %v), seq %d", round, found, err, in.StreamSeq)
+			}
+		}
+	}
+}
+
+// A repeat handled by another processor than the one that admitted the
+// proposal is answered with the proposal's latest outcome, read from the
+// outcome stream; a repeated delivery id likewise; a redelivery of the
+// admitted message itself is handed off again.
+func testRepeatOnOtherProcessor(t *testing.T, url string, replicas int) {
+	ps, host := cluster(t, url, replicas, 2)
+	p := testenv.Lumber("rep-1")
+	r, err := ps[0].stage.Handle(context.Background(), input(t, host, p, 1))
+	if err != nil || len(r.Next) != 1 {
+		t.Fatalf("first: %+v, %v", r, err)
+	}
+	// Redelivered to the other processor before the hand-off was acked:
+	// handed off again (same message id).
+	r, err = ps[1].stage.Handle(context.Background(), input(t, host, p, 1))
+	if err != nil || len(r.Next) != 1 {
+		t.Fatalf("redelivery on the other processor: %+v, %v", r, err)
+	}
+	if err := r.Done(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if r, err = ps[0].stage.Handle(context.Background(), input(t, host, p, 1)); err != nil || len(r.Next) != 0 || len(r.Events) != 0 {
+		t.Fatalf("redelivery after the hand-off: %+v, %v", r, err)
+	}
+	// The outcome, published by whichever processor.
+	o := schema.NewOutcome(schema.ProposalRef{Host: testenv.HostName, ProposalID: "rep-1"}, schema.KindNeedsApproval, 7)
+	fp := "sha256:" + fmt.Sprintf("%064x", 1)
+	o.Approval = &schema.Approval{Fingerprint: fp}
+	data, err := schema.Marshal(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ps[0].js.Publish(context.Background(), subjects.Default().Outcome(testenv.HostName, "rep-1"), data); err != nil {
+		t.Fatal(err)
+	}
+	repeat := testenv.Set(testenv.Lumber("rep-1"), "context.delivery.delivery_id", "delivery:again")
+	for _, in := range []*stages.Input{input(t, host, repeat, 2), input(t, host, repeat, 3)} {
+		r, err = ps[1].stage.Handle(context.Background(), in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Replayed) != 1 || r.Replayed[0].Kind != schema.KindNeedsApproval || r.Replayed[0].Host != testenv.HostName || len(r.Next) != 0 {
+			t.Fatalf("repeat seq %d on the other processor: %+v", in.StreamSeq, r)
+		}
+	}
+	// Any processor maps the proposal to its fingerprint.
+	if got, found, err := ps[1].records.ProposalFingerprint(schema.ProposalRef{Host: testenv.HostName, ProposalID: "rep-1"}); err != nil || !found || got != fp {
+		t.Fatalf("fingerprint %q, %v, %v", got, found, err)
+	}
+}
+
+func TestReplicatedR1(t *testing.T) {
+	url := startServer(t).ClientURL()
+	t.Run("racing claims", func(t *testing.T) { testRacingClaims(t, url, 1) })
+	t.Run("repeat on another processor", func(t *testing.T) { testRepeatOnOtherProcessor(t, url, 1) })
+}
+
+func TestReplicatedR3(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-server cluster")
+	}
+	url := testenv.NewCluster(t).URL()
+	t.Run("racing claims", func(t *testing.T) { testRacingClaims(t, url, 3) })
+	t.Run("repeat on another processor", func(t *testing.T) { testRepeatOnOtherProcessor(t, url, 3) })
+}
+
+// The bucket's stream serves reads from its leader only.
+func TestBucketReadsFromTheLeader(t *testing.T) {
+	nc, err := nats.Connect(startServer(t).ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	if _, err := admission.EnsureBucket(ctx, js, "admission_x", 1, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, "KV_admission_x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := st.CachedInfo().Config; c.AllowDirect || c.MaxMsgsPerSubject != 1 || c.MaxAge != time.Hour {
+		t.Fatalf("admission stream config %+v", c)
+	}
+	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "admission_y"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admission.Bind(ctx, js, "admission_y"); err == nil {
+		t.Fatal("a bucket serving direct gets was bound")
+	}
+}
