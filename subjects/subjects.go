@@ -248,6 +248,13 @@ func (s Subjects) JournalBucket() string {
 	return strings.NewReplacer(".", "_", "-", "_").Replace(s.p()) + "_journal"
 }
 
+// ApprovalsBucket is the KV bucket of the replicated approval records
+// (the authorization stage's state on a cluster): "actions_approvals" for
+// the default prefix.
+func (s Subjects) ApprovalsBucket() string {
+	return strings.NewReplacer(".", "_", "-", "_").Replace(s.p()) + "_approvals"
+}
+
 // ActivityBucket is the KV bucket of activity snapshots: "actions_activity"
 // for the default prefix.
 func (s Subjects) ActivityBucket() string {
