@@ -18,7 +18,7 @@ import (
 // AssertNowhere fails the test if any secret appears in anything Portcullis
 // emitted or stored outside its input streams: outcome and incident
 // messages (as received and as stored in their streams), the activity
-// bucket, the replicated journal's bucket, every Pebble record and file, the processor's logs and its
+// bucket, the replicated journal's and approvals' buckets, every Pebble record and file, the processor's logs and its
 // metrics. Call it with the processor running.
 func (e *Env) AssertNowhere(t testing.TB, secrets ...string) {
 	t.Helper()
@@ -29,7 +29,7 @@ func (e *Env) AssertNowhere(t testing.TB, secrets ...string) {
 	defer cancel()
 	streams := []string{e.Subjects.OutcomesStream(), e.Subjects.IncidentsStream(), "KV_" + e.Subjects.ActivityBucket()}
 	if e.Config.ReplicatedJournal() {
-		streams = append(streams, "KV_"+e.Subjects.JournalBucket())
+		streams = append(streams, "KV_"+e.Subjects.JournalBucket(), "KV_"+e.Subjects.ApprovalsBucket())
 	}
 	for _, stream := range streams {
 		places["stream "+stream] = streamBytes(t, ctx, e.JS, stream)
