@@ -1,6 +1,7 @@
 package clustertest
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -130,6 +131,16 @@ func TestApprovalsGaugeIsClusterWide(t *testing.T) {
 	}
 	terminal(t, env, []string{"gauge-0", "gauge-1"})
 	same(2)
+	// The operator's listing, answered by either processor, is the
+	// cluster's too.
+	for range 4 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		a, err := env.Admin().Approvals(ctx, 0)
+		cancel()
+		if err != nil || a.Total != 2 || len(a.Approvals) != 2 || a.Approvals[0].ProposalID != "gauge-2" && a.Approvals[0].ProposalID != "gauge-3" {
+			t.Fatalf("processor approvals list = %+v, %v", a, err)
+		}
+	}
 	prov.check(t)
 	env.AssertNowhere(t, payloadOnly)
 }
