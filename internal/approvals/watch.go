@@ -63,7 +63,22 @@ func (r *Replicated) watchOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer func() { _ = w.Stop() }()
+	defer func() {
+		_ = w.Stop()
+		// nats.go's handler blocks on a full Updates channel: drain it
+		// until the subscription's close closes it, or give up.
+		timeout := time.After(2 * time.Second)
+		for {
+			select {
+			case _, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+			case <-timeout:
+				return
+			}
+		}
+	}()
 
 	// The initial read: the latest value of every key, into fresh; initRev
 	// the revisions read of the keys local holds.
