@@ -244,25 +244,35 @@ func (s Subjects) StageStream(stage string) string {
 
 // JournalBucket is the KV bucket of the replicated dispatch journal:
 // "actions_journal" for the default prefix.
-func (s Subjects) JournalBucket() string {
-	return strings.NewReplacer(".", "_", "-", "_").Replace(s.p()) + "_journal"
-}
+func (s Subjects) JournalBucket() string { return s.bucket("journal") }
 
 // AdmissionBucket is the KV bucket of the replicated admission records
 // (proposal ids and delivery ids taken): "actions_admission" for the
 // default prefix.
 func (s Subjects) AdmissionBucket() string {
-	return strings.NewReplacer(".", "_", "-", "_").Replace(s.p()) + "_admission"
+	return s.bucket("admission")
 }
 
 // NonceBucket is the KV bucket of the operator request nonces claimed on a
 // cluster: "actions_nonces" for the default prefix.
 func (s Subjects) NonceBucket() string {
-	return strings.NewReplacer(".", "_", "-", "_").Replace(s.p()) + "_nonces"
+	return s.bucket("nonces")
+}
+
+// ApprovalsBucket is the KV bucket of the replicated approval records
+// (the authorization stage's state on a cluster): "actions_approvals" for
+// the default prefix.
+func (s Subjects) ApprovalsBucket() string {
+	return s.bucket("approvals")
+}
+
+// bucket is the name of the prefix's bucket called name.
+func (s Subjects) bucket(name string) string {
+	return strings.NewReplacer(".", "_", "-", "_").Replace(s.p()) + "_" + name
 }
 
 // ActivityBucket is the KV bucket of activity snapshots: "actions_activity"
 // for the default prefix.
 func (s Subjects) ActivityBucket() string {
-	return strings.NewReplacer(".", "_", "-", "_").Replace(s.p()) + "_activity"
+	return s.bucket("activity")
 }

@@ -18,7 +18,8 @@ import (
 // AssertNowhere fails the test if any secret appears in anything Portcullis
 // emitted or stored outside its input streams: outcome and incident
 // messages (as received and as stored in their streams), the activity
-// bucket, the replicated journal's, admission records' and nonces' buckets, every Pebble record and file, the processor's logs and its
+// bucket, the buckets a cluster shares (journal, approvals, admission
+// records, nonces), every Pebble record and file, the processor's logs and its
 // metrics. Call it with the processor running.
 func (e *Env) AssertNowhere(t testing.TB, secrets ...string) {
 	t.Helper()
@@ -29,7 +30,8 @@ func (e *Env) AssertNowhere(t testing.TB, secrets ...string) {
 	defer cancel()
 	streams := []string{e.Subjects.OutcomesStream(), e.Subjects.IncidentsStream(), "KV_" + e.Subjects.ActivityBucket()}
 	if e.Config.ReplicatedJournal() {
-		streams = append(streams, "KV_"+e.Subjects.JournalBucket(), "KV_"+e.Subjects.AdmissionBucket(), "KV_"+e.Subjects.NonceBucket())
+		streams = append(streams, "KV_"+e.Subjects.JournalBucket(), "KV_"+e.Subjects.ApprovalsBucket(),
+			"KV_"+e.Subjects.AdmissionBucket(), "KV_"+e.Subjects.NonceBucket())
 	}
 	for _, stream := range streams {
 		places["stream "+stream] = streamBytes(t, ctx, e.JS, stream)

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/engine"
 	"github.com/portcullis/portcullis/internal/journal"
@@ -18,9 +19,10 @@ import (
 )
 
 // store.journal decides the streams: a replicated journal adds its bucket
-// (reads from the leader only) and gives the reconciliation stream its
-// schedules; going back to a local journal keeps the schedules, which the
-// server cannot turn off, and the same processor starts.
+// and the approvals' (reads from the leader only) and gives the
+// reconciliation and authorization streams their schedules; going back to
+// a local journal keeps the schedules, which the server cannot turn off,
+// and the same processor starts. The approvals follow the journal.
 func TestJournalStreams(t *testing.T) {
 	srv := testenv.StartServer(t, "")
 	cfg := config.Defaults()
@@ -34,8 +36,8 @@ func TestJournalStreams(t *testing.T) {
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
 	subj := subjects.Default()
-	recon := func() jetstream.StreamConfig {
-		st, err := js.Stream(context.Background(), subj.StageStream(subjects.StageReconciliation))
+	stage := func(name string) jetstream.StreamConfig {
+		st, err := js.Stream(context.Background(), subj.StageStream(name))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,9 +57,14 @@ func TestJournalStreams(t *testing.T) {
 		if _, replicated := p.Journal().(*journal.Replicated); replicated != cfg.ReplicatedJournal() {
 			t.Errorf("journal %s: a %T", step.journal, p.Journal())
 		}
-		if c := recon(); c.AllowMsgSchedules != step.schedules || (c.Discard == jetstream.DiscardOld) != step.schedules ||
-			len(c.Subjects) != map[bool]int{false: 1, true: 2}[step.schedules] {
-			t.Errorf("journal %s: reconciliation stream %+v", step.journal, c)
+		if _, replicated := p.Approvals().(*approvals.Replicated); replicated != cfg.ReplicatedJournal() {
+			t.Errorf("journal %s: approvals %T", step.journal, p.Approvals())
+		}
+		for _, name := range []string{subjects.StageReconciliation, subjects.StageAuthorization} {
+			if c := stage(name); c.AllowMsgSchedules != step.schedules || (c.Discard == jetstream.DiscardOld) != step.schedules ||
+				len(c.Subjects) != map[bool]int{false: 1, true: 2}[step.schedules] {
+				t.Errorf("journal %s: %s stream %+v", step.journal, name, c)
+			}
 		}
 		if err := p.Close(); err != nil {
 			t.Fatal(err)
@@ -69,6 +76,13 @@ func TestJournalStreams(t *testing.T) {
 	}
 	if c := st.CachedInfo().Config; c.AllowDirect || c.Replicas != 1 {
 		t.Errorf("journal bucket %+v", c)
+	}
+	st, err = js.Stream(context.Background(), "KV_"+subj.ApprovalsBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := st.CachedInfo().Config; c.AllowDirect || c.Replicas != 1 || c.MaxAge != engine.ApprovalsHorizon(cfg) || c.MaxAge < cfg.Streams.MaxAge {
+		t.Errorf("approvals bucket %+v", c)
 	}
 }
 
@@ -112,5 +126,40 @@ func TestLocalJournalIsNotLeftBehind(t *testing.T) {
 	}
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A store with proposals parked in it never starts on replicated approvals,
+// which would not know them (their timers and grants would find nothing).
+func TestLocalApprovalsAreNotLeftBehind(t *testing.T) {
+	srv := testenv.StartServer(t, "")
+	cfg := config.Defaults()
+	cfg.NATS = config.NATS{URL: srv.ClientURL(), Replicas: 1}
+	cfg.Store.Dir = t.TempDir()
+	cfg.Metrics.Listen = ""
+	st, err := kv.Open(cfg.Store.Dir, kv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ap, err := approvals.NewPebble(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := testenv.Ref("parked")
+	r := approvals.Record{Host: ref.Host, ProposalID: ref.ProposalID, Fingerprint: "sha256:" + strings.Repeat("ab", 32), State: approvals.StateParked, ExpiresAtMs: 1}
+	if err := ap.Commit(ref, approvals.Writes{Record: &r}); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	cfg.Store.Journal = config.JournalReplicated
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := engine.Start(ctx, engine.Options{Config: cfg})
+	if err == nil {
+		p.Close()
+		t.Fatal("started replicated approvals on a store with parked ones")
+	}
+	if !strings.Contains(err.Error(), "parked for approval") {
+		t.Errorf("start: %v", err)
 	}
 }

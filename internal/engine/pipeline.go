@@ -61,10 +61,11 @@ type Spec struct {
 	MaxInFlight int
 	// Next is the successor's name ("" for none).
 	Next string
-	// Scheduled: the journal's timers fire on this stage (its
-	// predecessor's Route.NextTimer, its own Route.Timer); with a
-	// replicated journal they are nats-server message schedules (package
-	// timers), which its stream then holds.
+	// Scheduled: durable timers fire on this stage — the journal's (its
+	// predecessor's Route.NextTimer, its own Route.Timer) or the approval
+	// expiries (authorization's own Route.Timer); with a replicated
+	// journal they are nats-server message schedules (package timers),
+	// which its stream then holds.
 	Scheduled bool
 	// New builds the stage's handler.
 	New func(parts *Parts, route stages.Route) (stages.Handler, error)
@@ -77,7 +78,7 @@ func Pipeline() []Spec {
 	return []Spec{
 		{Name: subjects.StageAdmission, Ingress: Proposals, Next: subjects.StageGrounding, New: newAdmission},
 		{Name: subjects.StageGrounding, Phase: schema.PhaseGrounding, Next: subjects.StageAuthorization, New: newGrounding},
-		{Name: subjects.StageAuthorization, Phase: schema.PhaseAuthorization, Next: subjects.StageDispatch, New: newAuthorization},
+		{Name: subjects.StageAuthorization, Phase: schema.PhaseAuthorization, Next: subjects.StageDispatch, Scheduled: true, New: newAuthorization},
 		{Name: subjects.StageGrants, Ingress: Grants, Next: subjects.StageDispatch, New: newGrants},
 		{Name: subjects.StageDispatch, Phase: schema.PhaseDispatch, Next: subjects.StageReconciliation, New: newDispatch},
 		{Name: subjects.StageReconciliation, Phase: schema.PhaseReconciliation, Scheduled: true, New: newReconciliation},

@@ -79,10 +79,13 @@ type Processor struct {
 	seal     *seal.Sealer
 	adapters map[string]adapters.Adapter
 	recon    *reconciliation.Stage
-	// approvals is the authorization stage's state, on store.
-	approvals *approvals.Pebble
+	// approvals is the authorization stage's state: on store (Pebble), or
+	// with a replicated journal on the approvals bucket (openApprovals).
+	approvals approvals.Store
 	// stopAdmin ends the operator API (admin.Server) before the store closes.
 	stopAdmin func()
+	// closeApprovals stops the replicated approvals' watcher (nil: none).
+	closeApprovals func()
 	// health is what /readyz reads (health.go).
 	health health
 	// journal is the dispatch journal: Pebble (store), or the replicated
@@ -200,14 +203,14 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	if p.approvals, err = approvals.NewPebble(p.store); err != nil {
-		return err
-	}
 	var providers []string
 	for _, pr := range cfg.Providers {
 		providers = append(providers, pr.Name)
 	}
 	if err := p.openJournal(ctx); err != nil {
+		return err
+	}
+	if err := p.openApprovals(ctx); err != nil {
 		return err
 	}
 	p.metrics = metrics.New(names(pipeline), providers)
@@ -328,6 +331,44 @@ func (p *Processor) openJournal(ctx context.Context) error {
 	return nil
 }
 
+// openApprovals opens the authorization stage's approval records: in the
+// store (Pebble, its expiry timers fired by the scheduler) with a local
+// journal; on the approvals bucket, shared by every processor, with a
+// replicated one, its expiry timers message schedules in the
+// authorization stream.
+func (p *Processor) openApprovals(ctx context.Context) error {
+	local, err := approvals.NewPebble(p.store)
+	if err != nil {
+		return err
+	}
+	if !p.cfg.ReplicatedJournal() {
+		p.approvals = local
+		return nil
+	}
+	// Proposals parked in this store would wait for timers and grants that
+	// the replicated approvals do not know.
+	if n := local.Count(); n > 0 {
+		return fmt.Errorf("engine: store.dir %s holds %d proposals parked for approval in a local store, which replicated approvals would not see: set store.journal = \"local\" until they are decided", p.cfg.Store.Dir, n)
+	}
+	var bucket jetstream.KeyValue
+	err = retryJS(ctx, func(ctx context.Context) (err error) {
+		bucket, err = approvals.Bind(ctx, p.js, p.subj.ApprovalsBucket())
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
+	r, err := approvals.NewReplicated(ctx, approvals.ReplicatedOptions{
+		KV: bucket, Writer: p.self, Log: p.log.With("component", "approvals"),
+		Timers: &timers.Schedules{JS: p.js, Subjects: p.subj, Seal: p.seal},
+	})
+	if err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
+	p.approvals, p.closeApprovals = r, r.Close
+	return nil
+}
+
 func journalKind(c *config.Config) string {
 	if c.ReplicatedJournal() {
 		return config.JournalReplicated
@@ -404,6 +445,9 @@ func (p *Processor) Close() error {
 }
 
 func (p *Processor) teardown() {
+	if p.closeApprovals != nil {
+		p.closeApprovals()
+	}
 	if p.nc != nil {
 		_ = p.nc.FlushTimeout(5 * time.Second)
 	}

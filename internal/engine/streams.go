@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/internal/admin"
+	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/stages/admission"
@@ -39,11 +40,12 @@ const headerAllowance = 4096
 // is re-read from the authorization stream when its grant arrives.
 //
 // pipeline's internal stages each get a stream; nil: Pipeline(). With a
-// replicated journal (store.journal) the list also holds the buckets'
-// streams a cluster shares — the journal's (journal.BucketStream), the
-// admission records' (admission.BucketStream) and the operator nonces'
-// (admin.NonceBucketStream) — and the stages of
-// ScheduledStages take their timers' schedules.
+// replicated journal (store.journal) the list also holds the streams of
+// the buckets a cluster shares — the journal's (journal.BucketStream), the
+// approvals' (approvals.BucketStream, records kept for ApprovalsHorizon),
+// the admission records' (admission.BucketStream) and the operator
+// nonces' (admin.NonceBucketStream) — and the Scheduled stages take their
+// timers' schedules.
 func StreamConfigs(s subjects.Subjects, c *config.Config, pipeline []Spec) []jetstream.StreamConfig {
 	if pipeline == nil {
 		pipeline = Pipeline()
@@ -88,17 +90,36 @@ func StreamConfigs(s subjects.Subjects, c *config.Config, pipeline []Spec) []jet
 	if c.ReplicatedJournal() {
 		proposals, _ := c.RetentionHorizons()
 		out = append(out, journal.BucketStream(s.JournalBucket(), c.NATS.Replicas),
+			approvals.BucketStream(s.ApprovalsBucket(), c.NATS.Replicas, ApprovalsHorizon(c)),
 			admission.BucketStream(s.AdmissionBucket(), c.NATS.Replicas, proposals),
 			admin.NonceBucketStream(s.NonceBucket(), c.NATS.Replicas))
 	}
 	return out
 }
 
+// ApprovalsHorizon is how long the replicated approvals bucket keeps a
+// record after its last change (the bucket stream's MaxAge; the retention
+// sweep covers Pebble only): the proposals' retention horizon, and at
+// least as long as the streams keep the inputs that could ask for it
+// again (a redelivered proposal, grant or expiry republishes the recorded
+// decision). A parked record's expiry fires long before: approval.ttl is
+// at most half of it.
+func ApprovalsHorizon(c *config.Config) time.Duration {
+	proposals, _ := c.RetentionHorizons()
+	return max(proposals, c.Streams.MaxAge, 2*c.Approval.TTL)
+}
+
 // scheduled makes a stage stream take its timers' schedules: their
 // subjects (outside the stage consumer's filter), message schedules on,
 // and — which schedules require — the oldest messages dropped when full.
-// The stage holds only timer messages, each due within 32 reconciliation
-// intervals.
+// Reconciliation's stream holds only timer messages, each due within 32
+// reconciliation intervals. Authorization's also holds the grounded
+// proposals (a parked one's envelope is read back when its grant comes):
+// full (streams.stage_max_bytes), it drops its oldest instead of refusing
+// hand-offs — a parked proposal whose envelope went ends PROCESSING_FAILED
+// when its grant arrives, and the stage consumer must not fall that far
+// behind. Each Scheduled stage has its own schedule subjects
+// (`<prefix>.schedule.<stage>.>`), so two never overlap.
 func scheduled(s subjects.Subjects, stage string, cfg jetstream.StreamConfig) jetstream.StreamConfig {
 	cfg.Subjects = []string{s.StageAll(stage), s.Schedules(stage)}
 	cfg.AllowMsgSchedules = true

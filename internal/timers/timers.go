@@ -1,11 +1,12 @@
 // Package timers is where Portcullis's durable timers live: a message
 // (kv.Timer) to publish on a stage's timer subject once it falls due —
-// reconciliation polls and operator announcements today, approval expiries
-// next. Timers is the interface; there are two homes.
+// reconciliation polls, operator announcements and approval expiries.
+// Timers is the interface; there are two homes.
 //
 //   - Local: the processor's own Pebble store, fired by stages.Scheduler
-//     (single node). The Pebble journal writes its timers in the same
-//     atomic batch as the rest of a step, not through this interface.
+//     (single node). The Pebble journal and approvals.Pebble write their
+//     timers in the same atomic batch as the rest of a step, not through
+//     this interface.
 //   - Schedules: nats-server message scheduling (ADR-51) on the stage's own
 //     stream, for processors that share a JetStream cluster. The server
 //     publishes the timer message at its due time, once, whichever

@@ -19,8 +19,10 @@ import (
 
 // Stage is the authorization stage. As a stages.Handler it consumes the
 // authorization stream: grounded proposals (kind proposal) and approval
-// expiries fired by the scheduler (kind timer). Grants returns the handler
-// of the grants stream.
+// expiries (kind timer: fired by the processor's scheduler on a single
+// node, by nats-server message schedules in this stream with replicated
+// approvals — once, whichever processor parked the proposal). Grants
+// returns the handler of the grants stream.
 //
 // Both lock the proposal, load its approval record, step, commit the
 // step's writes (durably, before anything is published), read the parked

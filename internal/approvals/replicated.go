@@ -1,0 +1,508 @@
+package approvals
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/go-json-experiment/json"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/portcullis/portcullis/internal/timers"
+	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/schema"
+)
+
+// ErrUncertain: a replicated write timed out and reading the record back
+// could not tell, within the settle budget, whether it was stored. The
+// input is retried: its redelivery loads whatever is stored by then.
+var ErrUncertain = errors.New("approvals: the write's outcome is unknown")
+
+// Replicated keeps approvals in a JetStream KV bucket shared by every
+// processor of a cluster (SPEC §6: "a parked proposal is resumed or
+// declined by a grant whichever processor parked it; an approval times
+// out once").
+//
+// # Keys and reads
+//
+// One key per proposal, "apr.<sha256(host NUL proposal_id)>" (hex), whose
+// value is the Record in an envelope with the writer's instance id and a
+// random commit id. The bucket's stream has AllowDirect off (BucketStream),
+// so every Get is served by the stream's leader, never a stale follower.
+//
+// # Commit
+//
+// Commit is a compare-and-set on the record's revision: the one the first
+// Load under Lock remembered (kv Update; Create when nothing was found),
+// never a blind read-then-write. Called without Lock (or before a Load),
+// it reads the record from the leader and sets against that revision.
+// Either way a record that is not in state From by then, or that another
+// processor changed since, gives ErrConflict and writes nothing. A write
+// that got no answer may have been stored: Commit reads the record back
+// and recognizes its own commit id; if it cannot tell within SettleTimeout
+// it returns ErrUncertain.
+//
+// # Timers
+//
+// A commit's expiry timer is armed with Timers (timers.Schedules: a
+// nats-server message schedule in the authorization stream) before the
+// compare-and-set, so that a crash between the two leaves an extra timer,
+// never a missing one. CancelTimer is not acted on: schedules cannot be
+// cancelled, and a timer that fires for a decided proposal (or one parked
+// again by another step) changes nothing (authorization.Step ignores it).
+// The server fires each schedule once, whichever processors are alive;
+// the authorization consumer hands it to one of them.
+//
+// # Count
+//
+// Count is kept current from a KV watcher over the whole bucket (an
+// ordered consumer that nats.go re-creates after a missed heartbeat or a
+// gap): an in-memory set of the parked proposals, cluster-wide, updated as
+// any processor's commits arrive (typically within milliseconds), and at
+// once by this processor's own commits. Count reads the set: it never
+// blocks. The set holds only parked proposals (key, revision, deadline),
+// so its memory is bounded by what is parked, not by the bucket. Parked
+// lists from the set and reads each listed record from the leader.
+//
+// # Retention
+//
+// The bucket's stream has a MaxAge (BucketStream): a record goes that long
+// after its last change. The engine sets it to the proposals' retention
+// horizon (at least streams.max_age and twice approval.ttl), so a decided
+// record outlives every redelivery of the inputs that could ask for it, and
+// a parked one outlives its expiry — unless no processor at all runs for
+// that long. The processor's retention sweep (Pebble) does not touch it.
+type Replicated struct {
+	kv      jetstream.KeyValue
+	timers  timers.Timers
+	writer  string
+	log     *slog.Logger
+	op      time.Duration
+	attempt time.Duration
+	settle  time.Duration
+
+	locks    kv.KeyedMutex
+	mu       sync.Mutex
+	sessions map[string]*session
+
+	// The watcher's state (watch.go's part of Replicated), under cmu.
+	cmu sync.Mutex
+	// parked: the parked proposals by key.
+	parked map[string]parkedEntry
+	// local: revisions of this processor's own commits the watcher has not
+	// delivered yet, by key: an older version the watcher delivers later
+	// must not undo them.
+	local map[string]localEntry
+	// seen is the highest revision the watcher delivered.
+	seen uint64
+	// initialized is closed once the watcher delivered the bucket's
+	// initial values the first time.
+	initialized chan struct{}
+	initOnce    sync.Once
+	stop        context.CancelFunc
+	stopped     chan struct{}
+}
+
+var _ Store = (*Replicated)(nil)
+
+type parkedEntry struct {
+	rev         uint64
+	ref         schema.ProposalRef
+	expiresAtMs int64
+}
+
+// ReplicatedOptions configure NewReplicated.
+type ReplicatedOptions struct {
+	// KV is the approvals bucket (Bind, EnsureBucket).
+	KV jetstream.KeyValue
+	// Timers arms the expiry timers commits carry (timers.Schedules on a
+	// cluster).
+	Timers timers.Timers
+	// Writer is this processor's instance id, recorded with each commit.
+	Writer string
+	// Log receives value-free warnings. nil: slog.Default().
+	Log *slog.Logger
+	// OpTimeout bounds one KV read or timer arming, retries included.
+	// Default 5s.
+	OpTimeout time.Duration
+	// AttemptTimeout bounds one try of it: a request to a stream without
+	// a leader (during an election) gets no answer at all, so tries are
+	// short and repeated. Default 1s.
+	AttemptTimeout time.Duration
+	// SettleTimeout bounds how long Commit tries to learn whether a write
+	// that failed without an answer was stored. Default 15s.
+	SettleTimeout time.Duration
+}
+
+// NewReplicated returns the approvals on o.KV once its watcher has read
+// the parked proposals (so that Count is right from the start), or ctx's
+// error. Close stops the watcher.
+func NewReplicated(ctx context.Context, o ReplicatedOptions) (*Replicated, error) {
+	r := &Replicated{kv: o.KV, timers: o.Timers, writer: o.Writer, log: o.Log, op: o.OpTimeout, attempt: o.AttemptTimeout,
+		settle: o.SettleTimeout, sessions: map[string]*session{}, parked: map[string]parkedEntry{}, local: map[string]localEntry{},
+		initialized: make(chan struct{}), stopped: make(chan struct{})}
+	if r.log == nil {
+		r.log = slog.Default()
+	}
+	if r.op <= 0 {
+		r.op = 5 * time.Second
+	}
+	if r.attempt <= 0 {
+		r.attempt = time.Second
+	}
+	if r.settle <= 0 {
+		r.settle = 15 * time.Second
+	}
+	if r.timers == nil {
+		return nil, errors.New("approvals: a replicated store needs timers")
+	}
+	wctx, stop := context.WithCancel(context.Background())
+	r.stop = stop
+	go r.watch(wctx)
+	select {
+	case <-r.initialized:
+		return r, nil
+	case <-ctx.Done():
+		r.Close()
+		return nil, fmt.Errorf("approvals: reading the parked approvals: %w", ctx.Err())
+	}
+}
+
+// Close stops the watcher. Count keeps its last value.
+func (r *Replicated) Close() {
+	r.stop()
+	<-r.stopped
+}
+
+// BucketStream is the stream of the approvals bucket: what nats.go's
+// CreateKeyValue makes for one value per key, file storage, records kept
+// maxAge after their last change (0: for ever), refusing writes when full
+// rather than dropping a record — with AllowDirect off from the start, so
+// that every read is served by the stream's leader (a follower's direct
+// get can be stale right after an update; CreateOrUpdateKeyValue would
+// turn direct gets back on).
+func BucketStream(bucket string, replicas int, maxAge time.Duration) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:              "KV_" + bucket,
+		Description:       "Portcullis approvals: one value-free authorization record per proposal",
+		Subjects:          []string{"$KV." + bucket + ".>"},
+		MaxMsgsPerSubject: 1,
+		MaxAge:            maxAge,
+		MaxBytes:          -1,
+		MaxMsgSize:        -1,
+		MaxMsgs:           -1,
+		MaxConsumers:      -1,
+		Storage:           jetstream.FileStorage,
+		Replicas:          replicas,
+		AllowRollup:       true,
+		DenyDelete:        true,
+		Duplicates:        2 * time.Minute,
+		AllowDirect:       false,
+		Discard:           jetstream.DiscardNew,
+	}
+}
+
+// Bind returns a handle on the approvals bucket, whose stream exists. It
+// refuses a stream that serves direct gets (a follower's read can be
+// stale).
+func Bind(ctx context.Context, js jetstream.JetStream, bucket string) (jetstream.KeyValue, error) {
+	h, err := js.KeyValue(ctx, bucket)
+	if err != nil {
+		return nil, fmt.Errorf("approvals: bucket %s: %w", bucket, err)
+	}
+	st, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return nil, fmt.Errorf("approvals: bucket %s: %w", bucket, err)
+	}
+	if st.CachedInfo().Config.AllowDirect {
+		return nil, fmt.Errorf("approvals: bucket %s: its stream allows direct gets, which followers may answer stale", bucket)
+	}
+	return h, nil
+}
+
+// EnsureBucket creates or updates the approvals bucket's stream
+// (BucketStream) and binds it.
+func EnsureBucket(ctx context.Context, js jetstream.JetStream, bucket string, replicas int, maxAge time.Duration) (jetstream.KeyValue, error) {
+	if _, err := js.CreateOrUpdateStream(ctx, BucketStream(bucket, replicas, maxAge)); err != nil {
+		return nil, fmt.Errorf("approvals: bucket %s: %w", bucket, err)
+	}
+	return Bind(ctx, js, bucket)
+}
+
+// stored is a record's value in the bucket.
+type stored struct {
+	Record Record `json:"record"`
+	// Writer is the instance id of the processor that committed it, and
+	// Commit a random id of the commit: a writer whose write timed out
+	// recognizes its own.
+	Writer string `json:"writer"`
+	Commit string `json:"commit"`
+}
+
+// session is what the first Load under one Lock read.
+type session struct {
+	loaded bool
+	rev    uint64 // 0: nothing was found
+	state  State
+}
+
+// recordKey is the proposal's key: hashed, since hosts and proposal ids
+// may hold bytes a key cannot.
+func recordKey(ref schema.ProposalRef) string {
+	s := sha256.Sum256([]byte(ref.Host + "\x00" + ref.ProposalID))
+	return "apr." + hex.EncodeToString(s[:])
+}
+
+// short names a key in errors and logs: a prefix of its hash.
+func short(key string) string { return key[:16] + "…" }
+
+// do runs an idempotent operation f, each try with an AttemptTimeout
+// context, until it succeeds, fails for another reason than JetStream not
+// answering, or OpTimeout has passed.
+func (r *Replicated) do(f func(ctx context.Context) error) error {
+	deadline := time.Now().Add(r.op)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), r.attempt)
+		err := f(ctx)
+		cancel()
+		if err == nil || !unanswered(err) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// unanswered reports an error that says JetStream did not answer (no
+// leader, an election, a server going away), not that it refused.
+func unanswered(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.Code == 503 {
+		return true
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrDisconnected) || errors.Is(err, nats.ErrConnectionReconnecting)
+}
+
+// Lock serializes this process's work on the proposal and starts the
+// session that remembers what Load read.
+func (r *Replicated) Lock(ref schema.ProposalRef) func() {
+	key := recordKey(ref)
+	unlock := r.locks.Lock(key)
+	r.mu.Lock()
+	r.sessions[key] = &session{}
+	r.mu.Unlock()
+	return func() {
+		r.mu.Lock()
+		delete(r.sessions, key)
+		r.mu.Unlock()
+		unlock()
+	}
+}
+
+// get reads a record from the stream's leader: nil, 0 if there is none.
+func (r *Replicated) get(key string) (*stored, uint64, error) {
+	var e jetstream.KeyValueEntry
+	err := r.do(func(ctx context.Context) (err error) {
+		e, err = r.kv.Get(ctx, key)
+		return err
+	})
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("approvals: get %s: %w", short(key), err)
+	}
+	var s stored
+	if err := json.Unmarshal(e.Value(), &s); err != nil {
+		return nil, 0, fmt.Errorf("approvals: %s: %w: %w", short(key), kv.ErrCorrupt, err)
+	}
+	return &s, e.Revision(), nil
+}
+
+// Load reads a proposal's record from the stream's leader. The first Load
+// under a Lock is what that session's Commit compares with; a later one
+// (by the caller, or by a reader that does not hold the Lock) never moves
+// it forward: a revision remembered too early only makes the
+// compare-and-set fail.
+func (r *Replicated) Load(ref schema.ProposalRef) (Record, bool, error) {
+	key := recordKey(ref)
+	s, rev, err := r.get(key)
+	if err != nil {
+		return Record{}, false, fmt.Errorf("approvals: load: %w", err)
+	}
+	r.mu.Lock()
+	if sess := r.sessions[key]; sess != nil && !sess.loaded {
+		sess.loaded, sess.rev, sess.state = true, rev, StateNone
+		if s != nil {
+			sess.state = s.Record.State
+		}
+	}
+	r.mu.Unlock()
+	if s == nil {
+		return Record{}, false, nil
+	}
+	return s.Record, true, nil
+}
+
+// Commit writes w as the Replicated doc comment describes.
+func (r *Replicated) Commit(ref schema.ProposalRef, w Writes) error {
+	if err := w.check(ref); err != nil {
+		return err
+	}
+	if w.Empty() {
+		return nil
+	}
+	key := recordKey(ref)
+	r.mu.Lock()
+	sess := r.sessions[key]
+	var rev uint64
+	var state State
+	loaded := sess != nil && sess.loaded
+	if loaded {
+		rev, state = sess.rev, sess.state
+	}
+	r.mu.Unlock()
+	if !loaded {
+		// Not under Lock, or no Load yet: what the leader holds now is
+		// what the compare-and-set compares with.
+		s, got, err := r.get(key)
+		if err != nil {
+			return fmt.Errorf("approvals: commit: %w", err)
+		}
+		rev, state = got, StateNone
+		if s != nil {
+			state = s.Record.State
+		}
+	}
+	if state != w.From {
+		return fmt.Errorf("%w: record %s is %q, the step saw %q", ErrConflict, short(key), state, w.From)
+	}
+	// Harmless if the commit never happens: an extra timer.
+	if w.Timer != nil {
+		if err := r.do(func(ctx context.Context) error { return r.timers.Arm(ctx, *w.Timer) }); err != nil {
+			return fmt.Errorf("approvals: %w", err)
+		}
+	}
+	if w.Record == nil {
+		return nil
+	}
+	s := &stored{Record: *w.Record, Writer: r.writer, Commit: newCommitID()}
+	newRev, err := r.swap(key, rev, s)
+	r.mu.Lock()
+	if sess != nil && r.sessions[key] == sess {
+		if err != nil {
+			sess.loaded, sess.rev, sess.state = false, 0, StateNone
+		} else {
+			sess.loaded, sess.rev, sess.state = true, newRev, w.Record.State
+		}
+	}
+	r.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	r.applyLocal(key, newRev, w.Record)
+	return nil
+}
+
+func newCommitID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// swap is the compare-and-set: Create when nothing was loaded, else Update
+// against rev. A failure that is not a clear conflict is settled by
+// reading the record back.
+func (r *Replicated) swap(key string, rev uint64, s *stored) (uint64, error) {
+	data, err := json.Marshal(s, json.Deterministic(true))
+	if err != nil {
+		return 0, fmt.Errorf("approvals: encode: %w", err)
+	}
+	write := func() (uint64, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), r.attempt)
+		defer cancel()
+		if rev == 0 {
+			return r.kv.Create(ctx, key, data)
+		}
+		return r.kv.Update(ctx, key, data, rev)
+	}
+	deadline := time.Now().Add(r.settle)
+	for {
+		newRev, err := write()
+		if err == nil {
+			return newRev, nil
+		}
+		// A conflict — or our own earlier try, timed out but stored — or
+		// no answer at all: what is stored now says which.
+		cas := errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
+		for {
+			got, gotRev, rerr := r.get(key)
+			if rerr == nil {
+				switch {
+				case got != nil && got.Commit == s.Commit:
+					return gotRev, nil
+				case cas || gotRev != rev:
+					return 0, fmt.Errorf("%w: record %s changed since it was read", ErrConflict, short(key))
+				}
+				break // unchanged, and not ours: write again
+			}
+			if time.Now().After(deadline) {
+				return 0, fmt.Errorf("%w: record %s: %w", ErrUncertain, short(key), errors.Join(err, rerr))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if !unanswered(err) {
+			return 0, fmt.Errorf("approvals: write %s: %w", short(key), err)
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("%w: record %s: %w", ErrUncertain, short(key), err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Parked lists the parked proposals the watcher knows, the soonest to
+// expire first, reading each listed record from the leader: one decided
+// since is left out of the list, though counted in total (as Pebble's).
+func (r *Replicated) Parked(limit int) ([]Record, int, error) {
+	r.cmu.Lock()
+	idx := make([]parkedEntry, 0, len(r.parked))
+	for _, e := range r.parked {
+		idx = append(idx, e)
+	}
+	r.cmu.Unlock()
+	slices.SortFunc(idx, func(a, b parkedEntry) int {
+		return cmp.Or(cmp.Compare(a.expiresAtMs, b.expiresAtMs), cmp.Compare(a.ref.Host, b.ref.Host), cmp.Compare(a.ref.ProposalID, b.ref.ProposalID))
+	})
+	out := []Record{}
+	for _, e := range idx {
+		if limit > 0 && len(out) == limit {
+			break
+		}
+		s, _, err := r.get(recordKey(e.ref))
+		if err != nil {
+			return nil, 0, fmt.Errorf("approvals: parked: %w", err)
+		}
+		if s != nil && s.Record.Parked() {
+			out = append(out, s.Record)
+		}
+	}
+	return out, len(idx), nil
+}
+
+// Count is the number of parked proposals, cluster-wide, as the watcher
+// (and this processor's own commits) last saw them.
+func (r *Replicated) Count() int {
+	r.cmu.Lock()
+	defer r.cmu.Unlock()
+	return len(r.parked)
+}
