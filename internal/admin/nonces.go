@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/go-json-experiment/json"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/portcullis/portcullis/internal/jsretry"
 )
 
 // ReplicatedNonces are the operator request nonces of a cluster (SPEC §2.8,
@@ -120,18 +120,9 @@ func (n *ReplicatedNonces) ClaimNonce(nonce string, expiresAtMs, nowMs int64) (b
 		} else {
 			cancel()
 		}
-		if !nonceUnanswered(err) || time.Now().After(deadline) {
+		if !jsretry.Unanswered(err) || time.Now().After(deadline) {
 			return false, fmt.Errorf("admin: claim nonce: %w", err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-func nonceUnanswered(err error) bool {
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.Code == 503 {
-		return true
-	}
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
-		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrDisconnected) || errors.Is(err, nats.ErrConnectionReconnecting)
 }

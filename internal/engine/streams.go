@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/internal/admin"
 	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/journal"
+	"github.com/portcullis/portcullis/internal/jsretry"
 	"github.com/portcullis/portcullis/stages/admission"
 	"github.com/portcullis/portcullis/subjects"
 )
@@ -228,11 +228,7 @@ func retryJS(ctx context.Context, f func(ctx context.Context) error) error {
 // waits out.
 func unavailable(err error) bool {
 	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && (apiErr.Code == 503 || apiErr.ErrorCode == errCodeNoPeers) {
-		return true
-	}
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
-		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrDisconnected)
+	return jsretry.Unanswered(err) || errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeNoPeers
 }
 
 // discardOldest makes a full KV bucket drop its oldest messages instead of

@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/go-json-experiment/json"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/portcullis/portcullis/internal/jsretry"
 	"github.com/portcullis/portcullis/internal/timers"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
@@ -117,10 +117,10 @@ func NewReplicated(o ReplicatedOptions) *Replicated {
 		r.log = slog.Default()
 	}
 	if r.op <= 0 {
-		r.op = 5 * time.Second
+		r.op = jsretry.DefaultOp
 	}
 	if r.attempt <= 0 {
-		r.attempt = time.Second
+		r.attempt = jsretry.DefaultAttempt
 	}
 	if r.settle <= 0 {
 		r.settle = 15 * time.Second
@@ -237,27 +237,7 @@ func endedKey(ref schema.ProposalRef) string {
 // context, until it succeeds, fails for another reason than JetStream not
 // answering, or OpTimeout has passed.
 func (r *Replicated) do(f func(ctx context.Context) error) error {
-	deadline := time.Now().Add(r.op)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), r.attempt)
-		err := f(ctx)
-		cancel()
-		if err == nil || !unanswered(err) || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// unanswered reports an error that says JetStream did not answer (no
-// leader, an election, a server going away), not that it refused.
-func unanswered(err error) bool {
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.Code == 503 {
-		return true
-	}
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
-		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrDisconnected) || errors.Is(err, nats.ErrConnectionReconnecting)
+	return jsretry.Budget{Op: r.op, Attempt: r.attempt}.Do(f)
 }
 
 // Lock serializes this process's work on the fingerprint and starts the

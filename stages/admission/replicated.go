@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/go-json-experiment/json"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/portcullis/portcullis/internal/jsretry"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/subjects"
@@ -81,10 +81,10 @@ type ReplicatedOptions struct {
 func NewReplicated(o ReplicatedOptions) *Replicated {
 	r := &Replicated{kv: o.KV, js: o.JS, local: o.Local, subjects: o.Subjects, op: o.OpTimeout, attempt: o.AttemptTimeout}
 	if r.op <= 0 {
-		r.op = 5 * time.Second
+		r.op = jsretry.DefaultOp
 	}
 	if r.attempt <= 0 {
-		r.attempt = time.Second
+		r.attempt = jsretry.DefaultAttempt
 	}
 	return r
 }
@@ -160,31 +160,7 @@ func deliveryKey(host, id string) string { return "dlv." + hashKey("delivery", h
 // context, until it succeeds, fails for another reason than JetStream not
 // answering, or OpTimeout has passed.
 func (r *Replicated) do(f func(ctx context.Context) error) error {
-	return retry(r.op, r.attempt, f)
-}
-
-func retry(op, attempt time.Duration, f func(ctx context.Context) error) error {
-	deadline := time.Now().Add(op)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), attempt)
-		err := f(ctx)
-		cancel()
-		if err == nil || !unanswered(err) || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// unanswered reports an error that says JetStream did not answer (no
-// leader, an election, a server going away), not that it refused.
-func unanswered(err error) bool {
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.Code == 503 {
-		return true
-	}
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
-		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrDisconnected) || errors.Is(err, nats.ErrConnectionReconnecting)
+	return jsretry.Budget{Op: r.op, Attempt: r.attempt}.Do(f)
 }
 
 // get reads and decodes a key from the stream's leader.
@@ -322,7 +298,7 @@ func (r *Replicated) LastOutcome(ref schema.ProposalRef) (schema.Outcome, bool, 
 // allows direct gets, SPEC §2.8).
 func LastStreamOutcome(js jetstream.JetStream, subj subjects.Subjects, ref schema.ProposalRef, op, attempt time.Duration) (schema.Outcome, bool, error) {
 	var m *jetstream.RawStreamMsg
-	err := retry(op, attempt, func(ctx context.Context) error {
+	err := jsretry.Budget{Op: op, Attempt: attempt}.Do(func(ctx context.Context) error {
 		st, err := js.Stream(ctx, subj.OutcomesStream())
 		if err != nil {
 			return err

@@ -1,0 +1,71 @@
+// Package jsretry tells a JetStream request that got no answer — no leader
+// yet, an election, a server going away — from one that was refused, and
+// retries the first kind within a budget. A request to a replicated stream
+// that is electing a leader gets no reply at all until its context ends,
+// so each try gets its own short context.
+package jsretry
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Defaults of Budget.
+const (
+	DefaultOp      = 5 * time.Second
+	DefaultAttempt = time.Second
+)
+
+// pause is the wait between tries.
+const pause = 50 * time.Millisecond
+
+// Budget bounds an operation retried by Do.
+type Budget struct {
+	// Op bounds the operation, retries included. Default DefaultOp.
+	Op time.Duration
+	// Attempt bounds one try. Default DefaultAttempt.
+	Attempt time.Duration
+}
+
+// WithDefaults returns b with its zero fields set to the defaults.
+func (b Budget) WithDefaults() Budget {
+	if b.Op <= 0 {
+		b.Op = DefaultOp
+	}
+	if b.Attempt <= 0 {
+		b.Attempt = DefaultAttempt
+	}
+	return b
+}
+
+// Do runs an idempotent operation f, each try with an Attempt context,
+// until it succeeds, fails for another reason than JetStream not
+// answering, or Op has passed; it returns f's last error.
+func (b Budget) Do(f func(ctx context.Context) error) error {
+	b = b.WithDefaults()
+	deadline := time.Now().Add(b.Op)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), b.Attempt)
+		err := f(ctx)
+		cancel()
+		if err == nil || !Unanswered(err) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(pause)
+	}
+}
+
+// Unanswered reports an error that says JetStream did not answer (no
+// leader, an election, a server going away), not that it refused.
+func Unanswered(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.Code == 503 {
+		return true
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrDisconnected) || errors.Is(err, nats.ErrConnectionReconnecting)
+}
