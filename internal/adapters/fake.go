@@ -39,6 +39,7 @@ type Fake struct {
 	dispatches  int
 	reconciles  int
 	keys        map[string]*fakeCounts
+	attempts    map[string]int // reconcile requests by attempt id
 }
 
 type fakeCounts struct {
@@ -48,7 +49,7 @@ type fakeCounts struct {
 // NewFake returns a fake provider named name with script (empty lists mean
 // "confirmed").
 func NewFake(name string, script FakeScript) *Fake {
-	return &Fake{name: name, script: script, keys: map[string]*fakeCounts{}}
+	return &Fake{name: name, script: script, keys: map[string]*fakeCounts{}, attempts: map[string]int{}}
 }
 
 // Kind implements Adapter.
@@ -124,6 +125,33 @@ func (f *Fake) Delivered() map[string]int {
 		}
 	}
 	return out
+}
+
+// Attempted returns how many reconcile requests carried attemptID.
+func (f *Fake) Attempted(attemptID string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.attempts[attemptID]
+}
+
+// AtMostOnce reports every idempotency key delivered more than once and
+// every reconciliation attempt id queried more than once (SPEC §3, §6), or
+// nil. Keys are shortened to their first 12 characters.
+func (f *Fake) AtMostOnce() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var errs []error
+	for key, c := range f.keys {
+		if c.delivered > 1 {
+			errs = append(errs, fmt.Errorf("idempotency key %.12s… reached %s %d times", key, f.name, c.delivered))
+		}
+	}
+	for id, n := range f.attempts {
+		if n > 1 {
+			errs = append(errs, fmt.Errorf("reconciliation attempt %s queried %d times", id, n))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func (f *Fake) counts(key string) *fakeCounts {
@@ -202,6 +230,7 @@ func (f *Fake) answerReconcile(ctx context.Context, req schema.ReconcileRequest)
 	n := f.reconciles
 	f.reconciles++
 	f.counts(req.IdempotencyKey).reconciles++
+	f.attempts[req.AttemptID]++
 	hook := f.onReconcile
 	f.mu.Unlock()
 	if hook != nil {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,17 +31,12 @@ func long(t *testing.T) bool {
 // reconcile with the truth.
 type farSide struct {
 	*adapters.Fake
-	mu       sync.Mutex
-	attempts map[string]int
 }
 
 func serveFarSide(t *testing.T, env *testenv.Env) *farSide {
 	t.Helper()
-	f := &farSide{Fake: adapters.NewFake("inventory", adapters.FakeScript{}), attempts: map[string]int{}}
+	f := &farSide{Fake: adapters.NewFake("inventory", adapters.FakeScript{})}
 	f.OnReconcile(func(_ context.Context, req schema.ReconcileRequest) (schema.AdapterReply, error) {
-		f.mu.Lock()
-		f.attempts[req.AttemptID]++
-		f.mu.Unlock()
 		if f.DeliveredFor(req.IdempotencyKey) > 0 {
 			return schema.AdapterReply{Outcome: schema.ReplyConfirmed}, nil
 		}
@@ -64,17 +58,8 @@ func serveFarSide(t *testing.T, env *testenv.Env) *farSide {
 // queried at most once.
 func (f *farSide) check(t *testing.T) {
 	t.Helper()
-	for key, n := range f.Delivered() {
-		if n > 1 {
-			t.Errorf("idempotency key %s… reached the provider %d times", key[:12], n)
-		}
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for id, n := range f.attempts {
-		if n > 1 {
-			t.Errorf("reconciliation attempt %s queried %d times", id, n)
-		}
+	if err := f.AtMostOnce(); err != nil {
+		t.Error(err)
 	}
 }
 
@@ -266,11 +251,9 @@ func TestClusterKillMidReconciliation(t *testing.T) {
 			if rc := o.Receipt; rc == nil || rc.Reconciliation == nil || rc.Reconciliation.AttemptID == first {
 				t.Errorf("settled by %+v, want an attempt after %s", o.Receipt, first)
 			}
-			far.mu.Lock()
-			if q := far.attempts[first]; q != map[string]int{fault.ReconcileAfterReply: 1, fault.ReconcileAfterCheckpoint: 0}[tc.point] {
+			if q := far.Attempted(first); q != map[string]int{fault.ReconcileAfterReply: 1, fault.ReconcileAfterCheckpoint: 0}[tc.point] {
 				t.Errorf("attempt 1 queried %d times", q)
 			}
-			far.mu.Unlock()
 			if n := far.DeliveredFor(key); n != 1 {
 				t.Errorf("the provider received the intent %d times", n)
 			}
