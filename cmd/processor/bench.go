@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -41,7 +42,7 @@ func cmdBench(c *cmdline, args []string, _ io.Reader) int {
 	dir := fs.String("data", "", "data directory (default: a temporary one, removed afterwards)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the Portcullis side to this file")
 	mutexProfile := fs.String("mutexprofile", "", "write a mutex contention profile of the Portcullis side to this file")
-	memProfile := fs.String("memprofile", "", "write a heap profile (in use at the end, allocations throughout) to this file")
+	memProfile := fs.String("memprofile", "", "write a heap profile of the Portcullis side to this file, taken at its Go heap's peak (in use then, allocations so far)")
 	if _, code, done := c.parse(args); done {
 		return code
 	}
@@ -66,7 +67,15 @@ func cmdBench(c *cmdline, args []string, _ io.Reader) int {
 	}
 	o := bench.Options{Count: *n, Window: *window, Rate: *rate, Duration: *duration, PayloadBytes: *payload, AckShare: *ackShare,
 		Progress: func(line string) { fmt.Fprintf(stderr, "\r%-60s", line) }}
-	prof := profiler{cpu: *cpuProfile, mutex: *mutexProfile, mem: *memProfile}
+	prof := profiler{cpu: *cpuProfile, mutex: *mutexProfile}
+	var profErr error
+	if *memProfile != "" {
+		o.OnHeapPeak = func() {
+			if err := writeProfile(*memProfile, "heap"); err != nil {
+				profErr = err
+			}
+		}
+	}
 	ctx := context.Background()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	devConfig := func(sub string) *config.Config {
@@ -93,6 +102,9 @@ func cmdBench(c *cmdline, args []string, _ io.Reader) int {
 		if p != nil {
 			defer p.Close()
 		}
+		if err == nil {
+			err = profErr
+		}
 		if err != nil {
 			return fail(err)
 		}
@@ -102,7 +114,8 @@ func cmdBench(c *cmdline, args []string, _ io.Reader) int {
 		fmt.Fprintf(stdout, "queue        %d published in %s (%.0f/s), no processor running\n", b.Queue.Count, b.Queue.Elapsed.Round(time.Millisecond), b.Queue.Throughput())
 		fmt.Fprintf(stdout, "drain        %d in %s: %.0f proposals/s, CPU/msg %s (processor start %s)\n", b.Drain.Count,
 			b.Drain.Elapsed.Round(time.Millisecond), b.Drain.Throughput(), b.Drain.CPUPerMsg().Round(time.Microsecond), b.Start.Round(time.Millisecond))
-		fmt.Fprintf(stdout, "peak RSS     %s during the drain%s\n", mib(b.PeakRSS), resetNote(b.RSSReset))
+		fmt.Fprintf(stdout, "peak RSS     %s during the drain%s; Go runtime peak: %s heap objects, %s mapped in all\n", mib(b.PeakRSS), resetNote(b.RSSReset),
+			mib(int64(b.GoMemory.HeapObjects)), mib(int64(b.GoMemory.Total)))
 		fmt.Fprintln(stdout, rssNote)
 		if b.Drain.Failed > 0 {
 			fmt.Fprintf(stdout, "NOT CONFIRMED %d\n", b.Drain.Failed)
@@ -160,8 +173,8 @@ func cmdBench(c *cmdline, args []string, _ io.Reader) int {
 	if err := prof.run(func() (err error) {
 		pc, _, err = bench.Pipeline(ctx, url, subj, o)
 		return err
-	}); err != nil {
-		return fail(err)
+	}); err != nil || profErr != nil {
+		return fail(errors.Join(err, profErr))
 	}
 	fmt.Fprintf(stderr, "\r%-60s\r", "")
 	fmt.Fprintf(stdout, "setup        %s; %d-byte messages; %d in throughput (≤ %d in flight), %d/s for %s in latency\n",
@@ -177,6 +190,12 @@ func cmdBench(c *cmdline, args []string, _ io.Reader) int {
 	row("raw", raw)
 	row("portcullis", pc)
 	fmt.Fprintln(stdout, rssNote+resetNote(raw.RSSReset && pc.RSSReset))
+	for _, s := range []struct {
+		name string
+		m    bench.GoMemory
+	}{{"raw", raw.GoMemory}, {"portcullis", pc.GoMemory}} {
+		fmt.Fprintf(stdout, "Go memory    %s peak: %s heap objects, %s mapped in all\n", s.name, mib(int64(s.m.HeapObjects)), mib(int64(s.m.Total)))
+	}
 	fmt.Fprintf(stdout, "ratio %.3f\n", pc.Throughput.Throughput()/raw.Throughput.Throughput())
 	if c := pc.Throughput.CPUPerMsg(); c > 0 {
 		fmt.Fprintf(stdout, "CPU ratio %.2f (raw CPU per message over Portcullis CPU per proposal)\n", float64(raw.Throughput.CPUPerMsg())/float64(c))
@@ -200,8 +219,9 @@ func resetNote(reset bool) string {
 	return " (NOT reset: the process's peak since it started)"
 }
 
-// profiler writes the profiles asked for around the Portcullis side.
-type profiler struct{ cpu, mutex, mem string }
+// profiler writes the CPU and mutex profiles asked for around the
+// Portcullis side (the heap profile is written at its peak: OnHeapPeak).
+type profiler struct{ cpu, mutex string }
 
 func (pr profiler) run(f func() error) error {
 	if pr.cpu != "" {
@@ -221,11 +241,8 @@ func (pr profiler) run(f func() error) error {
 	if pr.cpu != "" {
 		pprof.StopCPUProfile()
 	}
-	for _, pf := range []struct{ file, name string }{{pr.mutex, "mutex"}, {pr.mem, "heap"}} {
-		if pf.file == "" {
-			continue
-		}
-		if werr := writeProfile(pf.file, pf.name); werr != nil && err == nil {
+	if pr.mutex != "" {
+		if werr := writeProfile(pr.mutex, "mutex"); werr != nil && err == nil {
 			err = werr
 		}
 	}

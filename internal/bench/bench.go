@@ -50,6 +50,10 @@ type Options struct {
 	// Replicas of the raw chain's streams and consumers (3 on a cluster,
 	// as Portcullis's). Default 1.
 	Replicas int
+	// OnHeapPeak, when set, is called when the Go heap reaches a new peak
+	// during the Portcullis side (at most every 5s): `-memprofile` writes
+	// its heap profile then.
+	OnHeapPeak func()
 	// Progress, when set, is called about twice a second with a one-line
 	// status.
 	Progress func(line string)
@@ -125,6 +129,8 @@ type Side struct {
 	PeakRSS int64
 	// RSSReset says the peak was reset at the side's start.
 	RSSReset bool
+	// GoMemory is the Go runtime's peak during the side.
+	GoMemory GoMemory
 }
 
 // tracker times messages from send to end and releases window slots.

@@ -121,6 +121,8 @@ func Pipeline(ctx context.Context, url string, subj subjects.Subjects, o Options
 
 	var side Side
 	side.RSSReset = resetPeakRSS()
+	stopMem := sampleMemory(o.OnHeapPeak)
+	defer func() { stopMem() }()
 	t := newTracker(o.Count, o.Window)
 	cur.Store(t)
 	t.start()
@@ -152,6 +154,8 @@ func Pipeline(ctx context.Context, url string, subj subjects.Subjects, o Options
 		return Side{}, 0, err
 	}
 	side.PeakRSS, _ = peakRSS()
+	side.GoMemory = stopMem()
+	stopMem = func() GoMemory { return GoMemory{} }
 	return side, len(tp[0]), nil
 }
 

@@ -31,6 +31,8 @@ type Backlog struct {
 	// embedded server included), as Side.PeakRSS; RSSReset as there.
 	PeakRSS  int64
 	RSSReset bool
+	// GoMemory is the Go runtime's peak during Drain.
+	GoMemory GoMemory
 	// ProposalBytes is the size of each proposal.
 	ProposalBytes int
 }
@@ -56,6 +58,8 @@ func Queued(ctx context.Context, cfg *config.Config, count int, o Options, start
 	}
 
 	b.RSSReset = resetPeakRSS()
+	stopMem := sampleMemory(o.OnHeapPeak)
+	defer func() { stopMem() }()
 	t := newTracker(count, count)
 	for i := range count {
 		_ = t.send(ctx, queuedID(i))
@@ -106,6 +110,8 @@ func Queued(ctx context.Context, cfg *config.Config, count int, o Options, start
 	}
 	b.Drain.Latencies = nil
 	b.PeakRSS, _ = peakRSS()
+	b.GoMemory = stopMem()
+	stopMem = func() GoMemory { return GoMemory{} }
 	return b, p, nil
 }
 

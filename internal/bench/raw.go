@@ -133,6 +133,8 @@ func Raw(ctx context.Context, url string, bodyBytes int, o Options) (Side, error
 
 	var side Side
 	side.RSSReset = resetPeakRSS()
+	stopMem := sampleMemory(nil)
+	defer func() { stopMem() }()
 	// Throughput.
 	t := newTracker(o.Count, o.Window)
 	cur.Store(t)
@@ -167,6 +169,8 @@ func Raw(ctx context.Context, url string, bodyBytes int, o Options) (Side, error
 		return Side{}, err
 	}
 	side.PeakRSS, _ = peakRSS()
+	side.GoMemory = stopMem()
+	stopMem = func() GoMemory { return GoMemory{} }
 	return side, nil
 }
 
