@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"time"
@@ -13,29 +15,42 @@ import (
 	"github.com/portcullis/portcullis/internal/bench"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/engine"
+	"github.com/portcullis/portcullis/internal/natscluster"
+	"github.com/portcullis/portcullis/subjects"
 )
 
+// rssNote says what the peak RSS figures are.
+const rssNote = "RSS          peak = VmHWM from /proc/self/status, reset at each phase's start (clear_refs 5); one process: the nats-server(s) run in it"
+
 // cmdBench measures Portcullis side by side with the bare JetStream work it
-// is built from, on one embedded server (package bench says what each side
-// does): throughput, latency at a fixed rate, peak RSS, and their ratio.
+// is built from, on one embedded server or an in-process three-server
+// cluster (package bench says what each side does): throughput, latency at
+// a fixed rate, CPU per message, peak RSS, and their ratios. With -queued
+// it measures the drain of a backlog published before the processor
+// starts instead.
 func cmdBench(c *cmdline, args []string, _ io.Reader) int {
 	fs, stdout, stderr := c.fs, c.stdout, c.stderr
 	n := fs.Int("n", 5000, "messages in the throughput phase, each side")
-	window := fs.Int("inflight", 500, "messages in flight at most in the throughput phase")
+	window := fs.Int("inflight", 500, "messages in flight at most in the throughput phase (and publishes pending with -queued)")
 	rate := fs.Int("rate", 1000, "messages per second in the latency phase")
 	duration := fs.Duration("duration", 5*time.Second, "length of the latency phase")
 	payload := fs.Int("payload", 0, "bytes of padding in each proposal's payload")
 	ackShare := fs.Float64("ack-share", 0.1, "share of dispatches the connector acknowledges (reconciliation verifies them)")
-	syncAlways := fs.Bool("sync-always", false, "embedded server fsyncs every write (nats.sync_always)")
+	syncAlways := fs.Bool("sync-always", false, "nats-servers fsync every write (nats.sync_always)")
+	queued := fs.Int("queued", 0, "publish this many proposals (the issue's case: 100000) before the processor starts, then measure their drain and peak RSS; no raw side")
+	cluster := fs.Int("cluster", 0, "run both sides on an in-process three-server JetStream cluster (replicas 3, replicated journal) with this many processors, 1–3, sharing the stage consumers")
 	dir := fs.String("data", "", "data directory (default: a temporary one, removed afterwards)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the Portcullis side to this file")
 	mutexProfile := fs.String("mutexprofile", "", "write a mutex contention profile of the Portcullis side to this file")
-	memProfile := fs.String("memprofile", "", "write a heap profile (in use at the end, allocations throughout) to this file")
+	memProfile := fs.String("memprofile", "", "write a heap profile of the Portcullis side to this file, taken at its Go heap's peak (in use then, allocations so far)")
 	if _, code, done := c.parse(args); done {
 		return code
 	}
 	if *n < 1 || *window < 1 || *rate < 1 || *duration <= 0 || *payload < 0 || *ackShare < 0 || *ackShare > 1 {
 		return c.usageError("-n, -inflight, -rate and -duration must be positive, -payload ≥ 0, -ack-share in [0, 1]")
+	}
+	if *queued < 0 || *cluster < 0 || *cluster > natscluster.Size || (*queued > 0 && *cluster > 0) {
+		return c.usageError("-queued ≥ 0, -cluster 0–3, not both")
 	}
 	if *dir == "" {
 		d, err := os.MkdirTemp("", "portcullis-bench-")
@@ -46,67 +61,124 @@ func cmdBench(c *cmdline, args []string, _ io.Reader) int {
 		defer os.RemoveAll(d)
 		*dir = d
 	}
-	cfg := config.Dev(*dir)
-	cfg.NATS.Listen = "127.0.0.1:0"
-	cfg.NATS.SyncAlways = *syncAlways
-	cfg.Metrics.Listen = ""
-	// Acknowledged dispatches are verified promptly: the first poll is one
-	// interval after the receipt.
-	cfg.Reconciliation.Interval = 100 * time.Millisecond
-	ctx := context.Background()
-	p, err := engine.Start(ctx, engine.Options{Config: cfg, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		fmt.Fprintln(stderr, "processor bench:", err)
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "\r%-60s\rprocessor bench: %v\n", "", err)
 		return 1
 	}
-	defer p.Close()
 	o := bench.Options{Count: *n, Window: *window, Rate: *rate, Duration: *duration, PayloadBytes: *payload, AckShare: *ackShare,
 		Progress: func(line string) { fmt.Fprintf(stderr, "\r%-60s", line) }}
+	prof := profiler{cpu: *cpuProfile, mutex: *mutexProfile}
+	var profErr error
+	if *memProfile != "" {
+		o.OnHeapPeak = func() {
+			if err := writeProfile(*memProfile, "heap"); err != nil {
+				profErr = err
+			}
+		}
+	}
+	ctx := context.Background()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	devConfig := func(sub string) *config.Config {
+		cfg := config.Dev(filepath.Join(*dir, sub))
+		cfg.NATS.Listen = "127.0.0.1:0"
+		cfg.NATS.SyncAlways = *syncAlways
+		cfg.Metrics.Listen = ""
+		// Acknowledged dispatches are verified promptly: the first poll is
+		// one interval after the receipt.
+		cfg.Reconciliation.Interval = 100 * time.Millisecond
+		return cfg
+	}
+
+	if *queued > 0 {
+		cfg := devConfig("")
+		var p *engine.Processor
+		var b bench.Backlog
+		err := prof.run(func() (err error) {
+			b, p, err = bench.Queued(ctx, cfg, *queued, o, func(ctx context.Context) (*engine.Processor, error) {
+				return engine.Start(ctx, engine.Options{Config: cfg, Log: quiet})
+			})
+			return err
+		})
+		if p != nil {
+			defer p.Close()
+		}
+		if err == nil {
+			err = profErr
+		}
+		if err != nil {
+			return fail(err)
+		}
+		fmt.Fprintf(stderr, "\r%-60s\r", "")
+		fmt.Fprintf(stdout, "setup        embedded server, sync_always %v; %d-byte proposals; %d queued before the processor starts, %.0f%% acknowledged then verified\n",
+			*syncAlways, b.ProposalBytes, *queued, *ackShare*100)
+		fmt.Fprintf(stdout, "queue        %d published in %s (%.0f/s), no processor running\n", b.Queue.Count, b.Queue.Elapsed.Round(time.Millisecond), b.Queue.Throughput())
+		fmt.Fprintf(stdout, "drain        %d in %s: %.0f proposals/s, CPU/msg %s (processor start %s)\n", b.Drain.Count,
+			b.Drain.Elapsed.Round(time.Millisecond), b.Drain.Throughput(), b.Drain.CPUPerMsg().Round(time.Microsecond), b.Start.Round(time.Millisecond))
+		fmt.Fprintf(stdout, "peak RSS     %s during the drain%s; Go runtime peak: %s heap objects, %s mapped in all\n", mib(b.PeakRSS), resetNote(b.RSSReset),
+			mib(int64(b.GoMemory.HeapObjects)), mib(int64(b.GoMemory.Total)))
+		fmt.Fprintln(stdout, rssNote)
+		if b.Drain.Failed > 0 {
+			fmt.Fprintf(stdout, "NOT CONFIRMED %d\n", b.Drain.Failed)
+			return 1
+		}
+		return 0
+	}
+
+	var url string
+	var subj subjects.Subjects
+	setup := fmt.Sprintf("embedded server, sync_always %v", *syncAlways)
+	if *cluster > 0 {
+		nc, err := natscluster.New(filepath.Join(*dir, "cluster"), natscluster.Options{Name: "portcullis-bench", SyncAlways: *syncAlways})
+		if err != nil {
+			return fail(err)
+		}
+		defer nc.Close()
+		if err := nc.WaitJetStream(30 * time.Second); err != nil {
+			return fail(err)
+		}
+		url = nc.URL()
+		o.Replicas = 3
+		setup = fmt.Sprintf("in-process %d-server JetStream cluster, sync_always %v, replicas 3; %d processor(s), replicated journal", natscluster.Size, *syncAlways, *cluster)
+	} else {
+		p, err := engine.Start(ctx, engine.Options{Config: devConfig(""), Log: quiet})
+		if err != nil {
+			return fail(err)
+		}
+		defer p.Close()
+		url, subj = p.NATSURL(), p.Subjects()
+	}
 	size, err := bench.Proposal("t-000000", *payload)
 	if err != nil {
-		fmt.Fprintln(stderr, "processor bench:", err)
-		return 1
+		return fail(err)
 	}
-	raw, err := bench.Raw(ctx, p.NATSURL(), len(size), o)
+	raw, err := bench.Raw(ctx, url, len(size), o)
 	if err != nil {
-		fmt.Fprintln(stderr, "\nprocessor bench:", err)
-		return 1
+		return fail(err)
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
+	// On the cluster the processors start after the raw side, so that they
+	// idle through none of it.
+	for i := range *cluster {
+		cfg := devConfig(fmt.Sprintf("p%d", i))
+		cfg.NATS.Embedded, cfg.NATS.URL, cfg.NATS.Replicas = false, url, 3
+		cfg.Store.Journal = config.JournalReplicated
+		cfg.Internal.KeyFile = filepath.Join(*dir, "internal.key")
+		p, err := engine.Start(ctx, engine.Options{Config: cfg, Log: quiet})
 		if err != nil {
-			fmt.Fprintln(stderr, "processor bench:", err)
-			return 1
+			return fail(fmt.Errorf("processor %d: %w", i, err))
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			fmt.Fprintln(stderr, "processor bench:", err)
-			return 1
-		}
+		defer p.Close()
+		subj = p.Subjects()
 	}
-	if *mutexProfile != "" {
-		runtime.SetMutexProfileFraction(5)
-	}
-	pc, _, err := bench.Pipeline(ctx, p, o)
-	if *cpuProfile != "" {
-		pprof.StopCPUProfile()
-	}
-	for _, pf := range []struct{ file, name string }{{*mutexProfile, "mutex"}, {*memProfile, "heap"}} {
-		if pf.file == "" {
-			continue
-		}
-		if werr := writeProfile(pf.file, pf.name); werr != nil {
-			fmt.Fprintln(stderr, "processor bench:", werr)
-			return 1
-		}
+	var pc bench.Side
+	if err := prof.run(func() (err error) {
+		pc, _, err = bench.Pipeline(ctx, url, subj, o)
+		return err
+	}); err != nil || profErr != nil {
+		return fail(errors.Join(err, profErr))
 	}
 	fmt.Fprintf(stderr, "\r%-60s\r", "")
-	if err != nil {
-		fmt.Fprintln(stderr, "processor bench:", err)
-		return 1
-	}
-	fmt.Fprintf(stdout, "setup        embedded server, sync_always %v; %d-byte messages; %d in throughput (≤ %d in flight), %d/s for %s in latency\n",
-		*syncAlways, len(size), *n, *window, *rate, *duration)
+	fmt.Fprintf(stdout, "setup        %s; %d-byte messages; %d in throughput (≤ %d in flight), %d/s for %s in latency\n",
+		setup, len(size), *n, *window, *rate, *duration)
 	fmt.Fprintf(stdout, "raw          %d-hop chain: pull, republish async with Nats-Msg-Id, ack after the PubAck\n", bench.Hops)
 	fmt.Fprintf(stdout, "portcullis   5 stages, inline grants, connector over NATS, %.0f%% acknowledged then verified\n", *ackShare*100)
 	fmt.Fprintf(stdout, "%-12s %12s %10s %10s %10s %10s %10s\n", "", "msg/s", "CPU/msg", "p50", "p99", "max", "peak RSS")
@@ -117,11 +189,19 @@ func cmdBench(c *cmdline, args []string, _ io.Reader) int {
 	}
 	row("raw", raw)
 	row("portcullis", pc)
+	fmt.Fprintln(stdout, rssNote+resetNote(raw.RSSReset && pc.RSSReset))
+	for _, s := range []struct {
+		name string
+		m    bench.GoMemory
+	}{{"raw", raw.GoMemory}, {"portcullis", pc.GoMemory}} {
+		fmt.Fprintf(stdout, "Go memory    %s peak: %s heap objects, %s mapped in all\n", s.name, mib(int64(s.m.HeapObjects)), mib(int64(s.m.Total)))
+	}
 	fmt.Fprintf(stdout, "ratio %.3f\n", pc.Throughput.Throughput()/raw.Throughput.Throughput())
 	if c := pc.Throughput.CPUPerMsg(); c > 0 {
 		fmt.Fprintf(stdout, "CPU ratio %.2f (raw CPU per message over Portcullis CPU per proposal)\n", float64(raw.Throughput.CPUPerMsg())/float64(c))
 	}
 	if r := raw.Latency.Percentile(0.99); r > 0 {
+		fmt.Fprintf(stdout, "p50 ratio %.2f\n", float64(pc.Latency.Percentile(0.5))/float64(raw.Latency.Percentile(0.5)))
 		fmt.Fprintf(stdout, "p99 ratio %.2f\n", float64(pc.Latency.Percentile(0.99))/float64(r))
 	}
 	if f := pc.Throughput.Failed + pc.Latency.Failed; f > 0 {
@@ -129,6 +209,44 @@ func cmdBench(c *cmdline, args []string, _ io.Reader) int {
 		return 1
 	}
 	return 0
+}
+
+// resetNote flags a peak that could not be reset per phase.
+func resetNote(reset bool) string {
+	if reset {
+		return ""
+	}
+	return " (NOT reset: the process's peak since it started)"
+}
+
+// profiler writes the CPU and mutex profiles asked for around the
+// Portcullis side (the heap profile is written at its peak: OnHeapPeak).
+type profiler struct{ cpu, mutex string }
+
+func (pr profiler) run(f func() error) error {
+	if pr.cpu != "" {
+		file, err := os.Create(pr.cpu)
+		if err != nil {
+			return err
+		}
+		defer file.Close()
+		if err := pprof.StartCPUProfile(file); err != nil {
+			return err
+		}
+	}
+	if pr.mutex != "" {
+		runtime.SetMutexProfileFraction(5)
+	}
+	err := f()
+	if pr.cpu != "" {
+		pprof.StopCPUProfile()
+	}
+	if pr.mutex != "" {
+		if werr := writeProfile(pr.mutex, "mutex"); werr != nil && err == nil {
+			err = werr
+		}
+	}
+	return err
 }
 
 func mib(b int64) string {

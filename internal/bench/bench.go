@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -46,6 +47,13 @@ type Options struct {
 	// AckShare is the share of dispatches the connector acknowledges
 	// (reconciliation verifies them) instead of confirming. Default 0.1.
 	AckShare float64
+	// Replicas of the raw chain's streams and consumers (3 on a cluster,
+	// as Portcullis's). Default 1.
+	Replicas int
+	// OnHeapPeak, when set, is called when the Go heap reaches a new peak
+	// during the Portcullis side (at most every 5s): `-memprofile` writes
+	// its heap profile then.
+	OnHeapPeak func()
 	// Progress, when set, is called about twice a second with a one-line
 	// status.
 	Progress func(line string)
@@ -114,9 +122,15 @@ func (p Phase) Percentile(q float64) time.Duration {
 type Side struct {
 	Throughput Phase
 	Latency    Phase
-	// PeakRSS is the process's peak resident set during the side, in bytes
-	// (0 where the platform does not say).
+	// PeakRSS is the process's peak resident set (Linux VmHWM, every
+	// goroutine of the process: in-process nats-servers included), in
+	// bytes (0 where the platform does not say): during the side when
+	// RSSReset, else since the process started.
 	PeakRSS int64
+	// RSSReset says the peak was reset at the side's start.
+	RSSReset bool
+	// GoMemory is the Go runtime's peak during the side.
+	GoMemory GoMemory
 }
 
 // tracker times messages from send to end and releases window slots.
@@ -175,10 +189,15 @@ func (t *tracker) end(id string, ok bool) {
 	}
 }
 
+// stallTimeout ends a phase in error when no message has ended for that
+// long: something was lost, and the bench says so instead of hanging.
+const stallTimeout = time.Minute
+
 // wait waits for every message's end and returns the phase.
 func (t *tracker) wait(ctx context.Context, label string, progress func(string)) (Phase, error) {
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
+	last, moved := int64(-1), time.Now()
 	for {
 		select {
 		case <-t.done:
@@ -187,8 +206,14 @@ func (t *tracker) wait(ctx context.Context, label string, progress func(string))
 			slices.Sort(t.lat)
 			return Phase{Count: t.want, Elapsed: time.Since(t.started), Latencies: t.lat, Failed: t.failed, CPU: cpuTime() - t.cpu0}, nil
 		case <-tick.C:
+			n := t.ended.Load()
 			if progress != nil {
-				progress(fmt.Sprintf("%s %d/%d", label, t.ended.Load(), t.want))
+				progress(fmt.Sprintf("%s %d/%d", label, n, t.want))
+			}
+			if n != last {
+				last, moved = n, time.Now()
+			} else if time.Since(moved) > stallTimeout {
+				return Phase{}, fmt.Errorf("bench: %s: %d of %d ended, none for %s", label, n, t.want, stallTimeout)
 			}
 		case <-ctx.Done():
 			return Phase{}, fmt.Errorf("bench: %s: %d of %d ended: %w", label, t.ended.Load(), t.want, ctx.Err())
@@ -225,8 +250,14 @@ func (t *tracker) start() {
 // errNoRSS: the platform does not report peak RSS.
 var errNoRSS = errors.New("bench: peak RSS not available")
 
-// resetPeakRSS restarts the kernel's peak-RSS count (Linux: clear_refs 5).
-func resetPeakRSS() { _ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) }
+// resetPeakRSS returns the heap's free pages to the system and restarts
+// the kernel's peak-RSS count at the current RSS (Linux: clear_refs 5),
+// so that what an earlier side left behind is not counted. It reports
+// whether the count was restarted.
+func resetPeakRSS() bool {
+	debug.FreeOSMemory()
+	return os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) == nil
+}
 
 // peakRSS reads the process's peak resident set (VmHWM) in bytes.
 func peakRSS() (int64, error) {

@@ -12,8 +12,8 @@ import (
 
 	"github.com/portcullis/portcullis/client"
 	"github.com/portcullis/portcullis/fingerprint"
-	"github.com/portcullis/portcullis/internal/engine"
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/subjects"
 )
 
 // Provider is the provider the bench's proposals name; its connector runs
@@ -55,33 +55,26 @@ func hexByte(s string) byte {
 	return b
 }
 
-// Pipeline runs Portcullis end to end on p, which must run a development
-// configuration (unsigned proposals admitted) with provider Provider on
-// the nats adapter. It returns the side and the size of its proposals.
-func Pipeline(ctx context.Context, p *engine.Processor, o Options) (Side, int, error) {
+// Pipeline runs Portcullis end to end on the server or cluster at url,
+// where processors of a development configuration (unsigned proposals
+// admitted) with provider Provider on the nats adapter run on subjects
+// subj. It returns the side and the size of its proposals.
+func Pipeline(ctx context.Context, url string, subj subjects.Subjects, o Options) (Side, int, error) {
 	o.defaults()
-	nc, err := nats.Connect(p.NATSURL())
+	nc, err := nats.Connect(url)
 	if err != nil {
 		return Side{}, 0, err
 	}
 	defer nc.Close()
-	conn, err := nats.Connect(p.NATSURL())
+	_, stop, err := serveConnector(url, subj, o.AckShare)
 	if err != nil {
 		return Side{}, 0, err
 	}
-	defer conn.Close()
-	srv, err := client.ServeConnector(conn, client.ConnectorConfig{
-		Providers: []string{Provider}, Prefix: p.Subjects().Prefix(), MaxConcurrent: 256,
-	}, connector{ackBelow: byte(o.AckShare * 256)})
-	if err != nil {
-		return Side{}, 0, err
-	}
-	defer srv.Stop()
+	defer stop()
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(max(o.Window, o.Rate)))
 	if err != nil {
 		return Side{}, 0, err
 	}
-	subj := p.Subjects()
 
 	var cur atomic.Pointer[tracker]
 	sub, err := nc.Subscribe(subj.Outcomes(), func(m *nats.Msg) {
@@ -127,7 +120,9 @@ func Pipeline(ctx context.Context, p *engine.Processor, o Options) (Side, int, e
 	}
 
 	var side Side
-	resetPeakRSS()
+	side.RSSReset = resetPeakRSS()
+	stopMem := sampleMemory(o.OnHeapPeak)
+	defer func() { stopMem() }()
 	t := newTracker(o.Count, o.Window)
 	cur.Store(t)
 	t.start()
@@ -159,7 +154,26 @@ func Pipeline(ctx context.Context, p *engine.Processor, o Options) (Side, int, e
 		return Side{}, 0, err
 	}
 	side.PeakRSS, _ = peakRSS()
+	side.GoMemory = stopMem()
+	stopMem = func() GoMemory { return GoMemory{} }
 	return side, len(tp[0]), nil
+}
+
+// serveConnector runs the bench's connector for Provider on a connection
+// of its own to url; stop stops it and closes the connection.
+func serveConnector(url string, subj subjects.Subjects, ackShare float64) (*client.Connector, func(), error) {
+	conn, err := nats.Connect(url)
+	if err != nil {
+		return nil, nil, err
+	}
+	srv, err := client.ServeConnector(conn, client.ConnectorConfig{
+		Providers: []string{Provider}, Prefix: subj.Prefix(), MaxConcurrent: 256,
+	}, connector{ackBelow: byte(ackShare * 256)})
+	if err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
+	return srv, func() { srv.Stop(); conn.Close() }, nil
 }
 
 // Proposal is the SPEC §2.1 lumber proposal for provider Provider, made a

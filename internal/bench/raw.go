@@ -42,10 +42,16 @@ func Raw(ctx context.Context, url string, bodyBytes int, o Options) (Side, error
 	stream := func(i int) string { return fmt.Sprintf("BENCH_RAW_%d", i) }
 	subject := func(i int) string { return fmt.Sprintf("%s.%d", rawPrefix, i) }
 	for i := 1; i <= Hops; i++ {
-		if _, err := hopJS.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-			Name: stream(i), Subjects: []string{subject(i)}, Retention: jetstream.LimitsPolicy,
-			Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute,
-		}); err != nil {
+		// A cluster that just elected its meta leader may not place a
+		// replicated stream at once: a few tries.
+		err := retry(ctx, func(ctx context.Context) error {
+			_, err := hopJS.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+				Name: stream(i), Subjects: []string{subject(i)}, Retention: jetstream.LimitsPolicy,
+				Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute, Replicas: max(1, o.Replicas),
+			})
+			return err
+		})
+		if err != nil {
 			return Side{}, fmt.Errorf("bench: raw stream: %w", err)
 		}
 		defer hopJS.DeleteStream(context.Background(), stream(i))
@@ -67,9 +73,13 @@ func Raw(ctx context.Context, url string, bodyBytes int, o Options) (Side, error
 	}
 
 	for i := 1; i <= Hops; i++ {
-		cons, err := hopJS.CreateOrUpdateConsumer(ctx, stream(i), jetstream.ConsumerConfig{
-			Durable: "hop", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 4 * o.Window,
-			DeliverPolicy: jetstream.DeliverAllPolicy,
+		var cons jetstream.Consumer
+		err := retry(ctx, func(ctx context.Context) (err error) {
+			cons, err = hopJS.CreateOrUpdateConsumer(ctx, stream(i), jetstream.ConsumerConfig{
+				Durable: "hop", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 4 * o.Window,
+				DeliverPolicy: jetstream.DeliverAllPolicy, Replicas: max(1, o.Replicas),
+			})
+			return err
 		})
 		if err != nil {
 			return Side{}, fmt.Errorf("bench: raw consumer: %w", err)
@@ -122,7 +132,9 @@ func Raw(ctx context.Context, url string, bodyBytes int, o Options) (Side, error
 	}
 
 	var side Side
-	resetPeakRSS()
+	side.RSSReset = resetPeakRSS()
+	stopMem := sampleMemory(nil)
+	defer func() { stopMem() }()
 	// Throughput.
 	t := newTracker(o.Count, o.Window)
 	cur.Store(t)
@@ -157,5 +169,22 @@ func Raw(ctx context.Context, url string, bodyBytes int, o Options) (Side, error
 		return Side{}, err
 	}
 	side.PeakRSS, _ = peakRSS()
+	side.GoMemory = stopMem()
+	stopMem = func() GoMemory { return GoMemory{} }
 	return side, nil
+}
+
+// retry calls f with a 5s context up to 10 times while it fails.
+func retry(ctx context.Context, f func(context.Context) error) error {
+	var err error
+	for range 10 {
+		c, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err = f(c)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return err
 }
