@@ -11,7 +11,7 @@ import (
 
 	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/portcullis/portcullis/internal/jsretry"
+	"github.com/portcullis/portcullis/internal/leaderkv"
 )
 
 // ReplicatedNonces are the operator request nonces of a cluster (SPEC §2.8,
@@ -40,28 +40,12 @@ var _ Nonces = (*ReplicatedNonces)(nil)
 // minKeyTTL is the shortest per-message TTL the server takes.
 const minKeyTTL = time.Second
 
-// NonceBucketStream is the nonce bucket's stream: one value per key, per
-// message TTLs allowed, AllowDirect off (every read from the leader),
-// and MaxAge a backstop far beyond any claim's TTL.
-func NonceBucketStream(bucket string, replicas int) jetstream.StreamConfig {
-	return jetstream.StreamConfig{
-		Name:              "KV_" + bucket,
-		Description:       "Portcullis operator request nonces (hashed), each until its request could no longer be accepted",
-		Subjects:          []string{"$KV." + bucket + ".>"},
-		MaxMsgsPerSubject: 1,
-		MaxBytes:          -1,
-		MaxMsgSize:        -1,
-		MaxMsgs:           -1,
-		MaxConsumers:      -1,
-		MaxAge:            time.Hour,
-		AllowMsgTTL:       true,
-		Storage:           jetstream.FileStorage,
-		Replicas:          replicas,
-		AllowRollup:       true,
-		Duplicates:        2 * time.Minute,
-		AllowDirect:       false,
-		Discard:           jetstream.DiscardNew,
-	}
+// NonceBucket is the nonce bucket: per-message TTLs allowed, every read
+// from the stream's leader, and MaxAge a backstop far beyond any claim's
+// TTL.
+func NonceBucket(name string, replicas int) leaderkv.Bucket {
+	return leaderkv.Bucket{Name: name, Replicas: replicas, MaxAge: time.Hour, AllowMsgTTL: true,
+		Description: "Portcullis operator request nonces (hashed), each until its request could no longer be accepted"}
 }
 
 type nonceClaim struct {
@@ -120,7 +104,7 @@ func (n *ReplicatedNonces) ClaimNonce(nonce string, expiresAtMs, nowMs int64) (b
 		} else {
 			cancel()
 		}
-		if !jsretry.Unanswered(err) || time.Now().After(deadline) {
+		if !leaderkv.Unanswered(err) || time.Now().After(deadline) {
 			return false, fmt.Errorf("admin: claim nonce: %w", err)
 		}
 		time.Sleep(50 * time.Millisecond)

@@ -36,7 +36,7 @@ func replicatedNonces(t *testing.T, url string, replicas, n int) []*admin.Replic
 		}
 		var h jetstream.KeyValue
 		testenv.Retry(t, func(ctx context.Context) (err error) {
-			if _, err = js.CreateOrUpdateStream(ctx, admin.NonceBucketStream(bucket, replicas)); err != nil {
+			if _, err = js.CreateOrUpdateStream(ctx, admin.NonceBucket(bucket, replicas).Stream()); err != nil {
 				return err
 			}
 			h, err = js.KeyValue(ctx, bucket)

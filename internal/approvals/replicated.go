@@ -16,7 +16,7 @@ import (
 	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/portcullis/portcullis/internal/jsretry"
+	"github.com/portcullis/portcullis/internal/leaderkv"
 	"github.com/portcullis/portcullis/internal/timers"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
@@ -154,10 +154,10 @@ func NewReplicated(ctx context.Context, o ReplicatedOptions) (*Replicated, error
 		r.log = slog.Default()
 	}
 	if r.op <= 0 {
-		r.op = jsretry.DefaultOp
+		r.op = leaderkv.DefaultOp
 	}
 	if r.attempt <= 0 {
-		r.attempt = jsretry.DefaultAttempt
+		r.attempt = leaderkv.DefaultAttempt
 	}
 	if r.settle <= 0 {
 		r.settle = 15 * time.Second
@@ -183,59 +183,12 @@ func (r *Replicated) Close() {
 	<-r.stopped
 }
 
-// BucketStream is the stream of the approvals bucket: what nats.go's
-// CreateKeyValue makes for one value per key, file storage, records kept
-// maxAge after their last change (0: for ever), refusing writes when full
-// rather than dropping a record — with AllowDirect off from the start, so
-// that every read is served by the stream's leader (a follower's direct
-// get can be stale right after an update; CreateOrUpdateKeyValue would
-// turn direct gets back on).
-func BucketStream(bucket string, replicas int, maxAge time.Duration) jetstream.StreamConfig {
-	return jetstream.StreamConfig{
-		Name:              "KV_" + bucket,
-		Description:       "Portcullis approvals: one value-free authorization record per proposal",
-		Subjects:          []string{"$KV." + bucket + ".>"},
-		MaxMsgsPerSubject: 1,
-		MaxAge:            maxAge,
-		MaxBytes:          -1,
-		MaxMsgSize:        -1,
-		MaxMsgs:           -1,
-		MaxConsumers:      -1,
-		Storage:           jetstream.FileStorage,
-		Replicas:          replicas,
-		AllowRollup:       true,
-		DenyDelete:        true,
-		Duplicates:        2 * time.Minute,
-		AllowDirect:       false,
-		Discard:           jetstream.DiscardNew,
-	}
-}
-
-// Bind returns a handle on the approvals bucket, whose stream exists. It
-// refuses a stream that serves direct gets (a follower's read can be
-// stale).
-func Bind(ctx context.Context, js jetstream.JetStream, bucket string) (jetstream.KeyValue, error) {
-	h, err := js.KeyValue(ctx, bucket)
-	if err != nil {
-		return nil, fmt.Errorf("approvals: bucket %s: %w", bucket, err)
-	}
-	st, err := js.Stream(ctx, "KV_"+bucket)
-	if err != nil {
-		return nil, fmt.Errorf("approvals: bucket %s: %w", bucket, err)
-	}
-	if st.CachedInfo().Config.AllowDirect {
-		return nil, fmt.Errorf("approvals: bucket %s: its stream allows direct gets, which followers may answer stale", bucket)
-	}
-	return h, nil
-}
-
-// EnsureBucket creates or updates the approvals bucket's stream
-// (BucketStream) and binds it.
-func EnsureBucket(ctx context.Context, js jetstream.JetStream, bucket string, replicas int, maxAge time.Duration) (jetstream.KeyValue, error) {
-	if _, err := js.CreateOrUpdateStream(ctx, BucketStream(bucket, replicas, maxAge)); err != nil {
-		return nil, fmt.Errorf("approvals: bucket %s: %w", bucket, err)
-	}
-	return Bind(ctx, js, bucket)
+// Bucket is the approvals bucket: one value-free record per proposal,
+// kept maxAge after its last change (0: for ever); every read from the
+// stream's leader.
+func Bucket(name string, replicas int, maxAge time.Duration) leaderkv.Bucket {
+	return leaderkv.Bucket{Name: name, Replicas: replicas, MaxAge: maxAge, DenyDelete: true,
+		Description: "Portcullis approvals: one value-free authorization record per proposal"}
 }
 
 // stored is a record's value in the bucket.
@@ -268,9 +221,9 @@ func short(key string) string { return key[:16] + "…" }
 // do runs an idempotent operation f, each try with an AttemptTimeout
 // context, until it succeeds, fails for another reason than JetStream not
 // answering, or OpTimeout has passed.
-func (r *Replicated) do(f func(ctx context.Context) error) error {
-	return jsretry.Budget{Op: r.op, Attempt: r.attempt}.Do(f)
-}
+func (r *Replicated) do(f func(ctx context.Context) error) error { return r.budget().Do(f) }
+
+func (r *Replicated) budget() leaderkv.Budget { return leaderkv.Budget{Op: r.op, Attempt: r.attempt} }
 
 // Lock serializes this process's work on the proposal and starts the
 // session that remembers what Load read.
@@ -400,54 +353,27 @@ func newCommitID() string {
 }
 
 // swap is the compare-and-set: Create when nothing was loaded, else Update
-// against rev. A failure that is not a clear conflict is settled by
-// reading the record back.
+// against rev (leaderkv.Budget.Swap settles a failure that is not a clear
+// conflict by reading the record back).
 func (r *Replicated) swap(key string, rev uint64, s *stored) (uint64, error) {
 	data, err := json.Marshal(s, json.Deterministic(true))
 	if err != nil {
 		return 0, fmt.Errorf("approvals: encode: %w", err)
 	}
-	write := func() (uint64, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), r.attempt)
-		defer cancel()
-		if rev == 0 {
-			return r.kv.Create(ctx, key, data)
-		}
-		return r.kv.Update(ctx, key, data, rev)
+	mine := func(v []byte) bool {
+		var got stored
+		return json.Unmarshal(v, &got) == nil && got.Commit == s.Commit
 	}
-	deadline := time.Now().Add(r.settle)
-	for {
-		newRev, err := write()
-		if err == nil {
-			return newRev, nil
-		}
-		// A conflict — or our own earlier try, timed out but stored — or
-		// no answer at all: what is stored now says which.
-		cas := errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
-		for {
-			got, gotRev, rerr := r.get(key)
-			if rerr == nil {
-				switch {
-				case got != nil && got.Commit == s.Commit:
-					return gotRev, nil
-				case cas || gotRev != rev:
-					return 0, fmt.Errorf("%w: record %s changed since it was read", ErrConflict, short(key))
-				}
-				break // unchanged, and not ours: write again
-			}
-			if time.Now().After(deadline) {
-				return 0, fmt.Errorf("%w: record %s: %w", ErrUncertain, short(key), errors.Join(err, rerr))
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		if !jsretry.Unanswered(err) {
-			return 0, fmt.Errorf("approvals: write %s: %w", short(key), err)
-		}
-		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("%w: record %s: %w", ErrUncertain, short(key), err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	newRev, err := r.budget().Swap(r.kv, key, data, rev, r.settle, mine)
+	switch {
+	case errors.Is(err, leaderkv.ErrConflict):
+		return 0, fmt.Errorf("%w: record %s changed since it was read", ErrConflict, short(key))
+	case errors.Is(err, leaderkv.ErrUncertain):
+		return 0, fmt.Errorf("%w: record %s: %w", ErrUncertain, short(key), err)
+	case err != nil:
+		return 0, fmt.Errorf("approvals: write %s: %w", short(key), err)
 	}
+	return newRev, nil
 }
 
 // Parked lists the parked proposals the watcher knows, the soonest to

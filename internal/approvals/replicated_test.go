@@ -46,7 +46,7 @@ func (r *replicas) open(t *testing.T) *approvals.Replicated {
 	}
 	var b jetstream.KeyValue
 	testenv.Retry(t, func(ctx context.Context) (err error) {
-		b, err = approvals.EnsureBucket(ctx, js, r.bucket, r.n, time.Hour)
+		b, err = approvals.Bucket(r.bucket, r.n, time.Hour).Ensure(ctx, js)
 		return err
 	})
 	s := openKV(t, t.TempDir())
@@ -166,31 +166,5 @@ func TestReplicatedProcessors(t *testing.T) {
 	waitCount(t, b, 2)
 	if c := rs.open(t); c.Count() != 2 {
 		t.Fatalf("Count of a processor started now = %d", c.Count())
-	}
-}
-
-// The bucket's stream serves no direct gets: every read goes to the
-// stream's leader. A stream that does is refused.
-func TestReplicatedBucketReadsFromTheLeader(t *testing.T) {
-	srv := testenv.StartServer(t, "")
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	ctx := context.Background()
-	if _, err := approvals.EnsureBucket(ctx, js, "ap", 1, time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	st, _ := js.Stream(ctx, "KV_ap")
-	if c := st.CachedInfo().Config; c.AllowDirect || c.MaxAge != time.Hour || c.MaxMsgsPerSubject != 1 {
-		t.Errorf("bucket stream %+v", c)
-	}
-	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "direct"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := approvals.Bind(ctx, js, "direct"); err == nil {
-		t.Error("bound a bucket whose followers answer reads")
 	}
 }

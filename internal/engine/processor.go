@@ -25,6 +25,7 @@ import (
 	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/journal"
+	"github.com/portcullis/portcullis/internal/leaderkv"
 	"github.com/portcullis/portcullis/internal/seal"
 	"github.com/portcullis/portcullis/internal/timers"
 	"github.com/portcullis/portcullis/kv"
@@ -301,7 +302,7 @@ func (p *Processor) openJournal(ctx context.Context) error {
 	// EnsureStreams made its stream (StreamConfigs).
 	var bucket jetstream.KeyValue
 	err = retryJS(ctx, func(ctx context.Context) (err error) {
-		bucket, err = journal.Bind(ctx, p.js, p.subj.JournalBucket())
+		bucket, err = leaderkv.Bind(ctx, p.js, p.subj.JournalBucket())
 		return err
 	})
 	if err != nil {
@@ -316,7 +317,7 @@ func (p *Processor) openJournal(ctx context.Context) error {
 	// request is refused whichever processor sees it.
 	var adm, nonces jetstream.KeyValue
 	err = retryJS(ctx, func(ctx context.Context) (err error) {
-		if adm, err = admission.Bind(ctx, p.js, p.subj.AdmissionBucket()); err != nil {
+		if adm, err = leaderkv.Bind(ctx, p.js, p.subj.AdmissionBucket()); err != nil {
 			return err
 		}
 		nonces, err = p.js.KeyValue(ctx, p.subj.NonceBucket())
@@ -352,7 +353,7 @@ func (p *Processor) openApprovals(ctx context.Context) error {
 	}
 	var bucket jetstream.KeyValue
 	err = retryJS(ctx, func(ctx context.Context) (err error) {
-		bucket, err = approvals.Bind(ctx, p.js, p.subj.ApprovalsBucket())
+		bucket, err = leaderkv.Bind(ctx, p.js, p.subj.ApprovalsBucket())
 		return err
 	})
 	if err != nil {

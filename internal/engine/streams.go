@@ -12,7 +12,7 @@ import (
 	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/journal"
-	"github.com/portcullis/portcullis/internal/jsretry"
+	"github.com/portcullis/portcullis/internal/leaderkv"
 	"github.com/portcullis/portcullis/stages/admission"
 	"github.com/portcullis/portcullis/subjects"
 )
@@ -41,10 +41,10 @@ const headerAllowance = 4096
 //
 // pipeline's internal stages each get a stream; nil: Pipeline(). With a
 // replicated journal (store.journal) the list also holds the streams of
-// the buckets a cluster shares — the journal's (journal.BucketStream), the
-// approvals' (approvals.BucketStream, records kept for ApprovalsHorizon),
-// the admission records' (admission.BucketStream) and the operator
-// nonces' (admin.NonceBucketStream) — and the Scheduled stages take their
+// the buckets a cluster shares — the journal's (journal.Bucket), the
+// approvals' (approvals.Bucket, records kept for ApprovalsHorizon),
+// the admission records' (admission.Bucket) and the operator
+// nonces' (admin.NonceBucket) — and the Scheduled stages take their
 // timers' schedules.
 func StreamConfigs(s subjects.Subjects, c *config.Config, pipeline []Spec) []jetstream.StreamConfig {
 	if pipeline == nil {
@@ -89,10 +89,10 @@ func StreamConfigs(s subjects.Subjects, c *config.Config, pipeline []Spec) []jet
 	}
 	if c.ReplicatedJournal() {
 		proposals, _ := c.RetentionHorizons()
-		out = append(out, journal.BucketStream(s.JournalBucket(), c.NATS.Replicas),
-			approvals.BucketStream(s.ApprovalsBucket(), c.NATS.Replicas, ApprovalsHorizon(c)),
-			admission.BucketStream(s.AdmissionBucket(), c.NATS.Replicas, proposals),
-			admin.NonceBucketStream(s.NonceBucket(), c.NATS.Replicas))
+		out = append(out, journal.Bucket(s.JournalBucket(), c.NATS.Replicas).Stream(),
+			approvals.Bucket(s.ApprovalsBucket(), c.NATS.Replicas, ApprovalsHorizon(c)).Stream(),
+			admission.Bucket(s.AdmissionBucket(), c.NATS.Replicas, proposals).Stream(),
+			admin.NonceBucket(s.NonceBucket(), c.NATS.Replicas).Stream())
 	}
 	return out
 }
@@ -228,7 +228,7 @@ func retryJS(ctx context.Context, f func(ctx context.Context) error) error {
 // waits out.
 func unavailable(err error) bool {
 	var apiErr *jetstream.APIError
-	return jsretry.Unanswered(err) || errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeNoPeers
+	return leaderkv.Unanswered(err) || errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeNoPeers
 }
 
 // discardOldest makes a full KV bucket drop its oldest messages instead of

@@ -18,7 +18,7 @@ import (
 	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/portcullis/portcullis/internal/jsretry"
+	"github.com/portcullis/portcullis/internal/leaderkv"
 	"github.com/portcullis/portcullis/internal/timers"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
@@ -117,10 +117,10 @@ func NewReplicated(o ReplicatedOptions) *Replicated {
 		r.log = slog.Default()
 	}
 	if r.op <= 0 {
-		r.op = jsretry.DefaultOp
+		r.op = leaderkv.DefaultOp
 	}
 	if r.attempt <= 0 {
-		r.attempt = jsretry.DefaultAttempt
+		r.attempt = leaderkv.DefaultAttempt
 	}
 	if r.settle <= 0 {
 		r.settle = 15 * time.Second
@@ -128,60 +128,13 @@ func NewReplicated(o ReplicatedOptions) *Replicated {
 	return r
 }
 
-// BucketStream is the stream of the journal's KV bucket: what nats.go's
-// CreateKeyValue makes for one value per key (the latest is all a
-// compare-and-set needs), file storage, never expiring, refusing writes
-// when full rather than dropping a record — with AllowDirect off from the
-// start, so that every read is served by the stream's leader. Creating the
-// stream directly leaves no moment in which a processor could bind a
-// handle that reads from followers (CreateOrUpdateKeyValue would also turn
-// direct gets back on).
-func BucketStream(bucket string, replicas int) jetstream.StreamConfig {
-	return jetstream.StreamConfig{
-		Name:              "KV_" + bucket,
-		Description:       "Portcullis dispatch journal: one record per intent fingerprint, receipts, reconciliation attempts",
-		Subjects:          []string{"$KV." + bucket + ".>"},
-		MaxMsgsPerSubject: 1,
-		MaxBytes:          -1,
-		MaxMsgSize:        -1,
-		MaxMsgs:           -1,
-		MaxConsumers:      -1,
-		Storage:           jetstream.FileStorage,
-		Replicas:          replicas,
-		AllowRollup:       true,
-		DenyDelete:        true,
-		Duplicates:        2 * time.Minute,
-		AllowDirect:       false,
-		Discard:           jetstream.DiscardNew,
-	}
-}
-
-// EnsureBucket creates or updates the journal bucket's stream
-// (BucketStream) and returns a handle bound to it, whose Gets go to the
-// stream's leader.
-func EnsureBucket(ctx context.Context, js jetstream.JetStream, bucket string, replicas int) (jetstream.KeyValue, error) {
-	if _, err := js.CreateOrUpdateStream(ctx, BucketStream(bucket, replicas)); err != nil {
-		return nil, fmt.Errorf("journal: bucket %s: %w", bucket, err)
-	}
-	return Bind(ctx, js, bucket)
-}
-
-// Bind returns a handle on the journal bucket, whose stream exists. It
-// refuses a stream that serves direct gets (a follower's read can be
-// stale).
-func Bind(ctx context.Context, js jetstream.JetStream, bucket string) (jetstream.KeyValue, error) {
-	kv, err := js.KeyValue(ctx, bucket)
-	if err != nil {
-		return nil, fmt.Errorf("journal: bucket %s: %w", bucket, err)
-	}
-	st, err := js.Stream(ctx, "KV_"+bucket)
-	if err != nil {
-		return nil, fmt.Errorf("journal: bucket %s: %w", bucket, err)
-	}
-	if st.CachedInfo().Config.AllowDirect {
-		return nil, fmt.Errorf("journal: bucket %s: its stream allows direct gets, which followers may answer stale", bucket)
-	}
-	return kv, nil
+// Bucket is the journal bucket: one record per intent fingerprint, its
+// receipts and reconciliation attempts, never expiring (a finished record
+// is the fence against a replay) and refusing writes when full rather
+// than dropping a record; every read from the stream's leader.
+func Bucket(name string, replicas int) leaderkv.Bucket {
+	return leaderkv.Bucket{Name: name, Replicas: replicas, DenyDelete: true,
+		Description: "Portcullis dispatch journal: one record per intent fingerprint, receipts, reconciliation attempts"}
 }
 
 // stored is the value of rec.<hex>.
@@ -236,9 +189,9 @@ func endedKey(ref schema.ProposalRef) string {
 // do runs an idempotent operation f, each try with an AttemptTimeout
 // context, until it succeeds, fails for another reason than JetStream not
 // answering, or OpTimeout has passed.
-func (r *Replicated) do(f func(ctx context.Context) error) error {
-	return jsretry.Budget{Op: r.op, Attempt: r.attempt}.Do(f)
-}
+func (r *Replicated) do(f func(ctx context.Context) error) error { return r.budget().Do(f) }
+
+func (r *Replicated) budget() leaderkv.Budget { return leaderkv.Budget{Op: r.op, Attempt: r.attempt} }
 
 // Lock serializes this process's work on the fingerprint and starts the
 // session that remembers what Load read.
@@ -405,52 +358,27 @@ func newCommitID() string {
 }
 
 // swap is the compare-and-set of the record: Create when nothing was
-// loaded, else Update against rev. A failure that is not a clear conflict
-// is settled by reading the record back.
+// loaded, else Update against rev (leaderkv.Budget.Swap settles a failure
+// that is not a clear conflict by reading the record back).
 func (r *Replicated) swap(h string, rev uint64, s *stored) (uint64, error) {
 	data, err := json.Marshal(s, json.Deterministic(true))
 	if err != nil {
 		return 0, fmt.Errorf("journal: encode: %w", err)
 	}
-	key := recordKey(h)
-	write := func() (uint64, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), r.attempt)
-		defer cancel()
-		if rev == 0 {
-			return r.kv.Create(ctx, key, data)
-		}
-		return r.kv.Update(ctx, key, data, rev)
+	mine := func(v []byte) bool {
+		var got stored
+		return json.Unmarshal(v, &got) == nil && got.Commit == s.Commit
 	}
-	deadline := time.Now().Add(r.settle)
-	for {
-		newRev, err := write()
-		if err == nil {
-			return newRev, nil
-		}
-		// A conflict — or our own earlier attempt, timed out but stored —
-		// or no answer at all: what is stored now says which.
-		cas := errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
-		for {
-			got, gotRev, rerr := r.readBack(h)
-			if rerr == nil {
-				switch {
-				case got != nil && got.Commit == s.Commit:
-					return gotRev, nil
-				case cas || gotRev != rev:
-					return 0, ErrConflict
-				}
-				break // unchanged, and not ours: write again
-			}
-			if time.Now().After(deadline) {
-				return 0, fmt.Errorf("%w: record %s…: %w", ErrUncertain, h[:12], errors.Join(err, rerr))
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("%w: record %s…: %w", ErrUncertain, h[:12], err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	newRev, err := r.budget().Swap(r.kv, recordKey(h), data, rev, r.settle, mine)
+	switch {
+	case errors.Is(err, leaderkv.ErrConflict):
+		return 0, ErrConflict
+	case errors.Is(err, leaderkv.ErrUncertain):
+		return 0, fmt.Errorf("%w: record %s…: %w", ErrUncertain, h[:12], err)
+	case err != nil:
+		return 0, fmt.Errorf("journal: write record %s…: %w", h[:12], err)
 	}
+	return newRev, nil
 }
 
 // readBack reads the record and its revision (0, nil when there is none).

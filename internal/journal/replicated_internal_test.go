@@ -32,7 +32,7 @@ func testBucket(t *testing.T) (*server.Server, jetstream.JetStream, jetstream.Ke
 	}
 	t.Cleanup(nc.Close)
 	js, _ := jetstream.New(nc)
-	kv, err := EnsureBucket(context.Background(), js, "journal_t", 1)
+	kv, err := Bucket("journal_t", 1).Ensure(context.Background(), js)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,7 +40,7 @@ func replicated(url string, replicas int) journaltest.Open {
 			}
 			var kv jetstream.KeyValue
 			testenv.Retry(t, func(ctx context.Context) (err error) {
-				kv, err = journal.EnsureBucket(ctx, js, bucket, replicas)
+				kv, err = journal.Bucket(bucket, replicas).Ensure(ctx, js)
 				return err
 			})
 			sealer, err := seal.New(make([]byte, 32))
@@ -82,38 +82,6 @@ func TestReplicatedR3(t *testing.T) {
 	journaltest.Run(t, replicated(testenv.NewCluster(t).URL(), 3))
 }
 
-// The bucket's stream serves reads from its leader only, and stays so
-// when a processor starts again.
-func TestEnsureBucketReadsFromTheLeader(t *testing.T) {
-	nc, err := nats.Connect(startServer(t).ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	ctx := context.Background()
-	for range 2 {
-		if _, err := journal.EnsureBucket(ctx, js, "journal_x", 1); err != nil {
-			t.Fatal(err)
-		}
-		st, err := js.Stream(ctx, "KV_journal_x")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if c := st.CachedInfo().Config; c.AllowDirect || c.Discard != jetstream.DiscardNew || c.MaxMsgsPerSubject != 1 {
-			t.Fatalf("journal stream config %+v", c)
-		}
-	}
-	// A bucket whose stream serves direct gets (made by
-	// CreateOrUpdateKeyValue) is refused.
-	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "journal_y"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := journal.Bind(ctx, js, "journal_y"); err == nil {
-		t.Error("bound a journal bucket that allows direct gets")
-	}
-}
-
 // BenchmarkReplicatedCommit measures one compare-and-set of a record
 // (Lock, Load, Commit of an update) on R1 (one server) and R3 (a
 // three-server cluster).
@@ -143,7 +111,7 @@ func BenchmarkReplicatedCommit(b *testing.B) {
 			js, _ := jetstream.New(nc)
 			var kv jetstream.KeyValue
 			testenv.Retry(b, func(ctx context.Context) (err error) {
-				kv, err = journal.EnsureBucket(ctx, js, "journal_bench", r)
+				kv, err = journal.Bucket("journal_bench", r).Ensure(ctx, js)
 				return err
 			})
 			j := journal.NewReplicated(journal.ReplicatedOptions{KV: kv, JS: js, Writer: "p_bench"})

@@ -11,7 +11,7 @@ import (
 	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/portcullis/portcullis/internal/jsretry"
+	"github.com/portcullis/portcullis/internal/leaderkv"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/subjects"
@@ -81,64 +81,22 @@ type ReplicatedOptions struct {
 func NewReplicated(o ReplicatedOptions) *Replicated {
 	r := &Replicated{kv: o.KV, js: o.JS, local: o.Local, subjects: o.Subjects, op: o.OpTimeout, attempt: o.AttemptTimeout}
 	if r.op <= 0 {
-		r.op = jsretry.DefaultOp
+		r.op = leaderkv.DefaultOp
 	}
 	if r.attempt <= 0 {
-		r.attempt = jsretry.DefaultAttempt
+		r.attempt = leaderkv.DefaultAttempt
 	}
 	return r
 }
 
-// BucketStream is the admission bucket's stream: one value per key, file
-// storage, refusing writes when full, AllowDirect off from the start (as
-// journal.BucketStream, and for the same reason). Records expire maxAge
-// after their last write: the retention horizon of proposals
-// (config.RetentionHorizons), at least the streams' MaxAge, so that a
-// message that can still be redelivered or replayed finds its records.
-func BucketStream(bucket string, replicas int, maxAge time.Duration) jetstream.StreamConfig {
-	return jetstream.StreamConfig{
-		Name:              "KV_" + bucket,
-		Description:       "Portcullis admission records: proposal ids and delivery ids taken, value-free",
-		Subjects:          []string{"$KV." + bucket + ".>"},
-		MaxMsgsPerSubject: 1,
-		MaxBytes:          -1,
-		MaxMsgSize:        -1,
-		MaxMsgs:           -1,
-		MaxConsumers:      -1,
-		MaxAge:            maxAge,
-		Storage:           jetstream.FileStorage,
-		Replicas:          replicas,
-		AllowRollup:       true,
-		Duplicates:        2 * time.Minute,
-		AllowDirect:       false,
-		Discard:           jetstream.DiscardNew,
-	}
-}
-
-// Bind returns a handle on a bucket whose stream exists, refusing a stream
-// that serves direct gets (a follower's read can be stale).
-func Bind(ctx context.Context, js jetstream.JetStream, bucket string) (jetstream.KeyValue, error) {
-	h, err := js.KeyValue(ctx, bucket)
-	if err != nil {
-		return nil, fmt.Errorf("admission: bucket %s: %w", bucket, err)
-	}
-	st, err := js.Stream(ctx, "KV_"+bucket)
-	if err != nil {
-		return nil, fmt.Errorf("admission: bucket %s: %w", bucket, err)
-	}
-	if st.CachedInfo().Config.AllowDirect {
-		return nil, fmt.Errorf("admission: bucket %s: its stream allows direct gets, which followers may answer stale", bucket)
-	}
-	return h, nil
-}
-
-// EnsureBucket creates or updates the bucket's stream (BucketStream) and
-// binds it.
-func EnsureBucket(ctx context.Context, js jetstream.JetStream, bucket string, replicas int, maxAge time.Duration) (jetstream.KeyValue, error) {
-	if _, err := js.CreateOrUpdateStream(ctx, BucketStream(bucket, replicas, maxAge)); err != nil {
-		return nil, fmt.Errorf("admission: bucket %s: %w", bucket, err)
-	}
-	return Bind(ctx, js, bucket)
+// Bucket is the admission records' bucket; every read from the stream's
+// leader. Records expire maxAge after their last write: the retention
+// horizon of proposals (config.RetentionHorizons), at least the streams'
+// MaxAge, so that a message that can still be redelivered or replayed
+// finds its records.
+func Bucket(name string, replicas int, maxAge time.Duration) leaderkv.Bucket {
+	return leaderkv.Bucket{Name: name, Replicas: replicas, MaxAge: maxAge,
+		Description: "Portcullis admission records: proposal ids and delivery ids taken, value-free"}
 }
 
 func hashKey(kind string, parts ...string) string {
@@ -160,7 +118,7 @@ func deliveryKey(host, id string) string { return "dlv." + hashKey("delivery", h
 // context, until it succeeds, fails for another reason than JetStream not
 // answering, or OpTimeout has passed.
 func (r *Replicated) do(f func(ctx context.Context) error) error {
-	return jsretry.Budget{Op: r.op, Attempt: r.attempt}.Do(f)
+	return leaderkv.Budget{Op: r.op, Attempt: r.attempt}.Do(f)
 }
 
 // get reads and decodes a key from the stream's leader.
@@ -298,7 +256,7 @@ func (r *Replicated) LastOutcome(ref schema.ProposalRef) (schema.Outcome, bool, 
 // allows direct gets, SPEC §2.8).
 func LastStreamOutcome(js jetstream.JetStream, subj subjects.Subjects, ref schema.ProposalRef, op, attempt time.Duration) (schema.Outcome, bool, error) {
 	var m *jetstream.RawStreamMsg
-	err := jsretry.Budget{Op: op, Attempt: attempt}.Do(func(ctx context.Context) error {
+	err := leaderkv.Budget{Op: op, Attempt: attempt}.Do(func(ctx context.Context) error {
 		st, err := js.Stream(ctx, subj.OutcomesStream())
 		if err != nil {
 			return err

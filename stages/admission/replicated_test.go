@@ -69,7 +69,7 @@ func cluster(t *testing.T, url string, replicas, n int) ([]processor, nkeys.KeyP
 		}
 		var h jetstream.KeyValue
 		testenv.Retry(t, func(ctx context.Context) (err error) {
-			h, err = admission.EnsureBucket(ctx, js, bucket, replicas, time.Hour)
+			h, err = admission.Bucket(bucket, replicas, time.Hour).Ensure(ctx, js)
 			return err
 		})
 		if i == 0 {
@@ -221,31 +221,4 @@ func TestReplicatedR3(t *testing.T) {
 	url := testenv.NewCluster(t).URL()
 	t.Run("racing claims", func(t *testing.T) { testRacingClaims(t, url, 3) })
 	t.Run("repeat on another processor", func(t *testing.T) { testRepeatOnOtherProcessor(t, url, 3) })
-}
-
-// The bucket's stream serves reads from its leader only.
-func TestBucketReadsFromTheLeader(t *testing.T) {
-	nc, err := nats.Connect(startServer(t).ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	ctx := context.Background()
-	if _, err := admission.EnsureBucket(ctx, js, "admission_x", 1, time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	st, err := js.Stream(ctx, "KV_admission_x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c := st.CachedInfo().Config; c.AllowDirect || c.MaxMsgsPerSubject != 1 || c.MaxAge != time.Hour {
-		t.Fatalf("admission stream config %+v", c)
-	}
-	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "admission_y"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admission.Bind(ctx, js, "admission_y"); err == nil {
-		t.Fatal("a bucket serving direct gets was bound")
-	}
 }

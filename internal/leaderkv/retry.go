@@ -1,9 +1,16 @@
-// Package jsretry tells a JetStream request that got no answer — no leader
-// yet, an election, a server going away — from one that was refused, and
-// retries the first kind within a budget. A request to a replicated stream
+// Package leaderkv is what the KV buckets processors share on a cluster
+// (SPEC §6: the journal, approvals, admission records, nonces) have in
+// common: a bucket whose every read is served by its stream's leader (a
+// follower's direct get can be stale right after a write), requests
+// retried while JetStream does not answer, and a compare-and-set whose
+// unclear failures are settled by reading back.
+//
+// A JetStream request that got no answer — no leader yet, an election, a
+// server going away — is told from one that was refused, and only the
+// first kind is retried, within a budget. A request to a replicated stream
 // that is electing a leader gets no reply at all until its context ends,
 // so each try gets its own short context.
-package jsretry
+package leaderkv
 
 import (
 	"context"

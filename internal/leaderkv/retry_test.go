@@ -1,4 +1,4 @@
-package jsretry_test
+package leaderkv_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/portcullis/portcullis/internal/jsretry"
+	"github.com/portcullis/portcullis/internal/leaderkv"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -33,7 +33,7 @@ func TestUnanswered(t *testing.T) {
 		{errors.New("refused"), false},
 	}
 	for _, tc := range cases {
-		if got := jsretry.Unanswered(tc.err); got != tc.want {
+		if got := leaderkv.Unanswered(tc.err); got != tc.want {
 			t.Errorf("Unanswered(%v) = %v, want %v", tc.err, got, tc.want)
 		}
 	}
@@ -43,7 +43,7 @@ func TestUnanswered(t *testing.T) {
 // gives up when its budget is spent.
 func TestDo(t *testing.T) {
 	tries := 0
-	err := jsretry.Budget{}.Do(func(ctx context.Context) error {
+	err := leaderkv.Budget{}.Do(func(ctx context.Context) error {
 		if _, ok := ctx.Deadline(); !ok {
 			t.Error("a try without a deadline")
 		}
@@ -56,12 +56,12 @@ func TestDo(t *testing.T) {
 		t.Errorf("retried to success: %v after %d tries", err, tries)
 	}
 	tries = 0
-	err = jsretry.Budget{}.Do(func(context.Context) error { tries++; return jetstream.ErrKeyExists })
+	err = leaderkv.Budget{}.Do(func(context.Context) error { tries++; return jetstream.ErrKeyExists })
 	if !errors.Is(err, jetstream.ErrKeyExists) || tries != 1 {
 		t.Errorf("a refusal: %v after %d tries", err, tries)
 	}
 	start := time.Now()
-	err = jsretry.Budget{Op: 200 * time.Millisecond, Attempt: 10 * time.Millisecond}.Do(func(ctx context.Context) error {
+	err = leaderkv.Budget{Op: 200 * time.Millisecond, Attempt: 10 * time.Millisecond}.Do(func(ctx context.Context) error {
 		<-ctx.Done()
 		return ctx.Err()
 	})

@@ -1,0 +1,80 @@
+package leaderkv_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/portcullis/portcullis/internal/leaderkv"
+	"github.com/portcullis/portcullis/testenv"
+)
+
+// A bucket's stream serves reads from its leader only, and stays so when a
+// processor starts again; a bucket whose stream serves direct gets (as
+// CreateOrUpdateKeyValue makes it) is refused.
+func TestBucketReadsFromTheLeader(t *testing.T) {
+	nc, err := nats.Connect(testenv.StartServer(t, "").ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	b := leaderkv.Bucket{Name: "x", Replicas: 1, MaxAge: time.Hour, DenyDelete: true}
+	for range 2 {
+		if _, err := b.Ensure(ctx, js); err != nil {
+			t.Fatal(err)
+		}
+		st, err := js.Stream(ctx, "KV_x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := st.CachedInfo().Config; c.AllowDirect || c.Discard != jetstream.DiscardNew || c.MaxMsgsPerSubject != 1 || c.MaxAge != time.Hour || !c.DenyDelete {
+			t.Fatalf("bucket stream config %+v", c)
+		}
+	}
+	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "y"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := leaderkv.Bind(ctx, js, "y"); err == nil {
+		t.Error("bound a bucket that allows direct gets")
+	}
+}
+
+// Swap: a create loses to an existing value, an update to a newer one
+// (ErrConflict); a write is taken at the revision it compared with.
+func TestSwap(t *testing.T) {
+	nc, err := nats.Connect(testenv.StartServer(t, "").ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	kv, err := leaderkv.Bucket{Name: "s", Replicas: 1}.Ensure(context.Background(), js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	never := func([]byte) bool { return false }
+	var b leaderkv.Budget
+	rev, err := b.Swap(kv, "k", []byte("one"), 0, time.Second, never)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Swap(kv, "k", []byte("two"), 0, time.Second, never); err != leaderkv.ErrConflict {
+		t.Errorf("a second create: %v", err)
+	}
+	rev2, err := b.Swap(kv, "k", []byte("two"), rev, time.Second, never)
+	if err != nil || rev2 <= rev {
+		t.Fatalf("an update at the read revision: %d %v", rev2, err)
+	}
+	if _, err := b.Swap(kv, "k", []byte("three"), rev, time.Second, never); err != leaderkv.ErrConflict {
+		t.Errorf("an update at a stale revision: %v", err)
+	}
+	e, err := kv.Get(context.Background(), "k")
+	if err != nil || string(e.Value()) != "two" {
+		t.Errorf("stored %q %v", e.Value(), err)
+	}
+}
