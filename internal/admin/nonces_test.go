@@ -1,7 +1,6 @@
 package admin_test
 
 import (
-	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -9,10 +8,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/internal/admin"
+	"github.com/portcullis/portcullis/internal/leaderkv/leaderkvtest"
 	"github.com/portcullis/portcullis/testenv"
 )
 
@@ -25,23 +23,7 @@ func replicatedNonces(t *testing.T, url string, replicas, n int) []*admin.Replic
 	bucket := fmt.Sprintf("nonces_%d", nonceBuckets.Add(1))
 	var out []*admin.ReplicatedNonces
 	for range n {
-		nc, err := nats.Connect(url, nats.MaxReconnects(-1))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var h jetstream.KeyValue
-		testenv.Retry(t, func(ctx context.Context) (err error) {
-			if _, err = js.CreateOrUpdateStream(ctx, admin.NonceBucket(bucket, replicas).Stream()); err != nil {
-				return err
-			}
-			h, err = js.KeyValue(ctx, bucket)
-			return err
-		})
+		_, h := leaderkvtest.Open(t, url, admin.NonceBucket(bucket, replicas))
 		out = append(out, &admin.ReplicatedNonces{KV: h, Margin: time.Millisecond})
 	}
 	return out

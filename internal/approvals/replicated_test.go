@@ -9,11 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/approvals/approvalstest"
+	"github.com/portcullis/portcullis/internal/leaderkv/leaderkvtest"
 	"github.com/portcullis/portcullis/internal/timers"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/testenv"
@@ -35,20 +33,7 @@ func newReplicas(url string, n int) *replicas {
 
 func (r *replicas) open(t *testing.T) *approvals.Replicated {
 	t.Helper()
-	nc, err := nats.Connect(r.url, nats.MaxReconnects(-1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b jetstream.KeyValue
-	testenv.Retry(t, func(ctx context.Context) (err error) {
-		b, err = approvals.Bucket(r.bucket, r.n, time.Hour).Ensure(ctx, js)
-		return err
-	})
+	_, b := leaderkvtest.Open(t, r.url, approvals.Bucket(r.bucket, r.n, time.Hour))
 	s := openKV(t, t.TempDir())
 	t.Cleanup(func() { s.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -9,9 +9,9 @@ import (
 
 	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/portcullis/portcullis/internal/leaderkv/leaderkvtest"
 	"github.com/portcullis/portcullis/schema"
 )
 
@@ -26,16 +26,7 @@ func testBucket(t *testing.T) (*server.Server, jetstream.JetStream, jetstream.Ke
 		t.Fatal("nats-server did not start")
 	}
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, _ := jetstream.New(nc)
-	kv, err := Bucket("journal_t", 1).Ensure(context.Background(), js)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js, kv := leaderkvtest.Open(t, s.ClientURL(), Bucket("journal_t", 1))
 	return s, js, kv
 }
 

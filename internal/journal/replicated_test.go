@@ -14,6 +14,7 @@ import (
 
 	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/journal/journaltest"
+	"github.com/portcullis/portcullis/internal/leaderkv/leaderkvtest"
 	"github.com/portcullis/portcullis/internal/seal"
 	"github.com/portcullis/portcullis/internal/timers"
 	"github.com/portcullis/portcullis/subjects"
@@ -29,20 +30,7 @@ func replicated(url string, replicas int) journaltest.Open {
 		bucket := fmt.Sprintf("journal_%d", buckets.Add(1))
 		n := 0
 		open := func() journal.Store {
-			nc, err := nats.Connect(url, nats.MaxReconnects(-1))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(nc.Close)
-			js, err := jetstream.New(nc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var kv jetstream.KeyValue
-			testenv.Retry(t, func(ctx context.Context) (err error) {
-				kv, err = journal.Bucket(bucket, replicas).Ensure(ctx, js)
-				return err
-			})
+			js, kv := leaderkvtest.Open(t, url, journal.Bucket(bucket, replicas))
 			sealer, err := seal.New(make([]byte, 32))
 			if err != nil {
 				t.Fatal(err)
@@ -57,22 +45,8 @@ func replicated(url string, replicas int) journaltest.Open {
 	}
 }
 
-func startServer(t *testing.T) *server.Server {
-	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server did not start")
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	return s
-}
-
 func TestReplicatedR1(t *testing.T) {
-	journaltest.Run(t, replicated(startServer(t).ClientURL(), 1))
+	journaltest.Run(t, replicated(testenv.StartServer(t, "").ClientURL(), 1))
 }
 
 func TestReplicatedR3(t *testing.T) {

@@ -8,11 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
+	"github.com/portcullis/portcullis/internal/leaderkv/leaderkvtest"
 	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
@@ -21,20 +20,6 @@ import (
 	"github.com/portcullis/portcullis/subjects"
 	"github.com/portcullis/portcullis/testenv"
 )
-
-func startServer(t *testing.T) *server.Server {
-	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server did not start")
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	return s
-}
 
 var buckets atomic.Int64
 
@@ -58,20 +43,7 @@ func cluster(t *testing.T, url string, replicas, n int) ([]processor, nkeys.KeyP
 	subj := subjects.Default()
 	var out []processor
 	for i := range n {
-		nc, err := nats.Connect(url, nats.MaxReconnects(-1))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var h jetstream.KeyValue
-		testenv.Retry(t, func(ctx context.Context) (err error) {
-			h, err = admission.Bucket(bucket, replicas, time.Hour).Ensure(ctx, js)
-			return err
-		})
+		js, h := leaderkvtest.Open(t, url, admission.Bucket(bucket, replicas, time.Hour))
 		if i == 0 {
 			testenv.Retry(t, func(ctx context.Context) error {
 				_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: subj.OutcomesStream(), Subjects: []string{subj.Outcomes()}, Replicas: replicas, AllowDirect: true})
@@ -209,7 +181,7 @@ func testRepeatOnOtherProcessor(t *testing.T, url string, replicas int) {
 }
 
 func TestReplicatedR1(t *testing.T) {
-	url := startServer(t).ClientURL()
+	url := testenv.StartServer(t, "").ClientURL()
 	t.Run("racing claims", func(t *testing.T) { testRacingClaims(t, url, 1) })
 	t.Run("repeat on another processor", func(t *testing.T) { testRepeatOnOtherProcessor(t, url, 1) })
 }

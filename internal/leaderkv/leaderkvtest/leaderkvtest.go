@@ -1,0 +1,40 @@
+// Package leaderkvtest opens shared buckets for tests the way processors
+// do: each on a connection of its own.
+package leaderkvtest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/portcullis/portcullis/internal/leaderkv"
+)
+
+// Open connects to url on a connection of its own (another processor's),
+// ensures bucket b there — retried for up to 30 s while a cluster elects
+// its leaders — and returns the connection's JetStream and the bucket.
+// The connection is closed when the test ends.
+func Open(t testing.TB, url string, b leaderkv.Bucket) (jetstream.JetStream, jetstream.KeyValue) {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kv jetstream.KeyValue
+	err = leaderkv.Budget{Op: 30 * time.Second, Attempt: 2 * time.Second}.Do(func(ctx context.Context) (err error) {
+		kv, err = b.Ensure(ctx, js)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("leaderkvtest: bucket %s: %v", b.Name, err)
+	}
+	return js, kv
+}
