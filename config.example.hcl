@@ -49,9 +49,10 @@ streams {
   history_max_bytes = "1GiB" # outcomes, incidents and the activity bucket, each: when full, the oldest go
 }
 
-# The local Pebble store: delivery dedupe, parked approvals, and with a
-# local journal in-flight records, receipts, reconciliation attempts and
-# timers. Never holds payloads or protected values.
+# The local Pebble store: grounding checkpoints, a copy of outcomes, and
+# with a local journal delivery dedupe, parked approvals, in-flight records,
+# receipts, reconciliation attempts and timers. Never holds payloads or
+# protected values.
 store {
   dir = "data/store"
 
@@ -68,15 +69,19 @@ store {
   #                its own dir and the same config and internal.key_file;
   #                losing a processor with its dir, or one NATS server of
   #                three, loses and repeats nothing (SPEC §6). Needs url.
-  #                The admission records (proposal ids and delivery ids
-  #                taken, value-free) and operator request nonces are then
-  #                shared too, in the buckets <prefix>_admission and
-  #                <prefix>_nonces: a reused id, a repeated delivery or a
-  #                replayed operator request is refused by any processor.
+  #                Approvals, the admission records (proposal ids and
+  #                delivery ids taken, value-free) and operator request
+  #                nonces are then shared too, in the buckets
+  #                <prefix>_approvals, <prefix>_admission and
+  #                <prefix>_nonces, and approval expiries are message
+  #                schedules: any processor resumes a parked proposal, and a
+  #                reused id, a repeated delivery or a replayed operator
+  #                request is refused by any processor.
   #   "auto"       replicated with url, local with the embedded server.
-  # A processor whose dir holds a local journal refuses to start on a
-  # replicated one (it would not know the intents dispatched so far): a
-  # processor that ran with url before keeps journal = "local".
+  # A processor whose dir holds a local journal or locally parked approvals
+  # refuses to start on a replicated one (it would not know the intents
+  # dispatched or the proposals parked so far): a processor that ran with
+  # url before keeps journal = "local".
   journal = "auto"
 }
 
