@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -195,9 +194,6 @@ func scheduledStage(s subjects.Subjects, pipeline []Spec, name string) (string, 
 	return "", false
 }
 
-// errCodeNoPeers is JetStream's "no suitable peers for placement".
-const errCodeNoPeers jetstream.ErrorCode = 10005
-
 // apiTimeout bounds one JetStream API call of retryJS.
 const apiTimeout = 2 * time.Second
 
@@ -227,8 +223,7 @@ func retryJS(ctx context.Context, f func(ctx context.Context) error) error {
 // server is down (10005), which a processor starting during an outage
 // waits out.
 func unavailable(err error) bool {
-	var apiErr *jetstream.APIError
-	return leaderkv.Unanswered(err) || errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeNoPeers
+	return leaderkv.Unanswered(err) || leaderkv.NoPeers(err)
 }
 
 // discardOldest makes a full KV bucket drop its oldest messages instead of

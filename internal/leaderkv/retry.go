@@ -66,6 +66,17 @@ func (b Budget) Do(f func(ctx context.Context) error) error {
 	}
 }
 
+// errCodeNoPeers is JetStream's "no suitable peers for placement".
+const errCodeNoPeers jetstream.ErrorCode = 10005
+
+// NoPeers reports JetStream refusing to place a stream's replicas because
+// too few servers are up (or seen up yet, right after a cluster starts):
+// creating a stream then is worth retrying, other requests are not.
+func NoPeers(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeNoPeers
+}
+
 // Unanswered reports an error that says JetStream did not answer (no
 // leader, an election, a server going away), not that it refused.
 func Unanswered(err error) bool {

@@ -39,6 +39,15 @@ func TestUnanswered(t *testing.T) {
 	}
 }
 
+func TestNoPeers(t *testing.T) {
+	if !leaderkv.NoPeers(fmt.Errorf("create: %w", &jetstream.APIError{Code: 400, ErrorCode: 10005})) {
+		t.Error("no suitable peers not recognized")
+	}
+	if leaderkv.NoPeers(nats.ErrTimeout) || leaderkv.NoPeers(&jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamWrongLastSequence}) {
+		t.Error("another error taken for no peers")
+	}
+}
+
 // Do tries again while nothing answers, stops at the first refusal, and
 // gives up when its budget is spent.
 func TestDo(t *testing.T) {

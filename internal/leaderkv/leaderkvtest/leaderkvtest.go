@@ -15,7 +15,7 @@ import (
 
 // Open connects to url on a connection of its own (another processor's),
 // ensures bucket b there — retried for up to 30 s while a cluster elects
-// its leaders — and returns the connection's JetStream and the bucket.
+// its leaders or does not see enough peers yet — and returns the connection's JetStream and the bucket.
 // The connection is closed when the test ends.
 func Open(t testing.TB, url string, b leaderkv.Bucket) (jetstream.JetStream, jetstream.KeyValue) {
 	t.Helper()
@@ -28,13 +28,16 @@ func Open(t testing.TB, url string, b leaderkv.Bucket) (jetstream.JetStream, jet
 	if err != nil {
 		t.Fatal(err)
 	}
-	var kv jetstream.KeyValue
-	err = leaderkv.Budget{Op: 30 * time.Second, Attempt: 2 * time.Second}.Do(func(ctx context.Context) (err error) {
-		kv, err = b.Ensure(ctx, js)
-		return err
-	})
-	if err != nil {
-		t.Fatalf("leaderkvtest: bucket %s: %v", b.Name, err)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		kv, err := b.Ensure(ctx, js)
+		cancel()
+		if err == nil {
+			return js, kv
+		}
+		if !leaderkv.Unanswered(err) && !leaderkv.NoPeers(err) || time.Now().After(deadline) {
+			t.Fatalf("leaderkvtest: bucket %s: %v", b.Name, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	return js, kv
 }
