@@ -63,15 +63,18 @@ func NewCluster(t testing.TB, opts ...ClusterOption) *Cluster {
 		f(&o)
 	}
 	c := &Cluster{Name: o.Name}
-	// Registered before the servers start: it runs after the cleanups of
-	// everything made later (processors, connections), so that those stop
-	// against running servers.
+	// The store directory first: cleanups run last-registered first, so
+	// the servers stop before it is removed. The stop is registered before
+	// the servers start: it runs after the cleanups of everything made
+	// later (processors, connections), so that those stop against running
+	// servers.
+	dir := t.TempDir()
 	t.Cleanup(func() {
 		if c.core != nil {
 			c.core.Close()
 		}
 	})
-	core, err := natscluster.New(t.TempDir(), o)
+	core, err := natscluster.New(dir, o)
 	if err != nil {
 		t.Fatal(err)
 	}
