@@ -19,8 +19,14 @@ import (
 	"github.com/portcullis/portcullis/subjects"
 )
 
-// rssNote says what the peak RSS figures are.
-const rssNote = "RSS          peak = VmHWM from /proc/self/status, reset at each phase's start (clear_refs 5); one process: the nats-server(s) run in it"
+// rssNote says what the peak RSS and CPU figures are.
+func rssNote(apart bool) string {
+	const peak = "RSS          peak = VmHWM from /proc/<pid>/status, reset at each phase's start (clear_refs 5); "
+	if apart {
+		return peak + "the nats-server runs in a process of its own: RSS and CPU/msg above are this process's (processor, connector, bench clients) without it"
+	}
+	return peak + "one process: the nats-server(s) run in it"
+}
 
 // cmdBench measures Portcullis side by side with the bare JetStream work it
 // is built from, on one embedded server or an in-process three-server
@@ -39,8 +45,10 @@ func cmdBench(c *cmdline, args []string, _ io.Reader) int {
 	syncAlways := fs.Bool("sync-always", false, "nats-servers fsync every write (nats.sync_always)")
 	queued := fs.Int("queued", 0, "publish this many proposals (the issue's case: 100000) before the processor starts, then measure their drain and peak RSS; no raw side")
 	cluster := fs.Int("cluster", 0, "run both sides on an in-process three-server JetStream cluster (replicas 3, replicated journal) with this many processors, 1–3, sharing the stage consumers")
+	natsProcess := fs.Bool("nats-process", false, "run the nats-server in a child process (this binary with -serve-nats) instead of in this one, so that the processor's peak RSS and CPU are measured apart from the server's, as on a deployment with an external NATS")
+	serveNATS := fs.String("serve-nats", "", "only run the bench's nats-server with this store directory, print its URL and run until stdin ends (what -nats-process starts)")
 	dir := fs.String("data", "", "data directory (default: a temporary one, removed afterwards)")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the Portcullis side to this file")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the Portcullis side to this file (and, with -nats-process, the server's to this file + \".nats-server\")")
 	mutexProfile := fs.String("mutexprofile", "", "write a mutex contention profile of the Portcullis side to this file")
 	memProfile := fs.String("memprofile", "", "write a heap profile of the Portcullis side to this file, taken at its Go heap's peak (in use then, allocations so far)")
 	if _, code, done := c.parse(args); done {
@@ -49,8 +57,16 @@ func cmdBench(c *cmdline, args []string, _ io.Reader) int {
 	if *n < 1 || *window < 1 || *rate < 1 || *duration <= 0 || *payload < 0 || *ackShare < 0 || *ackShare > 1 {
 		return c.usageError("-n, -inflight, -rate and -duration must be positive, -payload ≥ 0, -ack-share in [0, 1]")
 	}
-	if *queued < 0 || *cluster < 0 || *cluster > natscluster.Size || (*queued > 0 && *cluster > 0) {
-		return c.usageError("-queued ≥ 0, -cluster 0–3, not both")
+	if *queued < 0 || *cluster < 0 || *cluster > natscluster.Size || (*queued > 0 && *cluster > 0) || (*natsProcess && *cluster > 0) {
+		return c.usageError("-queued ≥ 0, -cluster 0–3, not both; -nats-process not with -cluster")
+	}
+	if *serveNATS != "" {
+		cfg := config.Dev(*serveNATS)
+		if err := bench.Serve(bench.ServerOptions(*serveNATS, *syncAlways, engine.EmbeddedMaxPayload(cfg)), os.Stdin, stdout); err != nil {
+			fmt.Fprintln(stderr, "processor bench -serve-nats:", err)
+			return 1
+		}
+		return 0
 	}
 	if *dir == "" {
 		d, err := os.MkdirTemp("", "portcullis-bench-")
@@ -78,8 +94,32 @@ func cmdBench(c *cmdline, args []string, _ io.Reader) int {
 	}
 	ctx := context.Background()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	serverWhere := "embedded server"
+	if *natsProcess {
+		exe, err := os.Executable()
+		if err != nil {
+			return fail(err)
+		}
+		args := []string{"bench", "-serve-nats", filepath.Join(*dir, "nats")}
+		if *syncAlways {
+			args = append(args, "-sync-always")
+		}
+		srv, err := bench.StartServerProcess(exe, args...)
+		if err != nil {
+			return fail(err)
+		}
+		defer srv.Close()
+		o.Server, prof.server = srv, srv
+		serverWhere = "the embedded server's settings in a process of its own (-nats-process)"
+	}
 	devConfig := func(sub string) *config.Config {
 		cfg := config.Dev(filepath.Join(*dir, sub))
+		if o.Server != nil {
+			// As the embedded default, but on the external server: with
+			// nats.url, store.journal auto would be replicated.
+			cfg.NATS.Embedded, cfg.NATS.URL = false, o.Server.URL()
+			cfg.Store.Journal = config.JournalLocal
+		}
 		cfg.NATS.Listen = "127.0.0.1:0"
 		cfg.NATS.SyncAlways = *syncAlways
 		cfg.Metrics.Listen = ""
@@ -109,14 +149,18 @@ func cmdBench(c *cmdline, args []string, _ io.Reader) int {
 			return fail(err)
 		}
 		fmt.Fprintf(stderr, "\r%-60s\r", "")
-		fmt.Fprintf(stdout, "setup        embedded server, sync_always %v; %d-byte proposals; %d queued before the processor starts, %.0f%% acknowledged then verified\n",
-			*syncAlways, b.ProposalBytes, *queued, *ackShare*100)
+		fmt.Fprintf(stdout, "setup        %s, sync_always %v; %d-byte proposals; %d queued before the processor starts, %.0f%% acknowledged then verified\n",
+			serverWhere, *syncAlways, b.ProposalBytes, *queued, *ackShare*100)
 		fmt.Fprintf(stdout, "queue        %d published in %s (%.0f/s), no processor running\n", b.Queue.Count, b.Queue.Elapsed.Round(time.Millisecond), b.Queue.Throughput())
 		fmt.Fprintf(stdout, "drain        %d in %s: %.0f proposals/s, CPU/msg %s (processor start %s)\n", b.Drain.Count,
 			b.Drain.Elapsed.Round(time.Millisecond), b.Drain.Throughput(), b.Drain.CPUPerMsg().Round(time.Microsecond), b.Start.Round(time.Millisecond))
 		fmt.Fprintf(stdout, "peak RSS     %s during the drain%s; Go runtime peak: %s heap objects, %s mapped in all\n", mib(b.PeakRSS), resetNote(b.RSSReset),
 			mib(int64(b.GoMemory.HeapObjects)), mib(int64(b.GoMemory.Total)))
-		fmt.Fprintln(stdout, rssNote)
+		if o.Server != nil {
+			fmt.Fprintf(stdout, "nats-server  peak RSS %s during the drain, CPU/msg %s, %.1f messages in and %.1f out per proposal (its own process)\n", mib(b.ServerPeakRSS),
+				b.Drain.ServerCPUPerMsg().Round(time.Microsecond), float64(b.Drain.Server.InMsgs)/float64(b.Drain.Count), float64(b.Drain.Server.OutMsgs)/float64(b.Drain.Count))
+		}
+		fmt.Fprintln(stdout, rssNote(o.Server != nil))
 		if b.Drain.Failed > 0 {
 			fmt.Fprintf(stdout, "NOT CONFIRMED %d\n", b.Drain.Failed)
 			return 1
@@ -126,7 +170,7 @@ func cmdBench(c *cmdline, args []string, _ io.Reader) int {
 
 	var url string
 	var subj subjects.Subjects
-	setup := fmt.Sprintf("embedded server, sync_always %v", *syncAlways)
+	setup := fmt.Sprintf("%s, sync_always %v", serverWhere, *syncAlways)
 	if *cluster > 0 {
 		nc, err := natscluster.New(filepath.Join(*dir, "cluster"), natscluster.Options{Name: "portcullis-bench", SyncAlways: *syncAlways})
 		if err != nil {
@@ -189,7 +233,20 @@ func cmdBench(c *cmdline, args []string, _ io.Reader) int {
 	}
 	row("raw", raw)
 	row("portcullis", pc)
-	fmt.Fprintln(stdout, rssNote+resetNote(raw.RSSReset && pc.RSSReset))
+	fmt.Fprintln(stdout, rssNote(o.Server != nil)+resetNote(raw.RSSReset && pc.RSSReset))
+	if o.Server != nil {
+		fmt.Fprintf(stdout, "%-12s %12s %10s %10s %10s %10s %10s %10s\n", "nats-server", "", "CPU/msg", "peak RSS", "in/msg", "out/msg", "in B/msg", "out B/msg")
+		for _, s := range []struct {
+			name string
+			side bench.Side
+		}{{"raw", raw}, {"portcullis", pc}} {
+			t := s.side.Throughput
+			per := func(v int64) float64 { return float64(v) / float64(t.Count) }
+			fmt.Fprintf(stdout, "%-12s %12s %10s %10s %10.1f %10.1f %10.0f %10.0f\n", " "+s.name, "", t.ServerCPUPerMsg().Round(time.Microsecond), mib(s.side.ServerPeakRSS),
+				per(t.Server.InMsgs), per(t.Server.OutMsgs), per(t.Server.InBytes), per(t.Server.OutBytes))
+		}
+		fmt.Fprintln(stdout, "             in, out: messages (and their bytes) the server took from clients and delivered to them per message of the throughput phase (JetStream API calls, acks and replies included)")
+	}
 	for _, s := range []struct {
 		name string
 		m    bench.GoMemory
@@ -221,7 +278,11 @@ func resetNote(reset bool) string {
 
 // profiler writes the CPU and mutex profiles asked for around the
 // Portcullis side (the heap profile is written at its peak: OnHeapPeak).
-type profiler struct{ cpu, mutex string }
+// With a server process its CPU profile goes beside the CPU profile.
+type profiler struct {
+	cpu, mutex string
+	server     *bench.ServerProcess
+}
 
 func (pr profiler) run(f func() error) error {
 	if pr.cpu != "" {
@@ -233,6 +294,12 @@ func (pr profiler) run(f func() error) error {
 		if err := pprof.StartCPUProfile(file); err != nil {
 			return err
 		}
+		if pr.server != nil {
+			if err := pr.server.StartCPUProfile(pr.cpu + ".nats-server"); err != nil {
+				pprof.StopCPUProfile()
+				return err
+			}
+		}
 	}
 	if pr.mutex != "" {
 		runtime.SetMutexProfileFraction(5)
@@ -240,6 +307,11 @@ func (pr profiler) run(f func() error) error {
 	err := f()
 	if pr.cpu != "" {
 		pprof.StopCPUProfile()
+		if pr.server != nil {
+			if serr := pr.server.StopCPUProfile(); serr != nil && err == nil {
+				err = serr
+			}
+		}
 	}
 	if pr.mutex != "" {
 		if werr := writeProfile(pr.mutex, "mutex"); werr != nil && err == nil {

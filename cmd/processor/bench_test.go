@@ -55,6 +55,46 @@ func TestBenchQueued(t *testing.T) {
 	}
 }
 
+// TestBenchNATSProcess runs both bench forms with the nats-server in a
+// child process: every proposal CONFIRMED, and the server's own CPU, peak
+// RSS and message counts reported beside the processor's.
+func TestBenchNATSProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the pipeline")
+	}
+	t.Setenv(runMainEnv, "1") // the child is this test binary, as the processor
+	code, out, errOut := runArgs("bench", "-nats-process", "-n", "60", "-inflight", "20", "-rate", "100", "-duration", "300ms", "-ack-share", "0.5")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^setup .*in a process of its own`),
+		regexp.MustCompile(`(?m)^portcullis +\d+ +\S+ +\S+ +\S+ +\S+ +\d+ MiB$`),
+		regexp.MustCompile(`(?m)^ raw +\S+ +\d+ MiB +[1-9]\d*\.\d +[1-9]\d*\.\d +\d+ +\d+$`),
+		regexp.MustCompile(`(?m)^ portcullis +\S+ +\d+ MiB +[1-9]\d*\.\d +[1-9]\d*\.\d +\d+ +\d+$`),
+		regexp.MustCompile(`(?m)^ratio \d+\.\d{3}$`),
+	} {
+		if !want.MatchString(out) {
+			t.Errorf("output lacks %s:\n%s", want, out)
+		}
+	}
+	code, out, errOut = runArgs("bench", "-nats-process", "-queued", "200", "-inflight", "50", "-ack-share", "0.5")
+	if code != 0 {
+		t.Fatalf("queued: exit %d\n%s\n%s", code, out, errOut)
+	}
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^drain +200 in \S+: \d+ proposals/s`),
+		regexp.MustCompile(`(?m)^nats-server +peak RSS \d+ MiB during the drain, CPU/msg \S+, [1-9]\d*\.\d messages in`),
+	} {
+		if !want.MatchString(out) {
+			t.Errorf("queued: output lacks %s:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "NOT CONFIRMED") {
+		t.Errorf("some proposals did not end CONFIRMED:\n%s", out)
+	}
+}
+
 // TestBenchCluster runs both sides on a three-server cluster with two
 // processors sharing the stages: every proposal CONFIRMED.
 func TestBenchCluster(t *testing.T) {

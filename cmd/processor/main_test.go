@@ -20,7 +20,17 @@ import (
 	"github.com/portcullis/portcullis/testenv"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// runMainEnv, set in a child's environment, makes the test binary run as
+// the processor (a command such as `bench -serve-nats`, which
+// `bench -nats-process` starts from its own executable).
+const runMainEnv = "PORTCULLIS_TEST_RUN_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(runMainEnv) == "1" {
+		os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	}
+	goleak.VerifyTestMain(m)
+}
 
 func TestValidate(t *testing.T) {
 	var out, errb bytes.Buffer

@@ -57,6 +57,10 @@ type Options struct {
 	// Progress, when set, is called about twice a second with a one-line
 	// status.
 	Progress func(line string)
+	// Server, when set, is the nats-server's own process: phases and
+	// sides measure its CPU time and peak RSS too (ServerCPU,
+	// ServerPeakRSS), apart from this process's.
+	Server *ServerProcess
 }
 
 func (o *Options) defaults() {
@@ -91,6 +95,12 @@ type Phase struct {
 	// phase; 0 where the platform does not say. Unlike throughput, it
 	// hardly depends on what else runs on the machine.
 	CPU time.Duration
+	// ServerCPU is the nats-server process's CPU time during the phase
+	// when it runs apart (Options.Server); then CPU does not include it.
+	ServerCPU time.Duration
+	// Server is what the nats-server process handled during the phase
+	// when it runs apart (Options.Server), else zero.
+	Server ServerStats
 }
 
 // CPUPerMsg is the process's CPU time per message of the phase.
@@ -99,6 +109,15 @@ func (p Phase) CPUPerMsg() time.Duration {
 		return 0
 	}
 	return p.CPU / time.Duration(p.Count)
+}
+
+// ServerCPUPerMsg is the nats-server process's CPU time per message of
+// the phase (0 unless it runs apart).
+func (p Phase) ServerCPUPerMsg() time.Duration {
+	if p.Count == 0 {
+		return 0
+	}
+	return p.ServerCPU / time.Duration(p.Count)
 }
 
 // Throughput is messages per second.
@@ -129,6 +148,9 @@ type Side struct {
 	PeakRSS int64
 	// RSSReset says the peak was reset at the side's start.
 	RSSReset bool
+	// ServerPeakRSS is the nats-server process's peak resident set during
+	// the side when it runs apart (Options.Server), else 0.
+	ServerPeakRSS int64
 	// GoMemory is the Go runtime's peak during the side.
 	GoMemory GoMemory
 }
@@ -145,10 +167,14 @@ type tracker struct {
 	ended   atomic.Int64
 	started time.Time
 	cpu0    time.Duration
+	server  *ServerProcess
+	scpu0   time.Duration
+	stats0  ServerStats
 }
 
-func newTracker(want, window int) *tracker {
-	return &tracker{sent: make(map[string]time.Time, want), want: want, done: make(chan struct{}), slots: make(chan struct{}, window)}
+// tracker returns a tracker for want messages, at most window in flight.
+func (o Options) tracker(want, window int) *tracker {
+	return &tracker{sent: make(map[string]time.Time, want), want: want, done: make(chan struct{}), slots: make(chan struct{}, window), server: o.Server}
 }
 
 // send notes id's send time, waiting for a window slot first.
@@ -204,7 +230,12 @@ func (t *tracker) wait(ctx context.Context, label string, progress func(string))
 			t.mu.Lock()
 			defer t.mu.Unlock()
 			slices.Sort(t.lat)
-			return Phase{Count: t.want, Elapsed: time.Since(t.started), Latencies: t.lat, Failed: t.failed, CPU: cpuTime() - t.cpu0}, nil
+			p := Phase{Count: t.want, Elapsed: time.Since(t.started), Latencies: t.lat, Failed: t.failed, CPU: cpuTime() - t.cpu0}
+			if t.server != nil {
+				p.ServerCPU = t.server.CPU() - t.scpu0
+				p.Server = t.server.Stats().sub(t.stats0)
+			}
+			return p, nil
 		case <-tick.C:
 			n := t.ended.Load()
 			if progress != nil {
@@ -245,23 +276,42 @@ func paced(ctx context.Context, count, rate int, send func(i int) error) error {
 func (t *tracker) start() {
 	t.started = time.Now()
 	t.cpu0 = cpuTime()
+	if t.server != nil {
+		t.scpu0 = t.server.CPU()
+		t.stats0 = t.server.Stats()
+	}
 }
 
 // errNoRSS: the platform does not report peak RSS.
 var errNoRSS = errors.New("bench: peak RSS not available")
 
-// resetPeakRSS returns the heap's free pages to the system and restarts
-// the kernel's peak-RSS count at the current RSS (Linux: clear_refs 5),
-// so that what an earlier side left behind is not counted. It reports
-// whether the count was restarted.
-func resetPeakRSS() bool {
+// resetPeaks returns the heap's free pages to the system and restarts the
+// kernel's peak-RSS count at the current RSS (Linux: clear_refs 5), of
+// this process and of the server's when it runs apart, so that what an
+// earlier side left behind is not counted. It reports whether this
+// process's count was restarted.
+func (o Options) resetPeaks() bool {
 	debug.FreeOSMemory()
+	if o.Server != nil {
+		_ = os.WriteFile("/proc/"+o.Server.proc()+"/clear_refs", []byte("5"), 0)
+	}
 	return os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) == nil
 }
 
-// peakRSS reads the process's peak resident set (VmHWM) in bytes.
-func peakRSS() (int64, error) {
-	b, err := os.ReadFile("/proc/self/status")
+// peaks reads the peak resident sets (VmHWM) of this process and of the
+// server's when it runs apart, in bytes (0 where unknown).
+func (o Options) peaks() (self, srv int64) {
+	self, _ = peakRSS("self")
+	if o.Server != nil {
+		srv, _ = peakRSS(o.Server.proc())
+	}
+	return self, srv
+}
+
+// peakRSS reads a process's peak resident set (VmHWM) in bytes; proc is
+// "self" or a pid.
+func peakRSS(proc string) (int64, error) {
+	b, err := os.ReadFile("/proc/" + proc + "/status")
 	if err != nil {
 		return 0, errNoRSS
 	}

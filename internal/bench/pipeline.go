@@ -120,10 +120,10 @@ func Pipeline(ctx context.Context, url string, subj subjects.Subjects, o Options
 	}
 
 	var side Side
-	side.RSSReset = resetPeakRSS()
+	side.RSSReset = o.resetPeaks()
 	stopMem := sampleMemory(o.OnHeapPeak)
 	defer func() { stopMem() }()
-	t := newTracker(o.Count, o.Window)
+	t := o.tracker(o.Count, o.Window)
 	cur.Store(t)
 	t.start()
 	for i, b := range tp {
@@ -138,7 +138,7 @@ func Pipeline(ctx context.Context, url string, subj subjects.Subjects, o Options
 	if side.Throughput, err = t.wait(ctx, "portcullis throughput", o.Progress); err != nil {
 		return Side{}, 0, err
 	}
-	t = newTracker(latencyN, latencyN)
+	t = o.tracker(latencyN, latencyN)
 	cur.Store(t)
 	t.start()
 	if err := paced(ctx, latencyN, o.Rate, func(i int) error {
@@ -153,7 +153,7 @@ func Pipeline(ctx context.Context, url string, subj subjects.Subjects, o Options
 	if side.Latency, err = t.wait(ctx, "portcullis latency", o.Progress); err != nil {
 		return Side{}, 0, err
 	}
-	side.PeakRSS, _ = peakRSS()
+	side.PeakRSS, side.ServerPeakRSS = o.peaks()
 	side.GoMemory = stopMem()
 	stopMem = func() GoMemory { return GoMemory{} }
 	return side, len(tp[0]), nil

@@ -31,6 +31,9 @@ type Backlog struct {
 	// embedded server included), as Side.PeakRSS; RSSReset as there.
 	PeakRSS  int64
 	RSSReset bool
+	// ServerPeakRSS is the nats-server process's peak during Drain when
+	// it runs apart (Options.Server), else 0.
+	ServerPeakRSS int64
 	// GoMemory is the Go runtime's peak during Drain.
 	GoMemory GoMemory
 	// ProposalBytes is the size of each proposal.
@@ -38,15 +41,18 @@ type Backlog struct {
 }
 
 // Queued measures a backlog: it publishes count proposals to cfg's
-// proposals stream while no processor runs (on a nats-server of its own
-// with the embedded server's settings and store directory, stopped
-// afterwards), then starts the processor with cfg — a development
-// configuration on the embedded server — and waits until every proposal
-// has its terminal outcome. The caller closes the processor it returns.
+// proposals stream while no processor runs, then starts the processor with
+// cfg — a development configuration — and waits until every proposal has
+// its terminal outcome. The caller closes the processor it returns.
+//
+// With o.Server the backlog goes to that server, which cfg's processor
+// must use; else cfg must use the embedded server, and the backlog is
+// published on a nats-server of its own with the embedded server's
+// settings and store directory, stopped before the processor starts.
 func Queued(ctx context.Context, cfg *config.Config, count int, o Options, start func(context.Context) (*engine.Processor, error)) (Backlog, *engine.Processor, error) {
 	o.defaults()
-	if !cfg.NATS.Embedded {
-		return Backlog{}, nil, errors.New("bench: queued: needs the embedded server")
+	if cfg.NATS.Embedded == (o.Server != nil) {
+		return Backlog{}, nil, errors.New("bench: queued: the processor must use the embedded server, or the server process it is given")
 	}
 	subj, err := subjects.New(cfg.Prefix)
 	if err != nil {
@@ -57,10 +63,10 @@ func Queued(ctx context.Context, cfg *config.Config, count int, o Options, start
 		return Backlog{}, nil, err
 	}
 
-	b.RSSReset = resetPeakRSS()
+	b.RSSReset = o.resetPeaks()
 	stopMem := sampleMemory(o.OnHeapPeak)
 	defer func() { stopMem() }()
-	t := newTracker(count, count)
+	t := o.tracker(count, count)
 	for i := range count {
 		_ = t.send(ctx, queuedID(i))
 	}
@@ -109,7 +115,7 @@ func Queued(ctx context.Context, cfg *config.Config, count int, o Options, start
 		return Backlog{}, p, err
 	}
 	b.Drain.Latencies = nil
-	b.PeakRSS, _ = peakRSS()
+	b.PeakRSS, b.ServerPeakRSS = o.peaks()
 	b.GoMemory = stopMem()
 	stopMem = func() GoMemory { return GoMemory{} }
 	return b, p, nil
@@ -117,22 +123,26 @@ func Queued(ctx context.Context, cfg *config.Config, count int, o Options, start
 
 func queuedID(i int) string { return fmt.Sprintf("q-%07d", i) }
 
-// queue starts a nats-server as the embedded one would run, creates the
-// processor's streams, publishes count proposals and stops the server.
+// queue creates the processor's streams and publishes count proposals: on
+// o.Server, or on a nats-server started as the embedded one would run and
+// stopped afterwards.
 func queue(ctx context.Context, cfg *config.Config, subj subjects.Subjects, count int, o Options) (Phase, int, error) {
-	srv, err := server.NewServer(&server.Options{
-		ServerName: "portcullis", Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true,
-		StoreDir: cfg.NATS.StoreDir, SyncAlways: cfg.NATS.SyncAlways, NoSigs: true, NoLog: true,
-	})
-	if err != nil {
-		return Phase{}, 0, err
+	var url string
+	if o.Server != nil {
+		url = o.Server.URL()
+	} else {
+		srv, err := server.NewServer(ServerOptions(cfg.NATS.StoreDir, cfg.NATS.SyncAlways, engine.EmbeddedMaxPayload(cfg)))
+		if err != nil {
+			return Phase{}, 0, err
+		}
+		go srv.Start()
+		defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
+		if !srv.ReadyForConnections(10 * time.Second) {
+			return Phase{}, 0, errors.New("bench: queued: nats-server did not start")
+		}
+		url = srv.ClientURL()
 	}
-	go srv.Start()
-	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		return Phase{}, 0, errors.New("bench: queued: nats-server did not start")
-	}
-	nc, err := nats.Connect(srv.ClientURL())
+	nc, err := nats.Connect(url)
 	if err != nil {
 		return Phase{}, 0, err
 	}

@@ -132,11 +132,11 @@ func Raw(ctx context.Context, url string, bodyBytes int, o Options) (Side, error
 	}
 
 	var side Side
-	side.RSSReset = resetPeakRSS()
+	side.RSSReset = o.resetPeaks()
 	stopMem := sampleMemory(nil)
 	defer func() { stopMem() }()
 	// Throughput.
-	t := newTracker(o.Count, o.Window)
+	t := o.tracker(o.Count, o.Window)
 	cur.Store(t)
 	t.start()
 	for i := range o.Count {
@@ -153,7 +153,7 @@ func Raw(ctx context.Context, url string, bodyBytes int, o Options) (Side, error
 	}
 	// Latency at a fixed rate.
 	n := max(1, int(float64(o.Rate)*o.Duration.Seconds()))
-	t = newTracker(n, n)
+	t = o.tracker(n, n)
 	cur.Store(t)
 	t.start()
 	if err := paced(ctx, n, o.Rate, func(i int) error {
@@ -168,7 +168,7 @@ func Raw(ctx context.Context, url string, bodyBytes int, o Options) (Side, error
 	if side.Latency, err = t.wait(ctx, "raw latency", o.Progress); err != nil {
 		return Side{}, err
 	}
-	side.PeakRSS, _ = peakRSS()
+	side.PeakRSS, side.ServerPeakRSS = o.peaks()
 	side.GoMemory = stopMem()
 	stopMem = func() GoMemory { return GoMemory{} }
 	return side, nil

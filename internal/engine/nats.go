@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
+	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/keyfile"
 	"github.com/portcullis/portcullis/internal/natsauth"
 	"github.com/portcullis/portcullis/subjects"
@@ -151,7 +152,7 @@ func (p *Processor) startServer(processorKey string) error {
 		SyncAlways: n.SyncAlways,
 		NoSigs:     true,
 		NoLog:      true,
-		MaxPayload: int32(max(p.cfg.Admission.MaxPayloadBytes+headerAllowance, 1<<20)),
+		MaxPayload: EmbeddedMaxPayload(p.cfg),
 	}
 	if n.Auth {
 		// Every role its own account, the processor's with JetStream
@@ -189,6 +190,12 @@ func (p *Processor) startServer(processorKey string) error {
 	}
 	p.srv = srv
 	return nil
+}
+
+// EmbeddedMaxPayload is the embedded server's max_payload for c: the
+// largest proposal with its headers, and at least the nats-server default.
+func EmbeddedMaxPayload(c *config.Config) int32 {
+	return int32(max(c.Admission.MaxPayloadBytes+headerAllowance, 1<<20))
 }
 
 // probeListen fails if addr cannot be listened on now (in use, not a local
