@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -82,5 +83,29 @@ func TestNoSyncWithoutFlushMayBeLost(t *testing.T) {
 	defer r.Close()
 	if _, found, _ := r.LastOutcome(ref); found {
 		t.Skip("the write reached the disk anyway (Pebble synced for its own reasons)")
+	}
+}
+
+// Compact leaves every record readable, and a closed store refuses it.
+func TestCompact(t *testing.T) {
+	s, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := schema.ProposalRef{Host: "h", ProposalID: "p-1"}
+	b := s.NewBatch()
+	b.PutAdmitted(ref, Admitted{Digest: "d", Seq: 1})
+	if err := b.Commit(Sync); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Compact(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if a, found, err := s.Admitted(ref); err != nil || !found || a.Digest != "d" {
+		t.Errorf("after Compact: %+v %v %v", a, found, err)
+	}
+	s.Close()
+	if err := s.Compact(t.Context()); !errors.Is(err, ErrClosed) {
+		t.Errorf("Compact of a closed store: %v", err)
 	}
 }
