@@ -13,22 +13,11 @@ func TestBench(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the pipeline")
 	}
-	code, out, errOut := runArgs("bench", "-n", "60", "-inflight", "20", "-rate", "100", "-duration", "300ms", "-ack-share", "0.5")
-	if code != 0 {
-		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
-	}
-	for _, want := range []*regexp.Regexp{
-		regexp.MustCompile(`(?m)^raw +\d+ +\S+ +\S+ +\S+ +`),
-		regexp.MustCompile(`(?m)^portcullis +\d+ +\S+ +\S+ +\S+ +`),
-		regexp.MustCompile(`(?m)^ratio \d+\.\d{3}$`),
-	} {
-		if !want.MatchString(out) {
-			t.Errorf("output lacks %s:\n%s", want, out)
-		}
-	}
-	if strings.Contains(out, "NOT CONFIRMED") {
-		t.Errorf("some proposals did not end CONFIRMED:\n%s", out)
-	}
+	benchOutput(t, []string{
+		`^raw +\d+ +\S+ +\S+ +\S+ +`,
+		`^portcullis +\d+ +\S+ +\S+ +\S+ +`,
+		`^ratio \d+\.\d{3}$`,
+	}, "bench", "-n", "60", "-inflight", "20", "-rate", "100", "-duration", "300ms", "-ack-share", "0.5")
 }
 
 // TestBenchQueued queues a small backlog before the processor starts and
@@ -37,22 +26,11 @@ func TestBenchQueued(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the pipeline")
 	}
-	code, out, errOut := runArgs("bench", "-queued", "200", "-inflight", "50", "-ack-share", "0.5")
-	if code != 0 {
-		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
-	}
-	for _, want := range []*regexp.Regexp{
-		regexp.MustCompile(`(?m)^queue +200 published `),
-		regexp.MustCompile(`(?m)^drain +200 in \S+: \d+ proposals/s`),
-		regexp.MustCompile(`(?m)^peak RSS +\d+ MiB during the drain`),
-	} {
-		if !want.MatchString(out) {
-			t.Errorf("output lacks %s:\n%s", want, out)
-		}
-	}
-	if strings.Contains(out, "NOT CONFIRMED") {
-		t.Errorf("some proposals did not end CONFIRMED:\n%s", out)
-	}
+	benchOutput(t, []string{
+		`^queue +200 published `,
+		`^drain +200 in \S+: \d+ proposals/s`,
+		`^peak RSS +\d+ MiB during the drain`,
+	}, "bench", "-queued", "200", "-inflight", "50", "-ack-share", "0.5")
 }
 
 // TestBenchNATSProcess runs both bench forms with the nats-server in a
@@ -63,36 +41,17 @@ func TestBenchNATSProcess(t *testing.T) {
 		t.Skip("runs the pipeline")
 	}
 	t.Setenv(runMainEnv, "1") // the child is this test binary, as the processor
-	code, out, errOut := runArgs("bench", "-nats-process", "-n", "60", "-inflight", "20", "-rate", "100", "-duration", "300ms", "-ack-share", "0.5")
-	if code != 0 {
-		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
-	}
-	for _, want := range []*regexp.Regexp{
-		regexp.MustCompile(`(?m)^setup .*in a process of its own`),
-		regexp.MustCompile(`(?m)^portcullis +\d+ +\S+ +\S+ +\S+ +\S+ +\d+ MiB$`),
-		regexp.MustCompile(`(?m)^ raw +\S+ +\d+ MiB +[1-9]\d*\.\d +[1-9]\d*\.\d +\d+ +\d+$`),
-		regexp.MustCompile(`(?m)^ portcullis +\S+ +\d+ MiB +[1-9]\d*\.\d +[1-9]\d*\.\d +\d+ +\d+$`),
-		regexp.MustCompile(`(?m)^ratio \d+\.\d{3}$`),
-	} {
-		if !want.MatchString(out) {
-			t.Errorf("output lacks %s:\n%s", want, out)
-		}
-	}
-	code, out, errOut = runArgs("bench", "-nats-process", "-queued", "200", "-inflight", "50", "-ack-share", "0.5")
-	if code != 0 {
-		t.Fatalf("queued: exit %d\n%s\n%s", code, out, errOut)
-	}
-	for _, want := range []*regexp.Regexp{
-		regexp.MustCompile(`(?m)^drain +200 in \S+: \d+ proposals/s`),
-		regexp.MustCompile(`(?m)^nats-server +peak RSS \d+ MiB during the drain, CPU/msg \S+, [1-9]\d*\.\d messages in`),
-	} {
-		if !want.MatchString(out) {
-			t.Errorf("queued: output lacks %s:\n%s", want, out)
-		}
-	}
-	if strings.Contains(out, "NOT CONFIRMED") {
-		t.Errorf("some proposals did not end CONFIRMED:\n%s", out)
-	}
+	benchOutput(t, []string{
+		`^setup .*in a process of its own`,
+		`^portcullis +\d+ +\S+ +\S+ +\S+ +\S+ +\d+ MiB$`,
+		`^ raw +\S+ +\d+ MiB +[1-9]\d*\.\d +[1-9]\d*\.\d +\d+ +\d+$`,
+		`^ portcullis +\S+ +\d+ MiB +[1-9]\d*\.\d +[1-9]\d*\.\d +\d+ +\d+$`,
+		`^ratio \d+\.\d{3}$`,
+	}, "bench", "-nats-process", "-n", "60", "-inflight", "20", "-rate", "100", "-duration", "300ms", "-ack-share", "0.5")
+	benchOutput(t, []string{
+		`^drain +200 in \S+: \d+ proposals/s`,
+		`^nats-server +peak RSS \d+ MiB during the drain, CPU/msg \S+, [1-9]\d*\.\d messages in`,
+	}, "bench", "-nats-process", "-queued", "200", "-inflight", "50", "-ack-share", "0.5")
 }
 
 // TestBenchCluster runs both sides on a three-server cluster with two
@@ -101,18 +60,26 @@ func TestBenchCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a cluster")
 	}
-	code, out, errOut := runArgs("bench", "-cluster", "2", "-n", "40", "-inflight", "20", "-rate", "50", "-duration", "400ms", "-ack-share", "0.5")
+	benchOutput(t, []string{
+		`^setup .*cluster.*2 processor`,
+		`^raw +\d+ +\S+ +\S+ +\S+ +`,
+		`^portcullis +\d+ +\S+ +\S+ +\S+ +`,
+		`^ratio \d+\.\d{3}$`,
+	}, "bench", "-cluster", "2", "-n", "40", "-inflight", "20", "-rate", "50", "-duration", "400ms", "-ack-share", "0.5")
+}
+
+// benchOutput runs `processor` with args, which must exit 0 with every
+// proposal CONFIRMED and an output matching each of wants (multi-line
+// regular expressions).
+func benchOutput(t *testing.T, wants []string, args ...string) {
+	t.Helper()
+	code, out, errOut := runArgs(args...)
 	if code != 0 {
-		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+		t.Fatalf("%s: exit %d\n%s\n%s", strings.Join(args, " "), code, out, errOut)
 	}
-	for _, want := range []*regexp.Regexp{
-		regexp.MustCompile(`(?m)^setup .*cluster.*2 processor`),
-		regexp.MustCompile(`(?m)^raw +\d+ +\S+ +\S+ +\S+ +`),
-		regexp.MustCompile(`(?m)^portcullis +\d+ +\S+ +\S+ +\S+ +`),
-		regexp.MustCompile(`(?m)^ratio \d+\.\d{3}$`),
-	} {
-		if !want.MatchString(out) {
-			t.Errorf("output lacks %s:\n%s", want, out)
+	for _, want := range wants {
+		if !regexp.MustCompile("(?m)" + want).MatchString(out) {
+			t.Errorf("%s: output lacks %s:\n%s", strings.Join(args, " "), want, out)
 		}
 	}
 	if strings.Contains(out, "NOT CONFIRMED") {

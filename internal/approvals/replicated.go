@@ -3,7 +3,6 @@ package approvals
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -13,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/internal/leaderkv"
@@ -195,11 +193,13 @@ func Bucket(name string, replicas int, maxAge time.Duration) leaderkv.Bucket {
 type stored struct {
 	Record Record `json:"record"`
 	// Writer is the instance id of the processor that committed it, and
-	// Commit a random id of the commit: a writer whose write timed out
-	// recognizes its own.
+	// Commit a random id of the commit (leaderkv.CommitID): a writer whose
+	// write timed out recognizes its own.
 	Writer string `json:"writer"`
 	Commit string `json:"commit"`
 }
+
+func (s *stored) commit() string { return s.Commit }
 
 // session is what the first Load under one Lock read.
 type session struct {
@@ -243,22 +243,15 @@ func (r *Replicated) Lock(ref schema.ProposalRef) func() {
 
 // get reads a record from the stream's leader: nil, 0 if there is none.
 func (r *Replicated) get(key string) (*stored, uint64, error) {
-	var e jetstream.KeyValueEntry
-	err := r.do(func(ctx context.Context) (err error) {
-		e, err = r.kv.Get(ctx, key)
-		return err
-	})
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, 0, nil
-	}
+	var s stored
+	rev, found, err := leaderkv.GetJSON(r.budget(), r.kv, key, &s)
 	if err != nil {
 		return nil, 0, fmt.Errorf("approvals: get %s: %w", short(key), err)
 	}
-	var s stored
-	if err := json.Unmarshal(e.Value(), &s); err != nil {
-		return nil, 0, fmt.Errorf("approvals: %s: %w: %w", short(key), kv.ErrCorrupt, err)
+	if !found {
+		return nil, 0, nil
 	}
-	return &s, e.Revision(), nil
+	return &s, rev, nil
 }
 
 // Load reads a proposal's record from the stream's leader. The first Load
@@ -328,7 +321,7 @@ func (r *Replicated) Commit(ref schema.ProposalRef, w Writes) error {
 	if w.Record == nil {
 		return nil
 	}
-	s := &stored{Record: *w.Record, Writer: r.writer, Commit: newCommitID()}
+	s := &stored{Record: *w.Record, Writer: r.writer, Commit: leaderkv.CommitID()}
 	newRev, err := r.swap(key, rev, s)
 	r.mu.Lock()
 	if sess != nil && r.sessions[key] == sess {
@@ -346,25 +339,11 @@ func (r *Replicated) Commit(ref schema.ProposalRef, w Writes) error {
 	return nil
 }
 
-func newCommitID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
 // swap is the compare-and-set: Create when nothing was loaded, else Update
 // against rev (leaderkv.Budget.Swap settles a failure that is not a clear
 // conflict by reading the record back).
 func (r *Replicated) swap(key string, rev uint64, s *stored) (uint64, error) {
-	data, err := json.Marshal(s, json.Deterministic(true))
-	if err != nil {
-		return 0, fmt.Errorf("approvals: encode: %w", err)
-	}
-	mine := func(v []byte) bool {
-		var got stored
-		return json.Unmarshal(v, &got) == nil && got.Commit == s.Commit
-	}
-	newRev, err := r.budget().Swap(r.kv, key, data, rev, r.settle, mine)
+	newRev, err := leaderkv.SwapJSON(r.budget(), r.kv, key, s, rev, r.settle, (*stored).commit)
 	switch {
 	case errors.Is(err, leaderkv.ErrConflict):
 		return 0, fmt.Errorf("%w: record %s changed since it was read", ErrConflict, short(key))

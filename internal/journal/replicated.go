@@ -2,7 +2,6 @@ package journal
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -141,13 +140,15 @@ func Bucket(name string, replicas int) leaderkv.Bucket {
 type stored struct {
 	Record Record `json:"record"`
 	// Writer is the instance id of the processor that committed it, and
-	// Commit a random id of the commit: a writer whose write timed out
-	// recognizes its own.
+	// Commit a random id of the commit (leaderkv.CommitID): a writer whose
+	// write timed out recognizes its own.
 	Writer string `json:"writer"`
 	Commit string `json:"commit"`
 	// After are the writes that follow this version's compare-and-set.
 	After *after `json:"after,omitempty"`
 }
+
+func (s *stored) commit() string { return s.Commit }
 
 type after struct {
 	// Receipt is the history's entry number Record.ReceiptSeq.
@@ -216,21 +217,10 @@ func (r *Replicated) session(fingerprint string) *session {
 
 // get reads and decodes a key; found is false if it does not exist.
 func (r *Replicated) get(key string, v any) (rev uint64, found bool, err error) {
-	var e jetstream.KeyValueEntry
-	err = r.do(func(ctx context.Context) (err error) {
-		e, err = r.kv.Get(ctx, key)
-		return err
-	})
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return 0, false, nil
-	}
-	if err != nil {
+	if rev, found, err = leaderkv.GetJSON(r.budget(), r.kv, key, v); err != nil {
 		return 0, false, fmt.Errorf("journal: get %s: %w", key, err)
 	}
-	if err := json.Unmarshal(e.Value(), v); err != nil {
-		return 0, false, fmt.Errorf("journal: %s: %w: %w", key, kv.ErrCorrupt, err)
-	}
-	return e.Revision(), true, nil
+	return rev, found, nil
 }
 
 func (r *Replicated) loadStored(fingerprint string) (*stored, uint64, error) {
@@ -314,7 +304,7 @@ func (r *Replicated) Commit(fingerprint string, w Writes) error {
 		a = nil
 	}
 	if w.Record != nil {
-		s := &stored{Record: *w.Record, Writer: r.writer, Commit: newCommitID(), After: a}
+		s := &stored{Record: *w.Record, Writer: r.writer, Commit: leaderkv.CommitID(), After: a}
 		newRev, err := r.swap(h, rev, s)
 		if err != nil {
 			if errors.Is(err, ErrConflict) {
@@ -351,25 +341,11 @@ func (r *Replicated) Commit(fingerprint string, w Writes) error {
 	return nil
 }
 
-func newCommitID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
 // swap is the compare-and-set of the record: Create when nothing was
 // loaded, else Update against rev (leaderkv.Budget.Swap settles a failure
 // that is not a clear conflict by reading the record back).
 func (r *Replicated) swap(h string, rev uint64, s *stored) (uint64, error) {
-	data, err := json.Marshal(s, json.Deterministic(true))
-	if err != nil {
-		return 0, fmt.Errorf("journal: encode: %w", err)
-	}
-	mine := func(v []byte) bool {
-		var got stored
-		return json.Unmarshal(v, &got) == nil && got.Commit == s.Commit
-	}
-	newRev, err := r.budget().Swap(r.kv, recordKey(h), data, rev, r.settle, mine)
+	newRev, err := leaderkv.SwapJSON(r.budget(), r.kv, recordKey(h), s, rev, r.settle, (*stored).commit)
 	switch {
 	case errors.Is(err, leaderkv.ErrConflict):
 		return 0, ErrConflict

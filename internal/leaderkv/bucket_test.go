@@ -2,6 +2,7 @@ package leaderkv_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/internal/leaderkv"
+	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/testenv"
 )
 
@@ -76,5 +78,53 @@ func TestSwap(t *testing.T) {
 	e, err := kv.Get(context.Background(), "k")
 	if err != nil || string(e.Value()) != "two" {
 		t.Errorf("stored %q %v", e.Value(), err)
+	}
+}
+
+// SwapJSON and GetJSON: a record written with its commit id reads back
+// whole at its revision; a key with no value is not found; a value that is
+// not the record's JSON is kv.ErrCorrupt; a create over an existing record
+// from another writer is a conflict.
+func TestSwapJSONAndGetJSON(t *testing.T) {
+	nc, err := nats.Connect(testenv.StartServer(t, "").ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	store, err := leaderkv.Bucket{Name: "j", Replicas: 1}.Ensure(context.Background(), js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type rec struct {
+		N      int    `json:"n"`
+		Commit string `json:"commit"`
+	}
+	commit := func(r *rec) string { return r.Commit }
+	var b leaderkv.Budget
+	var got rec
+	if _, found, err := leaderkv.GetJSON(b, store, "r", &got); found || err != nil {
+		t.Fatalf("missing key: found %v, %v", found, err)
+	}
+	w := rec{N: 7, Commit: leaderkv.CommitID()}
+	rev, err := leaderkv.SwapJSON(b, store, "r", &w, 0, time.Second, commit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gotRev, found, err := leaderkv.GetJSON(b, store, "r", &got); !found || err != nil || gotRev != rev || got != w {
+		t.Fatalf("read back %+v at %d (found %v, %v), wrote %+v at %d", got, gotRev, found, err, w, rev)
+	}
+	other := rec{N: 8, Commit: leaderkv.CommitID()}
+	if other.Commit == w.Commit {
+		t.Fatal("two commit ids alike")
+	}
+	if _, err := leaderkv.SwapJSON(b, store, "r", &other, 0, time.Second, commit); err != leaderkv.ErrConflict {
+		t.Errorf("another writer's create over the record: %v", err)
+	}
+	if _, err := store.Put(context.Background(), "bad", []byte("{not json")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := leaderkv.GetJSON(b, store, "bad", &got); !errors.Is(err, kv.ErrCorrupt) {
+		t.Errorf("undecodable value: %v", err)
 	}
 }

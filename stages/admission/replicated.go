@@ -117,27 +117,16 @@ func deliveryKey(host, id string) string { return "dlv." + hashKey("delivery", h
 // do runs an idempotent operation, each try with an AttemptTimeout
 // context, until it succeeds, fails for another reason than JetStream not
 // answering, or OpTimeout has passed.
-func (r *Replicated) do(f func(ctx context.Context) error) error {
-	return leaderkv.Budget{Op: r.op, Attempt: r.attempt}.Do(f)
-}
+func (r *Replicated) do(f func(ctx context.Context) error) error { return r.budget().Do(f) }
+
+func (r *Replicated) budget() leaderkv.Budget { return leaderkv.Budget{Op: r.op, Attempt: r.attempt} }
 
 // get reads and decodes a key from the stream's leader.
 func (r *Replicated) get(key string, v any) (rev uint64, found bool, err error) {
-	var e jetstream.KeyValueEntry
-	err = r.do(func(ctx context.Context) (err error) {
-		e, err = r.kv.Get(ctx, key)
-		return err
-	})
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return 0, false, nil
-	}
-	if err != nil {
+	if rev, found, err = leaderkv.GetJSON(r.budget(), r.kv, key, v); err != nil {
 		return 0, false, fmt.Errorf("admission: get %s: %w", key, err)
 	}
-	if err := json.Unmarshal(e.Value(), v); err != nil {
-		return 0, false, fmt.Errorf("admission: %s: %w: %w", key, kv.ErrCorrupt, err)
-	}
-	return e.Revision(), true, nil
+	return rev, found, nil
 }
 
 // claim creates key with v unless it exists. A try that times out may

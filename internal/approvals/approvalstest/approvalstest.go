@@ -8,9 +8,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/portcullis/portcullis/internal/approvals"
+	"github.com/portcullis/portcullis/internal/leaderkv/leaderkvtest"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 )
@@ -248,31 +248,6 @@ func Run(t *testing.T, open func(t *testing.T) approvals.Store) {
 	t.Run("lock excludes", func(t *testing.T) {
 		s := open(t)
 		other := schema.ProposalRef{Host: "other", ProposalID: ref.ProposalID}
-		unlock := s.Lock(ref)
-		var wg sync.WaitGroup
-		got := make(chan string, 2)
-		wg.Go(func() {
-			u := s.Lock(ref)
-			got <- "same"
-			u()
-		})
-		wg.Go(func() {
-			u := s.Lock(other)
-			got <- "other"
-			u()
-		})
-		select {
-		case v := <-got:
-			if v != "other" {
-				t.Fatal("a second Lock of the same proposal did not wait")
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("Lock of another host's proposal waited")
-		}
-		unlock()
-		if v := <-got; v != "same" {
-			t.Fatal(v)
-		}
-		wg.Wait()
+		leaderkvtest.LockExcludes(t, s.Lock, ref, other)
 	})
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/portcullis/portcullis/internal/journal"
+	"github.com/portcullis/portcullis/internal/leaderkv/leaderkvtest"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 )
@@ -146,32 +147,7 @@ func Run(t *testing.T, open Open) {
 
 	t.Run("lock excludes", func(t *testing.T) {
 		s, _ := open(t)
-		unlock := s.Lock(fp)
-		var wg sync.WaitGroup
-		got := make(chan string, 2)
-		wg.Go(func() {
-			u := s.Lock(fp)
-			got <- "same"
-			u()
-		})
-		wg.Go(func() {
-			u := s.Lock(other)
-			got <- "other"
-			u()
-		})
-		select {
-		case v := <-got:
-			if v != "other" {
-				t.Fatal("a second Lock of the same fingerprint did not wait")
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("Lock of another fingerprint waited")
-		}
-		unlock()
-		if v := <-got; v != "same" {
-			t.Fatal(v)
-		}
-		wg.Wait()
+		leaderkvtest.LockExcludes(t, s.Lock, fp, other)
 	})
 
 	t.Run("racing first writers: exactly one wins", func(t *testing.T) {

@@ -1,9 +1,11 @@
 // Package leaderkvtest opens shared buckets for tests the way processors
-// do: each on a connection of its own.
+// do, each on a connection of its own, and holds checks the conformance
+// suites of the stores built on them share.
 package leaderkvtest
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -40,4 +42,36 @@ func Open(t testing.TB, url string, b leaderkv.Bucket) (jetstream.JetStream, jet
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// LockExcludes checks a store's per-key Lock: a second Lock of key waits
+// until the first is released; a Lock of other does not wait.
+func LockExcludes[K any](t *testing.T, lock func(K) func(), key, other K) {
+	t.Helper()
+	unlock := lock(key)
+	var wg sync.WaitGroup
+	got := make(chan string, 2)
+	wg.Go(func() {
+		u := lock(key)
+		got <- "same"
+		u()
+	})
+	wg.Go(func() {
+		u := lock(other)
+		got <- "other"
+		u()
+	})
+	select {
+	case v := <-got:
+		if v != "other" {
+			t.Fatal("a second Lock of the same key did not wait")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Lock of another key waited")
+	}
+	unlock()
+	if v := <-got; v != "same" {
+		t.Fatal(v)
+	}
+	wg.Wait()
 }

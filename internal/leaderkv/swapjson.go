@@ -1,0 +1,58 @@
+package leaderkv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-json-experiment/json"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/portcullis/portcullis/kv"
+)
+
+// CommitID returns a fresh random id for a write to carry, by which
+// SwapJSON recognises the write when it reads the key back.
+func CommitID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// SwapJSON is Swap of v encoded as deterministic JSON: a value read back
+// is this write's when it decodes to a T whose commit id (commit) is v's.
+func SwapJSON[T any](b Budget, kv jetstream.KeyValue, key string, v *T, rev uint64, settle time.Duration, commit func(*T) string) (uint64, error) {
+	data, err := json.Marshal(v, json.Deterministic(true))
+	if err != nil {
+		return 0, fmt.Errorf("leaderkv: encode: %w", err)
+	}
+	id := commit(v)
+	return b.Swap(kv, key, data, rev, settle, func(value []byte) bool {
+		var got T
+		return json.Unmarshal(value, &got) == nil && commit(&got) == id
+	})
+}
+
+// GetJSON reads key from the stream's leader, retrying as b does, and
+// decodes its value into v. found is false (v untouched) when the key has
+// no value; a value that does not decode is kv.ErrCorrupt.
+func GetJSON(b Budget, store jetstream.KeyValue, key string, v any) (rev uint64, found bool, err error) {
+	var e jetstream.KeyValueEntry
+	err = b.Do(func(ctx context.Context) (err error) {
+		e, err = store.Get(ctx, key)
+		return err
+	})
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	if err := json.Unmarshal(e.Value(), v); err != nil {
+		return 0, false, fmt.Errorf("%w: %w", kv.ErrCorrupt, err)
+	}
+	return e.Revision(), true, nil
+}
