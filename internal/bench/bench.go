@@ -230,7 +230,7 @@ func (t *tracker) wait(ctx context.Context, label string, progress func(string))
 			t.mu.Lock()
 			defer t.mu.Unlock()
 			slices.Sort(t.lat)
-			p := Phase{Count: t.want, Elapsed: time.Since(t.started), Latencies: t.lat, Failed: t.failed, CPU: cpuTime() - t.cpu0}
+			p := Phase{Count: t.want, Elapsed: time.Since(t.started), Latencies: t.lat, Failed: t.failed, CPU: CPUTime() - t.cpu0}
 			if t.server != nil {
 				p.ServerCPU = t.server.CPU() - t.scpu0
 				p.Server = t.server.Stats().sub(t.stats0)
@@ -275,7 +275,7 @@ func paced(ctx context.Context, count, rate int, send func(i int) error) error {
 // start notes the phase's start: its time and the process's CPU time.
 func (t *tracker) start() {
 	t.started = time.Now()
-	t.cpu0 = cpuTime()
+	t.cpu0 = CPUTime()
 	if t.server != nil {
 		t.scpu0 = t.server.CPU()
 		t.stats0 = t.server.Stats()

@@ -4,5 +4,5 @@ package bench
 
 import "time"
 
-// cpuTime is 0 where the platform does not say.
-func cpuTime() time.Duration { return 0 }
+// CPUTime is 0 where the platform does not say.
+func CPUTime() time.Duration { return 0 }

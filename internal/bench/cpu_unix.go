@@ -7,8 +7,8 @@ import (
 	"time"
 )
 
-// cpuTime is the process's CPU time so far, user and system.
-func cpuTime() time.Duration {
+// CPUTime is the process's CPU time so far, user and system.
+func CPUTime() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0

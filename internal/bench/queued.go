@@ -156,7 +156,7 @@ func queue(ctx context.Context, cfg *config.Config, subj subjects.Subjects, coun
 	if _, err := engine.EnsureStreams(ctx, js, subj, cfg); err != nil {
 		return Phase{}, 0, err
 	}
-	started, cpu0 := time.Now(), cpuTime()
+	started, cpu0 := time.Now(), CPUTime()
 	size := 0
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
@@ -186,5 +186,5 @@ func queue(ctx context.Context, cfg *config.Config, subj subjects.Subjects, coun
 	if f := failed.Load(); f > 0 {
 		return Phase{}, 0, fmt.Errorf("bench: queued: %d of %d proposals not stored", f, count)
 	}
-	return Phase{Count: count, Elapsed: time.Since(started), CPU: cpuTime() - cpu0}, size, nil
+	return Phase{Count: count, Elapsed: time.Since(started), CPU: CPUTime() - cpu0}, size, nil
 }

@@ -49,16 +49,7 @@ func TestBucketReadsFromTheLeader(t *testing.T) {
 // Swap: a create loses to an existing value, an update to a newer one
 // (ErrConflict); a write is taken at the revision it compared with.
 func TestSwap(t *testing.T) {
-	nc, err := nats.Connect(testenv.StartServer(t, "").ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	kv, err := leaderkv.Bucket{Name: "s", Replicas: 1}.Ensure(context.Background(), js)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := bucket(t, "s")
 	never := func([]byte) bool { return false }
 	var b leaderkv.Budget
 	rev, err := b.Swap(kv, "k", []byte("one"), 0, time.Second, never)
@@ -86,16 +77,7 @@ func TestSwap(t *testing.T) {
 // not the record's JSON is kv.ErrCorrupt; a create over an existing record
 // from another writer is a conflict.
 func TestSwapJSONAndGetJSON(t *testing.T) {
-	nc, err := nats.Connect(testenv.StartServer(t, "").ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	store, err := leaderkv.Bucket{Name: "j", Replicas: 1}.Ensure(context.Background(), js)
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := bucket(t, "j")
 	type rec struct {
 		N      int    `json:"n"`
 		Commit string `json:"commit"`
@@ -127,4 +109,20 @@ func TestSwapJSONAndGetJSON(t *testing.T) {
 	if _, _, err := leaderkv.GetJSON(b, store, "bad", &got); !errors.Is(err, kv.ErrCorrupt) {
 		t.Errorf("undecodable value: %v", err)
 	}
+}
+
+// bucket is a fresh bucket of one replica on a server of the test's own.
+func bucket(t *testing.T, name string) jetstream.KeyValue {
+	t.Helper()
+	nc, err := nats.Connect(testenv.StartServer(t, "").ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	b, err := leaderkv.Bucket{Name: name, Replicas: 1}.Ensure(context.Background(), js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

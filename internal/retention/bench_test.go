@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/portcullis/portcullis/internal/approvals"
+	"github.com/portcullis/portcullis/internal/bench"
 	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/retention"
 	"github.com/portcullis/portcullis/kv"
@@ -182,7 +183,7 @@ func BenchmarkHotPathStored(b *testing.B) {
 			b.SetParallelism(8) // 16 goroutines on 2 cores
 			b.ReportAllocs()
 			b.ResetTimer()
-			cpu0 := cpuTime()
+			cpu0 := bench.CPUTime()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					if err := hotPath(s, ap, int(fresh.Add(1)), t0+hour); err != nil {
@@ -191,7 +192,7 @@ func BenchmarkHotPathStored(b *testing.B) {
 					}
 				}
 			})
-			if cpu := cpuTime() - cpu0; cpu > 0 {
+			if cpu := bench.CPUTime() - cpu0; cpu > 0 {
 				b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 			}
 			// After the run: ResetTimer drops metrics reported before it.
