@@ -48,13 +48,7 @@ func TestFlushMakesNoSyncWritesDurable(t *testing.T) {
 	if err := s.Flush(); err != nil { // nothing new: returns at once
 		t.Fatal(err)
 	}
-	crashed := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
-	s.Close()
-	r, err := Open("db", Options{FS: crashed})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := crash(t, fs, s)
 	for i := range 400 {
 		if _, found, err := r.LastOutcome(ref(i)); err != nil || !found {
 			t.Fatalf("outcome %d lost after a flush: %v %v", i, found, err)
@@ -74,13 +68,7 @@ func TestNoSyncWithoutFlushMayBeLost(t *testing.T) {
 	if err := s.RecordOutcomes([]schema.Outcome{schema.NewOutcome(ref, schema.KindConfirmed, 1)}); err != nil {
 		t.Fatal(err)
 	}
-	crashed := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
-	s.Close()
-	r, err := Open("db", Options{FS: crashed})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := crash(t, fs, s)
 	if _, found, _ := r.LastOutcome(ref); found {
 		t.Skip("the write reached the disk anyway (Pebble synced for its own reasons)")
 	}
@@ -108,4 +96,18 @@ func TestCompact(t *testing.T) {
 	if err := s.Compact(t.Context()); !errors.Is(err, ErrClosed) {
 		t.Errorf("Compact of a closed store: %v", err)
 	}
+}
+
+// crash is s's store as a crash would leave it: what was synced and
+// nothing else, reopened (closed when the test ends). s is closed.
+func crash(t *testing.T, fs *vfs.MemFS, s *Store) *Store {
+	t.Helper()
+	crashed := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+	s.Close()
+	r, err := Open("db", Options{FS: crashed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
 }

@@ -30,3 +30,23 @@ func TestFingerprintForms(t *testing.T) {
 		t.Errorf("round trip %q", fp)
 	}
 }
+
+// An outcome names its own fingerprint first, then its approval's, then its
+// receipt's; an empty one is no name.
+func TestOutcomeNamedFingerprint(t *testing.T) {
+	own, apr, rcpt, empty := "sha256:own", "sha256:apr", "sha256:rcpt", ""
+	for _, tc := range []struct {
+		o    schema.Outcome
+		want string
+	}{
+		{schema.Outcome{}, ""},
+		{schema.Outcome{Fingerprint: &own, Approval: &schema.Approval{Fingerprint: apr}, Receipt: &schema.Receipt{Fingerprint: rcpt}}, own},
+		{schema.Outcome{Fingerprint: &empty, Approval: &schema.Approval{Fingerprint: apr}, Receipt: &schema.Receipt{Fingerprint: rcpt}}, apr},
+		{schema.Outcome{Approval: &schema.Approval{}, Receipt: &schema.Receipt{Fingerprint: rcpt}}, rcpt},
+		{schema.Outcome{Fingerprint: &empty, Receipt: &schema.Receipt{}}, ""},
+	} {
+		if got := tc.o.NamedFingerprint(); got != tc.want {
+			t.Errorf("%+v: %q, want %q", tc.o, got, tc.want)
+		}
+	}
+}

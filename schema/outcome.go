@@ -42,6 +42,20 @@ type Outcome struct {
 	AtMs        int64       `json:"at_ms"`
 }
 
+// NamedFingerprint is the fingerprint the outcome names: its own, its
+// approval's or its receipt's ("" for none).
+func (o *Outcome) NamedFingerprint() string {
+	switch {
+	case o.Fingerprint != nil && *o.Fingerprint != "":
+		return *o.Fingerprint
+	case o.Approval != nil && o.Approval.Fingerprint != "":
+		return o.Approval.Fingerprint
+	case o.Receipt != nil && o.Receipt.Fingerprint != "":
+		return o.Receipt.Fingerprint
+	}
+	return ""
+}
+
 // Approval tells a frontend what to ask its user before sending a grant.
 type Approval struct {
 	Fingerprint   string `json:"fingerprint"`

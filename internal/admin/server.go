@@ -465,14 +465,8 @@ func (s *Server) proposal(_ string, req *ProposalRequest) (*Proposal, *Error) {
 // names.
 func outcomesFingerprint(outs []StoredOutcome) string {
 	for i := len(outs) - 1; i >= 0; i-- {
-		o := outs[i].Outcome
-		switch {
-		case o.Fingerprint != nil && *o.Fingerprint != "":
-			return *o.Fingerprint
-		case o.Approval != nil && o.Approval.Fingerprint != "":
-			return o.Approval.Fingerprint
-		case o.Receipt != nil && o.Receipt.Fingerprint != "":
-			return o.Receipt.Fingerprint
+		if fp := outs[i].Outcome.NamedFingerprint(); fp != "" {
+			return fp
 		}
 	}
 	return ""

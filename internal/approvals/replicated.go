@@ -80,13 +80,11 @@ var ErrUncertain = errors.New("approvals: the write's outcome is unknown")
 // a parked one outlives its expiry — unless no processor at all runs for
 // that long. The processor's retention sweep (Pebble) does not touch it.
 type Replicated struct {
-	kv      jetstream.KeyValue
-	timers  timers.Timers
-	writer  string
-	log     *slog.Logger
-	op      time.Duration
-	attempt time.Duration
-	settle  time.Duration
+	kv       jetstream.KeyValue
+	timers   timers.Timers
+	writer   string
+	log      *slog.Logger
+	timeouts leaderkv.Timeouts
 
 	locks    kv.KeyedMutex
 	mu       sync.Mutex
@@ -129,36 +127,19 @@ type ReplicatedOptions struct {
 	Writer string
 	// Log receives value-free warnings. nil: slog.Default().
 	Log *slog.Logger
-	// OpTimeout bounds one KV read or timer arming, retries included.
-	// Default 5s.
-	OpTimeout time.Duration
-	// AttemptTimeout bounds one try of it: a request to a stream without
-	// a leader (during an election) gets no answer at all, so tries are
-	// short and repeated. Default 1s.
-	AttemptTimeout time.Duration
-	// SettleTimeout bounds how long Commit tries to learn whether a write
-	// that failed without an answer was stored. Default 15s.
-	SettleTimeout time.Duration
+	// Timeouts bound each KV read or timer arming and how long Commit
+	// settles a write that got no answer.
+	leaderkv.Timeouts
 }
 
 // NewReplicated returns the approvals on o.KV once its watcher has read
 // the parked proposals (so that Count is right from the start), or ctx's
 // error. Close stops the watcher.
 func NewReplicated(ctx context.Context, o ReplicatedOptions) (*Replicated, error) {
-	r := &Replicated{kv: o.KV, timers: o.Timers, writer: o.Writer, log: o.Log, op: o.OpTimeout, attempt: o.AttemptTimeout,
-		settle: o.SettleTimeout, sessions: map[string]*session{}, parked: map[string]parkedEntry{}, local: map[string]localEntry{},
-		initialized: make(chan struct{}), stopped: make(chan struct{})}
+	r := &Replicated{kv: o.KV, timers: o.Timers, writer: o.Writer, log: o.Log, timeouts: o.Timeouts, sessions: map[string]*session{},
+		parked: map[string]parkedEntry{}, local: map[string]localEntry{}, initialized: make(chan struct{}), stopped: make(chan struct{})}
 	if r.log == nil {
 		r.log = slog.Default()
-	}
-	if r.op <= 0 {
-		r.op = leaderkv.DefaultOp
-	}
-	if r.attempt <= 0 {
-		r.attempt = leaderkv.DefaultAttempt
-	}
-	if r.settle <= 0 {
-		r.settle = 15 * time.Second
 	}
 	if r.timers == nil {
 		return nil, errors.New("approvals: a replicated store needs timers")
@@ -223,7 +204,7 @@ func short(key string) string { return key[:16] + "…" }
 // answering, or OpTimeout has passed.
 func (r *Replicated) do(f func(ctx context.Context) error) error { return r.budget().Do(f) }
 
-func (r *Replicated) budget() leaderkv.Budget { return leaderkv.Budget{Op: r.op, Attempt: r.attempt} }
+func (r *Replicated) budget() leaderkv.Budget { return r.timeouts.Budget() }
 
 // Lock serializes this process's work on the proposal and starts the
 // session that remembers what Load read.
@@ -343,7 +324,7 @@ func (r *Replicated) Commit(ref schema.ProposalRef, w Writes) error {
 // against rev (leaderkv.Budget.Swap settles a failure that is not a clear
 // conflict by reading the record back).
 func (r *Replicated) swap(key string, rev uint64, s *stored) (uint64, error) {
-	newRev, err := leaderkv.SwapJSON(r.budget(), r.kv, key, s, rev, r.settle, (*stored).commit)
+	newRev, err := leaderkv.SwapJSON(r.budget(), r.kv, key, s, rev, r.timeouts.Settle(), (*stored).commit)
 	switch {
 	case errors.Is(err, leaderkv.ErrConflict):
 		return 0, fmt.Errorf("%w: record %s changed since it was read", ErrConflict, short(key))

@@ -84,6 +84,20 @@ func (n *node) stop(t *testing.T) {
 	}
 }
 
+// caseName names a kill case: its crash point, and "/store-lost" when
+// the killed processor's store.dir goes with it.
+func caseName(point string, lose bool) string {
+	if lose {
+		return point + "/store-lost"
+	}
+	return point
+}
+
+// pair is two processors, a and b, with their own store dirs on env.
+func pair(t *testing.T, env *testenv.Env) (a, b *node) {
+	return &node{cfg: env.ProcessorConfig(t, "a")}, &node{cfg: env.ProcessorConfig(t, "b")}
+}
+
 // SIGKILL a processor of two on a three-server cluster at a boundary of
 // SPEC §6 dispatch — with its store directory kept, or lost — while
 // another processor runs; restart it; send a second proposal of the same
@@ -109,16 +123,11 @@ func TestClusterKillMidDispatch(t *testing.T) {
 		}
 	}
 	for _, tc := range cases {
-		name := tc.point
-		if tc.lose {
-			name += "/store-lost"
-		}
-		t.Run(name, func(t *testing.T) {
+		t.Run(caseName(tc.point, tc.lose), func(t *testing.T) {
 			t.Parallel()
 			env := testenv.New(t, testenv.Clustered(), testenv.NotStarted(), fastReconcile)
 			far := serveFarSide(t, env)
-			a := &node{cfg: env.ProcessorConfig(t, "a")}
-			b := &node{cfg: env.ProcessorConfig(t, "b")}
+			a, b := pair(t, env)
 			a.start(t, fault.Env+"="+tc.point)
 			// A alone takes the proposal and dies at the point.
 			prop, key := inventoryProposal(t, "prop-a")
@@ -215,11 +224,7 @@ func TestClusterKillMidReconciliation(t *testing.T) {
 			killCase{fault.ReconcileAfterCheckpoint, true})
 	}
 	for _, tc := range cases {
-		name := tc.point
-		if tc.lose {
-			name += "/store-lost"
-		}
-		t.Run(name, func(t *testing.T) {
+		t.Run(caseName(tc.point, tc.lose), func(t *testing.T) {
 			t.Parallel()
 			env := testenv.New(t, testenv.Clustered(), testenv.NotStarted(), fastReconcile)
 			far := serveFarSide(t, env)
@@ -228,8 +233,7 @@ func TestClusterKillMidReconciliation(t *testing.T) {
 			far.OnDispatch(func(context.Context, schema.DispatchRequest) (schema.AdapterReply, error) {
 				return schema.AdapterReply{Outcome: schema.ReplyIndeterminate}, nil
 			})
-			a := &node{cfg: env.ProcessorConfig(t, "a")}
-			b := &node{cfg: env.ProcessorConfig(t, "b")}
+			a, b := pair(t, env)
 			a.start(t, fault.Env+"="+tc.point)
 			prop, key := inventoryProposal(t, "prop-r")
 			env.PublishSigned(t, prop, env.Host)

@@ -89,15 +89,7 @@ func TestJournalStreams(t *testing.T) {
 // A store that holds a local journal never starts on a replicated one,
 // which would not know the intents it dispatched.
 func TestLocalJournalIsNotLeftBehind(t *testing.T) {
-	srv := testenv.StartServer(t, "")
-	cfg := config.Defaults()
-	cfg.NATS = config.NATS{URL: srv.ClientURL(), Replicas: 1}
-	cfg.Store.Dir = t.TempDir()
-	cfg.Metrics.Listen = ""
-	st, err := kv.Open(cfg.Store.Dir, kv.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, st := externalWithStore(t)
 	b := st.NewBatch()
 	b.PutIntent("sha256:"+strings.Repeat("ab", 32), map[string]string{"state": "done"})
 	if err := b.Commit(kv.Sync); err != nil {
@@ -132,15 +124,7 @@ func TestLocalJournalIsNotLeftBehind(t *testing.T) {
 // A store with proposals parked in it never starts on replicated approvals,
 // which would not know them (their timers and grants would find nothing).
 func TestLocalApprovalsAreNotLeftBehind(t *testing.T) {
-	srv := testenv.StartServer(t, "")
-	cfg := config.Defaults()
-	cfg.NATS = config.NATS{URL: srv.ClientURL(), Replicas: 1}
-	cfg.Store.Dir = t.TempDir()
-	cfg.Metrics.Listen = ""
-	st, err := kv.Open(cfg.Store.Dir, kv.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, st := externalWithStore(t)
 	ap, err := approvals.NewPebble(st)
 	if err != nil {
 		t.Fatal(err)
@@ -162,4 +146,20 @@ func TestLocalApprovalsAreNotLeftBehind(t *testing.T) {
 	if !strings.Contains(err.Error(), "parked for approval") {
 		t.Errorf("start: %v", err)
 	}
+}
+
+// externalWithStore is a configuration on a server of the test's own (no
+// embedded one) and its store, open for the test to fill before a
+// processor starts on it.
+func externalWithStore(t *testing.T) (*config.Config, *kv.Store) {
+	t.Helper()
+	cfg := config.Defaults()
+	cfg.NATS = config.NATS{URL: testenv.StartServer(t, "").ClientURL(), Replicas: 1}
+	cfg.Store.Dir = t.TempDir()
+	cfg.Metrics.Listen = ""
+	st, err := kv.Open(cfg.Store.Dir, kv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, st
 }

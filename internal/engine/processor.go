@@ -300,13 +300,9 @@ func (p *Processor) openJournal(ctx context.Context) error {
 		return fmt.Errorf("engine: store.dir %s holds a local dispatch journal, which a replicated journal would not see: set store.journal = \"local\" to keep using it (this processor alone on its NATS); moving a local journal into a replicated one is not supported yet", p.cfg.Store.Dir)
 	}
 	// EnsureStreams made its stream (StreamConfigs).
-	var bucket jetstream.KeyValue
-	err = retryJS(ctx, func(ctx context.Context) (err error) {
-		bucket, err = leaderkv.Bind(ctx, p.js, p.subj.JournalBucket())
-		return err
-	})
+	bucket, err := p.bind(ctx, p.subj.JournalBucket())
 	if err != nil {
-		return fmt.Errorf("engine: %w", err)
+		return err
 	}
 	p.journal = journal.NewReplicated(journal.ReplicatedOptions{
 		KV: bucket, JS: p.js, Writer: id, Log: p.log.With("component", "journal"),
@@ -332,6 +328,20 @@ func (p *Processor) openJournal(ctx context.Context) error {
 	return nil
 }
 
+// bind binds a shared bucket EnsureStreams made (leaderkv.Bind), retried
+// while JetStream does not answer.
+func (p *Processor) bind(ctx context.Context, name string) (jetstream.KeyValue, error) {
+	var bucket jetstream.KeyValue
+	err := retryJS(ctx, func(ctx context.Context) (err error) {
+		bucket, err = leaderkv.Bind(ctx, p.js, name)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	return bucket, nil
+}
+
 // openApprovals opens the authorization stage's approval records: in the
 // store (Pebble, its expiry timers fired by the scheduler) with a local
 // journal; on the approvals bucket, shared by every processor, with a
@@ -351,13 +361,9 @@ func (p *Processor) openApprovals(ctx context.Context) error {
 	if n := local.Count(); n > 0 {
 		return fmt.Errorf("engine: store.dir %s holds %d proposals parked for approval in a local store, which replicated approvals would not see: set store.journal = \"local\" until they are decided", p.cfg.Store.Dir, n)
 	}
-	var bucket jetstream.KeyValue
-	err = retryJS(ctx, func(ctx context.Context) (err error) {
-		bucket, err = leaderkv.Bind(ctx, p.js, p.subj.ApprovalsBucket())
-		return err
-	})
+	bucket, err := p.bind(ctx, p.subj.ApprovalsBucket())
 	if err != nil {
-		return fmt.Errorf("engine: %w", err)
+		return err
 	}
 	r, err := approvals.NewReplicated(ctx, approvals.ReplicatedOptions{
 		KV: bucket, Writer: p.self, Log: p.log.With("component", "approvals"),

@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go/jetstream"
@@ -69,14 +68,12 @@ import (
 // back and recognizes its own commit id; if it cannot tell within its
 // budget it returns ErrUncertain.
 type Replicated struct {
-	kv      jetstream.KeyValue
-	js      jetstream.JetStream
-	timers  timers.Timers
-	writer  string
-	log     *slog.Logger
-	op      time.Duration
-	attempt time.Duration
-	settle  time.Duration
+	kv       jetstream.KeyValue
+	js       jetstream.JetStream
+	timers   timers.Timers
+	writer   string
+	log      *slog.Logger
+	timeouts leaderkv.Timeouts
 
 	locks    kv.KeyedMutex
 	mu       sync.Mutex
@@ -97,32 +94,16 @@ type ReplicatedOptions struct {
 	Writer string
 	// Log receives value-free warnings. nil: slog.Default().
 	Log *slog.Logger
-	// OpTimeout bounds one KV operation, retries included. Default 5s.
-	OpTimeout time.Duration
-	// AttemptTimeout bounds one try of it: a request to a stream without
-	// a leader (during an election) gets no answer at all, so tries are
-	// short and repeated. Default 1s.
-	AttemptTimeout time.Duration
-	// SettleTimeout bounds how long Commit tries to learn whether a write
-	// that failed without an answer was stored. Default 15s.
-	SettleTimeout time.Duration
+	// Timeouts bound each KV operation and how long Commit settles a
+	// write that got no answer.
+	leaderkv.Timeouts
 }
 
 // NewReplicated returns the journal on o.KV.
 func NewReplicated(o ReplicatedOptions) *Replicated {
-	r := &Replicated{kv: o.KV, js: o.JS, timers: o.Timers, writer: o.Writer, log: o.Log, op: o.OpTimeout, attempt: o.AttemptTimeout,
-		settle: o.SettleTimeout, sessions: map[string]*session{}}
+	r := &Replicated{kv: o.KV, js: o.JS, timers: o.Timers, writer: o.Writer, log: o.Log, timeouts: o.Timeouts, sessions: map[string]*session{}}
 	if r.log == nil {
 		r.log = slog.Default()
-	}
-	if r.op <= 0 {
-		r.op = leaderkv.DefaultOp
-	}
-	if r.attempt <= 0 {
-		r.attempt = leaderkv.DefaultAttempt
-	}
-	if r.settle <= 0 {
-		r.settle = 15 * time.Second
 	}
 	return r
 }
@@ -192,7 +173,7 @@ func endedKey(ref schema.ProposalRef) string {
 // answering, or OpTimeout has passed.
 func (r *Replicated) do(f func(ctx context.Context) error) error { return r.budget().Do(f) }
 
-func (r *Replicated) budget() leaderkv.Budget { return leaderkv.Budget{Op: r.op, Attempt: r.attempt} }
+func (r *Replicated) budget() leaderkv.Budget { return r.timeouts.Budget() }
 
 // Lock serializes this process's work on the fingerprint and starts the
 // session that remembers what Load read.
@@ -345,7 +326,7 @@ func (r *Replicated) Commit(fingerprint string, w Writes) error {
 // loaded, else Update against rev (leaderkv.Budget.Swap settles a failure
 // that is not a clear conflict by reading the record back).
 func (r *Replicated) swap(h string, rev uint64, s *stored) (uint64, error) {
-	newRev, err := leaderkv.SwapJSON(r.budget(), r.kv, recordKey(h), s, rev, r.settle, (*stored).commit)
+	newRev, err := leaderkv.SwapJSON(r.budget(), r.kv, recordKey(h), s, rev, r.timeouts.Settle(), (*stored).commit)
 	switch {
 	case errors.Is(err, leaderkv.ErrConflict):
 		return 0, ErrConflict

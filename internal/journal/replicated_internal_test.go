@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/portcullis/portcullis/internal/leaderkv"
 	"github.com/portcullis/portcullis/internal/leaderkv/leaderkvtest"
 	"github.com/portcullis/portcullis/schema"
 )
@@ -122,7 +123,7 @@ func TestOwnStoredWriteIsNoConflict(t *testing.T) {
 // With JetStream gone, a commit neither claims success nor a conflict.
 func TestUnanswerableCommitIsUncertain(t *testing.T) {
 	srv, js, bucket := testBucket(t)
-	j := NewReplicated(ReplicatedOptions{KV: bucket, JS: js, Writer: "p_me", OpTimeout: 300 * time.Millisecond, AttemptTimeout: 100 * time.Millisecond, SettleTimeout: time.Second})
+	j := NewReplicated(ReplicatedOptions{KV: bucket, JS: js, Writer: "p_me", Timeouts: leaderkv.Timeouts{OpTimeout: 300 * time.Millisecond, AttemptTimeout: 100 * time.Millisecond, SettleTimeout: time.Second}})
 	unlock := j.Lock(tfp)
 	defer unlock()
 	if _, _, err := j.Load(tfp); err != nil {

@@ -21,11 +21,40 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Defaults of Budget.
+// Defaults of Budget and Timeouts.
 const (
 	DefaultOp      = 5 * time.Second
 	DefaultAttempt = time.Second
+	DefaultSettle  = 15 * time.Second
 )
+
+// Timeouts bound a replicated store's work on its bucket (the journal's,
+// the approvals'); zero fields take the defaults.
+type Timeouts struct {
+	// OpTimeout bounds one operation, retries included. Default 5s.
+	OpTimeout time.Duration
+	// AttemptTimeout bounds one try of it: a request to a stream without
+	// a leader (during an election) gets no answer at all, so tries are
+	// short and repeated. Default 1s.
+	AttemptTimeout time.Duration
+	// SettleTimeout bounds how long a compare-and-set tries to learn
+	// whether a write that failed without an answer was stored (Swap).
+	// Default 15s.
+	SettleTimeout time.Duration
+}
+
+// Budget is the retry budget of one operation.
+func (t Timeouts) Budget() Budget {
+	return Budget{Op: t.OpTimeout, Attempt: t.AttemptTimeout}.WithDefaults()
+}
+
+// Settle is SettleTimeout, or its default.
+func (t Timeouts) Settle() time.Duration {
+	if t.SettleTimeout <= 0 {
+		return DefaultSettle
+	}
+	return t.SettleTimeout
+}
 
 // pause is the wait between tries.
 const pause = 50 * time.Millisecond

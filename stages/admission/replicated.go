@@ -280,7 +280,7 @@ func (r *Replicated) ProposalFingerprint(ref schema.ProposalRef) (string, bool, 
 	if err != nil || !found {
 		return "", false, err
 	}
-	if fp := OutcomeFingerprint(o); fp != "" {
+	if fp := o.NamedFingerprint(); fp != "" {
 		return fp, true, nil
 	}
 	subject := r.subjects.Outcome(ref.Host, ref.ProposalID)
@@ -306,7 +306,7 @@ func (r *Replicated) ProposalFingerprint(ref schema.ProposalRef) (string, bool, 
 		if schema.Decode(m.Data, &o) != nil {
 			continue
 		}
-		if fp := OutcomeFingerprint(o); fp != "" {
+		if fp := o.NamedFingerprint(); fp != "" {
 			return fp, true, nil
 		}
 	}
@@ -315,17 +315,3 @@ func (r *Replicated) ProposalFingerprint(ref schema.ProposalRef) (string, bool, 
 
 // MaxFingerprintScan bounds the outcomes ProposalFingerprint reads.
 const MaxFingerprintScan = 16
-
-// OutcomeFingerprint is the fingerprint an outcome names: its own, its
-// approval's or its receipt's ("" for none).
-func OutcomeFingerprint(o schema.Outcome) string {
-	switch {
-	case o.Fingerprint != nil && *o.Fingerprint != "":
-		return *o.Fingerprint
-	case o.Approval != nil && o.Approval.Fingerprint != "":
-		return o.Approval.Fingerprint
-	case o.Receipt != nil && o.Receipt.Fingerprint != "":
-		return o.Receipt.Fingerprint
-	}
-	return ""
-}

@@ -127,20 +127,27 @@ func outcomeOf(t *testing.T, res stages.Result) schema.Outcome {
 	return res.Outcomes[0]
 }
 
+// handleAsync runs st.Handle(in) in the background; its result arrives on
+// the channel.
+func handleAsync(t *testing.T, st *dispatch.Stage, in *stages.Input) <-chan stages.Result {
+	done := make(chan stages.Result, 1)
+	go func() {
+		res, err := st.Handle(context.Background(), in)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	return done
+}
+
 // Processor B, handed a second proposal of an intent that processor A is
 // dispatching right now, waits for A's receipt (SPEC §6): it neither calls
 // the provider nor declares A's dispatch interrupted while A's lease runs.
 func TestSharedJournalWaitsForALiveDispatch(t *testing.T) {
 	a, b, fake := sharedStages(t, 10*time.Second, 5*time.Second)
 	inCall, release := blockFirst(fake)
-	done := make(chan stages.Result, 1)
-	go func() {
-		res, err := a.Handle(context.Background(), input(t, "p-1", "x"))
-		if err != nil {
-			t.Error(err)
-		}
-		done <- res
-	}()
+	done := handleAsync(t, a, input(t, "p-1", "x"))
 	<-inCall
 	res := handle(t, b, input(t, "p-2", "x"))
 	if res.RetryAfter <= 0 || len(res.Outcomes) != 0 {
@@ -165,14 +172,7 @@ func TestSharedJournalWaitsForALiveDispatch(t *testing.T) {
 func TestSharedJournalLapsedLease(t *testing.T) {
 	a, b, fake := sharedStages(t, 100*time.Millisecond, 100*time.Millisecond)
 	inCall, release := blockFirst(fake)
-	done := make(chan stages.Result, 1)
-	go func() {
-		res, err := a.Handle(context.Background(), input(t, "p-1", "y"))
-		if err != nil {
-			t.Error(err)
-		}
-		done <- res
-	}()
+	done := handleAsync(t, a, input(t, "p-1", "y"))
 	<-inCall
 	var res stages.Result
 	for deadline := time.Now().Add(5 * time.Second); ; {
