@@ -57,8 +57,13 @@ type Admitted struct {
 	// Forwarded is set once the hand-off to grounding was acknowledged by
 	// JetStream, so a redelivery after the stream's duplicate window does
 	// not hand it off twice.
-	Forwarded bool  `json:"forwarded"`
-	AtMs      int64 `json:"at_ms"`
+	Forwarded bool `json:"forwarded"`
+	// Failed is set when admission gave up on the message before handing
+	// it off: it took the id for its PROCESSING_FAILED outcome, which a
+	// repeat, and any processor still handling the same message, answer
+	// with.
+	Failed bool  `json:"failed,omitempty"`
+	AtMs   int64 `json:"at_ms"`
 }
 
 // Admitted returns a proposal's admission record.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -79,15 +80,22 @@ type RunnerConfig struct {
 	// input held longer (handled, or queued) is kept alive with InProgress
 	// every AckWait/3.
 	AckWait time.Duration
-	// MaxAttempts is the number of deliveries after which GiveUp is asked
-	// instead of Handle. Default 5. The server's MaxDeliver is set higher,
-	// so that a give-up whose publish fails is retried too.
+	// MaxAttempts is the number of failures (errors that are not
+	// Transient, and handler panics) after which GiveUp is asked instead
+	// of Handle. Default 5. Transient errors and unanswered publishes are
+	// retried for as long as they last and never count.
 	MaxAttempts int
-	// Backoff is the redelivery delay after the n-th failed delivery.
-	// Default 250ms·2^(n-1), at most 10s.
+	// Backoff is the redelivery delay after the n-th failure. Default
+	// 250ms·2^(n-1), at most 10s.
 	Backoff func(n uint64) time.Duration
+	// Hold is the wait before the n-th retry of a transient error or an
+	// unanswered publish, the input kept. Default 250ms·2^(n-1), at most
+	// 5s.
+	Hold func(n int) time.Duration
 	// PublishTimeout bounds waiting for PubAcks (and for room among the
-	// connection's pending asynchronous publishes). Default 10s.
+	// connection's pending asynchronous publishes). Default 10s. A publish
+	// without a PubAck in time is an unknown: it is sent again, under the
+	// same message id.
 	PublishTimeout time.Duration
 }
 
@@ -121,6 +129,9 @@ func (c *RunnerConfig) defaults() {
 	if c.Backoff == nil {
 		c.Backoff = DefaultBackoff
 	}
+	if c.Hold == nil {
+		c.Hold = DefaultHold
+	}
 	if c.PublishTimeout <= 0 {
 		c.PublishTimeout = 10 * time.Second
 	}
@@ -131,6 +142,19 @@ func DefaultBackoff(n uint64) time.Duration {
 	return Backoff(250*time.Millisecond, 10*time.Second, int(min(n, 64)))
 }
 
+// DefaultHold is 250ms·2^(n-1), at most 5s.
+func DefaultHold(n int) time.Duration {
+	return Backoff(250*time.Millisecond, 5*time.Second, min(n, 64))
+}
+
+// MaxUnseenDeliveries bounds how often an input may be delivered without
+// this process seeing the deliveries (to processors that died on it, or
+// before this one restarted) before the runner gives up on it instead of
+// handling it again: a message that kills every processor that takes it
+// must end. It is above every redelivery the runner asks for itself, so
+// that only deliveries lost with a process count toward it.
+const MaxUnseenDeliveries = 2*MaxRequestedRetries + MaxDeferrals + 32
+
 // Runner runs one stage: a durable pull consumer with explicit acks, up to
 // MaxInFlight inputs handled at once (bulkheads per key, for handlers that
 // name them), and the publish-then-ack protocol every stage shares:
@@ -140,21 +164,26 @@ func DefaultBackoff(n uint64) time.Duration {
 //   - once every PubAck arrived, Done runs, the store is flushed (writes a
 //     handler made without Sync become durable, one fsync shared by every
 //     input acked at that moment), and the input is acked;
-//   - any failure before that redelivers the input, which republishes the
-//     same ids (duplicates the streams drop).
+//   - a transient error (an outage, a race: see Transient) and a publish
+//     that got no answer are retried here, the input kept alive with
+//     progress acks, for as long as they last — a publish that got no
+//     answer may have been stored, so nothing that could contradict it is
+//     ever published instead; any other failure redelivers the input,
+//     which republishes the same ids (duplicates the streams drop), and
+//     only such failures count toward giving up.
 type Runner struct {
-	// requested counts RetryAfter redeliveries by stream sequence;
-	// deferred counts redeliveries of inputs every bulkhead queue was too
-	// full to take. Neither counts toward MaxAttempts.
-	requested sync.Map
-	deferred  sync.Map
 	cfg       RunnerConfig
 	deps      Deps
 	h         Handler
 	log       *slog.Logger
 	// consuming is set while Run's message iterator runs (see Consuming).
 	consuming atomic.Bool
-	live      liveSet
+	// stopping is closed when Run stops fetching: held inputs are then
+	// released for redelivery instead of retried here.
+	stopping chan struct{}
+	halted   sync.Once
+	live     liveSet
+	tallies  tallies
 	bulk      *bulkheads
 	// counters are the stage's StageMessages series, by result.
 	counters map[string]prometheus.Counter
@@ -170,12 +199,14 @@ func NewRunner(cfg RunnerConfig, deps Deps, h Handler) *Runner {
 	}
 	r := &Runner{cfg: cfg, deps: deps, h: h, log: log.With("stage", cfg.Stage),
 		bulk:     newBulkheads(cfg.MaxQueued),
+		stopping: make(chan struct{}),
 		counters: map[string]prometheus.Counter{}}
 	for _, res := range metrics.Results() {
 		r.counters[res] = deps.Metrics.StageMessages.WithLabelValues(cfg.Stage, res)
 	}
 	r.duration = deps.Metrics.StageDuration.WithLabelValues(cfg.Stage)
-	r.live.flights = map[*flight]struct{}{}
+	r.live.flights = map[uint64]*flight{}
+	r.tallies.bySeq = map[uint64]*tally{}
 	return r
 }
 
@@ -201,7 +232,10 @@ func (r *Runner) ConsumerConfig() jetstream.ConsumerConfig {
 		FilterSubject: r.cfg.FilterSubject,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       r.cfg.AckWait,
-		MaxDeliver:    2*r.cfg.MaxAttempts + 10 + MaxRequestedRetries + MaxDeferrals,
+		// Unbounded: the runner ends every input itself (MaxUnseenDeliveries
+		// for one that kills its processors); the server stopping
+		// delivery would leave it unanswered.
+		MaxDeliver: -1,
 		MaxAckPending: 2*r.cfg.Batch + r.cfg.MaxInFlight + r.cfg.MaxQueued,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	}
@@ -251,6 +285,7 @@ func (r *Runner) Run(ctx, workCtx context.Context) error {
 	r.consuming.Store(true)
 	stop := context.AfterFunc(ctx, func() {
 		r.consuming.Store(false)
+		r.halt()
 		it.Drain()
 	})
 	defer stop()
@@ -291,11 +326,12 @@ func (r *Runner) Run(ctx, workCtx context.Context) error {
 	}
 	close(work)
 	r.consuming.Store(false)
+	r.halt() // the iterator failed, or ctx ended: nothing more will be fetched
 	// Queued inputs are not in flight: redelivered now (here or to another
 	// processor), not held through the drain.
 	for _, f := range r.bulk.close() {
 		r.live.remove(f)
-		_ = f.m.Nak()
+		_ = f.msg().Nak()
 	}
 	wg.Wait()
 	close(beatDone)
@@ -303,42 +339,70 @@ func (r *Runner) Run(ctx, workCtx context.Context) error {
 	return runErr
 }
 
+// halt closes stopping, once.
+func (r *Runner) halt() { r.halted.Do(func() { close(r.stopping) }) }
+
 // flight is one input the runner holds, from delivery to ack.
 type flight struct {
-	m        jetstream.Msg
 	in       *Input
 	key      string
 	start    time.Time
 	lastBeat time.Time
 	gaveUp   bool
+	// m is the input's newest delivery: a redelivery of an input held here
+	// replaces it, so that progress acks and the ack go to the delivery
+	// the server waits for.
+	mu sync.Mutex
+	m  jetstream.Msg
 }
 
-// liveSet is every input held, for the heartbeats.
+// liveSet is every input held, by stream sequence, for the heartbeats and
+// to recognise a redelivery of one that is still held.
 type liveSet struct {
 	mu      sync.Mutex
-	flights map[*flight]struct{}
+	flights map[uint64]*flight
 }
 
-func (l *liveSet) add(f *flight) {
+// add holds f, unless its input is held already: then f's delivery
+// replaces the held one's, and add reports false.
+func (l *liveSet) add(f *flight) bool {
 	l.mu.Lock()
-	l.flights[f] = struct{}{}
-	l.mu.Unlock()
+	defer l.mu.Unlock()
+	if held, ok := l.flights[f.in.StreamSeq]; ok {
+		held.mu.Lock()
+		held.m = f.m
+		held.mu.Unlock()
+		return false
+	}
+	l.flights[f.in.StreamSeq] = f
+	return true
 }
 
 func (l *liveSet) remove(f *flight) {
 	l.mu.Lock()
-	delete(l.flights, f)
+	if l.flights[f.in.StreamSeq] == f {
+		delete(l.flights, f.in.StreamSeq)
+	}
 	l.mu.Unlock()
 }
 
+// msg is the flight's newest delivery.
+func (f *flight) msg() jetstream.Msg {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.m
+}
+
 // heartbeats keeps every input held longer than AckWait/3 (a long
-// handler, a queued input) from being redelivered: one ticker for the
-// runner, InProgress for each such input.
+// handler, a queued input, one held through an outage) from being
+// redelivered: one ticker for the runner, InProgress for each such input.
+// It also forgets the tallies of inputs long gone.
 func (r *Runner) heartbeats(done <-chan struct{}) {
 	every := r.cfg.AckWait / 3
 	t := time.NewTicker(every / 2)
 	defer t.Stop()
 	var due []jetstream.Msg
+	lastSweep := time.Now()
 	for {
 		select {
 		case <-done:
@@ -346,15 +410,19 @@ func (r *Runner) heartbeats(done <-chan struct{}) {
 		case now := <-t.C:
 			due = due[:0]
 			r.live.mu.Lock()
-			for f := range r.live.flights {
+			for _, f := range r.live.flights {
 				if now.Sub(f.lastBeat) >= every {
 					f.lastBeat = now
-					due = append(due, f.m)
+					due = append(due, f.msg())
 				}
 			}
 			r.live.mu.Unlock()
 			for _, m := range due {
 				_ = m.InProgress()
+			}
+			if now.Sub(lastSweep) >= time.Minute {
+				lastSweep = now
+				r.tallies.sweep(now.Add(-tallyHorizon))
 			}
 		}
 	}
@@ -380,29 +448,39 @@ func (r *Runner) process(ctx context.Context, m jetstream.Msg) {
 		StreamSeq: meta.Sequence.Stream,
 		Delivered: meta.NumDelivered,
 	}
+	t := r.tallies.see(in.StreamSeq, now)
 	f := &flight{m: m, in: in, start: now, lastBeat: now}
-	r.live.add(f)
+	if !r.live.add(f) {
+		// Redelivered while held here (its progress acks did not reach
+		// the server in time): the held one goes on, and acks this
+		// delivery.
+		return
+	}
 	if r.cfg.Internal && !r.deps.Seal.Check(in.Subject, in.Data, in.Header) {
-		r.count(r.reject(ctx, m, in), now)
+		r.count(r.reject(ctx, f), now)
 		r.live.remove(f)
 		return
 	}
-	requested, deferred := r.seqCount(&r.requested, in.StreamSeq), r.seqCount(&r.deferred, in.StreamSeq)
-	attempts := int64(in.Delivered) - int64(requested) - int64(deferred)
-	f.gaveUp = attempts > int64(r.cfg.MaxAttempts) || requested >= MaxRequestedRetries
+	// Deliveries this process never saw went to processors that did not
+	// finish them — killed, or stopped, by this input or by anything else.
+	unseen := uint64(0)
+	if in.Delivered > t.seen {
+		unseen = in.Delivered - t.seen
+	}
+	f.gaveUp = t.failures >= r.cfg.MaxAttempts || t.requested >= MaxRequestedRetries || unseen >= MaxUnseenDeliveries
 	var limit int
 	if !f.gaveUp {
 		// Giving up calls nothing outside: no bulkhead.
 		f.key, limit = r.bulkheadOf(in)
 	}
 	if f.key != "" {
-		switch r.bulk.enter(f.key, limit, f, deferred >= MaxDeferrals) {
+		switch r.bulk.enter(f.key, limit, f, t.deferred >= MaxDeferrals) {
 		case admitQueue:
 			return // waits without a worker; a finishing one of its key takes it
 		case admitDefer:
-			r.deferred.Store(in.StreamSeq, deferred+1)
+			r.tallies.add(in.StreamSeq, func(t *tally) { t.deferred++ })
 			r.live.remove(f)
-			if err := m.NakWithDelay(Backoff(100*time.Millisecond, 5*time.Second, int(deferred)+1)); err != nil {
+			if err := m.NakWithDelay(Backoff(100*time.Millisecond, 5*time.Second, int(t.deferred)+1)); err != nil {
 				r.log.Warn("nak failed; redelivery after ack wait", "seq", in.StreamSeq, "err", err)
 			}
 			r.count(metrics.ResultRetry, now)
@@ -435,52 +513,105 @@ func (r *Runner) count(result string, start time.Time) {
 	r.duration.Observe(time.Since(start).Seconds())
 }
 
-// run handles an input and returns its result label.
+// run handles an input and returns its result label: the handler (or
+// GiveUp) until it decides, its outputs until JetStream has them, Done,
+// then the ack.
 func (r *Runner) run(ctx context.Context, f *flight) string {
-	m, in := f.m, f.in
-	var (
-		res Result
-		err error
-	)
+	in := f.in
 	gaveUp := f.gaveUp
-	if gaveUp {
-		res, err = r.h.GiveUp(ctx, in, ErrRetriesExhausted)
-	} else {
-		res, err = r.h.Handle(ctx, in)
-		if err != nil && errors.Is(err, ErrPermanent) {
-			gaveUp = true
-			res, err = r.h.GiveUp(ctx, in, err)
+	var cause error = ErrRetriesExhausted
+	var res Result
+	for try := 1; ; try++ {
+		var err error
+		if gaveUp {
+			res, err = r.call(func() (Result, error) { return r.h.GiveUp(ctx, in, cause) })
+		} else {
+			res, err = r.call(func() (Result, error) { return r.h.Handle(ctx, in) })
+			if errors.Is(err, ErrPermanent) {
+				gaveUp, cause = true, err
+				continue
+			}
 		}
+		if err == nil {
+			break
+		}
+		if Transient(err) {
+			if r.hold(f, try, "handler: transient failure", err) {
+				continue
+			}
+			return r.release(f)
+		}
+		n := r.tallies.fail(in.StreamSeq)
+		switch {
+		case !gaveUp && n >= r.cfg.MaxAttempts:
+			r.log.Warn("handler failed; giving up", "seq", in.StreamSeq, "failures", n, "err", err)
+			gaveUp = true
+			continue
+		case gaveUp && n >= 2*r.cfg.MaxAttempts:
+			return r.abandon(f, "giving up failed", err)
+		}
+		return r.retry(f, "handler failed", err, n)
 	}
-	if err != nil {
-		r.retry(m, in, "handler failed", err)
-		return metrics.ResultRetry
-	}
-	if err := r.publish(ctx, in, res); err != nil {
-		r.retry(m, in, "publish failed", err)
-		return metrics.ResultRetry
+	for try := 1; ; try++ {
+		err := r.publish(ctx, in, res)
+		if err == nil {
+			break
+		}
+		if unpublishable(err) {
+			// Never stored, and never will be: a failure of this input.
+			if n := r.tallies.fail(in.StreamSeq); !gaveUp && n < 2*r.cfg.MaxAttempts {
+				return r.retry(f, "output cannot be published", err, n)
+			}
+			return r.abandon(f, "output cannot be published", err)
+		}
+		// No answer may mean stored: the same outputs again, under the
+		// same message ids, until JetStream answers.
+		if r.hold(f, try, "publish failed", err) {
+			continue
+		}
+		return r.release(f)
 	}
 	if res.Done != nil {
-		if err := res.Done(ctx); err != nil {
-			r.retry(m, in, "completion failed", err)
-			return metrics.ResultRetry
+		for try := 1; ; try++ {
+			_, err := r.call(func() (Result, error) { return Result{}, res.Done(ctx) })
+			if err == nil {
+				break
+			}
+			if Transient(err) {
+				if r.hold(f, try, "completion: transient failure", err) {
+					continue
+				}
+				return r.release(f)
+			}
+			// The outputs are out: a redelivery republishes them as
+			// duplicates and runs Done again; never a give-up after them.
+			if n := r.tallies.fail(in.StreamSeq); n < r.cfg.MaxAttempts {
+				return r.retry(f, "completion failed", err, n)
+			}
+			r.log.Error("completion failed; acking without it", "seq", in.StreamSeq, "err", err)
+			break
 		}
 	}
-	if err := r.flush(); err != nil {
-		r.retry(m, in, "store flush failed", err)
-		return metrics.ResultRetry
+	for try := 1; ; try++ {
+		err := r.flush()
+		if err == nil {
+			break
+		}
+		if r.hold(f, try, "store flush failed", err) {
+			continue
+		}
+		return r.release(f)
 	}
 	if res.RetryAfter > 0 && !gaveUp {
-		r.requested.Store(in.StreamSeq, r.seqCount(&r.requested, in.StreamSeq)+1)
-		if err := m.NakWithDelay(res.RetryAfter); err != nil {
+		r.tallies.add(in.StreamSeq, func(t *tally) { t.requested++ })
+		if err := f.msg().NakWithDelay(res.RetryAfter); err != nil {
 			r.log.Warn("nak failed; redelivery after ack wait", "seq", in.StreamSeq, "err", err)
 		}
 		return metrics.ResultRetry
 	}
-	r.requested.Delete(in.StreamSeq)
-	r.deferred.Delete(in.StreamSeq)
+	r.tallies.forget(in.StreamSeq)
 	fault.Hit(fault.RunnerAfterPublish)
-	if err := m.Ack(); err != nil {
+	if err := f.msg().Ack(); err != nil {
 		// The outputs are published under derived ids; a redelivery
 		// republishes them as duplicates the streams drop.
 		r.log.Warn("ack failed; the message will be redelivered", "seq", in.StreamSeq, "err", err)
@@ -498,6 +629,95 @@ func (r *Runner) run(ctx context.Context, f *flight) string {
 	}
 }
 
+// errPanicked is what a handler that panicked returns: a failure of its
+// input, counted like any other, never the end of the processor.
+var errPanicked = errors.New("stages: the handler panicked")
+
+// call runs a handler function, turning a panic into errPanicked. The
+// panic's value is not logged (it may quote the input); its stack is.
+func (r *Runner) call(fn func() (Result, error)) (res Result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.log.Error("handler panicked", "stack", string(debug.Stack()))
+			res, err = Result{}, errPanicked
+		}
+	}()
+	return fn()
+}
+
+// hold waits before the try-th retry of something that failed for no
+// fault of the input, the input kept alive by the heartbeats. It reports
+// false, at once, once the runner stops fetching: the caller then
+// releases the input to be redelivered.
+func (r *Runner) hold(f *flight, try int, what string, err error) bool {
+	select {
+	case <-r.stopping:
+		return false
+	default:
+	}
+	if try == 1 || try&(try-1) == 0 {
+		// Errors here are our own wrappings of store, NATS and adapter
+		// errors; handlers never put input values in them.
+		r.log.Warn(what+"; retrying, the input kept", "seq", f.in.StreamSeq, "try", try, "err", err)
+	}
+	r.counters[metrics.ResultRetry].Inc()
+	t := time.NewTimer(r.cfg.Hold(try))
+	defer t.Stop()
+	select {
+	case <-r.stopping:
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// release hands an input held through a transient failure back to the
+// server, for another processor (or this one, restarted) to take.
+func (r *Runner) release(f *flight) string {
+	if err := f.msg().NakWithDelay(250 * time.Millisecond); err != nil {
+		r.log.Warn("nak failed; redelivery after ack wait", "seq", f.in.StreamSeq, "err", err)
+	}
+	return metrics.ResultRetry
+}
+
+// retry redelivers an input after its n-th failure.
+func (r *Runner) retry(f *flight, what string, err error, n int) string {
+	delay := r.cfg.Backoff(uint64(n))
+	r.log.Warn(what+"; will retry", "seq", f.in.StreamSeq, "failures", n, "delay", delay, "err", err)
+	if nerr := f.msg().NakWithDelay(delay); nerr != nil {
+		r.log.Warn("nak failed; redelivery after ack wait", "seq", f.in.StreamSeq, "err", nerr)
+	}
+	return metrics.ResultRetry
+}
+
+// abandon terminates an input even GiveUp could not end: a
+// PROCESSING_FAILED event of the stage's phase if it has one, a log line,
+// and the gave_up count. Nothing is published on an outcome subject.
+func (r *Runner) abandon(f *flight, what string, err error) string {
+	r.log.Error(what+"; the message is terminated without an outcome", "seq", f.in.StreamSeq, "err", err)
+	if r.cfg.Phase != "" {
+		inc := schema.NewIncident(r.cfg.Phase, schema.CodeProcessingFailed)
+		_ = r.publishUntilAnswered(f, Result{Events: []schema.Incident{inc}})
+	}
+	r.tallies.forget(f.in.StreamSeq)
+	_ = f.msg().Term()
+	return metrics.ResultGaveUp
+}
+
+// publishUntilAnswered publishes res, retrying while JetStream does not
+// answer; false if the runner stopped first or res cannot be published.
+func (r *Runner) publishUntilAnswered(f *flight, res Result) bool {
+	for try := 1; ; try++ {
+		err := r.publish(context.Background(), f.in, res)
+		if err == nil {
+			return true
+		}
+		if unpublishable(err) || !r.hold(f, try, "publish failed", err) {
+			return false
+		}
+	}
+}
+
 // flush makes the store's writes so far durable before an ack (see
 // OutcomeLog).
 func (r *Runner) flush() error {
@@ -512,35 +732,89 @@ func (r *Runner) flush() error {
 	return nil
 }
 
-func (r *Runner) seqCount(m *sync.Map, seq uint64) uint64 {
-	if n, ok := m.Load(seq); ok {
-		return n.(uint64)
-	}
-	return 0
-}
-
 // reject terminates an internal message whose seal failed, after
 // publishing the INTERNAL_MESSAGE_REJECTED event. Its content is never read.
-func (r *Runner) reject(ctx context.Context, m jetstream.Msg, in *Input) string {
-	r.log.Error("internal message without a valid seal; terminated unread", "seq", in.StreamSeq)
+func (r *Runner) reject(_ context.Context, f *flight) string {
+	r.log.Error("internal message without a valid seal; terminated unread", "seq", f.in.StreamSeq)
 	inc := schema.NewIncident(r.cfg.Phase, schema.CodeInternalMessageRejected)
-	if err := r.publish(ctx, in, Result{Events: []schema.Incident{inc}}); err != nil {
-		r.retry(m, in, "publish failed", err)
-		return metrics.ResultRetry
+	if !r.publishUntilAnswered(f, Result{Events: []schema.Incident{inc}}) {
+		return r.release(f)
 	}
-	if err := m.Term(); err != nil {
-		r.log.Warn("term failed; the message will be redelivered and rejected again", "seq", in.StreamSeq, "err", err)
+	r.tallies.forget(f.in.StreamSeq)
+	if err := f.msg().Term(); err != nil {
+		r.log.Warn("term failed; the message will be redelivered and rejected again", "seq", f.in.StreamSeq, "err", err)
 	}
 	return metrics.ResultRejected
 }
 
-func (r *Runner) retry(m jetstream.Msg, in *Input, what string, err error) {
-	delay := r.cfg.Backoff(in.Delivered)
-	// Errors here are our own wrappings of store, NATS and adapter errors;
-	// handlers never put input values in them.
-	r.log.Warn(what+"; will retry", "seq", in.StreamSeq, "delivered", in.Delivered, "delay", delay, "err", err)
-	if nerr := m.NakWithDelay(delay); nerr != nil {
-		r.log.Warn("nak failed; redelivery after ack wait", "seq", in.StreamSeq, "err", nerr)
+// tallyHorizon is how long the runner remembers an input it no longer
+// holds (its failures, its requested and deferred redeliveries).
+const tallyHorizon = 30 * time.Minute
+
+// tally is what the runner remembers of one input between deliveries, in
+// memory: a restart forgets it (and then counts only what it sees).
+type tally struct {
+	seen      uint64 // deliveries this process received
+	failures  int    // failures counted toward MaxAttempts
+	requested uint64 // RetryAfter redeliveries
+	deferred  uint64 // redeliveries because every bulkhead queue was full
+	last      time.Time
+}
+
+// tallies are the runner's tallies by stream sequence.
+type tallies struct {
+	mu    sync.Mutex
+	bySeq map[uint64]*tally
+}
+
+// see counts a delivery of seq and returns its tally.
+func (ts *tallies) see(seq uint64, now time.Time) tally {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	t := ts.bySeq[seq]
+	if t == nil {
+		t = &tally{}
+		ts.bySeq[seq] = t
+	}
+	t.seen++
+	t.last = now
+	return *t
+}
+
+// add edits seq's tally.
+func (ts *tallies) add(seq uint64, edit func(t *tally)) tally {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	t := ts.bySeq[seq]
+	if t == nil {
+		t = &tally{}
+		ts.bySeq[seq] = t
+	}
+	edit(t)
+	return *t
+}
+
+// fail counts a failure of seq and returns its failures so far.
+func (ts *tallies) fail(seq uint64) int {
+	return ts.add(seq, func(t *tally) { t.failures++ }).failures
+}
+
+// forget drops seq's tally: the input is done.
+func (ts *tallies) forget(seq uint64) {
+	ts.mu.Lock()
+	delete(ts.bySeq, seq)
+	ts.mu.Unlock()
+}
+
+// sweep forgets tallies not touched since before: inputs redelivered to
+// other processors, or acked there.
+func (ts *tallies) sweep(before time.Time) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	for seq, t := range ts.bySeq {
+		if t.last.Before(before) {
+			delete(ts.bySeq, seq)
+		}
 	}
 }
 

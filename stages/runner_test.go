@@ -632,3 +632,125 @@ func TestRunnerDrainRedeliversQueued(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// An outage never ends an input: transient errors (JetStream not
+// answering, a write whose outcome is unknown, a race lost) are retried
+// with the input kept, however many there are, and never count toward
+// giving up. The input is delivered once.
+func TestRunnerTransientErrorsNeverCount(t *testing.T) {
+	r := newRig(t)
+	var calls atomic.Int32
+	transient := []error{
+		jetstream.ErrNoStreamResponse, nats.ErrTimeout, context.DeadlineExceeded, nats.ErrNoResponders,
+		fmt.Errorf("record: %w", stages.ErrTransient), nats.ErrConnectionReconnecting,
+	}
+	r.run(t, funcHandler{
+		handle: func(_ context.Context, in *stages.Input) (stages.Result, error) {
+			n := int(calls.Add(1))
+			if n <= 3*len(transient) {
+				return stages.Result{}, fmt.Errorf("stage: %w", transient[n%len(transient)])
+			}
+			if in.Delivered != 1 {
+				t.Errorf("delivered %d times: the input was not kept", in.Delivered)
+			}
+			return stages.Result{Outcomes: []schema.Outcome{failure("outage", schema.CodeDiscriminatorMismatch)}}, nil
+		},
+		giveUp: func(context.Context, *stages.Input, error) (stages.Result, error) {
+			t.Error("gave up on an input that only met transient errors")
+			return stages.Result{}, nil
+		},
+	}, stages.RunnerConfig{MaxAttempts: 2, Hold: func(int) time.Duration { return 5 * time.Millisecond }})
+	r.publish(t, "in.1", "x")
+	if o := r.rec.Wait(t, "outage", testenv.Terminal); o.Incidents[0].Code != schema.CodeDiscriminatorMismatch {
+		t.Errorf("outcome: %+v", o)
+	}
+	r.quiesce(t)
+	r.counted(t, metrics.ResultGaveUp, 0)
+}
+
+// A hand-off whose publish gets no answer ("no response from stream":
+// the next stream has no leader, or is not there) may have been stored:
+// it is published again under the same message id until JetStream
+// answers, the input kept, and the stage never gives up on it — giving up
+// then would announce a failure that the next stage could contradict
+// (issue 19: grounding's five short retries, then PROCESSING_FAILED for
+// proposals the provider confirmed).
+func TestRunnerRetriesUnansweredHandOffUntilStored(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	if _, err := r.js.CreateStream(ctx, jetstream.StreamConfig{Name: "LATER", Subjects: []string{"later.>"}, Duplicates: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.js.DeleteStream(ctx, "LATER"); err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int32
+	r.run(t, funcHandler{
+		handle: func(_ context.Context, in *stages.Input) (stages.Result, error) {
+			calls.Add(1)
+			return stages.Result{Next: []stages.Message{{Subject: "later.p1", Data: in.Data}}}, nil
+		},
+		giveUp: func(context.Context, *stages.Input, error) (stages.Result, error) {
+			t.Error("gave up while its hand-off may have been stored")
+			return stages.Result{Outcomes: []schema.Outcome{failure("p1", schema.CodeProcessingFailed)}}, nil
+		},
+	}, stages.RunnerConfig{MaxAttempts: 1, Hold: func(int) time.Duration { return 20 * time.Millisecond },
+		PublishTimeout: 200 * time.Millisecond})
+	r.publish(t, "in.1", "hand-off")
+	retries := r.metrics.StageMessages.WithLabelValues(subjects.StageGrounding, metrics.ResultRetry)
+	testenv.WaitFor(t, "the hand-off retried while the next stream is away", func() bool { return testutil.ToFloat64(retries) >= 5 })
+	if _, err := r.js.CreateStream(ctx, jetstream.StreamConfig{Name: "LATER", Subjects: []string{"later.>"}, Duplicates: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	r.quiesce(t)
+	if n := r.streamMsgs(t, "LATER"); n != 1 {
+		t.Errorf("LATER holds %d messages, want the one hand-off", n)
+	}
+	if calls.Load() != 1 {
+		t.Errorf("handled %d times, want once: the outputs are retried, not the decision", calls.Load())
+	}
+	r.counted(t, metrics.ResultForwarded, 1)
+	r.counted(t, metrics.ResultGaveUp, 0)
+}
+
+// A handler that panics fails its input, counted like any other failure;
+// the processor goes on, and the input ends with GiveUp's outcome.
+func TestRunnerRecoversHandlerPanics(t *testing.T) {
+	r := newRig(t)
+	r.run(t, funcHandler{
+		handle: func(context.Context, *stages.Input) (stages.Result, error) {
+			var m map[string]int
+			m["boom"]++ // a nil map write: a bug, not an input's fault
+			return stages.Result{}, nil
+		},
+		giveUp: func(_ context.Context, in *stages.Input, cause error) (stages.Result, error) {
+			if !errors.Is(cause, stages.ErrRetriesExhausted) {
+				t.Errorf("cause = %v", cause)
+			}
+			return stages.Result{Outcomes: []schema.Outcome{failure("panics", schema.CodeProcessingFailed)}}, nil
+		},
+	}, stages.RunnerConfig{MaxAttempts: 2, Backoff: func(uint64) time.Duration { return 10 * time.Millisecond }})
+	r.publish(t, "in.1", "x")
+	r.rec.Wait(t, "panics", testenv.Terminal)
+	r.quiesce(t)
+	r.counted(t, metrics.ResultGaveUp, 1)
+}
+
+// Stopping a runner releases an input held through an outage at once
+// (for another processor to take) instead of holding the drain.
+func TestRunnerStopReleasesHeldInput(t *testing.T) {
+	r := newRig(t)
+	var calls atomic.Int32
+	stop := r.run(t, funcHandler{handle: func(context.Context, *stages.Input) (stages.Result, error) {
+		calls.Add(1)
+		return stages.Result{}, jetstream.ErrNoStreamResponse
+	}}, stages.RunnerConfig{Hold: func(int) time.Duration { return time.Hour }})
+	r.publish(t, "in.1", "x")
+	testenv.WaitFor(t, "the input held", func() bool { return calls.Load() == 1 })
+	stop() // returns only once every worker is done: the held input did not keep it
+	r.run(t, funcHandler{handle: func(context.Context, *stages.Input) (stages.Result, error) {
+		return stages.Result{Outcomes: []schema.Outcome{failure("released", schema.CodeDiscriminatorMismatch)}}, nil
+	}}, stages.RunnerConfig{})
+	r.rec.Wait(t, "released", testenv.Terminal)
+	r.quiesce(t)
+}

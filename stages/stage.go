@@ -7,23 +7,12 @@ package stages
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/portcullis/portcullis/schema"
 )
-
-// ErrPermanent marks a handler error that no retry can fix (an input that
-// cannot be decoded, say): the runner asks GiveUp at once instead of
-// redelivering.
-var ErrPermanent = errors.New("stages: permanent failure")
-
-// ErrRetriesExhausted is the cause GiveUp receives when an input was
-// delivered MaxAttempts times without being processed (transient errors, or
-// a processor that crashed on it every time).
-var ErrRetriesExhausted = errors.New("stages: retries exhausted")
 
 // Input is one message a stage received.
 type Input struct {
@@ -84,12 +73,19 @@ const MaxRequestedRetries = 48
 
 // Handler is one stage's logic.
 type Handler interface {
-	// Handle decides one input. An error is transient: the input is
-	// redelivered with backoff until the runner's MaxAttempts, then GiveUp
-	// is asked instead. Wrap ErrPermanent to give up at once. Handle must be
-	// idempotent: JetStream may deliver an input again after it was handled.
+	// Handle decides one input. An error for which Transient holds (an
+	// outage, a race) is retried for as long as it lasts, the input kept;
+	// any other error redelivers the input with backoff until the runner's
+	// MaxAttempts, then GiveUp is asked instead. Wrap ErrPermanent to give
+	// up at once. Handle must be idempotent: JetStream may deliver an input
+	// again after it was handled, and the runner calls it again after a
+	// transient error.
 	Handle(ctx context.Context, in *Input) (Result, error)
 	// GiveUp ends an input that could not be processed, with a closed-code
-	// outcome where the proposal is known. An error is retried later.
+	// outcome where the proposal is known — but never one that a hand-off
+	// this input may have made could contradict: a stage's give-up claims
+	// the proposal's end where the stages after it look (see each stage's
+	// GiveUp), or answers with what was decided. Errors are retried like
+	// Handle's.
 	GiveUp(ctx context.Context, in *Input, cause error) (Result, error)
 }

@@ -89,3 +89,31 @@ func ExpiryTimer(subject string, ref schema.ProposalRef, dueMs int64, msgID stri
 		MsgID:   msgID,
 	}
 }
+
+// End records that proposal ref ended before authorization decided it (a
+// stage before it gave up on it, by input by), unless the proposal has a
+// record already: then what the record holds — a decision, a parked
+// proposal — is the proposal's, and End reports false. So a stage before
+// authorization never announces a give-up after authorization decided,
+// and a hand-off it may have made, reaching authorization later, finds the
+// proposal ended and changes nothing.
+func End(s Store, ref schema.ProposalRef, code schema.Code, by string, nowMs int64) (bool, error) {
+	unlock := s.Lock(ref)
+	defer unlock()
+	cur, found, err := s.Load(ref)
+	if err != nil {
+		return false, err
+	}
+	if found {
+		// Its own earlier write, whose answer was lost, is its own.
+		return cur.State == StateDenied && cur.DecidedBy == by, nil
+	}
+	rec := Record{
+		Host: ref.Host, ProposalID: ref.ProposalID, State: StateDenied, Code: code,
+		DecidedBy: by, ArrivedAtMs: nowMs, DecidedAtMs: nowMs, Evaluations: []schema.PolicyEvaluation{},
+	}
+	if err := s.Commit(ref, Writes{From: StateNone, Record: &rec}); err != nil {
+		return false, err // a conflict or an unknown outcome: the caller's retry reads what won
+	}
+	return true, nil
+}

@@ -215,6 +215,7 @@ func newGrounding(p *Parts, r stages.Route) (stages.Handler, error) {
 		Source:            &grounding.Source{Conn: p.NC, Subjects: p.Subjects, Timeout: p.Config.Grounding.SourceTimeout},
 		MaxCandidates:     p.Config.Grounding.MaxCandidates,
 		SourceMaxInFlight: p.Config.Grounding.SourceMaxInFlight,
+		Approvals:         p.Approvals,
 	}, nil
 }
 

@@ -108,9 +108,19 @@ type Record struct {
 	ReconcileNextAtMs  int64 `json:"reconcile_next_at_ms,omitempty"`
 	// Resolution says who settled a reconciliation: ResolvedByProvider or
 	// ResolvedByOperator.
-	Resolution  string `json:"resolution,omitempty"`
-	UpdatedAtMs int64  `json:"updated_at_ms"`
+	Resolution string `json:"resolution,omitempty"`
+	// Ended are the proposals of this intent that dispatch ended without
+	// dispatching them (a denial at its re-check, a give-up), the newest
+	// MaxEnded. They are written with the record's compare-and-set, so
+	// that a processor deciding the same proposal at the same moment
+	// loses, reloads and answers with this end instead of contradicting
+	// it; the proposal's own end record (Store.Ended) keeps it for good.
+	Ended       []EndedProposal `json:"ended,omitempty"`
+	UpdatedAtMs int64           `json:"updated_at_ms"`
 }
+
+// MaxEnded bounds Record.Ended.
+const MaxEnded = 64
 
 // Latest is the outcome an intent's latest receipt gives its proposals.
 type Latest struct {
@@ -133,6 +143,29 @@ func New(id Identity, adapter string, nowMs int64) Record {
 // AddProposal records a proposal on the intent, bounded and without repeats.
 func (r *Record) AddProposal(ref schema.ProposalRef) {
 	r.Proposals = schema.AppendProposal(r.Proposals, ref)
+}
+
+// End records that proposal e.Ref ended without dispatching: it leaves
+// the intent's proposals (it hears of no later outcome of the intent) and
+// joins Ended.
+func (r *Record) End(e EndedProposal) {
+	r.Proposals = slices.DeleteFunc(r.Proposals, func(p schema.ProposalRef) bool { return p == e.Ref })
+	r.Ended = slices.DeleteFunc(r.Ended, func(x EndedProposal) bool { return x.Ref == e.Ref })
+	if len(r.Ended) >= MaxEnded {
+		r.Ended = slices.Delete(r.Ended, 0, len(r.Ended)-MaxEnded+1)
+	}
+	r.Ended = append(r.Ended, e)
+}
+
+// EndOf returns how proposal ref ended without dispatching, if the record
+// holds it.
+func (r *Record) EndOf(ref schema.ProposalRef) (EndedProposal, bool) {
+	for _, e := range r.Ended {
+		if e.Ref == ref {
+			return e, true
+		}
+	}
+	return EndedProposal{}, false
 }
 
 // Verdict is what one answer established about an intent: a provider's

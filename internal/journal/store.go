@@ -34,8 +34,8 @@ type Writes struct {
 // EndedProposal is a proposal ended at dispatch's re-check (SPEC §3
 // Dispatch step 3): it binds the proposal, never the fingerprint.
 type EndedProposal struct {
-	Ref   schema.ProposalRef
-	Ended kv.Ended
+	Ref   schema.ProposalRef `json:"proposal"`
+	Ended kv.Ended           `json:"ended"`
 }
 
 // Empty reports whether there is nothing to write.

@@ -98,6 +98,8 @@ func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 		// Another body under a taken id: its outcome subject belongs to the
 		// first proposal.
 		return s.reused(v, in), nil
+	case found && a.Failed:
+		return s.replay(ref) // admission gave up on this very message
 	case found && a.Forwarded:
 		return stages.Result{}, nil // this very message was handed off already
 	}
@@ -216,8 +218,14 @@ func (s *Stage) logRefusal(v Verdict, in *stages.Input, code schema.Code) {
 }
 
 // GiveUp ends a proposal admission could not process: with an outcome
-// only when the message is authenticated and its id readable.
-func (s *Stage) GiveUp(_ context.Context, in *stages.Input, _ error) (stages.Result, error) {
+// only when the message is authenticated and its id readable, and never
+// once the message took its id — its hand-off may have been stored then,
+// so it is handed off again (Handle republishes what it decided, under the
+// same message id). A message that has not taken its id takes it now, for
+// its PROCESSING_FAILED outcome (kv.Admitted.Failed): a repeat hears that
+// outcome, and a processor still handling the same message answers with
+// it instead of handing it off.
+func (s *Stage) GiveUp(ctx context.Context, in *stages.Input, _ error) (stages.Result, error) {
 	inc := schema.NewIncident(schema.PhaseAdmission, schema.CodeProcessingFailed)
 	h, _ := s.Route.Subjects.IngressHost(in.Subject)
 	if _, _, err := (trust.Verifier{Hosts: s.Policy.Hosts, AllowUnsigned: s.Policy.AllowUnsigned}).Authenticate(h, in.Data, in.Header); err != nil {
@@ -228,10 +236,73 @@ func (s *Stage) GiveUp(_ context.Context, in *stages.Input, _ error) (stages.Res
 		return stages.Result{Events: []schema.Incident{inc}}, nil
 	}
 	ref := schema.ProposalRef{Host: h, ProposalID: id}
-	a, taken, err := s.records().Admitted(ref)
-	if err == nil && taken && a.Seq != in.StreamSeq {
+	now := stages.NowMs(s.Clock)
+	rs := s.records()
+	a, taken, err := rs.Admitted(ref)
+	switch {
+	case err != nil:
+		return stages.Result{}, fmt.Errorf("admission: read proposal: %w", err)
+	case taken && a.Seq != in.StreamSeq:
 		return reused(), nil // the subject belongs to another message's proposal
+	case taken:
+		return s.Handle(ctx, in)
 	}
-	// Recorded when this message took the id, so that a repeat hears it.
-	return stages.Result{Outcomes: []schema.Outcome{schema.FailureOutcome(ref, inc, stages.NowMs(s.Clock))}, Unrecorded: !taken}, nil
+	v := Decide(s.Policy, h, in.Data, in.Header)
+	if !v.Dedupe || v.Ref() != ref {
+		// It cannot take ids: nothing of it was, or will be, handed off.
+		return stages.Result{Outcomes: []schema.Outcome{schema.FailureOutcome(ref, inc, now)}, Unrecorded: true}, nil
+	}
+	res, handle, err := s.takeFailed(ref, v, in, now)
+	if handle {
+		return s.Handle(ctx, in) // this message took the id meanwhile, elsewhere
+	}
+	return res, err
+}
+
+// takeFailed takes ref's id for in with its PROCESSING_FAILED outcome,
+// under the locks Handle takes, unless the id or the delivery id is taken:
+// then it answers as Handle would, or asks for Handle (this very message
+// took the id since).
+func (s *Stage) takeFailed(ref schema.ProposalRef, v Verdict, in *stages.Input, now int64) (stages.Result, bool, error) {
+	rs := s.records()
+	unlock := rs.Lock(kv.ProposalLockKey(ref))
+	defer unlock()
+	delivery := v.Proposal.Context.Delivery.DeliveryID
+	unlockDelivery := rs.Lock("delivery/" + ref.Host + "\x00" + delivery)
+	defer unlockDelivery()
+	if d, found, err := rs.Delivery(ref.Host, delivery); err != nil {
+		return stages.Result{}, false, fmt.Errorf("admission: read delivery: %w", err)
+	} else if found && d.Seq != in.StreamSeq {
+		res, err := s.repeatedDelivery(ref.Host, d, in)
+		return res, false, err
+	}
+	if a, taken, err := rs.Admitted(ref); err != nil {
+		return stages.Result{}, false, fmt.Errorf("admission: read proposal: %w", err)
+	} else if taken && a.Seq != in.StreamSeq {
+		return reused(), false, nil
+	} else if taken && a.Failed {
+		res, err := s.replay(ref) // given up on before, here or elsewhere
+		return res, false, err
+	} else if taken {
+		return stages.Result{}, true, nil
+	}
+	c, err := rs.Admit(ref, kv.Admitted{Digest: Digest(v.Proposal), Seq: in.StreamSeq, AtMs: now, Failed: true},
+		delivery, kv.Delivery{ProposalID: ref.ProposalID, Seq: in.StreamSeq, AtMs: now})
+	switch {
+	case err != nil:
+		return stages.Result{}, false, fmt.Errorf("admission: record proposal: %w", err)
+	case c.Delivery != nil:
+		res, err := s.repeatedDelivery(ref.Host, *c.Delivery, in)
+		return res, false, err
+	case c.Admitted != nil && c.Admitted.Seq != in.StreamSeq:
+		return reused(), false, nil
+	case c.Admitted != nil && !c.Admitted.Failed:
+		return stages.Result{}, true, nil
+	case c.Admitted != nil:
+		res, err := s.replay(ref)
+		return res, false, err
+	}
+	// Recorded, so that a repeat hears it.
+	inc := schema.NewIncident(schema.PhaseAdmission, schema.CodeProcessingFailed)
+	return stages.Result{Outcomes: []schema.Outcome{schema.FailureOutcome(ref, inc, now)}}, false, nil
 }

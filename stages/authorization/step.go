@@ -138,7 +138,7 @@ func stepProposal(f Facts, r Rules) Decision {
 	case f.GivingUp && f.Found:
 		return Decision{} // decided by another input: that decision stands
 	case f.GivingUp || f.Env == nil:
-		return failed(f.Ref, f.Env, f.Now)
+		return failed(f)
 	case f.Found && a.Seq != f.Seq:
 		return Decision{Note: "duplicate hand-off ignored"} // the first one decides
 	case f.parked():
@@ -238,15 +238,21 @@ func end(f Facts, v Verdict) Decision {
 }
 
 // failed ends a proposal the stage could not process and has no record of:
-// PROCESSING_FAILED, bound to its fingerprint when the envelope is at hand.
-// Nothing is recorded.
-func failed(ref schema.ProposalRef, env *schema.Envelope, nowMs int64) Decision {
-	o := schema.FailureOutcome(ref, schema.NewIncident(schema.PhaseAuthorization, schema.CodeProcessingFailed), nowMs)
+// PROCESSING_FAILED, bound to its fingerprint when the envelope is at hand,
+// and recorded as the proposal's decision before it is published, so that
+// the same proposal handed on again later (after the stream's duplicate
+// window) is not judged afresh against that answer.
+func failed(f Facts) Decision {
+	ref, env := f.Ref, f.Env
+	o := schema.FailureOutcome(ref, schema.NewIncident(schema.PhaseAuthorization, schema.CodeProcessingFailed), f.Now)
+	a := approvals.Record{Host: ref.Host, ProposalID: ref.ProposalID, Seq: f.Seq, ArrivedAtMs: f.Now, Evaluations: []schema.PolicyEvaluation{}}
 	if env != nil && env.Grounded != nil {
 		o.Fingerprint = schema.StringPtr(env.Grounded.Fingerprint)
 		o.Referent = schema.StringPtr(env.Grounded.Referent)
+		a.Fingerprint, a.Referent = env.Grounded.Fingerprint, env.Grounded.Referent
 	}
-	return Decision{Outcome: &o}
+	decide(&a, Verdict{Decision: Deny, Code: schema.CodeProcessingFailed}, f.ID, f.Now)
+	return Decision{Outcome: &o, Writes: approvals.Writes{From: approvals.StateNone, Record: &a}}
 }
 
 func event(inc schema.Incident) Decision { return Decision{Events: []schema.Incident{inc}} }

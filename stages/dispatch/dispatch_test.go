@@ -325,8 +325,12 @@ func TestDispatchTimeDenial(t *testing.T) {
 	if env.Fakes["demo"].Dispatches() != 0 {
 		t.Error("a denied intent reached the provider")
 	}
-	if found, _ := env.Processor().Store().Intent(fp, new(journal.Record)); found {
-		t.Error("the denial wrote the fingerprint's journal")
+	// The denial is recorded on the intent (so that no processor deciding
+	// the same proposal can dispatch it after this answer) but binds
+	// nothing: no in-flight record, no receipt.
+	var rec journal.Record
+	if found, _ := env.Processor().Store().Intent(fp, &rec); found && (rec.State != journal.StateNew || rec.Receipt != nil || len(rec.Proposals) != 0) {
+		t.Errorf("the denial bound the fingerprint: %+v", rec)
 	}
 	// The same proposal handed on again (a redelivery after the stream's
 	// duplicate window) gets the same answer, even with its grant now

@@ -181,7 +181,9 @@ func (s *Stage) run(ctx context.Context, env *schema.Envelope, givingUp bool) (s
 				}
 				continue
 			}
-			if d.Call == CallProvider && !errors.Is(err, journal.ErrUncertain) && !errors.Is(err, journal.ErrConflict) {
+			if d.Call == CallProvider && !stages.Transient(err) {
+				// The store failed (a replicated journal that did not
+				// answer is an outage: retried, never this).
 				s.Log.Error("in-flight record not written; the provider is not called", "fingerprint", fp, "err", err)
 				f.CheckpointErr = err
 				continue
@@ -233,6 +235,14 @@ func (s *Stage) reload(f *Facts) error {
 		rec = journal.New(journal.IdentityOf(f.Env), f.Adapter, f.Now)
 	}
 	f.Record, f.Found = rec, found
+	if f.Ended == nil {
+		// Another processor may have ended the proposal since.
+		if e, found, err := s.Journal.Ended(f.Env.Ref()); err != nil {
+			return fmt.Errorf("dispatch: read proposal end: %w", err)
+		} else if found {
+			f.Ended = &e
+		}
+	}
 	return nil
 }
 

@@ -123,6 +123,9 @@ func Step(f Facts, r Rules) Decision {
 	if f.Ended != nil {
 		return ended(f.Env, *f.Ended)
 	}
+	if e, ok := f.Record.EndOf(ref); ok {
+		return ended(f.Env, e.Ended)
+	}
 	rec := f.Record
 	known := len(rec.Proposals)
 	rec.AddProposal(ref)
@@ -144,9 +147,10 @@ func Step(f Facts, r Rules) Decision {
 	case f.GivingUp && rec.State == journal.StateNotInvoked:
 		return finish(f, rec, MapDispatch(schema.AdapterReply{}, adapters.ErrNotInvoked), "dispatch", r)
 	case f.GivingUp:
-		o := schema.FailureOutcome(ref, schema.NewIncident(schema.PhaseDispatch, schema.CodeProcessingFailed), f.Now)
-		o.Fingerprint, o.Referent = schema.StringPtr(rec.Fingerprint), schema.StringPtr(rec.Referent)
-		return Decision{Outcome: &o}
+		// Nothing was sent for it: it ends PROCESSING_FAILED, recorded on
+		// the intent first, so that no processor still deciding it can
+		// dispatch it after this answer.
+		return end(f, schema.PhaseDispatch, schema.CodeProcessingFailed)
 	}
 	if !f.Dispatched {
 		// Step 3, before every attempt: a grant can expire and a policy
@@ -251,14 +255,19 @@ func finish(f Facts, rec journal.Record, v journal.Verdict, step string, r Rules
 	}
 }
 
-// end ends one proposal with a denial at the step 3 re-check: recorded for
-// the proposal (before its outcome is published), never for the
-// fingerprint, so that a later proposal of the same intent with a fresh
-// grant is judged afresh.
+// end ends one proposal without dispatching it — a denial at the step 3
+// re-check, or a give-up — recorded before its outcome is published: on
+// the intent's record, with its compare-and-set (a processor deciding the
+// same proposal at the same moment loses and answers with this end), and
+// for the proposal. It never binds the fingerprint: a later proposal of
+// the same intent with a fresh grant is judged afresh.
 func end(f Facts, phase schema.Phase, code schema.Code) Decision {
-	e := kv.Ended{Phase: phase, Code: code, AtMs: f.Now}
-	d := ended(f.Env, e)
-	d.Writes.Ended = &journal.EndedProposal{Ref: f.Env.Ref(), Ended: e}
+	e := journal.EndedProposal{Ref: f.Env.Ref(), Ended: kv.Ended{Phase: phase, Code: code, AtMs: f.Now}}
+	rec := f.Record
+	rec.End(e)
+	rec.UpdatedAtMs = f.Now
+	d := ended(f.Env, e.Ended)
+	d.Writes.Record, d.Writes.Ended = &rec, &e
 	return d
 }
 

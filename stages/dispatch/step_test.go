@@ -119,8 +119,18 @@ func TestStep(t *testing.T) {
 			f.Dispatched, f.CallErr = true, notInvoked
 			f.Record.State, f.Record.NotInvokedSinceMs, f.Found = journal.StateNotInvoked, now-30_000, true
 		}), want{record: journal.StateDone, receipt: schema.StatusFailedBeforeDispatch, kind: schema.KindFailedBeforeDispatch, code: schema.CodeAdapterUnavailable, proposals: 1}},
-		{"giving up before anything was written", facts(func(f *Facts) { f.GivingUp = true }),
-			want{kind: schema.KindIntegrationFailure, code: schema.CodeProcessingFailed}},
+		{"giving up before anything was written: the end is recorded on the intent first", facts(func(f *Facts) { f.GivingUp = true }),
+			want{ended: schema.CodeProcessingFailed, kind: schema.KindIntegrationFailure, code: schema.CodeProcessingFailed}},
+		{"a proposal another processor ended on the intent gets that end, never a dispatch", facts(func(f *Facts) {
+			f.Record.End(journal.EndedProposal{Ref: f.Env.Ref(), Ended: kv.Ended{Phase: schema.PhaseDispatch, Code: schema.CodeProcessingFailed, AtMs: now - 5}})
+			f.Found = true
+		}), want{kind: schema.KindIntegrationFailure, code: schema.CodeProcessingFailed}},
+		{"a proposal ended after a not-invoked attempt leaves the intent's proposals", facts(func(f *Facts) {
+			f.Record.State, f.Record.NotInvokedSinceMs, f.Found = journal.StateNotInvoked, now-1, true
+			f.Record.AddProposal(schema.ProposalRef{Host: "frontdesk", ProposalID: "p-0"})
+			f.Record.AddProposal(f.Env.Ref())
+			f.Env.Authorization.Grant.ExpiresAtMs = now - 1
+		}), want{record: journal.StateNotInvoked, ended: schema.CodeGrantExpired, kind: schema.KindDenied, code: schema.CodeGrantExpired, proposals: 1}},
 		{"giving up while not invoked", facts(func(f *Facts) {
 			f.GivingUp, f.Record.State, f.Record.NotInvokedSinceMs, f.Found = true, journal.StateNotInvoked, now-1, true
 		}), want{record: journal.StateDone, receipt: schema.StatusFailedBeforeDispatch, kind: schema.KindFailedBeforeDispatch, code: schema.CodeAdapterUnavailable, proposals: 1}},

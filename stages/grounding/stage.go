@@ -3,8 +3,10 @@ package grounding
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	"github.com/portcullis/portcullis/fingerprint"
+	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
@@ -27,6 +29,9 @@ type Stage struct {
 	// SourceMaxInFlight bounds the requests to one candidate source at
 	// once (grounding.source_max_in_flight; see Bulkhead). 0: unbounded.
 	SourceMaxInFlight int
+	// Approvals are the proposals' approval records, where a give-up
+	// claims its proposal's end (see GiveUp). nil: not claimed (tests).
+	Approvals approvals.Store
 }
 
 var _ stages.Handler = (*Stage)(nil)
@@ -138,7 +143,11 @@ func (s *Stage) fromSource(ctx context.Context, in *stages.Input, p *schema.Prop
 
 // GiveUp ends a proposal grounding could not process (PROCESSING_FAILED),
 // naming it by its subject's id token; an unreadable id gets only the
-// incident event.
+// incident event. Another delivery of the same hand-off may have been
+// grounded and handed on (by another processor, or by this one before its
+// outputs' acknowledgement was lost): the end is first claimed in the
+// proposal's approval record, where authorization looks, and announced
+// only if no decision was there — otherwise that decision stands.
 func (s *Stage) GiveUp(_ context.Context, in *stages.Input, _ error) (stages.Result, error) {
 	inc := schema.NewIncident(schema.PhaseGrounding, schema.CodeProcessingFailed)
 	_, _, token, ok := s.Route.Subjects.ParseStage(in.Subject)
@@ -146,5 +155,15 @@ func (s *Stage) GiveUp(_ context.Context, in *stages.Input, _ error) (stages.Res
 	if !ok || !okToken || !schema.ValidProposalID(id) {
 		return stages.Result{Events: []schema.Incident{inc}}, nil
 	}
-	return stages.Result{Outcomes: []schema.Outcome{schema.FailureOutcome(schema.ProposalRef{Host: h, ProposalID: id}, inc, stages.NowMs(s.Clock))}}, nil
+	ref, now := schema.ProposalRef{Host: h, ProposalID: id}, stages.NowMs(s.Clock)
+	if s.Approvals != nil {
+		won, err := approvals.End(s.Approvals, ref, schema.CodeProcessingFailed, in.Stream+"/"+strconv.FormatUint(in.StreamSeq, 10), now)
+		if err != nil {
+			return stages.Result{}, fmt.Errorf("grounding: claim the end: %w", err)
+		}
+		if !won {
+			return stages.Result{}, nil // authorization decided it: that decision is the answer
+		}
+	}
+	return stages.Result{Outcomes: []schema.Outcome{schema.FailureOutcome(ref, inc, now)}}, nil
 }

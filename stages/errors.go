@@ -1,0 +1,68 @@
+package stages
+
+import (
+	"context"
+	"errors"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/portcullis/portcullis/internal/approvals"
+	"github.com/portcullis/portcullis/internal/journal"
+	"github.com/portcullis/portcullis/internal/leaderkv"
+)
+
+// ErrPermanent marks a handler error that no retry can fix (an input that
+// cannot be decoded, say): the runner asks GiveUp at once instead of
+// redelivering.
+var ErrPermanent = errors.New("stages: permanent failure")
+
+// ErrRetriesExhausted is the cause GiveUp receives when a handler failed
+// MaxAttempts times with errors that are not transient, or when an input
+// was delivered so often without being finished that it must be killing
+// the processors that take it.
+var ErrRetriesExhausted = errors.New("stages: retries exhausted")
+
+// ErrTransient marks a handler error that says nothing about the input:
+// the cluster, a store or a peer did not answer, or another writer got
+// there first. A handler wraps it where the cause is its own (see
+// Transient for the causes recognised without it).
+var ErrTransient = errors.New("stages: transient failure")
+
+// Transient reports whether err is an outage or a race, not a fault of the
+// input: JetStream or the NATS connection did not answer (no leader, an
+// election, a server restarting, no responders, a timeout whose result is
+// unknown), a stream is full (it pushes back until it has room), or a
+// shared record changed or its write's outcome is unknown. Retrying fixes
+// these, so the runner retries them for as long as they last and never
+// counts them toward giving up (SPEC §6: an outage never ends a proposal).
+func Transient(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, ErrTransient) || leaderkv.Unanswered(err) ||
+		errors.Is(err, leaderkv.ErrConflict) || errors.Is(err, leaderkv.ErrUncertain) ||
+		errors.Is(err, journal.ErrConflict) || errors.Is(err, journal.ErrUncertain) ||
+		errors.Is(err, approvals.ErrConflict) || errors.Is(err, approvals.ErrUncertain) {
+		return true
+	}
+	return errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrConnectionDraining) ||
+		errors.Is(err, nats.ErrStaleConnection) || errors.Is(err, nats.ErrNoServers) ||
+		errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, context.Canceled)
+}
+
+// errCodeMessageTooLarge is JetStream's "message size exceeds maximum
+// allowed" (JSStreamMessageExceedsMaximumErr).
+const errCodeMessageTooLarge jetstream.ErrorCode = 10054
+
+// unpublishable reports a publish error that proves the message was not
+// stored and never will be, however often it is tried: it is too large
+// for the connection or the stream, or its subject is invalid. Every
+// other publish error is retried with the same message id.
+func unpublishable(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeMessageTooLarge {
+		return true
+	}
+	return errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadSubject)
+}
