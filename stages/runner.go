@@ -172,10 +172,10 @@ const MaxUnseenDeliveries = 2*MaxRequestedRetries + MaxDeferrals + 32
 //     which republishes the same ids (duplicates the streams drop), and
 //     only such failures count toward giving up.
 type Runner struct {
-	cfg       RunnerConfig
-	deps      Deps
-	h         Handler
-	log       *slog.Logger
+	cfg  RunnerConfig
+	deps Deps
+	h    Handler
+	log  *slog.Logger
 	// consuming is set while Run's message iterator runs (see Consuming).
 	consuming atomic.Bool
 	// stopping is closed when Run stops fetching: held inputs are then
@@ -184,7 +184,7 @@ type Runner struct {
 	halted   sync.Once
 	live     liveSet
 	tallies  tallies
-	bulk      *bulkheads
+	bulk     *bulkheads
 	// counters are the stage's StageMessages series, by result.
 	counters map[string]prometheus.Counter
 	duration prometheus.Observer
@@ -235,7 +235,7 @@ func (r *Runner) ConsumerConfig() jetstream.ConsumerConfig {
 		// Unbounded: the runner ends every input itself (MaxUnseenDeliveries
 		// for one that kills its processors); the server stopping
 		// delivery would leave it unanswered.
-		MaxDeliver: -1,
+		MaxDeliver:    -1,
 		MaxAckPending: 2*r.cfg.Batch + r.cfg.MaxInFlight + r.cfg.MaxQueued,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	}
