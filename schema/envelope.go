@@ -31,6 +31,11 @@ type AuthorizationRecord struct {
 	Grant       Grant              `json:"grant"`
 	Evaluations []PolicyEvaluation `json:"evaluations"`
 	DecidedAtMs int64              `json:"decided_at_ms"`
+	// Bound: the proposal came without a grant for an intent that is
+	// dispatched already (a receipt or an in-flight record binds its
+	// fingerprint): it is answered from the intent (SPEC §2.4: the same
+	// receipt), never dispatched. Grant is empty then.
+	Bound bool `json:"bound,omitempty"`
 }
 
 // PolicyEvaluation is one layer's verdict, kept for the activity record.

@@ -57,6 +57,9 @@ type Record struct {
 	DecidedAtMs int64  `json:"decided_at_ms,omitempty"`
 	// Code is the denial's closed code; "" when permitted or parked.
 	Code schema.Code `json:"code,omitempty"`
+	// Bound: permitted without a grant, because the intent was dispatched
+	// already (schema.AuthorizationRecord.Bound).
+	Bound bool `json:"bound,omitempty"`
 	// Evaluations are the policy layers' verdicts of the decision (of the
 	// screen before parking, while parked).
 	Evaluations []schema.PolicyEvaluation `json:"evaluations"`

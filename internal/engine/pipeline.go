@@ -240,7 +240,7 @@ func (p *Parts) authorizationStage() (*authorization.Stage, error) {
 			Hosts:         c.Hosts,
 			Tenants:       c.Tenants,
 		},
-		Approvals: p.Approvals, Activity: p.Activity, Route: r, Clock: p.Clock, JS: p.JS,
+		Approvals: p.Approvals, Intents: p.Journal, Activity: p.Activity, Route: r, Clock: p.Clock, JS: p.JS,
 		Log: p.stageLog(r.Self),
 	}
 	p.authz = s

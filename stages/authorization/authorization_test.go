@@ -854,3 +854,36 @@ func TestUnusedGrantsAreLoggedValueFree(t *testing.T) {
 	}
 	env.AssertNowhere(t, by, member)
 }
+
+// An intent already dispatched, proposed again under a new proposal id
+// without a grant, is answered with its receipt (SPEC §2.4: the same
+// receipt) — no approval is asked for an action that will not happen
+// again, and the provider is not called.
+func TestDoneIntentIsAnsweredFromItsReceipt(t *testing.T) {
+	env, clock := start(t)
+	first := grounded(t, "prop-done-1", nil)
+	handOff(t, env, withInline(t, first, grantFor(first, clock)))
+	done := env.Recorder.Wait(t, "prop-done-1", testenv.Terminal)
+	if done.Kind != schema.KindConfirmed || done.Receipt == nil {
+		t.Fatalf("first proposal: %+v", done)
+	}
+	again := grounded(t, "prop-done-2", nil) // the same intent, no grant
+	handOff(t, env, again)
+	o := env.Recorder.Wait(t, "prop-done-2", testenv.Terminal)
+	if o.Kind != schema.KindConfirmed || o.Receipt == nil || o.Receipt.ReceiptID != done.Receipt.ReceiptID {
+		t.Errorf("the done intent proposed again: %+v, want its receipt %s", o, done.Receipt.ReceiptID)
+	}
+	for _, x := range env.Recorder.Outcomes("prop-done-2") {
+		if x.Kind == schema.KindNeedsApproval {
+			t.Errorf("an approval was asked for a done intent: %+v", x)
+		}
+	}
+	if n := env.Fakes["demo"].Dispatches(); n != 1 {
+		t.Errorf("the provider was called %d times", n)
+	}
+	// A redelivery of the bound decision republishes it, nothing else.
+	env.Quiesce(t)
+	if n := env.Fakes["demo"].Dispatches(); n != 1 {
+		t.Errorf("the provider was called %d times", n)
+	}
+}

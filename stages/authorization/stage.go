@@ -11,6 +11,7 @@ import (
 
 	"github.com/portcullis/portcullis/internal/activity"
 	"github.com/portcullis/portcullis/internal/approvals"
+	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
@@ -31,7 +32,10 @@ import (
 type Stage struct {
 	Policy    Policy
 	Approvals approvals.Store
-	Activity  *activity.Store // nil: no activity snapshots
+	// Intents reads the dispatch journal: a new proposal without a grant
+	// whose intent is dispatched already is answered from it. nil: never.
+	Intents  Intents
+	Activity *activity.Store // nil: no activity snapshots
 	// Route: the stage's own stream (proposals and approval timers) in,
 	// the next stage out — for the grants consumer's decisions too.
 	Route stages.Route
@@ -87,6 +91,25 @@ func decodeEnvelope(data []byte, ref schema.ProposalRef) (*schema.Envelope, erro
 		return nil, fmt.Errorf("%w: envelope not grounded or not for its subject", schema.ErrMalformed)
 	}
 	return &env, nil
+}
+
+// Intents is what authorization reads of the dispatch journal
+// (journal.Store has it).
+type Intents interface {
+	Load(fingerprint string) (rec journal.Record, found bool, err error)
+}
+
+// intentBound reads whether env's intent is dispatched already: a
+// receipt, or an in-flight record, binds its fingerprint.
+func (s *Stage) intentBound(env *schema.Envelope) (bool, error) {
+	if s.Intents == nil {
+		return false, nil
+	}
+	rec, found, err := s.Intents.Load(env.Grounded.Fingerprint)
+	if err != nil {
+		return false, fmt.Errorf("authorization: read the intent: %w", err)
+	}
+	return found && (rec.Receipt != nil || rec.State == journal.StateInFlight), nil
 }
 
 // Handle decides a grounded proposal or an approval expiry.
@@ -146,6 +169,11 @@ func (s *Stage) run(ctx context.Context, f Facts) (stages.Result, error) {
 		return stages.Result{}, fmt.Errorf("authorization: %w: %w", errUnreadable, err)
 	}
 	f.Record, f.Found = rec, found
+	if f.Input == FromProposal && !found && f.Env != nil && f.Env.Proposal.Grant == nil && !f.GivingUp {
+		if f.IntentBound, err = s.intentBound(f.Env); err != nil {
+			return stages.Result{}, err
+		}
+	}
 	r := s.rules()
 	for {
 		f.Now = stages.NowMs(s.Clock)

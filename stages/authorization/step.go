@@ -57,6 +57,11 @@ type Facts struct {
 	Env *schema.Envelope
 	// Message is the grant or decline (FromGrant).
 	Message *Standalone
+	// IntentBound: the proposal's intent is dispatched already (its
+	// fingerprint has a receipt or an in-flight record in the journal):
+	// read for a new proposal that carries no grant, which is then
+	// answered from the intent instead of parked (SPEC §2.4).
+	IntentBound bool
 	// Read: the parked envelope was read back (ReadEnvelope); Env is nil
 	// if it is gone from the stream. ReadFailed: the read failed for
 	// another reason (only while giving up: otherwise the input is
@@ -148,6 +153,11 @@ func stepProposal(f Facts, r Rules) Decision {
 	}
 	env := f.Env
 	v := DecideProposal(r.Policy, env, f.Now)
+	if v.Decision == Park && f.IntentBound {
+		// Done or under way already: the same receipt, from dispatch,
+		// with no new approval asked (nothing will be dispatched).
+		v = Verdict{Decision: Permit, Evaluations: v.Evaluations, Bound: true}
+	}
 	a = approvals.Record{
 		Host: f.Ref.Host, ProposalID: f.Ref.ProposalID, Fingerprint: env.Grounded.Fingerprint, Referent: env.Grounded.Referent,
 		Seq: f.Seq, ArrivedAtMs: f.Now, Evaluations: v.Evaluations,
@@ -275,6 +285,7 @@ func decide(a *approvals.Record, v Verdict, by string, nowMs int64) {
 		a.State = approvals.StatePermitted
 	}
 	a.DecidedBy, a.DecidedAtMs, a.Evaluations = by, nowMs, v.Evaluations
+	a.Bound = v.Bound
 	a.Code = ""
 	if v.Decision == Deny {
 		a.Code = v.Code
@@ -288,6 +299,9 @@ func recorded(a approvals.Record, g *schema.Grant) Verdict {
 	case approvals.StateParked:
 		return Verdict{Decision: Park, Code: schema.CodeApprovalRequired, Evaluations: a.Evaluations}
 	case approvals.StatePermitted:
+		if a.Bound {
+			return Verdict{Decision: Permit, Evaluations: a.Evaluations, Bound: true}
+		}
 		return Verdict{Decision: Permit, Evaluations: a.Evaluations, Grant: g}
 	}
 	return Verdict{Decision: Deny, Code: a.Code, Evaluations: a.Evaluations, Grant: g}
@@ -304,7 +318,7 @@ func publish(a approvals.Record, v Verdict, env *schema.Envelope) Decision {
 	}
 	var d Decision
 	switch {
-	case v.Decision == Permit && env != nil && v.Grant != nil:
+	case v.Decision == Permit && env != nil && (v.Grant != nil || v.Bound):
 		out := HandOff(env, v, at)
 		d.HandOff = &out
 	case v.Decision == Permit:

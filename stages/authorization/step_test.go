@@ -173,6 +173,16 @@ func TestStep(t *testing.T) {
 		// A grounded proposal, decided as it arrives.
 		{"proposal without a grant: parked", proposalIn(flight()),
 			stepWant{state: parked, timer: "add", kind: needsApproval, incident: schema.CodeApprovalRequired, activity: true}},
+		{"proposal without a grant for an intent dispatched already: answered from it, nobody asked", func() Facts {
+			f := proposalIn(flight())
+			f.IntentBound = true
+			return f
+		}(), stepWant{state: permitted, handOff: true, activity: true}},
+		{"redelivered after it was answered from its intent: the same hand-off", proposalIn(flight()).with(func() approvals.Record {
+			r := decidedRecord(permitted, "", idProposal, false)
+			r.Bound = true
+			return r
+		}()), stepWant{handOff: true, activity: true}},
 		{"proposal without a grant, live: denied before asking anyone", proposalIn(live),
 			stepWant{state: denied, code: schema.CodeLiveActionsForbidden, kind: deniedKind, incident: schema.CodeLiveActionsForbidden, activity: true}},
 		{"proposal without a grant, spend over policy", proposalIn(rich),
@@ -350,7 +360,10 @@ func checkDecision(t *testing.T, f Facts, d Decision) {
 		}
 	}
 	if h := d.HandOff; h != nil {
-		if h.Authorization == nil || h.Authorization.Grant.IntentFingerprint != fp || len(h.Authorization.Evaluations) == 0 {
+		// A hand-off carries the grant of the exact fingerprint, or says the
+		// intent is bound (dispatched already) and carries none.
+		if a := h.Authorization; a == nil || len(a.Evaluations) == 0 ||
+			(a.Bound != (a.Grant.IntentFingerprint == "")) || (!a.Bound && a.Grant.IntentFingerprint != fp) {
 			t.Errorf("hand-off authorization %+v", h.Authorization)
 		}
 		if d.Outcome != nil || len(d.Events) > 0 {

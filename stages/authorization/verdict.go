@@ -51,6 +51,9 @@ type Verdict struct {
 	Evaluations []schema.PolicyEvaluation
 	// Grant is the grant judged, once it decoded; nil otherwise.
 	Grant *schema.Grant
+	// Bound: a Permit without a grant, because the intent is dispatched
+	// already (see schema.AuthorizationRecord.Bound).
+	Bound bool
 	// Event is the incident event of a Keep.
 	Event *schema.Incident
 }
@@ -227,7 +230,10 @@ func ApprovalRequest(env *schema.Envelope, expiresAtMs int64) *schema.Approval {
 // grant that authorized it and every evaluation on the way.
 func HandOff(env *schema.Envelope, v Verdict, atMs int64) schema.Envelope {
 	out := *env
-	out.Authorization = &schema.AuthorizationRecord{Grant: *v.Grant, Evaluations: v.Evaluations, DecidedAtMs: atMs}
+	out.Authorization = &schema.AuthorizationRecord{Evaluations: v.Evaluations, DecidedAtMs: atMs, Bound: v.Bound}
+	if v.Grant != nil {
+		out.Authorization.Grant = *v.Grant
+	}
 	return out
 }
 

@@ -144,6 +144,11 @@ func Step(f Facts, r Rules) Decision {
 			return Decision{Retry: wait}
 		}
 		return finish(f, rec, Interrupted(), "interrupted", r)
+	case f.Env.Authorization.Bound:
+		// Authorization found the intent bound, and it is not any more (its
+		// records swept, or found never dispatched since): nothing
+		// authorizes a dispatch.
+		return end(f, schema.PhaseDispatch, schema.CodeProcessingFailed)
 	case f.GivingUp && rec.State == journal.StateNotInvoked:
 		return finish(f, rec, MapDispatch(schema.AdapterReply{}, adapters.ErrNotInvoked), "dispatch", r)
 	case f.GivingUp:

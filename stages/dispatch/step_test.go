@@ -119,6 +119,13 @@ func TestStep(t *testing.T) {
 			f.Dispatched, f.CallErr = true, notInvoked
 			f.Record.State, f.Record.NotInvokedSinceMs, f.Found = journal.StateNotInvoked, now-30_000, true
 		}), want{record: journal.StateDone, receipt: schema.StatusFailedBeforeDispatch, kind: schema.KindFailedBeforeDispatch, code: schema.CodeAdapterUnavailable, proposals: 1}},
+		{"a proposal answered from its intent, which has its receipt", facts(func(f *Facts) {
+			f.Env.Authorization = &schema.AuthorizationRecord{Bound: true}
+			f.Record, f.Found = settled(schema.StatusConfirmed), true
+		}), want{record: journal.StateDone, kind: schema.KindConfirmed, proposals: 2}},
+		{"a proposal answered from its intent, which is no longer bound: never dispatched", facts(func(f *Facts) {
+			f.Env.Authorization = &schema.AuthorizationRecord{Bound: true}
+		}), want{ended: schema.CodeProcessingFailed, kind: schema.KindIntegrationFailure, code: schema.CodeProcessingFailed}},
 		{"giving up before anything was written: the end is recorded on the intent first", facts(func(f *Facts) { f.GivingUp = true }),
 			want{ended: schema.CodeProcessingFailed, kind: schema.KindIntegrationFailure, code: schema.CodeProcessingFailed}},
 		{"a proposal another processor ended on the intent gets that end, never a dispatch", facts(func(f *Facts) {
