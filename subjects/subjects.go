@@ -178,6 +178,12 @@ func ParseProposalToken(s string) (h, proposalID string, ok bool) {
 // StageAll is the filter of everything a stage consumes from its stream.
 func (s Subjects) StageAll(stage string) string { return s.p() + ".stage." + stage + ".>" }
 
+// StageKind is the filter of one kind of a stage's messages: its
+// hand-offs (KindProposal), or its timers (KindTimer).
+func (s Subjects) StageKind(stage, kind string) string {
+	return s.p() + ".stage." + stage + "." + kind + ".>"
+}
+
 // Stage is the subject of one message of a kind for a stage; id is a
 // proposal id or a fingerprint's hex digits.
 func (s Subjects) Stage(stage, kind, id string) string {
@@ -241,6 +247,20 @@ func (s Subjects) IncidentsStream() string { return s.streamBase() + "_INCIDENTS
 func (s Subjects) StageStream(stage string) string {
 	return s.streamBase() + "_" + strings.ToUpper(stage)
 }
+
+// TimersStream is the stream of a stage's durable timers
+// (StageKind(stage, KindTimer)) and, on a cluster, of the schedules that
+// fire them (Schedules): apart from the stage's hand-offs, so that the
+// hand-off stream refuses when full (the stage before waits) while the
+// schedules, which nats-server keeps only in a stream that drops its
+// oldest messages, never share its budget.
+func (s Subjects) TimersStream(stage string) string {
+	return s.streamBase() + "_TIMERS_" + strings.ToUpper(stage)
+}
+
+// TimersConsumer is the durable consumer of a stage's timers stream, and
+// its `stage` metric label.
+func TimersConsumer(stage string) string { return stage + "_timers" }
 
 // JournalBucket is the KV bucket of the replicated dispatch journal:
 // "actions_journal" for the default prefix.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/portcullis/portcullis/internal/engine"
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/subjects"
 )
@@ -195,18 +196,17 @@ type StageConsumer struct {
 	Name, Stream string
 }
 
-// StageConsumers lists every stage's durable consumer in pipeline order: a
-// stage comes before every stage it hands messages on to (hosts feed
-// admission and grants; admission feeds grounding, grounding
-// authorization; authorization and grants feed dispatch; dispatch,
-// reconciliation and the operator reach reconciliation through timers).
+// StageConsumers lists every durable consumer of the default pipeline
+// (engine.Consumers: the stage table) in pipeline order: a consumer comes
+// before every consumer it hands messages on to (hosts feed admission and
+// grants; admission feeds grounding, grounding authorization;
+// authorization and grants feed dispatch; a Scheduled stage's timers
+// consumer comes after it; dispatch, reconciliation and the operator
+// reach reconciliation through its timers).
 func StageConsumers(s subjects.Subjects) []StageConsumer {
-	return []StageConsumer{
-		{subjects.StageAdmission, s.ProposalsStream()},
-		{subjects.StageGrounding, s.StageStream(subjects.StageGrounding)},
-		{subjects.StageAuthorization, s.StageStream(subjects.StageAuthorization)},
-		{subjects.StageGrants, s.GrantsStream()},
-		{subjects.StageDispatch, s.StageStream(subjects.StageDispatch)},
-		{subjects.StageReconciliation, s.StageStream(subjects.StageReconciliation)},
+	var out []StageConsumer
+	for _, c := range engine.Consumers(s, engine.Pipeline(), nil) {
+		out = append(out, StageConsumer{Name: c.Name, Stream: c.Stream})
 	}
+	return out
 }

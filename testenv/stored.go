@@ -106,3 +106,53 @@ func describe(o schema.Outcome, found bool) string {
 	}
 	return fmt.Sprintf("%s %v", o.Kind, codes)
 }
+
+// StoredHistory returns every outcome the outcomes stream holds, by
+// proposal (id as for Ref: "<proposal_id>" for the default host, else
+// "<h>/<proposal_id>"), each proposal's in the order they were stored.
+// It reads the whole stream with an ordered consumer, retrying while a
+// server is down or a leader moves.
+func (e *Env) StoredHistory(t testing.TB) map[string][]schema.Outcome {
+	t.Helper()
+	var out map[string][]schema.Outcome
+	Retry(t, func(ctx context.Context) error {
+		out = map[string][]schema.Outcome{}
+		c, err := e.JS.OrderedConsumer(ctx, e.Subjects.OutcomesStream(), jetstream.OrderedConsumerConfig{})
+		if err != nil {
+			return err
+		}
+		info, err := c.Info(ctx)
+		if err != nil {
+			return err
+		}
+		for left := info.NumPending; left > 0; {
+			batch, err := c.Fetch(int(min(left, 1000)), jetstream.FetchMaxWait(APITimeout))
+			if err != nil {
+				return err
+			}
+			n := 0
+			for m := range batch.Messages() {
+				n++
+				var o schema.Outcome
+				if err := schema.Decode(m.Data(), &o); err != nil {
+					return fmt.Errorf("stored outcome on %s: %w", m.Subject(), err)
+				}
+				h, _, _ := e.Subjects.ParseOutcome(m.Subject())
+				id := o.ProposalID
+				if h != HostName {
+					id = h + "/" + id
+				}
+				out[id] = append(out[id], o)
+			}
+			if err := batch.Error(); err != nil {
+				return err
+			}
+			if n == 0 {
+				return errors.New("the outcomes stream stopped delivering")
+			}
+			left -= uint64(n)
+		}
+		return nil
+	})
+	return out
+}

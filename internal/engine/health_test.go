@@ -224,10 +224,11 @@ func lint(t *testing.T, m *metrics.Metrics) {
 }
 
 // stageNames are the default pipeline's stage names.
+// stageNames are the default pipeline's consumers: every `stage` label.
 func stageNames() []string {
 	var out []string
-	for _, s := range engine.Pipeline() {
-		out = append(out, s.Name)
+	for _, c := range engine.Consumers(subjects.Default(), engine.Pipeline(), nil) {
+		out = append(out, c.Name)
 	}
 	return out
 }

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -20,9 +21,11 @@ import (
 
 // store.journal decides the streams: a replicated journal adds its bucket
 // and the approvals' (reads from the leader only) and gives the
-// reconciliation and authorization streams their schedules; going back to
-// a local journal keeps the schedules, which the server cannot turn off,
-// and the same processor starts. The approvals follow the journal.
+// reconciliation and authorization timers streams their schedules; going
+// back to a local journal keeps the schedules, which the server cannot
+// turn off, and the same processor starts. The stages' hand-off streams
+// never take schedules: they refuse when full, never drop a hand-off. The
+// approvals follow the journal.
 func TestJournalStreams(t *testing.T) {
 	srv := testenv.StartServer(t, "")
 	cfg := config.Defaults()
@@ -36,8 +39,8 @@ func TestJournalStreams(t *testing.T) {
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
 	subj := subjects.Default()
-	stage := func(name string) jetstream.StreamConfig {
-		st, err := js.Stream(context.Background(), subj.StageStream(name))
+	stream := func(name string) jetstream.StreamConfig {
+		st, err := js.Stream(context.Background(), name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,8 +64,12 @@ func TestJournalStreams(t *testing.T) {
 			t.Errorf("journal %s: approvals %T", step.journal, p.Approvals())
 		}
 		for _, name := range []string{subjects.StageReconciliation, subjects.StageAuthorization} {
-			if c := stage(name); c.AllowMsgSchedules != step.schedules || (c.Discard == jetstream.DiscardOld) != step.schedules ||
+			if c := stream(subj.TimersStream(name)); c.AllowMsgSchedules != step.schedules || (c.Discard == jetstream.DiscardOld) != step.schedules ||
 				len(c.Subjects) != map[bool]int{false: 1, true: 2}[step.schedules] {
+				t.Errorf("journal %s: %s timers stream %+v", step.journal, name, c)
+			}
+			if c := stream(subj.StageStream(name)); c.AllowMsgSchedules || c.Discard != jetstream.DiscardNew ||
+				len(c.Subjects) != 1 || c.Subjects[0] != subj.StageKind(name, subjects.KindProposal) {
 				t.Errorf("journal %s: %s stream %+v", step.journal, name, c)
 			}
 		}
@@ -162,4 +169,53 @@ func externalWithStore(t *testing.T) (*config.Config, *kv.Store) {
 		t.Fatal(err)
 	}
 	return cfg, st
+}
+
+// A Scheduled stage's stream that an earlier version gave message
+// schedules (the server never turns them off) keeps taking the stage's
+// timers: the processor starts on it as it is, makes no timers stream for
+// that stage, and consumes its timers from it.
+func TestLegacyScheduledStream(t *testing.T) {
+	srv := testenv.StartServer(t, "")
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	subj := subjects.Default()
+	ctx := context.Background()
+	legacy := jetstream.StreamConfig{Name: subj.StageStream(subjects.StageReconciliation),
+		Subjects:  []string{subj.StageAll(subjects.StageReconciliation), subj.Schedules(subjects.StageReconciliation)},
+		Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage, Discard: jetstream.DiscardOld, AllowMsgSchedules: true, AllowRollup: true}
+	if _, err := js.CreateStream(ctx, legacy); err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Defaults()
+	cfg.NATS = config.NATS{URL: srv.ClientURL(), Replicas: 1}
+	cfg.Store.Dir, cfg.Metrics.Listen, cfg.Store.Journal = t.TempDir(), "", config.JournalReplicated
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	p, err := engine.Start(sctx, engine.Options{Config: cfg})
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	st, err := js.Stream(ctx, subj.StageStream(subjects.StageReconciliation))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := st.CachedInfo().Config; !c.AllowMsgSchedules || len(c.Subjects) != 2 || c.Subjects[0] != subj.StageAll(subjects.StageReconciliation) {
+		t.Errorf("legacy stream changed: %+v", c)
+	}
+	if _, err := js.Stream(ctx, subj.TimersStream(subjects.StageReconciliation)); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Errorf("a timers stream beside the legacy one: %v", err)
+	}
+	if _, err := js.Stream(ctx, subj.TimersStream(subjects.StageAuthorization)); err != nil {
+		t.Errorf("the other stage's timers stream: %v", err)
+	}
+	// Its one consumer reads the timers from it.
+	if _, err := js.Consumer(ctx, subj.StageStream(subjects.StageReconciliation), subjects.StageReconciliation); err != nil {
+		t.Errorf("the stage's consumer: %v", err)
+	}
 }

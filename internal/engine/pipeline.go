@@ -145,14 +145,6 @@ func internalStages(p []Spec) []Spec {
 	return out
 }
 
-func names(p []Spec) []string {
-	out := make([]string, len(p))
-	for i, s := range p {
-		out[i] = s.Name
-	}
-	return out
-}
-
 // Parts are what stage constructors build from: the processor's
 // configuration and shared components.
 type Parts struct {
@@ -291,29 +283,77 @@ func newReconciliation(p *Parts, r stages.Route) (stages.Handler, error) {
 	}), nil
 }
 
-// runners builds one runner per stage of the pipeline.
-func (p *Processor) runners(pipeline []Spec, parts *Parts, deps stages.Deps) ([]*stages.Runner, error) {
+// Consumer is one durable consumer of the pipeline: a stage's, or the
+// timers consumer of a Scheduled stage.
+type Consumer struct {
+	// Name is the durable consumer's name and its `stage` metric label.
+	Name string
+	// Stage is the stage whose handler it feeds.
+	Stage  string
+	Stream string
+	Filter string
+	// Internal: every input must carry the processor's seal (see
+	// stages.RunnerConfig); Phase names its rejections.
+	Internal bool
+	Phase    schema.Phase
+}
+
+// Consumers lists pipeline's consumers in pipeline order — a consumer
+// before every consumer whose stage it hands on to — from the table: each
+// stage's, and after a Scheduled stage's its timers consumer, unless the
+// stage is in legacy (its stream takes its timers: see legacyScheduled).
+func Consumers(s subjects.Subjects, pipeline []Spec, legacy map[string]bool) []Consumer {
+	var out []Consumer
+	for _, st := range pipeline {
+		c := Consumer{Name: st.Name, Stage: st.Name}
+		switch st.Ingress {
+		case Proposals:
+			c.Stream, c.Filter = s.ProposalsStream(), s.Proposals()
+		case Grants:
+			c.Stream, c.Filter = s.GrantsStream(), s.Grants()
+		default:
+			c.Stream, c.Filter = s.StageStream(st.Name), s.StageAll(st.Name)
+			c.Internal, c.Phase = true, st.Phase
+		}
+		out = append(out, c)
+		if st.Ingress == Internal && st.Scheduled && !legacy[st.Name] {
+			out = append(out, Consumer{Name: subjects.TimersConsumer(st.Name), Stage: st.Name,
+				Stream: s.TimersStream(st.Name), Filter: s.StageKind(st.Name, subjects.KindTimer), Internal: true, Phase: st.Phase})
+		}
+	}
+	return out
+}
+
+// consumerNames are the consumers' names: the `stage` label values.
+func consumerNames(cs []Consumer) []string {
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = c.Name
+	}
+	return out
+}
+
+// runners builds one runner per consumer of the pipeline; a stage's
+// consumers share its handler.
+func (p *Processor) runners(pipeline []Spec, consumers []Consumer, parts *Parts, deps stages.Deps) ([]*stages.Runner, error) {
 	parts.Routes = map[string]stages.Route{}
 	for _, s := range pipeline {
 		parts.Routes[s.Name] = stages.Route{Subjects: p.subj, Self: s.Name, Next: s.Next}
 	}
-	out := make([]*stages.Runner, 0, len(pipeline))
+	handlers := map[string]stages.Handler{}
+	inFlight := map[string]int{}
 	for _, s := range pipeline {
 		h, err := s.New(parts, parts.Routes[s.Name])
 		if err != nil {
 			return nil, fmt.Errorf("engine: stage %s: %w", s.Name, err)
 		}
-		rc := stages.RunnerConfig{Stage: s.Name, MaxInFlight: s.MaxInFlight}
-		switch s.Ingress {
-		case Proposals:
-			rc.Stream, rc.FilterSubject = p.subj.ProposalsStream(), p.subj.Proposals()
-		case Grants:
-			rc.Stream, rc.FilterSubject = p.subj.GrantsStream(), p.subj.Grants()
-		default:
-			rc.Stream, rc.FilterSubject = p.subj.StageStream(s.Name), p.subj.StageAll(s.Name)
-			rc.Internal, rc.Phase = true, s.Phase
-		}
-		out = append(out, stages.NewRunner(rc, deps, h))
+		handlers[s.Name], inFlight[s.Name] = h, s.MaxInFlight
+	}
+	out := make([]*stages.Runner, 0, len(consumers))
+	for _, c := range consumers {
+		rc := stages.RunnerConfig{Stage: c.Name, Stream: c.Stream, FilterSubject: c.Filter, Internal: c.Internal, Phase: c.Phase,
+			MaxInFlight: inFlight[c.Stage]}
+		out = append(out, stages.NewRunner(rc, deps, handlers[c.Stage]))
 	}
 	return out, nil
 }

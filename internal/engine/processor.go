@@ -65,6 +65,9 @@ type Options struct {
 
 // Processor is a running Portcullis.
 type Processor struct {
+	// legacy are the Scheduled stages whose stream takes their timers
+	// (legacyScheduled).
+	legacy   map[string]bool
 	cfg      *config.Config
 	log      *slog.Logger
 	clock    stages.Clock
@@ -195,7 +198,8 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 	if pipeline == nil {
 		pipeline = Pipeline()
 	}
-	bucket, err := ensureStreams(ctx, p.js, subj, cfg, pipeline)
+	bucket, legacy, err := ensureStreams(ctx, p.js, subj, cfg, pipeline, p.log)
+	p.legacy = legacy
 	if err != nil {
 		return err
 	}
@@ -214,7 +218,8 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 	if err := p.openApprovals(ctx); err != nil {
 		return err
 	}
-	p.metrics = metrics.New(names(pipeline), providers)
+	consumers := Consumers(subj, pipeline, legacy)
+	p.metrics = metrics.New(consumerNames(consumers), providers)
 	p.metrics.SetApprovalsPending(p.approvals.Count)
 	p.serveMetrics()
 
@@ -236,7 +241,7 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 		Config: cfg, Subjects: subj, Clock: p.clock, Metrics: p.metrics, Log: p.log, NC: p.nc, JS: p.js,
 		Self: p.self, Store: p.store, Journal: jr, Admission: p.admission, Approvals: p.approvals, Activity: p.activity, Adapters: p.adapters,
 	}
-	runners, err := p.runners(pipeline, parts, deps)
+	runners, err := p.runners(pipeline, consumers, parts, deps)
 	if err != nil {
 		return err
 	}
@@ -306,7 +311,7 @@ func (p *Processor) openJournal(ctx context.Context) error {
 	}
 	p.journal = journal.NewReplicated(journal.ReplicatedOptions{
 		KV: bucket, JS: p.js, Writer: id, Log: p.log.With("component", "journal"),
-		Timers: &timers.Schedules{JS: p.js, Subjects: p.subj, Seal: p.seal},
+		Timers: &timers.Schedules{JS: p.js, Subjects: p.subj, Seal: p.seal, Legacy: p.legacy},
 	})
 	// The admission records and operator nonces are shared too (SPEC §6):
 	// a reused proposal id, a repeated delivery id or a replayed operator
@@ -367,7 +372,7 @@ func (p *Processor) openApprovals(ctx context.Context) error {
 	}
 	r, err := approvals.NewReplicated(ctx, approvals.ReplicatedOptions{
 		KV: bucket, Writer: p.self, Log: p.log.With("component", "approvals"),
-		Timers: &timers.Schedules{JS: p.js, Subjects: p.subj, Seal: p.seal},
+		Timers: &timers.Schedules{JS: p.js, Subjects: p.subj, Seal: p.seal, Legacy: p.legacy},
 	})
 	if err != nil {
 		return fmt.Errorf("engine: %w", err)

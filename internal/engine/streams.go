@@ -2,7 +2,9 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -31,8 +33,13 @@ const headerAllowance = 4096
 // is bounded in bytes, with a discard policy chosen by what it holds:
 //   - ingress (proposals, grants) refuses new messages when full, so the
 //     host's publish fails and nothing accepted is ever dropped;
-//   - stage streams refuse too: the stage's hand-off is retried and, after
-//     its bounded retries, its proposal ends PROCESSING_FAILED;
+//   - stage streams refuse too: the stage's hand-off is retried, its input
+//     kept, until there is room (the stage before waits: nothing is failed
+//     or dropped);
+//   - a Scheduled stage's timers have a stream of their own (TimersStream):
+//     on a cluster it holds the nats-server schedules, which a stream
+//     takes only if it drops its oldest messages when full — so the
+//     hand-offs never share that stream;
 //   - history (outcomes, incidents) drops its oldest messages.
 //
 // MaxAge is at least twice the approval TTL: a parked proposal's envelope
@@ -80,11 +87,18 @@ func StreamConfigs(s subjects.Subjects, c *config.Config, pipeline []Spec) []jet
 		history(mk(s.IncidentsStream(), "Portcullis value-free incident events", lim.HistoryMaxBytes, jetstream.DiscardOld, s.Incidents())),
 	}
 	for _, st := range internalStages(pipeline) {
-		cfg := mk(s.StageStream(st.Name), "Portcullis hand-off to the "+st.Name+" stage", lim.StageMaxBytes, jetstream.DiscardNew, s.StageAll(st.Name))
-		if c.ReplicatedJournal() && st.Scheduled {
-			cfg = scheduled(s, st.Name, cfg)
+		if !st.Scheduled {
+			out = append(out, mk(s.StageStream(st.Name), "Portcullis hand-off to the "+st.Name+" stage", lim.StageMaxBytes, jetstream.DiscardNew, s.StageAll(st.Name)))
+			continue
 		}
-		out = append(out, cfg)
+		out = append(out, mk(s.StageStream(st.Name), "Portcullis hand-off to the "+st.Name+" stage", lim.StageMaxBytes, jetstream.DiscardNew,
+			s.StageKind(st.Name, subjects.KindProposal)))
+		timers := mk(s.TimersStream(st.Name), "Portcullis durable timers of the "+st.Name+" stage", lim.StageMaxBytes, jetstream.DiscardNew,
+			s.StageKind(st.Name, subjects.KindTimer))
+		if c.ReplicatedJournal() {
+			timers = scheduled(s, st.Name, timers)
+		}
+		out = append(out, timers)
 	}
 	if c.ReplicatedJournal() {
 		proposals, _ := c.RetentionHorizons()
@@ -108,21 +122,27 @@ func ApprovalsHorizon(c *config.Config) time.Duration {
 	return max(proposals, c.Streams.MaxAge, 2*c.Approval.TTL)
 }
 
-// scheduled makes a stage stream take its timers' schedules: their
-// subjects (outside the stage consumer's filter), message schedules on,
+// scheduled makes a timers stream take its stage's schedules: their
+// subjects (outside the timers consumer's filter), message schedules on,
 // and — which schedules require — the oldest messages dropped when full.
-// Reconciliation's stream holds only timer messages, each due within 32
-// reconciliation intervals. Authorization's also holds the grounded
-// proposals (a parked one's envelope is read back when its grant comes):
-// full (streams.stage_max_bytes), it drops its oldest instead of refusing
-// hand-offs — a parked proposal whose envelope went ends PROCESSING_FAILED
-// when its grant arrives, and the stage consumer must not fall that far
-// behind. Each Scheduled stage has its own schedule subjects
-// (`<prefix>.schedule.<stage>.>`), so two never overlap.
+// A timers stream holds only timers, each due within 32 reconciliation
+// intervals or one approval.ttl, and their schedules: one per pending
+// intent or parked proposal. Each Scheduled stage has its own schedule
+// subjects (`<prefix>.schedule.<stage>.>`), so two never overlap.
 func scheduled(s subjects.Subjects, stage string, cfg jetstream.StreamConfig) jetstream.StreamConfig {
-	cfg.Subjects = []string{s.StageAll(stage), s.Schedules(stage)}
+	cfg.Subjects = []string{s.StageKind(stage, subjects.KindTimer), s.Schedules(stage)}
 	cfg.AllowMsgSchedules = true
 	cfg.Discard = jetstream.DiscardOld
+	return cfg
+}
+
+// legacyScheduled is the stream layout of a Scheduled stage whose stream
+// an earlier version gave message schedules: the server never turns them
+// off, so that stream keeps taking the stage's timers and schedules (and
+// drops its oldest messages when full), and no timers stream is made.
+func legacyScheduled(s subjects.Subjects, stage string, cfg jetstream.StreamConfig) jetstream.StreamConfig {
+	cfg = scheduled(s, stage, cfg)
+	cfg.Subjects = []string{s.StageAll(stage), s.Schedules(stage)}
 	return cfg
 }
 
@@ -148,13 +168,47 @@ func ActivityConfig(s subjects.Subjects, c *config.Config) jetstream.KeyValueCon
 // cluster without a meta leader yet, or electing one) does not answer,
 // until ctx ends.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, s subjects.Subjects, c *config.Config) (jetstream.KeyValue, error) {
-	return ensureStreams(ctx, js, s, c, Pipeline())
+	kv, _, err := ensureStreams(ctx, js, s, c, Pipeline(), nil)
+	return kv, err
 }
 
-func ensureStreams(ctx context.Context, js jetstream.JetStream, s subjects.Subjects, c *config.Config, pipeline []Spec) (jetstream.KeyValue, error) {
-	for _, cfg := range StreamConfigs(s, c, pipeline) {
+// ensureStreams creates or updates every stream of pipeline and the
+// activity bucket. It returns the Scheduled stages whose stream an earlier
+// version gave message schedules (legacyScheduled): they run without a
+// timers stream. log (nil: none) hears of each.
+func ensureStreams(ctx context.Context, js jetstream.JetStream, s subjects.Subjects, c *config.Config, pipeline []Spec, log *slog.Logger) (jetstream.KeyValue, map[string]bool, error) {
+	legacy := map[string]bool{}
+	for _, st := range internalStages(pipeline) {
+		if !st.Scheduled {
+			continue
+		}
 		err := retryJS(ctx, func(ctx context.Context) error {
-			if stage, ok := scheduledStage(s, pipeline, cfg.Name); ok && !cfg.AllowMsgSchedules {
+			stream, err := js.Stream(ctx, s.StageStream(st.Name))
+			if errors.Is(err, jetstream.ErrStreamNotFound) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			legacy[st.Name] = stream.CachedInfo().Config.AllowMsgSchedules
+			return nil
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("engine: stream %s: %w", s.StageStream(st.Name), err)
+		}
+		if legacy[st.Name] && log != nil {
+			log.Error("stream made with message schedules by an earlier version: it keeps the stage's timers and drops its oldest hand-offs when full; recreate it while it is empty to lift that",
+				"stream", s.StageStream(st.Name))
+		}
+	}
+	for _, cfg := range StreamConfigs(s, c, pipeline) {
+		if stage, ok := scheduledStage(s, pipeline, cfg.Name); ok && legacy[stage] {
+			cfg = legacyScheduled(s, stage, cfg)
+		} else if stage, ok := timersStage(s, pipeline, cfg.Name); ok && legacy[stage] {
+			continue
+		}
+		err := retryJS(ctx, func(ctx context.Context) error {
+			if stage, ok := timersStage(s, pipeline, cfg.Name); ok && !cfg.AllowMsgSchedules {
 				// A stream once given schedules keeps them (the server
 				// refuses to turn them off): a local journal after a
 				// replicated one uses it as it is.
@@ -166,7 +220,7 @@ func ensureStreams(ctx context.Context, js jetstream.JetStream, s subjects.Subje
 			return err
 		})
 		if err != nil {
-			return nil, fmt.Errorf("engine: stream %s: %w", cfg.Name, err)
+			return nil, nil, fmt.Errorf("engine: stream %s: %w", cfg.Name, err)
 		}
 	}
 	var kv jetstream.KeyValue
@@ -175,12 +229,12 @@ func ensureStreams(ctx context.Context, js jetstream.JetStream, s subjects.Subje
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("engine: bucket %s: %w", s.ActivityBucket(), err)
+		return nil, nil, fmt.Errorf("engine: bucket %s: %w", s.ActivityBucket(), err)
 	}
 	if err := retryJS(ctx, func(ctx context.Context) error { return discardOldest(ctx, js, "KV_"+s.ActivityBucket()) }); err != nil {
-		return nil, fmt.Errorf("engine: bucket %s: %w", s.ActivityBucket(), err)
+		return nil, nil, fmt.Errorf("engine: bucket %s: %w", s.ActivityBucket(), err)
 	}
-	return kv, nil
+	return kv, legacy, nil
 }
 
 // scheduledStage is the Scheduled stage of pipeline whose stream is named
@@ -188,6 +242,17 @@ func ensureStreams(ctx context.Context, js jetstream.JetStream, s subjects.Subje
 func scheduledStage(s subjects.Subjects, pipeline []Spec, name string) (string, bool) {
 	for _, st := range internalStages(pipeline) {
 		if st.Scheduled && s.StageStream(st.Name) == name {
+			return st.Name, true
+		}
+	}
+	return "", false
+}
+
+// timersStage is the Scheduled stage of pipeline whose timers stream is
+// named name, if there is one.
+func timersStage(s subjects.Subjects, pipeline []Spec, name string) (string, bool) {
+	for _, st := range internalStages(pipeline) {
+		if st.Scheduled && s.TimersStream(st.Name) == name {
 			return st.Name, true
 		}
 	}

@@ -7,8 +7,8 @@
 //     (single node). The Pebble journal and approvals.Pebble write their
 //     timers in the same atomic batch as the rest of a step, not through
 //     this interface.
-//   - Schedules: nats-server message scheduling (ADR-51) on the stage's own
-//     stream, for processors that share a JetStream cluster. The server
+//   - Schedules: nats-server message scheduling (ADR-51) on the stage's
+//     timers stream, for processors that share a JetStream cluster. The server
 //     publishes the timer message at its due time, once, whichever
 //     processors are alive — or none: it waits in the stream for the
 //     stage's consumer.
@@ -39,9 +39,12 @@
 //
 // Constraints it brings: the schedule and its target must be in one stream,
 // and a stream with schedules cannot use DiscardNew (nor turn schedules
-// off again). So the stage's stream also takes `<prefix>.schedule.<stage>.>`
-// (outside the stage consumer's filter), allows schedules and discards its
-// oldest messages when full (engine.StreamConfigs). The due time is the
+// off again). So each Scheduled stage's timers have a stream of their own
+// (subjects.TimersStream: the timer subjects and
+// `<prefix>.schedule.<stage>.>`, outside its consumer's filter), which
+// allows schedules and discards its oldest messages when full, while the
+// stage's hand-offs stay in a stream that refuses when full
+// (engine.StreamConfigs). The due time is the
 // server's clock, not the processor's: tests with a manual clock use Local.
 //
 // A timer is armed before the journal's compare-and-set that makes its
@@ -97,14 +100,18 @@ func (l Local) Arm(_ context.Context, t kv.Timer) error {
 	return nil
 }
 
-// Schedules arms timers as nats-server message schedules in the stream of
-// the stage whose timer subject a timer targets. That stream must take the
-// stage's Schedules subjects and allow message schedules.
+// Schedules arms timers as nats-server message schedules in the timers
+// stream (subjects.TimersStream) of the stage whose timer subject a timer
+// targets. That stream must take the stage's Schedules subjects and allow
+// message schedules.
 type Schedules struct {
 	JS       jetstream.JetStream
 	Subjects subjects.Subjects
 	// Seal seals the timer message for its target subject.
 	Seal *seal.Sealer
+	// Legacy are the stages whose own stream takes their schedules (made
+	// so by an earlier version: engine's legacyScheduled).
+	Legacy map[string]bool
 }
 
 var _ Timers = (*Schedules)(nil)
@@ -138,7 +145,11 @@ func (s *Schedules) Arm(ctx context.Context, t kv.Timer) error {
 	// window must replace it, not be dropped as a duplicate. A retried
 	// publish stores a second schedule on the same subject, which replaces
 	// the first.
-	if _, err := s.JS.PublishMsg(ctx, m, jetstream.WithExpectStream(s.Subjects.StageStream(stage))); err != nil {
+	stream := s.Subjects.TimersStream(stage)
+	if s.Legacy[stage] {
+		stream = s.Subjects.StageStream(stage)
+	}
+	if _, err := s.JS.PublishMsg(ctx, m, jetstream.WithExpectStream(stream)); err != nil {
 		return fmt.Errorf("timers: arm %s: %w", t.ID, err)
 	}
 	return nil

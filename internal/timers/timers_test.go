@@ -40,7 +40,7 @@ func TestSchedules(t *testing.T) {
 	subj := subjects.Default()
 	const stage = subjects.StageReconciliation
 	ctx := context.Background()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: subj.StageStream(stage), Subjects: []string{subj.StageAll(stage), subj.Schedules(stage)},
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: subj.TimersStream(stage), Subjects: []string{subj.StageKind(stage, subjects.KindTimer), subj.Schedules(stage)},
 		AllowMsgSchedules: true, Discard: jetstream.DiscardOld}); err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestSchedules(t *testing.T) {
 	if err := ts.Arm(ctx, kv.Timer{ID: "x", Subject: subj.Outcome("h", "p"), MsgID: "x"}); err == nil {
 		t.Error("armed a timer for a subject that is no stage's timer subject")
 	}
-	cons, err := js.OrderedConsumer(ctx, subj.StageStream(stage), jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj.StageAll(stage)}})
+	cons, err := js.OrderedConsumer(ctx, subj.TimersStream(stage), jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj.StageKind(stage, subjects.KindTimer)}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -670,7 +670,9 @@ func TestStandaloneMessagesThatChangeNothing(t *testing.T) {
 // bounded event and change nothing, whatever their body.
 func TestUnmatchedGrants(t *testing.T) {
 	env, clock := start(t)
-	early := grounded(t, "prop-early", nil)
+	// An intent of its own: prop-inline's is dispatched below, and a
+	// proposal of a dispatched intent is answered from it, never parked.
+	early := grounded(t, "prop-early", func(m map[string]any) { testenv.Set(m, "intent.payload", map[string]any{"quantity": 21}) })
 	env.PublishGrant(t, grantFor(early, clock), env.Host)                      // before its proposal parked
 	env.PublishGrant(t, grantFor(grounded(t, "nobody", nil), clock), env.Host) // unknown proposal
 	env.PublishGrant(t, []byte(`not json`), env.Host)
@@ -721,7 +723,9 @@ func TestRedeliveredProposalIsDecidedOnce(t *testing.T) {
 	handOff(t, env, e) // a second message on the subject: not a redelivery of the first
 	env.Quiesce(t)
 	clock.Advance(2 * ttl)
-	other := grounded(t, "prop-after", nil)
+	// An intent of its own: prop-twice's was dispatched, and a proposal of
+	// a dispatched intent is answered from it, never parked.
+	other := grounded(t, "prop-after", func(m map[string]any) { testenv.Set(m, "intent.payload", map[string]any{"quantity": 21}) })
 	handOff(t, env, other)
 	parked(t, env, other, t0.Add(3*ttl).UnixMilli())
 	env.Quiesce(t)
