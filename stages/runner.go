@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -49,13 +50,25 @@ type Deps struct {
 	Log      *slog.Logger
 }
 
-// RunnerConfig configures one stage's consumer.
-type RunnerConfig struct {
-	// Stage is the durable consumer name and the `stage` metric label.
-	Stage string
-	// Stream and FilterSubject select what the stage consumes.
+// Source is one durable consumer a runner reads: a stage reads one per
+// host where hosts must not wait behind each other (see Runner.Run).
+type Source struct {
 	Stream        string
 	FilterSubject string
+	// Durable is the consumer's name; RunnerConfig.Stage when empty.
+	Durable string
+}
+
+// RunnerConfig configures one stage's consumers.
+type RunnerConfig struct {
+	// Stage is the `stage` metric label, and the durable consumer's name
+	// of a source that names none.
+	Stage string
+	// Stream and FilterSubject select what the stage consumes, when it
+	// has one source; Sources, when it has several.
+	Stream        string
+	FilterSubject string
+	Sources       []Source
 	// Internal: the stage consumes internal subjects, so every input must
 	// carry a valid seal; one that does not is terminated unread with the
 	// INTERNAL_MESSAGE_REJECTED event of Phase.
@@ -66,10 +79,11 @@ type RunnerConfig struct {
 	// commit, a provider, its PubAcks) holds one slot, not the stage.
 	// Default DefaultMaxInFlight.
 	MaxInFlight int
-	// Batch is how many messages one pull asks for (the client re-pulls
-	// when half are delivered). Default min(MaxInFlight, 128): a message
-	// waits in the client's buffer only until a slot frees, and AckWait
-	// runs while it waits there.
+	// Batch is how many messages one pull of one source asks for (the
+	// client re-pulls when half are delivered). Default min(MaxInFlight,
+	// 128) shared between the sources, at least 8 each: a message waits in
+	// the client's buffer only until a slot frees, and AckWait runs while
+	// it waits there.
 	Batch int
 	// MaxQueued bounds the inputs waiting in bulkhead queues (Bulkheads)
 	// across keys. Beyond it an input over its key's limit is redelivered
@@ -114,8 +128,17 @@ func (c *RunnerConfig) defaults() {
 	if c.MaxInFlight <= 0 {
 		c.MaxInFlight = DefaultMaxInFlight
 	}
+	if len(c.Sources) == 0 {
+		c.Sources = []Source{{Stream: c.Stream, FilterSubject: c.FilterSubject}}
+	}
+	c.Sources = slices.Clone(c.Sources)
+	for i := range c.Sources {
+		if c.Sources[i].Durable == "" {
+			c.Sources[i].Durable = c.Stage
+		}
+	}
 	if c.Batch <= 0 {
-		c.Batch = min(c.MaxInFlight, 128)
+		c.Batch = max(min(c.MaxInFlight, 128)/len(c.Sources), 8)
 	}
 	if c.MaxQueued <= 0 {
 		c.MaxQueued = DefaultMaxQueued
@@ -205,31 +228,31 @@ func NewRunner(cfg RunnerConfig, deps Deps, h Handler) *Runner {
 		r.counters[res] = deps.Metrics.StageMessages.WithLabelValues(cfg.Stage, res)
 	}
 	r.duration = deps.Metrics.StageDuration.WithLabelValues(cfg.Stage)
-	r.live.flights = map[uint64]*flight{}
-	r.tallies.bySeq = map[uint64]*tally{}
+	r.live.flights = map[inputKey]*flight{}
+	r.tallies.byKey = map[inputKey]*tally{}
 	return r
 }
 
-// Stage is the runner's stage: its durable consumer's name and its
-// `stage` metric label.
+// Stage is the runner's stage: its durable consumer's name (unless its
+// sources name theirs) and its `stage` metric label.
 func (r *Runner) Stage() string { return r.cfg.Stage }
 
-// Stream is the stream the runner's consumer reads.
-func (r *Runner) Stream() string { return r.cfg.Stream }
+// Sources are the consumers the runner reads.
+func (r *Runner) Sources() []Source { return r.cfg.Sources }
 
-// Consuming reports whether Run's message iterator is running: true from
-// the moment Run has it until Run stops fetching (its context cancelled, or
-// the iterator failed). A connection that is down does not clear it; the
-// iterator resumes by itself after a reconnect.
+// Consuming reports whether Run's message iterators are running: true from
+// the moment Run has them until Run stops fetching (its context cancelled,
+// or an iterator failed). A connection that is down does not clear it; the
+// iterators resume by themselves after a reconnect.
 func (r *Runner) Consuming() bool { return r.consuming.Load() }
 
-// ConsumerConfig is the durable consumer the runner uses. MaxAckPending
-// covers what the runner may hold delivered and unacknowledged: the
+// ConsumerConfig is the durable consumer of source s. MaxAckPending covers
+// what the runner may hold of it delivered and unacknowledged: the
 // client's buffer, the inputs in flight and those queued in bulkheads.
-func (r *Runner) ConsumerConfig() jetstream.ConsumerConfig {
+func (r *Runner) ConsumerConfig(s Source) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
-		Durable:       r.cfg.Stage,
-		FilterSubject: r.cfg.FilterSubject,
+		Durable:       s.Durable,
+		FilterSubject: s.FilterSubject,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       r.cfg.AckWait,
 		// Unbounded: the runner ends every input itself (MaxUnseenDeliveries
@@ -241,29 +264,39 @@ func (r *Runner) ConsumerConfig() jetstream.ConsumerConfig {
 	}
 }
 
-// EnsureConsumer creates or updates the stage's durable consumer.
-func (r *Runner) EnsureConsumer(ctx context.Context) (jetstream.Consumer, error) {
-	c, err := r.deps.JS.CreateOrUpdateConsumer(ctx, r.cfg.Stream, r.ConsumerConfig())
-	if err != nil {
-		return nil, fmt.Errorf("stages: consumer %s on %s: %w", r.cfg.Stage, r.cfg.Stream, err)
+// EnsureConsumers creates or updates the runner's durable consumers.
+func (r *Runner) EnsureConsumers(ctx context.Context) ([]jetstream.Consumer, error) {
+	out := make([]jetstream.Consumer, 0, len(r.cfg.Sources))
+	for _, s := range r.cfg.Sources {
+		c, err := r.deps.JS.CreateOrUpdateConsumer(ctx, s.Stream, r.ConsumerConfig(s))
+		if err != nil {
+			return nil, fmt.Errorf("stages: consumer %s on %s: %w", s.Durable, s.Stream, err)
+		}
+		out = append(out, c)
 	}
-	return c, nil
+	return out, nil
 }
 
 // Run consumes until ctx is cancelled, then stops fetching, redelivers the
 // inputs queued in bulkheads, lets the inputs in flight finish (handlers
 // see workCtx, which outlives ctx) and returns.
+//
+// Each source has a fetcher of its own, and they take turns: a fetcher
+// hands over one message at a time and waits behind the others for the
+// next free worker, so a source with a deep backlog (one host's burst)
+// gets one worker in turn with every other source that has work, never
+// all of them.
 func (r *Runner) Run(ctx, workCtx context.Context) error {
-	cons, err := r.EnsureConsumer(ctx)
+	cons, err := r.EnsureConsumers(ctx)
 	for try := 1; err != nil && ctx.Err() == nil; try++ {
-		// The consumer was created at start; JetStream not answering now
+		// The consumers were created at start; JetStream not answering now
 		// (a server stopping, a leader moving) is waited out (SPEC §6).
 		wait := Backoff(250*time.Millisecond, 5*time.Second, try)
 		r.log.Warn("consumer not reachable; trying again", "err", err, "retry", wait)
 		select {
 		case <-ctx.Done():
 		case <-time.After(wait):
-			cons, err = r.EnsureConsumer(ctx)
+			cons, err = r.EnsureConsumers(ctx)
 		}
 	}
 	if ctx.Err() != nil {
@@ -272,21 +305,33 @@ func (r *Runner) Run(ctx, workCtx context.Context) error {
 	if err != nil {
 		return err
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(r.cfg.Batch), jetstream.PullExpiry(5*time.Second))
-	if ctx.Err() != nil {
-		if it != nil {
+	its := make([]jetstream.MessagesContext, 0, len(cons))
+	stopAll := func() {
+		for _, it := range its {
 			it.Stop()
 		}
-		return nil
 	}
-	if err != nil {
-		return fmt.Errorf("stages: %s: messages: %w", r.cfg.Stage, err)
+	for _, c := range cons {
+		it, err := c.Messages(jetstream.PullMaxMessages(r.cfg.Batch), jetstream.PullExpiry(5*time.Second))
+		if err != nil || ctx.Err() != nil {
+			stopAll()
+			if ctx.Err() != nil {
+				if it != nil {
+					it.Stop()
+				}
+				return nil
+			}
+			return fmt.Errorf("stages: %s: messages: %w", r.cfg.Stage, err)
+		}
+		its = append(its, it)
 	}
 	r.consuming.Store(true)
 	stop := context.AfterFunc(ctx, func() {
 		r.consuming.Store(false)
 		r.halt()
-		it.Drain()
+		for _, it := range its {
+			it.Drain()
+		}
 	})
 	defer stop()
 	beatDone := make(chan struct{})
@@ -306,27 +351,41 @@ func (r *Runner) Run(ctx, workCtx context.Context) error {
 			}
 		})
 	}
-	var runErr error
-	for {
-		m, err := it.Next()
-		if errors.Is(err, jetstream.ErrNoHeartbeat) {
-			// The consumer's server went away or its leader moved (SPEC §6:
-			// never a reason to stop). The iterator pulls again by itself.
-			r.log.Warn("consumer heartbeats missed; pulling again", "err", err)
-			continue
-		}
-		if err != nil {
-			if !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				runErr = fmt.Errorf("stages: %s: next: %w", r.cfg.Stage, err)
-				it.Stop()
+	var (
+		fetchers sync.WaitGroup
+		errOnce  sync.Once
+		runErr   error
+	)
+	for _, it := range its {
+		fetchers.Go(func() {
+			for {
+				m, err := it.Next()
+				if errors.Is(err, jetstream.ErrNoHeartbeat) {
+					// The consumer's server went away or its leader moved
+					// (SPEC §6: never a reason to stop). The iterator pulls
+					// again by itself.
+					r.log.Warn("consumer heartbeats missed; pulling again", "err", err)
+					continue
+				}
+				if err != nil {
+					if !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+						errOnce.Do(func() {
+							runErr = fmt.Errorf("stages: %s: next: %w", r.cfg.Stage, err)
+							r.consuming.Store(false)
+							r.halt()
+							stopAll() // one consumer gone stops the stage
+						})
+					}
+					return
+				}
+				work <- m
 			}
-			break
-		}
-		work <- m
+		})
 	}
+	fetchers.Wait()
 	close(work)
 	r.consuming.Store(false)
-	r.halt() // the iterator failed, or ctx ended: nothing more will be fetched
+	r.halt() // an iterator failed, or ctx ended: nothing more will be fetched
 	// Queued inputs are not in flight: redelivered now (here or to another
 	// processor), not held through the drain.
 	for _, f := range r.bulk.close() {
@@ -356,11 +415,20 @@ type flight struct {
 	m  jetstream.Msg
 }
 
-// liveSet is every input held, by stream sequence, for the heartbeats and
-// to recognise a redelivery of one that is still held.
+// inputKey names an input: its stream and sequence (a runner with several
+// sources reads several streams).
+type inputKey struct {
+	stream string
+	seq    uint64
+}
+
+func keyOf(in *Input) inputKey { return inputKey{in.Stream, in.StreamSeq} }
+
+// liveSet is every input held, by key, for the heartbeats and to recognise
+// a redelivery of one that is still held.
 type liveSet struct {
 	mu      sync.Mutex
-	flights map[uint64]*flight
+	flights map[inputKey]*flight
 }
 
 // add holds f, unless its input is held already: then f's delivery
@@ -368,20 +436,20 @@ type liveSet struct {
 func (l *liveSet) add(f *flight) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if held, ok := l.flights[f.in.StreamSeq]; ok {
+	if held, ok := l.flights[keyOf(f.in)]; ok {
 		held.mu.Lock()
 		held.m = f.m
 		held.mu.Unlock()
 		return false
 	}
-	l.flights[f.in.StreamSeq] = f
+	l.flights[keyOf(f.in)] = f
 	return true
 }
 
 func (l *liveSet) remove(f *flight) {
 	l.mu.Lock()
-	if l.flights[f.in.StreamSeq] == f {
-		delete(l.flights, f.in.StreamSeq)
+	if l.flights[keyOf(f.in)] == f {
+		delete(l.flights, keyOf(f.in))
 	}
 	l.mu.Unlock()
 }
@@ -448,7 +516,7 @@ func (r *Runner) process(ctx context.Context, m jetstream.Msg) {
 		StreamSeq: meta.Sequence.Stream,
 		Delivered: meta.NumDelivered,
 	}
-	t := r.tallies.see(in.StreamSeq, now)
+	t := r.tallies.see(keyOf(in), now)
 	f := &flight{m: m, in: in, start: now, lastBeat: now}
 	if !r.live.add(f) {
 		// Redelivered while held here (its progress acks did not reach
@@ -478,7 +546,7 @@ func (r *Runner) process(ctx context.Context, m jetstream.Msg) {
 		case admitQueue:
 			return // waits without a worker; a finishing one of its key takes it
 		case admitDefer:
-			r.tallies.add(in.StreamSeq, func(t *tally) { t.deferred++ })
+			r.tallies.add(keyOf(in), func(t *tally) { t.deferred++ })
 			r.live.remove(f)
 			if err := m.NakWithDelay(Backoff(100*time.Millisecond, 5*time.Second, int(t.deferred)+1)); err != nil {
 				r.log.Warn("nak failed; redelivery after ack wait", "seq", in.StreamSeq, "err", err)
@@ -541,7 +609,7 @@ func (r *Runner) run(ctx context.Context, f *flight) string {
 			}
 			return r.release(f)
 		}
-		n := r.tallies.fail(in.StreamSeq)
+		n := r.tallies.fail(keyOf(in))
 		switch {
 		case !gaveUp && n >= r.cfg.MaxAttempts:
 			r.log.Warn("handler failed; giving up", "seq", in.StreamSeq, "failures", n, "err", err)
@@ -559,7 +627,7 @@ func (r *Runner) run(ctx context.Context, f *flight) string {
 		}
 		if unpublishable(err) {
 			// Never stored, and never will be: a failure of this input.
-			if n := r.tallies.fail(in.StreamSeq); !gaveUp && n < 2*r.cfg.MaxAttempts {
+			if n := r.tallies.fail(keyOf(in)); !gaveUp && n < 2*r.cfg.MaxAttempts {
 				return r.retry(f, "output cannot be published", err, n)
 			}
 			return r.abandon(f, "output cannot be published", err)
@@ -585,7 +653,7 @@ func (r *Runner) run(ctx context.Context, f *flight) string {
 			}
 			// The outputs are out: a redelivery republishes them as
 			// duplicates and runs Done again; never a give-up after them.
-			if n := r.tallies.fail(in.StreamSeq); n < r.cfg.MaxAttempts {
+			if n := r.tallies.fail(keyOf(in)); n < r.cfg.MaxAttempts {
 				return r.retry(f, "completion failed", err, n)
 			}
 			r.log.Error("completion failed; acking without it", "seq", in.StreamSeq, "err", err)
@@ -603,13 +671,13 @@ func (r *Runner) run(ctx context.Context, f *flight) string {
 		return r.release(f)
 	}
 	if res.RetryAfter > 0 && !gaveUp {
-		r.tallies.add(in.StreamSeq, func(t *tally) { t.requested++ })
+		r.tallies.add(keyOf(in), func(t *tally) { t.requested++ })
 		if err := f.msg().NakWithDelay(res.RetryAfter); err != nil {
 			r.log.Warn("nak failed; redelivery after ack wait", "seq", in.StreamSeq, "err", err)
 		}
 		return metrics.ResultRetry
 	}
-	r.tallies.forget(in.StreamSeq)
+	r.tallies.forget(keyOf(in))
 	fault.Hit(fault.RunnerAfterPublish)
 	if err := f.msg().Ack(); err != nil {
 		// The outputs are published under derived ids; a redelivery
@@ -699,7 +767,7 @@ func (r *Runner) abandon(f *flight, what string, err error) string {
 		inc := schema.NewIncident(r.cfg.Phase, schema.CodeProcessingFailed)
 		_ = r.publishUntilAnswered(f, Result{Events: []schema.Incident{inc}})
 	}
-	r.tallies.forget(f.in.StreamSeq)
+	r.tallies.forget(keyOf(f.in))
 	_ = f.msg().Term()
 	return metrics.ResultGaveUp
 }
@@ -740,7 +808,7 @@ func (r *Runner) reject(_ context.Context, f *flight) string {
 	if !r.publishUntilAnswered(f, Result{Events: []schema.Incident{inc}}) {
 		return r.release(f)
 	}
-	r.tallies.forget(f.in.StreamSeq)
+	r.tallies.forget(keyOf(f.in))
 	if err := f.msg().Term(); err != nil {
 		r.log.Warn("term failed; the message will be redelivered and rejected again", "seq", f.in.StreamSeq, "err", err)
 	}
@@ -761,48 +829,48 @@ type tally struct {
 	last      time.Time
 }
 
-// tallies are the runner's tallies by stream sequence.
+// tallies are the runner's tallies by input.
 type tallies struct {
 	mu    sync.Mutex
-	bySeq map[uint64]*tally
+	byKey map[inputKey]*tally
 }
 
-// see counts a delivery of seq and returns its tally.
-func (ts *tallies) see(seq uint64, now time.Time) tally {
+// see counts a delivery of k and returns its tally.
+func (ts *tallies) see(k inputKey, now time.Time) tally {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	t := ts.bySeq[seq]
+	t := ts.byKey[k]
 	if t == nil {
 		t = &tally{}
-		ts.bySeq[seq] = t
+		ts.byKey[k] = t
 	}
 	t.seen++
 	t.last = now
 	return *t
 }
 
-// add edits seq's tally.
-func (ts *tallies) add(seq uint64, edit func(t *tally)) tally {
+// add edits k's tally.
+func (ts *tallies) add(k inputKey, edit func(t *tally)) tally {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	t := ts.bySeq[seq]
+	t := ts.byKey[k]
 	if t == nil {
 		t = &tally{}
-		ts.bySeq[seq] = t
+		ts.byKey[k] = t
 	}
 	edit(t)
 	return *t
 }
 
-// fail counts a failure of seq and returns its failures so far.
-func (ts *tallies) fail(seq uint64) int {
-	return ts.add(seq, func(t *tally) { t.failures++ }).failures
+// fail counts a failure of k and returns its failures so far.
+func (ts *tallies) fail(k inputKey) int {
+	return ts.add(k, func(t *tally) { t.failures++ }).failures
 }
 
-// forget drops seq's tally: the input is done.
-func (ts *tallies) forget(seq uint64) {
+// forget drops k's tally: the input is done.
+func (ts *tallies) forget(k inputKey) {
 	ts.mu.Lock()
-	delete(ts.bySeq, seq)
+	delete(ts.byKey, k)
 	ts.mu.Unlock()
 }
 
@@ -811,9 +879,9 @@ func (ts *tallies) forget(seq uint64) {
 func (ts *tallies) sweep(before time.Time) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	for seq, t := range ts.bySeq {
+	for k, t := range ts.byKey {
 		if t.last.Before(before) {
-			delete(ts.bySeq, seq)
+			delete(ts.byKey, k)
 		}
 	}
 }

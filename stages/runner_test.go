@@ -275,8 +275,8 @@ func TestRunnerConsuming(t *testing.T) {
 	runner := stages.NewRunner(stages.RunnerConfig{Stage: subjects.StageGrounding, Stream: "IN", FilterSubject: "in.>"}, stages.Deps{
 		JS: r.js, Seal: r.seal, Subjects: r.subj, Metrics: r.metrics, Outcomes: r.store, Clock: stages.SystemClock{},
 	}, funcHandler{handle: func(context.Context, *stages.Input) (stages.Result, error) { return stages.Result{}, nil }})
-	if runner.Consuming() || runner.Stage() != subjects.StageGrounding || runner.Stream() != "IN" {
-		t.Fatalf("before Run: consuming %v, stage %q, stream %q", runner.Consuming(), runner.Stage(), runner.Stream())
+	if src := runner.Sources(); runner.Consuming() || runner.Stage() != subjects.StageGrounding || len(src) != 1 || src[0].Stream != "IN" || src[0].Durable != subjects.StageGrounding {
+		t.Fatalf("before Run: consuming %v, stage %q, sources %+v", runner.Consuming(), runner.Stage(), src)
 	}
 	start := func() (context.CancelFunc, chan error) {
 		ctx, cancel := context.WithCancel(context.Background())

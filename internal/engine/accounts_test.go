@@ -274,11 +274,14 @@ func proposeAndConfirm(t *testing.T, url string, s subjects.Subjects, host, conn
 	}
 
 	// The last outcome of the proposal, by direct get through the import.
-	m, err := hc.Request(subjects.DirectGetLast(s.OutcomesStream(), subject), nil, 5*time.Second)
-	if err != nil {
-		t.Fatalf("direct get: %v", err)
-	}
-	if string(m.Data) != string(confirmed.Data) || m.Header.Get(jetstream.SubjectHeader) != subject {
+	// A live subscriber can hear a message before the stream has stored it:
+	// wait for the stream to have it.
+	var m *nats.Msg
+	testenv.WaitFor(t, "the CONFIRMED outcome stored", func() bool {
+		m, err = hc.Request(subjects.DirectGetLast(s.OutcomesStream(), subject), nil, 5*time.Second)
+		return err == nil && string(m.Data) == string(confirmed.Data)
+	})
+	if m.Header.Get(jetstream.SubjectHeader) != subject {
 		t.Errorf("direct get %s: %q, want the CONFIRMED outcome", m.Header.Get(jetstream.SubjectHeader), m.Data)
 	}
 

@@ -47,32 +47,43 @@ func (p *Processor) watchLag(ctx context.Context, ws []*stageWatch, every time.D
 }
 
 // refreshLag reads every stage consumer's info concurrently, each read
-// bounded by lagTimeout. A failed read keeps the gauges' last values and
-// marks the stage's consumer unavailable for readiness until a read
-// succeeds again.
+// bounded by lagTimeout, and sets each runner's gauges to the sum over its
+// consumers (one per host for some stages). A failed read keeps the
+// gauges' last values and marks the stage's consumers unavailable for
+// readiness until a read succeeds again.
 func (p *Processor) refreshLag(ctx context.Context, ws []*stageWatch) {
 	var wg sync.WaitGroup
 	for _, w := range ws {
 		wg.Go(func() {
-			rctx, cancel := context.WithTimeout(ctx, lagTimeout)
-			defer cancel()
-			c, err := p.js.Consumer(rctx, w.r.Stream(), w.r.Stage())
-			if ctx.Err() != nil {
-				return // stopping: not a failure of the consumer
-			}
 			stage := w.r.Stage()
-			if err != nil {
+			var pending, ackPending uint64
+			var failed error
+			for _, src := range w.r.Sources() {
+				rctx, cancel := context.WithTimeout(ctx, lagTimeout)
+				c, err := p.js.Consumer(rctx, src.Stream, src.Durable)
+				cancel()
+				if ctx.Err() != nil {
+					return // stopping: not a failure of the consumer
+				}
+				if err != nil {
+					failed = err
+					break
+				}
+				info := c.CachedInfo()
+				pending += info.NumPending
+				ackPending += uint64(info.NumAckPending)
+			}
+			if failed != nil {
 				if !w.infoFailed.Swap(true) {
-					p.log.Warn("stage consumer info unavailable; reported not ready until it is", "stage", stage, "err", err)
+					p.log.Warn("stage consumer info unavailable; reported not ready until it is", "stage", stage, "err", failed)
 				}
 				return
 			}
 			if w.infoFailed.Swap(false) {
 				p.log.Info("stage consumer info available again", "stage", stage)
 			}
-			info := c.CachedInfo()
-			p.metrics.ConsumerPending.WithLabelValues(stage).Set(float64(info.NumPending))
-			p.metrics.ConsumerAckPending.WithLabelValues(stage).Set(float64(info.NumAckPending))
+			p.metrics.ConsumerPending.WithLabelValues(stage).Set(float64(pending))
+			p.metrics.ConsumerAckPending.WithLabelValues(stage).Set(float64(ackPending))
 		})
 	}
 	wg.Wait()

@@ -254,7 +254,7 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 		return err
 	}
 	for _, r := range runners {
-		if err := retryJS(ctx, func(ctx context.Context) error { _, err := r.EnsureConsumer(ctx); return err }); err != nil {
+		if err := retryJS(ctx, func(ctx context.Context) error { _, err := r.EnsureConsumers(ctx); return err }); err != nil {
 			return err
 		}
 	}
