@@ -101,6 +101,11 @@ func TestErrorsCarryFileLine(t *testing.T) {
 		{"two resolvers", "resolver \"r1\" {\n  public_key = \"UC4NNP2HJXGCFDPHCNA3GXL2ZAGKEXMMYXZLZ5GIRNOQUYGNFGIT3W7A\"\n}\n\nresolver \"r2\" {\n  public_key = \"UAVZZYXS64PVNLBL243J5AN56G3KKUL37W7NZWCSNI6QKZ5W6UHMICKU\"\n}\n", `bad.hcl:5,1-14: Invalid resolver; resolver "r1" is configured already`},
 		{"source name", "source \"Cat\" {\n  public_key = \"UC4NNP2HJXGCFDPHCNA3GXL2ZAGKEXMMYXZLZ5GIRNOQUYGNFGIT3W7A\"\n}\n", "bad.hcl:1,"},
 		{"open listener without auth", "nats {\n  listen = \"0.0.0.0:4222\"\n  auth = false\n}\n", "bad.hcl:3,"},
+		// Unsigned input on a server others can reach: anyone who can
+		// publish would speak for any host's tenants (issue 20).
+		{"unsigned on an open listener", "nats {\n  listen = \"0.0.0.0:4222\"\n}\nadmission {\n  allow_unsigned = true\n}\n", "bad.hcl:5,"},
+		{"unsigned on a remote server", "nats {\n  url = \"nats://10.0.0.7:4222\"\n}\nadmission {\n  allow_unsigned = true\n}\n", "bad.hcl:5,"},
+		{"unsigned on a cluster with one remote server", "nats {\n  url = \"nats://127.0.0.1:4222,nats://10.0.0.7:4222\"\n}\nadmission {\n  allow_unsigned = true\n}\n", "bad.hcl:5,"},
 		{"bad listen", "nats {\n  listen = \"4222\"\n}\n", "bad.hcl:2,"},
 		{"bad metrics listen", "metrics {\n  listen = \"localhost:http-ish\"\n}\n", "bad.hcl:2,"},
 		{"tls half", "nats {\n  tls {\n    cert_file = \"a.pem\"\n  }\n}\n", "bad.hcl:2,"},

@@ -123,9 +123,10 @@ type subjectsHCL struct {
 }
 
 type admissionHCL struct {
-	AllowUnsigned   *bool    `hcl:"allow_unsigned,optional"`
-	MaxPayloadBytes *int     `hcl:"max_payload_bytes,optional"`
-	Body            hcl.Body `hcl:",body"`
+	AllowUnsigned   *bool     `hcl:"allow_unsigned,optional"`
+	MaxPayloadBytes *int      `hcl:"max_payload_bytes,optional"`
+	Body            hcl.Body  `hcl:",body"`
+	Range           hcl.Range `hcl:",def_range"`
 }
 
 type hostHCL struct {
@@ -379,6 +380,9 @@ func (f *fileHCL) build() (*Config, hcl.Diagnostics) {
 			*list.dst = append(*list.dst, Role{Name: x.Name, PublicKey: x.PublicKey})
 			at(kind, x.Name, x.Body, x.Range)
 		}
+	}
+	if a := f.Admission; a != nil {
+		at("admission", "", a.Body, a.Range)
 	}
 	if n := f.NATS; n != nil {
 		at("nats", "", n.Body, n.Range)

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -197,6 +198,13 @@ func (c *Config) roleProblems() []problem {
 			add("nats", "", "auth", "a listener on %s with auth = false would let anyone on the network act: authentication stays on unless listen is a loopback address", n.Listen)
 		}
 	}
+	if c.Admission.AllowUnsigned && !n.onlyLocal() {
+		where := "a server that is not on a loopback address"
+		if n.Embedded {
+			where = "a listener on " + n.Listen
+		}
+		add("admission", "", "allow_unsigned", "allow_unsigned = true with %s would let any client that can publish speak for any host's tenants unsigned: it is for local development only, with the embedded server on a loopback address", where)
+	}
 	if n.TLS != nil {
 		t := n.TLS
 		if (t.CertFile == "") != (t.KeyFile == "") {
@@ -261,6 +269,30 @@ func loopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// onlyLocal reports whether only local clients can reach the NATS server:
+// the embedded one on a loopback listen address, or servers whose every
+// url is a loopback address.
+func (n NATS) onlyLocal() bool {
+	if n.Embedded {
+		return loopback(n.Listen)
+	}
+	for _, u := range strings.Split(n.URL, ",") {
+		parsed, err := url.Parse(strings.TrimSpace(u))
+		if err != nil || parsed.Host == "" || !loopback(hostPort(parsed.Host)) {
+			return false
+		}
+	}
+	return n.URL != ""
+}
+
+// hostPort adds a port to a host that has none, for loopback.
+func hostPort(h string) string {
+	if _, _, err := net.SplitHostPort(h); err == nil {
+		return h
+	}
+	return net.JoinHostPort(h, "4222")
 }
 
 // IsLoopback reports whether the embedded listener accepts only local
