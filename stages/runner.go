@@ -902,7 +902,9 @@ func (r *Runner) publish(ctx context.Context, in *Input, res Result) error {
 			return fmt.Errorf("record outcomes: %w", err)
 		}
 	}
-	base := r.cfg.Stage + "/" + strconv.FormatUint(in.StreamSeq, 10)
+	// The input's identity: its stream too, for a runner that reads
+	// several (their sequences overlap).
+	base := r.cfg.Stage + "/" + in.Stream + "/" + strconv.FormatUint(in.StreamSeq, 10)
 	var msgs []*nats.Msg
 	var events []schema.Incident
 	add := func(subject string, data []byte, id string, hdr nats.Header) {
@@ -911,7 +913,7 @@ func (r *Runner) publish(ctx context.Context, in *Input, res Result) error {
 		for k, v := range hdr {
 			m.Header[k] = v
 		}
-		m.Header.Set(jetstream.MsgIDHeader, id)
+		m.Header.Set(jetstream.MsgIDHeader, r.deps.Seal.MsgID(id))
 		msgs = append(msgs, m)
 	}
 	for i, n := range res.Next {

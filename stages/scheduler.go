@@ -79,7 +79,7 @@ func (s *Scheduler) FireDue(ctx context.Context) error {
 			m.Data = tm.Data
 			s.Seal.Seal(tm.Subject, tm.Data, m.Header)
 			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			_, err := s.JS.PublishMsg(pctx, m, jetstream.WithMsgID(tm.MsgID))
+			_, err := s.JS.PublishMsg(pctx, m, jetstream.WithMsgID(s.Seal.MsgID(tm.MsgID)))
 			cancel()
 			if err != nil {
 				if cerr := b.Commit(kv.NoSync); cerr != nil {

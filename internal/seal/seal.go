@@ -50,6 +50,22 @@ func (s *Sealer) Seal(subject string, body []byte, hdr nats.Header) {
 	hdr.Set(Header, base64.RawURLEncoding.EncodeToString(s.mac(subject, body)))
 }
 
+// MsgID turns a message id derived from an input's identity (a stage, a
+// stream sequence, a timer's name: all predictable) into the
+// Nats-Msg-Id the processor publishes under: the same for every processor
+// that shares the key, so that republishing is deduplicated as before,
+// and unguessable without the key, so that nobody who can publish on a
+// stream (anyone, with NATS authentication off) can take the id first and
+// make the real message a dropped duplicate.
+func (s *Sealer) MsgID(id string) string {
+	return base64.RawURLEncoding.EncodeToString(s.mac(msgIDSubject, []byte(id))[:18])
+}
+
+// msgIDSubject keeps MsgID's MACs apart from seals: no message is ever
+// published on it (a subject cannot start with '$' for a client, and
+// the processor publishes nothing there).
+const msgIDSubject = "$portcullis.msg-id"
+
 // Check reports whether a message carries a valid seal for its subject and
 // body. It compares in constant time.
 func (s *Sealer) Check(subject string, body []byte, hdr nats.Header) bool {

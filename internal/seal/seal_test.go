@@ -2,6 +2,7 @@ package seal
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -39,5 +40,28 @@ func TestSealBindsSubjectAndBody(t *testing.T) {
 	}
 	if _, err := New([]byte("short")); err == nil {
 		t.Error("short key accepted")
+	}
+}
+
+// Message ids are the same for every processor that shares the key, and
+// nobody without it can compute them: a squatter that publishes first under
+// a predictable id (stage/stream/sequence) cannot make the real hand-off a
+// dropped duplicate.
+func TestMsgIDIsKeyed(t *testing.T) {
+	a, _ := New(bytes.Repeat([]byte{1}, KeySize))
+	a2, _ := New(bytes.Repeat([]byte{1}, KeySize))
+	b, _ := New(bytes.Repeat([]byte{2}, KeySize))
+	id := "grounding/ACTIONS_GROUNDING/17/n0"
+	if a.MsgID(id) != a2.MsgID(id) {
+		t.Error("two processors with one key derive different ids")
+	}
+	if a.MsgID(id) == b.MsgID(id) || a.MsgID(id) == id || strings.Contains(a.MsgID(id), "17") {
+		t.Errorf("id %q is not keyed", a.MsgID(id))
+	}
+	if a.MsgID(id) == a.MsgID(id+"x") {
+		t.Error("two inputs share an id")
+	}
+	if len(a.MsgID(id)) != 24 {
+		t.Errorf("id %q: want 24 characters", a.MsgID(id))
 	}
 }
