@@ -6,9 +6,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-json-experiment/json"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/internal/leaderkv"
@@ -45,10 +48,11 @@ import (
 // follower's direct get can be stale right after a write).
 //
 // A proposal's latest outcome is read from the outcome stream — the last
-// message on its subject, by direct get — and from the processor's own
-// store only when the stream has none (the processor records an outcome
-// before it publishes it): a repeat is answered whichever processor
-// handled the proposal.
+// message on its subject that is the proposal's own, not a refused
+// namesake's (LastOutcome) — and from the processor's own store only when
+// the stream has none (the processor records an outcome before it
+// publishes it): a repeat is answered whichever processor handled the
+// proposal.
 type Replicated struct {
 	kv       jetstream.KeyValue
 	js       jetstream.JetStream
@@ -230,14 +234,133 @@ func (r *Replicated) Forwarded(ref schema.ProposalRef, a kv.Admitted) error {
 	return r.do(func(ctx context.Context) error { _, err := r.kv.Put(ctx, proposalKey(ref), data); return err })
 }
 
-// LastOutcome reads the last message on the proposal's outcome subject,
-// and the local store's record when the stream has none.
+// LastOutcome returns the latest outcome of the proposal that took ref's
+// id: the last message on its outcome subject that is that proposal's
+// (ownOutcome), and the local store's record when the stream has none.
+// An id nobody took has no outcome to repeat.
 func (r *Replicated) LastOutcome(ref schema.ProposalRef) (schema.Outcome, bool, error) {
-	o, found, err := LastStreamOutcome(r.js, r.subjects, ref, r.op, r.attempt)
+	a, taken, err := r.Admitted(ref)
+	if err != nil || !taken {
+		return schema.Outcome{}, false, err
+	}
+	o, found, err := r.lastOwnOutcome(ref, a.Seq)
 	if err != nil || found {
 		return o, found, err
 	}
 	return r.local.LastOutcome(ref)
+}
+
+// lastOwnOutcome reads the last outcome on ref's subject that belongs to
+// the message takenBy (the proposals stream sequence of the message that
+// took the id). The last message is that almost always: a namesake is
+// refused with an outcome only while the id is free, so its outcome comes
+// before the proposal's — unless the proposal is still in flight (then
+// it has none: found is false) or the namesake's refusal raced the
+// proposal's claim and was published after some of its outcomes (then the
+// subject is read forward for the last of them, at most MaxOutcomeScan
+// messages; beyond that found is false).
+func (r *Replicated) lastOwnOutcome(ref schema.ProposalRef, takenBy uint64) (schema.Outcome, bool, error) {
+	subject := r.subjects.Outcome(ref.Host, ref.ProposalID)
+	var last *jetstream.RawStreamMsg
+	err := r.do(func(ctx context.Context) error {
+		st, err := r.js.Stream(ctx, r.subjects.OutcomesStream())
+		if err != nil {
+			return err
+		}
+		last, err = st.GetLastMsgForSubject(ctx, subject)
+		return err
+	})
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return schema.Outcome{}, false, nil
+	}
+	if err != nil {
+		return schema.Outcome{}, false, fmt.Errorf("admission: read outcome: %w", err)
+	}
+	own := last
+	if !ownOutcome(last.Header, takenBy) {
+		own = nil
+		err := r.scanOutcomes(subject, MaxOutcomeScan, func(m *jetstream.RawStreamMsg) bool {
+			if m.Sequence >= last.Sequence {
+				return false
+			}
+			if ownOutcome(m.Header, takenBy) {
+				own = m
+			}
+			return true
+		})
+		if errors.Is(err, errScanBound) {
+			return schema.Outcome{}, false, nil
+		}
+		if err != nil || own == nil {
+			return schema.Outcome{}, false, err
+		}
+	}
+	return decodeOutcome(ref, own)
+}
+
+// MaxOutcomeScan bounds the outcomes lastOwnOutcome reads forward.
+const MaxOutcomeScan = 256
+
+// ownOutcome reports whether an outcome message belongs to the message
+// takenBy that took its proposal id, by its message id. The runner
+// publishes a stage's outcomes with message ids "<stage>/<input stream
+// sequence>/o<position>" (stages.Runner.publish): an outcome admission
+// published for another input than takenBy is a namesake's refusal — a
+// message refused before it could take the id (malformed, context
+// incomplete, tenant not permitted, given up). Every other outcome on the
+// subject is the proposal's own: the later stages handle only what
+// admission handed off, and a repeat republishes the proposal's outcome.
+func ownOutcome(hdr nats.Header, takenBy uint64) bool {
+	rest, ok := strings.CutPrefix(hdr.Get(jetstream.MsgIDHeader), subjects.StageAdmission+"/")
+	if !ok {
+		return true
+	}
+	seq, pos, ok := strings.Cut(rest, "/")
+	if !ok || !strings.HasPrefix(pos, "o") {
+		return true
+	}
+	n, err := strconv.ParseUint(seq, 10, 64)
+	return err != nil || n == takenBy
+}
+
+var errScanBound = errors.New("admission: more outcomes than a scan reads")
+
+// scanOutcomes reads the messages on an outcome subject from the first,
+// in order, until visit returns false, none is left, or limit were read
+// (errScanBound).
+func (r *Replicated) scanOutcomes(subject string, limit int, visit func(*jetstream.RawStreamMsg) bool) error {
+	seq := uint64(1)
+	for range limit {
+		var m *jetstream.RawStreamMsg
+		err := r.do(func(ctx context.Context) error {
+			st, err := r.js.Stream(ctx, r.subjects.OutcomesStream())
+			if err != nil {
+				return err
+			}
+			m, err = st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+			return err
+		})
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("admission: read outcomes: %w", err)
+		}
+		if !visit(m) {
+			return nil
+		}
+		seq = m.Sequence + 1
+	}
+	return errScanBound
+}
+
+func decodeOutcome(ref schema.ProposalRef, m *jetstream.RawStreamMsg) (schema.Outcome, bool, error) {
+	var o schema.Outcome
+	if err := schema.Decode(m.Data, &o); err != nil {
+		return schema.Outcome{}, false, fmt.Errorf("admission: outcome seq %d: %w", m.Sequence, err)
+	}
+	o.Host = ref.Host
+	return o, true, nil
 }
 
 // LastStreamOutcome reads a proposal's last outcome from the outcome
@@ -259,12 +382,7 @@ func LastStreamOutcome(js jetstream.JetStream, subj subjects.Subjects, ref schem
 	if err != nil {
 		return schema.Outcome{}, false, fmt.Errorf("admission: read outcome: %w", err)
 	}
-	var o schema.Outcome
-	if err := schema.Decode(m.Data, &o); err != nil {
-		return schema.Outcome{}, false, fmt.Errorf("admission: outcome seq %d: %w", m.Sequence, err)
-	}
-	o.Host = ref.Host
-	return o, true, nil
+	return decodeOutcome(ref, m)
 }
 
 // ProposalFingerprint returns the fingerprint a proposal was grounded to,
@@ -283,34 +401,18 @@ func (r *Replicated) ProposalFingerprint(ref schema.ProposalRef) (string, bool, 
 	if fp := o.NamedFingerprint(); fp != "" {
 		return fp, true, nil
 	}
-	subject := r.subjects.Outcome(ref.Host, ref.ProposalID)
-	seq := uint64(1)
-	for range MaxFingerprintScan {
-		var m *jetstream.RawStreamMsg
-		err := r.do(func(ctx context.Context) error {
-			st, err := r.js.Stream(ctx, r.subjects.OutcomesStream())
-			if err != nil {
-				return err
-			}
-			m, err = st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
-			return err
-		})
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			break
-		}
-		if err != nil {
-			return "", false, fmt.Errorf("admission: read outcomes: %w", err)
-		}
-		seq = m.Sequence + 1
+	var named string
+	err = r.scanOutcomes(r.subjects.Outcome(ref.Host, ref.ProposalID), MaxFingerprintScan, func(m *jetstream.RawStreamMsg) bool {
 		var o schema.Outcome
-		if schema.Decode(m.Data, &o) != nil {
-			continue
+		if schema.Decode(m.Data, &o) == nil {
+			named = o.NamedFingerprint()
 		}
-		if fp := o.NamedFingerprint(); fp != "" {
-			return fp, true, nil
-		}
+		return named == ""
+	})
+	if err != nil && !errors.Is(err, errScanBound) {
+		return "", false, err
 	}
-	return "", false, nil
+	return named, named != "", nil
 }
 
 // MaxFingerprintScan bounds the outcomes ProposalFingerprint reads.

@@ -180,10 +180,65 @@ func testRepeatOnOtherProcessor(t *testing.T, url string, replicas int) {
 	}
 }
 
+// publishOutcome publishes an outcome of kind for id as the runner does
+// for a stage's input: with the message id "<stage>/<seq>/o0".
+func publishOutcome(t *testing.T, js jetstream.JetStream, id string, kind schema.Kind, msgID string) {
+	t.Helper()
+	o := schema.NewOutcome(schema.ProposalRef{Host: testenv.HostName, ProposalID: id}, kind, 7)
+	data, err := schema.Marshal(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(context.Background(), subjects.Default().Outcome(testenv.HostName, id), data, jetstream.WithMsgID(msgID)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A namesake refused while the id was free (its admission outcome under
+// its own stream sequence) and published after the proposal's own
+// outcomes: a repeat is answered with the proposal's last own outcome,
+// whichever processor handles it; with only the namesake's, nothing.
+func testRepeatSkipsNamesake(t *testing.T, url string, replicas int) {
+	ps, host := cluster(t, url, replicas, 2)
+	const id = "namesake-race"
+	p := testenv.Set(testenv.Lumber(id), "context.delivery.delivery_id", "delivery:taker")
+	r, err := ps[0].stage.Handle(context.Background(), input(t, host, p, 10))
+	if err != nil || len(r.Next) != 1 {
+		t.Fatalf("first: %+v, %v", r, err)
+	}
+	// Refused before the proposal took the id: nothing of the proposal's yet.
+	publishOutcome(t, ps[0].js, id, schema.KindIntegrationFailure, "admission/9/o0")
+	repeat := func(seq uint64) stages.Result {
+		t.Helper()
+		in := input(t, host, testenv.Set(testenv.Lumber(id), "context.delivery.delivery_id", fmt.Sprintf("delivery:repeat-%d", seq)), seq)
+		r, err := ps[1].stage.Handle(context.Background(), in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := repeat(20); len(r.Replayed) != 0 || len(r.Next) != 0 || len(r.Outcomes) != 0 {
+		t.Fatalf("repeat of a proposal without an outcome of its own: %+v", r)
+	}
+	// The proposal's outcomes, then a racing namesake's refusal after them.
+	publishOutcome(t, ps[0].js, id, schema.KindNeedsApproval, "authorization/3/o0")
+	publishOutcome(t, ps[0].js, id, schema.KindDenied, "authorization/4/o0")
+	publishOutcome(t, ps[0].js, id, schema.KindIntegrationFailure, "admission/11/o0")
+	if r := repeat(21); len(r.Replayed) != 1 || r.Replayed[0].Kind != schema.KindDenied {
+		t.Fatalf("repeat: %+v, want the proposal's own DENIED", r)
+	}
+	// An admission outcome of the message that took the id is its own.
+	publishOutcome(t, ps[0].js, id, schema.KindIntegrationFailure, "admission/10/o0")
+	if r := repeat(22); len(r.Replayed) != 1 || r.Replayed[0].Kind != schema.KindIntegrationFailure {
+		t.Fatalf("repeat: %+v, want the proposal's own admission outcome", r)
+	}
+}
+
 func TestReplicatedR1(t *testing.T) {
 	url := testenv.StartServer(t, "").ClientURL()
 	t.Run("racing claims", func(t *testing.T) { testRacingClaims(t, url, 1) })
 	t.Run("repeat on another processor", func(t *testing.T) { testRepeatOnOtherProcessor(t, url, 1) })
+	t.Run("repeat skips a namesake", func(t *testing.T) { testRepeatSkipsNamesake(t, url, 1) })
 }
 
 func TestReplicatedR3(t *testing.T) {
@@ -193,4 +248,5 @@ func TestReplicatedR3(t *testing.T) {
 	url := testenv.NewCluster(t).URL()
 	t.Run("racing claims", func(t *testing.T) { testRacingClaims(t, url, 3) })
 	t.Run("repeat on another processor", func(t *testing.T) { testRepeatOnOtherProcessor(t, url, 3) })
+	t.Run("repeat skips a namesake", func(t *testing.T) { testRepeatSkipsNamesake(t, url, 3) })
 }
