@@ -21,9 +21,9 @@ const (
 	prefixAttempt       byte = 'c' // fingerprint, attempt_id → Attempt
 	prefixIndeterminate byte = 'i' // fingerprint → since_ms
 	prefixGrounding     byte = 'g' // sha256(stream, seq, input) → Grounding
-	prefixNonce         byte = 'n' // sha256(nonce) → expires_at_ms (operator requests)
-	prefixNonceExpiry   byte = 'N' // expires_at_ms, sha256(nonce) → nothing (for the sweep)
-	prefixMeta          byte = 'z' // name → the store's own facts (its instance id)
+	prefixNonce         byte = 'n' // sha256(nonce) → requested_at_ms (operator requests)
+	prefixNonceStamp    byte = 'N' // requested_at_ms, sha256(nonce) → nothing (for the sweep)
+	prefixMeta          byte = 'z' // name → the store's own facts (its instance id, the newest nonce stamp)
 	prefixExpiry        byte = 'x' // class, filed_at_ms, id → nothing (retention.go)
 )
 

@@ -32,9 +32,9 @@ import (
 //	ClassIntent    intent journals, with their receipts, attempts and timer
 //	               index entry
 //
-// Nonces have their own expiry-ordered index ('N') and fired timers are
-// deleted when they fire; both are swept too (SweepNonces, timer index
-// entries with their intent or proposal).
+// Nonces are swept by their claims (ClaimNonce), and fired timers are
+// deleted when they fire (timer index entries go with their intent or
+// proposal).
 const (
 	ClassProposal  byte = 'P'
 	ClassDelivery  byte = 'D'
@@ -214,33 +214,6 @@ func (b *Batch) deleteRange(prefix []byte) {
 	if b.err == nil {
 		b.ops = append(b.ops, op{key: prefix, end: prefixEnd(prefix), del: true})
 	}
-}
-
-// SweepNonces removes up to limit expired operator nonces (expired before
-// nowMs): their records, and their expiry index entries with one range
-// deletion. It returns how many it removed.
-func (s *Store) SweepNonces(nowMs int64, limit int) (int, error) {
-	unlock := s.locks.Lock(nonceLock)
-	defer unlock()
-	b := s.NewBatch()
-	var last []byte
-	n := 0
-	lower := []byte{prefixNonceExpiry}
-	err := s.scanRange(lower, appendUint64([]byte{prefixNonceExpiry}, uint64(max(nowMs, 0))), func(key, _ []byte) (bool, error) {
-		if len(key) != 1+8+32 {
-			return false, fmt.Errorf("%w: nonce expiry key", ErrCorrupt)
-		}
-		b.delete(nonceKey(key[9:]))
-		last = key
-		n++
-		return n < limit, nil
-	})
-	if err != nil || n == 0 {
-		return 0, err
-	}
-	b.ops = append(b.ops, op{key: lower, end: append(last, 0), del: true})
-	// NoSync: a sweep lost in a crash is done again by the next one.
-	return n, b.Commit(NoSync)
 }
 
 // ProposalTimerPending reports whether a timer with this ID is pending.

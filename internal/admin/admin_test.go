@@ -173,8 +173,8 @@ func FuzzRequests(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	signedOnly := &Server{Journal: journal.NewPebble(st), Approvals: ap, Nonces: st, Store: st, Reconciliation: rec, Subjects: subjects.Default(), Clock: clock, Operators: []config.Role{{Name: "oncall", PublicKey: opPub}}}
-	dev := &Server{Journal: journal.NewPebble(st), Approvals: ap, Nonces: st, Store: st, Reconciliation: rec, Subjects: subjects.Default(), Clock: clock, AllowUnsigned: true}
+	signedOnly := &Server{Journal: journal.NewPebble(st), Approvals: ap, Nonces: PebbleNonces{Store: st, Window: NonceWindow(30 * time.Second)}, Store: st, Reconciliation: rec, Subjects: subjects.Default(), Clock: clock, Operators: []config.Role{{Name: "oncall", PublicKey: opPub}}}
+	dev := &Server{Journal: journal.NewPebble(st), Approvals: ap, Nonces: PebbleNonces{Store: st, Window: NonceWindow(30 * time.Second)}, Store: st, Reconciliation: rec, Subjects: subjects.Default(), Clock: clock, AllowUnsigned: true}
 	fp := "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 	stamp := func(ms int64, nonce string) string { return fmt.Sprintf(`"requested_at_ms":%d,"nonce":%q`, ms, nonce) }
 	n1, n2 := "AAAAAAAAAAAAAAAAAAAAAAAA", "bbbbbbbbbbbbbbbbbbbbbbbb_-"

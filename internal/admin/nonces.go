@@ -2,111 +2,250 @@ package admin
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/portcullis/portcullis/internal/leaderkv"
+	"github.com/portcullis/portcullis/kv"
 )
+
+// Nonces remember the nonces of accepted operator requests (SPEC §2.8).
+//
+// What they may forget is decided by the stamps of accepted requests, never
+// by a clock: a nonce is forgotten only once its request's requested_at_ms
+// is more than the window older than the newest requested_at_ms accepted,
+// and a request stamped that old is refused (kv.NonceTooOld, answered
+// stale) whether its nonce is remembered or not. The processor's clock only
+// decides staleness (MaxRequestSkew), so a clock that jumps far forward and
+// back again cannot make a replay acceptable: while it is ahead, requests
+// stamped by right clocks are refused as stale and nothing is forgotten;
+// a request accepted while it was ahead raises the newest stamp, and every
+// request stamped more than the window before it is refused from then on.
+type Nonces interface {
+	// ClaimNonce claims nonce for a request stamped requestedAtMs: fresh,
+	// replayed (claimed before) or too old. An error leaves it unknown
+	// whether the claim was stored; the request is then refused.
+	ClaimNonce(nonce string, requestedAtMs int64) (kv.NonceClaim, error)
+}
+
+// NonceWindow is how far apart the stamps of two accepted requests may
+// lie: a request may be stamped MaxRequestSkew before or after the clock
+// of the processor that accepts it, and the processors' clocks may
+// disagree by margin.
+func NonceWindow(margin time.Duration) time.Duration { return 2*MaxRequestSkew + margin }
+
+// PebbleNonces are one processor's nonces, in its store.
+type PebbleNonces struct {
+	Store *kv.Store
+	// Window is NonceWindow of the processor's margin.
+	Window time.Duration
+}
+
+// ClaimNonce claims nonce in the store (kv.Store.ClaimNonce).
+func (p PebbleNonces) ClaimNonce(nonce string, requestedAtMs int64) (kv.NonceClaim, error) {
+	return p.Store.ClaimNonce(nonce, requestedAtMs, p.Window.Milliseconds())
+}
 
 // ReplicatedNonces are the operator request nonces of a cluster (SPEC §2.8,
 // §6), in a JetStream KV bucket every processor shares: a nonce is claimed
 // with a KV Create, so of a request and its replay — sent to the same
 // processor or to another — exactly one is accepted.
 //
-// Each claim is the key n.<sha256(nonce)> (the nonce itself is not
-// stored) holding the claim's expiry and a random claim id, by which a
-// claim whose write timed out but was stored recognizes itself. The key
-// carries a per-message TTL (the bucket's stream allows them): it lives
-// until the request could no longer be accepted, plus Margin for the
-// clocks of the processors disagreeing; the stream's MaxAge
-// (NonceBucketStream) is a backstop.
+// # Keys
+//
+//	n.<sha256(nonce)>  the request's stamp and a random claim id (the nonce
+//	                   itself is not stored)
+//	newest             the newest stamp accepted, raised by compare-and-set
+//
+// A claim creates its key first and reads newest after: a replay either
+// finds the key, or the key was removed — which Sweep does only after
+// newest was raised past the key's stamp by more than the window, so the
+// replay then reads a newest that refuses it. A claim whose write timed
+// out but was stored recognizes itself by its claim id. Keys carry no TTL
+// and the bucket no MaxAge: the server's clock forgets nothing either.
 type ReplicatedNonces struct {
 	KV jetstream.KeyValue
-	// Margin is how far the processors' clocks may disagree: a nonce is
-	// remembered that much beyond its expiry. Default 30s.
-	Margin time.Duration
+	// JS is the JetStream context KV was bound with: Sweep reads the
+	// bucket's stream.
+	JS jetstream.JetStream
+	// Window is NonceWindow of the cluster's clock margin. Default
+	// NonceWindow(30s).
+	Window time.Duration
 	// OpTimeout bounds one claim, retries included. Default 5s.
 	OpTimeout time.Duration
+
+	mu     sync.Mutex
+	cursor uint64 // Sweep's: the stream sequence it reads on from
 }
 
 var _ Nonces = (*ReplicatedNonces)(nil)
 
-// minKeyTTL is the shortest per-message TTL the server takes.
-const minKeyTTL = time.Second
-
-// NonceBucket is the nonce bucket: per-message TTLs allowed, every read
-// from the stream's leader, and MaxAge a backstop far beyond any claim's
-// TTL.
+// NonceBucket is the nonce bucket: every read from the stream's leader,
+// no age limit (what a claim may forget is decided by Sweep), and
+// per-message TTLs allowed for the markers of removed keys.
 func NonceBucket(name string, replicas int) leaderkv.Bucket {
-	return leaderkv.Bucket{Name: name, Replicas: replicas, MaxAge: time.Hour, AllowMsgTTL: true,
-		Description: "Portcullis operator request nonces (hashed), each until its request could no longer be accepted"}
+	return leaderkv.Bucket{Name: name, Replicas: replicas, AllowMsgTTL: true,
+		Description: "Portcullis operator request nonces (hashed), each until a request stamped far enough after it was accepted"}
 }
 
+// nonceClaim is the value of n.<hash>. Claims made before stamps were
+// kept hold only their expiry, which is at least their stamp.
 type nonceClaim struct {
-	ExpiresAtMs int64  `json:"expires_at_ms"`
-	Claim       string `json:"claim"`
+	RequestedAtMs int64  `json:"requested_at_ms,omitempty"`
+	ExpiresAtMs   int64  `json:"expires_at_ms,omitempty"`
+	Claim         string `json:"claim"`
 }
+
+func (c *nonceClaim) stamp() int64 {
+	if c.RequestedAtMs != 0 {
+		return c.RequestedAtMs
+	}
+	return c.ExpiresAtMs
+}
+
+type newestStamp struct {
+	RequestedAtMs int64 `json:"requested_at_ms"`
+}
+
+const (
+	nonceKeyPrefix = "n."
+	newestKey      = "newest"
+	// markerTTL is how long the marker of a removed key stays: a removed
+	// key reads as absent with or without it.
+	markerTTL = time.Hour
+)
 
 func nonceKey(nonce string) string {
 	h := sha256.Sum256([]byte("nonce\x00" + nonce))
-	return "n." + hex.EncodeToString(h[:])
+	return nonceKeyPrefix + hex.EncodeToString(h[:])
 }
 
-// ClaimNonce claims nonce until expiresAtMs: false if it was claimed
-// before, by any processor, and not forgotten since. An error leaves it
-// unknown whether the claim was stored; the request is then refused.
-func (n *ReplicatedNonces) ClaimNonce(nonce string, expiresAtMs, nowMs int64) (bool, error) {
-	margin, op := n.Margin, n.OpTimeout
-	if margin <= 0 {
-		margin = 30 * time.Second
+func (n *ReplicatedNonces) window() time.Duration {
+	if n.Window <= 0 {
+		return NonceWindow(30 * time.Second)
 	}
-	if op <= 0 {
-		op = 5 * time.Second
-	}
-	var id [12]byte
-	_, _ = rand.Read(id[:])
-	c := nonceClaim{ExpiresAtMs: expiresAtMs, Claim: hex.EncodeToString(id[:])}
+	return n.Window
+}
+
+func (n *ReplicatedNonces) budget() leaderkv.Budget { return leaderkv.Budget{Op: n.OpTimeout} }
+
+// ClaimNonce claims nonce for a request stamped requestedAtMs, as the
+// ReplicatedNonces doc comment describes.
+func (n *ReplicatedNonces) ClaimNonce(nonce string, requestedAtMs int64) (kv.NonceClaim, error) {
+	c := nonceClaim{RequestedAtMs: requestedAtMs, Claim: leaderkv.CommitID()}
 	data, err := json.Marshal(c, json.Deterministic(true))
 	if err != nil {
-		return false, err
+		return 0, err
 	}
-	ttl := max(time.Duration(expiresAtMs-nowMs)*time.Millisecond+margin, minKeyTTL).Round(time.Second)
 	key := nonceKey(nonce)
-	deadline := time.Now().Add(op)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := n.KV.Create(ctx, key, data, jetstream.KeyTTL(ttl))
+	for range 3 {
+		err = n.budget().Do(func(ctx context.Context) error { _, err := n.KV.Create(ctx, key, data); return err })
 		if err == nil {
-			cancel()
-			return true, nil
+			break
 		}
-		if errors.Is(err, jetstream.ErrKeyExists) {
-			// A replay, or this claim's own earlier try, stored.
-			e, gerr := n.KV.Get(ctx, key)
-			cancel()
-			if errors.Is(gerr, jetstream.ErrKeyNotFound) && time.Now().Before(deadline) {
-				continue // expired meanwhile: claim again
-			}
-			if gerr == nil {
-				var got nonceClaim
-				if json.Unmarshal(e.Value(), &got) != nil {
-					return false, nil // not ours
-				}
-				return got.Claim == c.Claim, nil
-			}
-			err = gerr
-		} else {
-			cancel()
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return 0, fmt.Errorf("admin: claim nonce: %w", err)
 		}
-		if !leaderkv.Unanswered(err) || time.Now().After(deadline) {
-			return false, fmt.Errorf("admin: claim nonce: %w", err)
+		// A replay, or this claim's own earlier try, stored.
+		var got nonceClaim
+		_, found, gerr := leaderkv.GetJSON(n.budget(), n.KV, key, &got)
+		switch {
+		case gerr != nil && !errors.Is(gerr, kv.ErrCorrupt):
+			return 0, fmt.Errorf("admin: claim nonce: %w", gerr)
+		case !found:
+			continue // removed meanwhile: claim again (newest decides)
+		case got.Claim != c.Claim:
+			return kv.NonceReplayed, nil
 		}
-		time.Sleep(50 * time.Millisecond)
+		err = nil
+		break
 	}
+	if err != nil {
+		return 0, fmt.Errorf("admin: claim nonce: %w", err)
+	}
+	newest, rev, err := n.newest()
+	if err != nil {
+		return 0, err
+	}
+	if requestedAtMs < newest-n.window().Milliseconds() {
+		// Its nonce may have been forgotten. The key just created is
+		// removed by a later Sweep.
+		return kv.NonceTooOld, nil
+	}
+	// Raise newest. A raise that fails leaves it lower, which only keeps
+	// nonces longer: the request is accepted all the same.
+	for requestedAtMs > newest {
+		data, _ := json.Marshal(newestStamp{RequestedAtMs: requestedAtMs})
+		_, err := leaderkv.Budget{Op: n.OpTimeout}.Swap(n.KV, newestKey, data, rev, 0, func([]byte) bool { return false })
+		if err == nil || !errors.Is(err, leaderkv.ErrConflict) {
+			break
+		}
+		if newest, rev, err = n.newest(); err != nil {
+			break
+		}
+	}
+	return kv.NonceFresh, nil
+}
+
+// newest reads the newest stamp accepted and its revision (0, 0: none).
+func (n *ReplicatedNonces) newest() (int64, uint64, error) {
+	var v newestStamp
+	rev, _, err := leaderkv.GetJSON(n.budget(), n.KV, newestKey, &v)
+	if err != nil {
+		return 0, 0, fmt.Errorf("admin: read the newest stamp: %w", err)
+	}
+	return v.RequestedAtMs, rev, nil
+}
+
+// Sweep removes the nonces no claim needs any more: those stamped more than
+// the window before the newest stamp accepted. It reads the bucket's
+// stream in order from where its previous sweep stopped and stops at the
+// first claim it must keep, so each claim is read about once per processor
+// (claims are written in about the order of their stamps; one out of order
+// is only kept a little longer). Each removal is a purge on the revision
+// read: a key claimed again since is not touched. It returns how many
+// nonces it removed.
+func (n *ReplicatedNonces) Sweep(ctx context.Context) (int, error) {
+	newest, _, err := n.newest()
+	if err != nil || newest == 0 {
+		return 0, err
+	}
+	floor := newest - n.window().Milliseconds()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	stream := "KV_" + n.KV.Bucket()
+	filter := "$KV." + n.KV.Bucket() + "." + nonceKeyPrefix + ">"
+	removed := 0
+	for ctx.Err() == nil {
+		m, err := n.budget().NextMsg(n.JS, stream, max(n.cursor, 1), filter)
+		if err != nil || m == nil {
+			return removed, err
+		}
+		key := strings.TrimPrefix(m.Subject, "$KV."+n.KV.Bucket()+".")
+		if !leaderkv.Marker(m) {
+			var c nonceClaim
+			if json.Unmarshal(m.Data, &c) == nil && c.stamp() >= floor {
+				return removed, nil // kept: read again next time
+			}
+			err := n.budget().Do(func(ctx context.Context) error {
+				return n.KV.Purge(ctx, key, jetstream.LastRevision(m.Sequence), jetstream.PurgeTTL(markerTTL))
+			})
+			switch {
+			case err == nil:
+				removed++
+			case !leaderkv.Lost(err):
+				return removed, fmt.Errorf("admin: sweep nonce: %w", err)
+			}
+		}
+		n.cursor = m.Sequence + 1
+	}
+	return removed, nil
 }

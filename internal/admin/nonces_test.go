@@ -1,20 +1,25 @@
 package admin_test
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/internal/admin"
 	"github.com/portcullis/portcullis/internal/leaderkv/leaderkvtest"
+	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/testenv"
 )
 
 var nonceBuckets atomic.Int64
+
+// window is the tests' window between accepted stamps.
+const window = 10 * time.Second
 
 // replicatedNonces opens n processors' nonces on one fresh bucket on url,
 // each on its own connection.
@@ -23,10 +28,32 @@ func replicatedNonces(t *testing.T, url string, replicas, n int) []*admin.Replic
 	bucket := fmt.Sprintf("nonces_%d", nonceBuckets.Add(1))
 	var out []*admin.ReplicatedNonces
 	for range n {
-		_, h := leaderkvtest.Open(t, url, admin.NonceBucket(bucket, replicas))
-		out = append(out, &admin.ReplicatedNonces{KV: h, Margin: time.Millisecond})
+		js, h := leaderkvtest.Open(t, url, admin.NonceBucket(bucket, replicas))
+		out = append(out, &admin.ReplicatedNonces{KV: h, JS: js, Window: window})
 	}
 	return out
+}
+
+func claimOn(t *testing.T, n *admin.ReplicatedNonces, nonce string, stamp int64) kv.NonceClaim {
+	t.Helper()
+	c, err := n.ClaimNonce(nonce, stamp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func keys(t *testing.T, n *admin.ReplicatedNonces) int {
+	t.Helper()
+	l, err := n.KV.ListKeys(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := 0
+	for range l.Keys() {
+		c++
+	}
+	return c
 }
 
 func testNonces(t *testing.T, url string, replicas int) {
@@ -39,11 +66,11 @@ func testNonces(t *testing.T, url string, replicas int) {
 		var wg sync.WaitGroup
 		for _, n := range ns {
 			wg.Go(func() {
-				fresh, err := n.ClaimNonce(nonce, now+60_000, now)
+				c, err := n.ClaimNonce(nonce, now)
 				if err != nil {
 					t.Error(err)
 				}
-				if fresh {
+				if c == kv.NonceFresh {
 					wins.Add(1)
 				}
 			})
@@ -53,42 +80,76 @@ func testNonces(t *testing.T, url string, replicas int) {
 			t.Fatalf("round %d: %d claims of one nonce won", round, wins.Load())
 		}
 	}
-	// A claim is forgotten after its expiry (the key's TTL): an expired
-	// nonce's key does not grow the bucket forever.
-	fresh, err := ns[0].ClaimNonce("nonce-short-abcdefgh", now, now)
-	if err != nil || !fresh {
-		t.Fatalf("claim: %v, %v", fresh, err)
+	// Nothing is forgotten by time: no claim carries a TTL.
+	st, err := ns[0].JS.Stream(context.Background(), "KV_"+ns[0].KV.Bucket())
+	if err != nil {
+		t.Fatal(err)
 	}
-	if fresh, err := ns[1].ClaimNonce("nonce-short-abcdefgh", now, now); err != nil || fresh {
-		t.Fatalf("replay: %v, %v", fresh, err)
+	if cfg := st.CachedInfo().Config; cfg.MaxAge != 0 {
+		t.Errorf("the nonce bucket forgets after %s", cfg.MaxAge)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		fresh, err := ns[2].ClaimNonce("nonce-short-abcdefgh", time.Now().UnixMilli()+60_000, time.Now().UnixMilli())
-		if err != nil {
-			t.Fatal(err)
+	m, err := st.GetLastMsgForSubject(context.Background(), "$KV."+ns[0].KV.Bucket()+".>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttl := m.Header.Get(jetstream.MsgTTLHeader); ttl != "" {
+		t.Errorf("a claim expires after %s", ttl)
+	}
+	// A sweep forgets nothing while no stamp is more than the window newer.
+	for _, n := range ns {
+		if removed, err := n.Sweep(context.Background()); err != nil || removed != 0 {
+			t.Fatalf("sweep: %d, %v", removed, err)
 		}
-		if fresh {
-			break
+	}
+	if c := claimOn(t, ns[2], "nonce-race-0-abcdefgh", now); c != kv.NonceReplayed {
+		t.Fatalf("replay: %v", c)
+	}
+	// A request stamped more than the window later: the earlier ones are
+	// forgotten by the sweeps of three processors at once, and refused as
+	// too old, on any processor.
+	later := now + window.Milliseconds() + 1
+	if c := claimOn(t, ns[1], "nonce-later-abcdefgh", later); c != kv.NonceFresh {
+		t.Fatalf("later claim: %v", c)
+	}
+	var removed atomic.Int64
+	var wg sync.WaitGroup
+	for _, n := range ns {
+		wg.Go(func() {
+			r, err := n.Sweep(context.Background())
+			if err != nil {
+				t.Error(err)
+			}
+			removed.Add(int64(r))
+		})
+	}
+	wg.Wait()
+	if removed.Load() != 10 {
+		t.Errorf("sweeps removed %d nonces, want 10", removed.Load())
+	}
+	if k := keys(t, ns[0]); k != 2 {
+		t.Errorf("%d keys left, want the later nonce and newest", k)
+	}
+	for i, n := range ns {
+		// (Refused too old on the first; its claim's key then says replayed.)
+		if c := claimOn(t, n, "nonce-race-0-abcdefgh", now); c == kv.NonceFresh || (i == 0 && c != kv.NonceTooOld) {
+			t.Errorf("processor %d: replay after the sweep: %v", i, c)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("an expired nonce's claim was never forgotten")
-		}
-		time.Sleep(200 * time.Millisecond)
+	}
+	if c := claimOn(t, ns[0], "nonce-later-abcdefgh", later); c != kv.NonceReplayed {
+		t.Errorf("replay of the kept one: %v", c)
+	}
+	// A claim stamped a little before the newest is taken; newest does
+	// not move back.
+	if c := claimOn(t, ns[2], "nonce-earlier-abcdefgh", later-1000); c != kv.NonceFresh {
+		t.Errorf("a claim inside the window: %v", c)
+	}
+	if c := claimOn(t, ns[2], "nonce-too-early-abcdefgh", later-window.Milliseconds()-1); c != kv.NonceTooOld {
+		t.Errorf("a claim outside the window: %v", c)
 	}
 }
 
 func TestReplicatedNoncesR1(t *testing.T) {
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server did not start")
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	testNonces(t, ns.ClientURL(), 1)
+	testNonces(t, testenv.StartServer(t, "").ClientURL(), 1)
 }
 
 func TestReplicatedNoncesR3(t *testing.T) {

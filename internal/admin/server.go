@@ -18,17 +18,12 @@ import (
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/version"
+	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/stages/reconciliation"
 	"github.com/portcullis/portcullis/subjects"
 )
-
-// Nonces claims an operator request's nonce until it expires: false if it
-// was claimed before (kv.Store implements it).
-type Nonces interface {
-	ClaimNonce(nonce string, expiresAtMs, nowMs int64) (bool, error)
-}
 
 // Proposals map a proposal to the fingerprint it was grounded to (found
 // false if unknown): kv.Store on one processor, the replicated admission
@@ -221,7 +216,9 @@ func (s *Server) refuse(verb, code, reason string) *Error {
 // admit runs the checks every request passes before its verb acts, in this
 // order: size; signature (unauthenticated); strict decoding into req
 // (bad_request); the stamp's form (bad_request), age (stale) and nonce
-// (replayed: the nonce is claimed, synced, before admit returns). It
+// (replayed: the nonce is claimed, synced, before admit returns; stale
+// when the stamp is too far before one accepted already for its nonce to
+// be remembered, Nonces). It
 // returns the signing operator's configured name ("" when unsigned).
 //
 // An unsigned request (accepted only with AllowUnsigned) may omit the
@@ -251,14 +248,17 @@ func (s *Server) admit(verb string, hdr nats.Header, data []byte, req stamped) (
 	case st.RequestedAtMs > now+skew:
 		return "", s.refuse(verb, CodeStale, fmt.Sprintf("requested_at_ms is more than %s in the future", MaxRequestSkew))
 	}
-	// Remembered while the request could be accepted, and a little longer
-	// when it was made in the processor's past.
-	fresh, err := s.Nonces.ClaimNonce(st.Nonce, max(st.RequestedAtMs, now)+skew, now)
-	if err != nil {
+	// Claimed for good: what is forgotten, and what is refused as too old
+	// for its nonce to be known, follows the stamps accepted (Nonces), not
+	// this clock.
+	claim, err := s.Nonces.ClaimNonce(st.Nonce, st.RequestedAtMs)
+	switch {
+	case err != nil:
 		return "", s.internal("recording the nonce", err)
-	}
-	if !fresh {
+	case claim == kv.NonceReplayed:
 		return "", s.refuse(verb, CodeReplayed, "the nonce was used before")
+	case claim == kv.NonceTooOld:
+		return "", s.refuse(verb, CodeStale, "requested_at_ms is too far before a request already accepted")
 	}
 	s.log().Debug("operator request", "verb", verb, "operator", operator, "signed", signed)
 	return operator, nil

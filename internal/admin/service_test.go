@@ -150,7 +150,7 @@ func TestQueueGroup(t *testing.T) {
 		}
 		defer nc.Close()
 		conns = append(conns, nc)
-		s := &admin.Server{Store: st, Journal: journal.NewPebble(st), Nonces: st, Reconciliation: rec, Subjects: subj, Clock: clock, Operators: []config.Role{{Name: "oncall", PublicKey: opPub}}}
+		s := &admin.Server{Store: st, Journal: journal.NewPebble(st), Nonces: admin.PebbleNonces{Store: st, Window: window}, Reconciliation: rec, Subjects: subj, Clock: clock, Operators: []config.Role{{Name: "oncall", PublicKey: opPub}}}
 		stop, err := s.Serve(nc)
 		if err != nil {
 			t.Fatal(err)

@@ -104,6 +104,9 @@ type Processor struct {
 	admission admission.Records
 	nonces    admin.Nonces
 	proposals admin.Proposals
+	// replicatedNonces are nonces when they are the shared bucket's (nil
+	// otherwise): the retention loop sweeps them.
+	replicatedNonces *admin.ReplicatedNonces
 
 	stopFetch context.CancelFunc
 	stopWork  context.CancelFunc
@@ -292,7 +295,8 @@ func (p *Processor) openJournal(ctx context.Context) error {
 			p.log.Warn("store.journal is local: the dispatch journal is in this processor's store, so no other processor may use this NATS and subject prefix (set store.journal = \"replicated\" to share it)")
 		}
 		p.journal = journal.NewPebble(p.store)
-		p.admission, p.nonces, p.proposals = admission.Pebble{Store: p.store}, p.store, p.store
+		p.admission, p.proposals = admission.Pebble{Store: p.store}, p.store
+		p.nonces = admin.PebbleNonces{Store: p.store, Window: admin.NonceWindow(p.clockMargin())}
 		return nil
 	}
 	// A processor that used a local journal has dispatched intents the
@@ -321,7 +325,7 @@ func (p *Processor) openJournal(ctx context.Context) error {
 		if adm, err = leaderkv.Bind(ctx, p.js, p.subj.AdmissionBucket()); err != nil {
 			return err
 		}
-		nonces, err = p.js.KeyValue(ctx, p.subj.NonceBucket())
+		nonces, err = leaderkv.Bind(ctx, p.js, p.subj.NonceBucket())
 		return err
 	})
 	if err != nil {
@@ -329,9 +333,15 @@ func (p *Processor) openJournal(ctx context.Context) error {
 	}
 	rec := admission.NewReplicated(admission.ReplicatedOptions{KV: adm, JS: p.js, Local: p.store, Subjects: p.subj})
 	p.admission, p.proposals = rec, rec
-	p.nonces = &admin.ReplicatedNonces{KV: nonces, Margin: max(p.cfg.Approval.ClockSkew, 30*time.Second)}
+	p.replicatedNonces = &admin.ReplicatedNonces{KV: nonces, JS: p.js, Window: admin.NonceWindow(p.clockMargin())}
+	p.nonces = p.replicatedNonces
 	return nil
 }
+
+// clockMargin is how far the clocks of the processors (and of an operator
+// and a processor) are taken to disagree beyond the limits SPEC §2.8 sets:
+// approval.clock_skew, at least 30s.
+func (p *Processor) clockMargin() time.Duration { return max(p.cfg.Approval.ClockSkew, 30*time.Second) }
 
 // bind binds a shared bucket EnsureStreams made (leaderkv.Bind), retried
 // while JetStream does not answer.

@@ -1,6 +1,9 @@
 package engine
 
 import (
+	"context"
+	"time"
+
 	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/retention"
 	"github.com/portcullis/portcullis/kv"
@@ -9,10 +12,12 @@ import (
 )
 
 // sweeper removes the store's records past their retention horizons
-// (config block retention), holding the same locks as their writers.
+// (config block retention), holding the same locks as their writers; with
+// a replicated journal, also the journal bucket's and the nonces'.
 func (p *Processor) sweeper(jr journal.Store) *retention.Sweeper {
 	proposals, receipts := p.cfg.RetentionHorizons()
 	return &retention.Sweeper{
+		Shared:   p.sharedSweep(jr),
 		Store:    p.store,
 		Horizons: retention.Horizons{Proposals: proposals, Receipts: receipts},
 		LockProposal: func(ref schema.ProposalRef) func() {
@@ -23,5 +28,25 @@ func (p *Processor) sweeper(jr journal.Store) *retention.Sweeper {
 		LockIntent: jr.Lock,
 		Now:        func() int64 { return stages.NowMs(p.clock) },
 		Log:        p.log.With("component", "retention"),
+	}
+}
+
+// sharedSweep sweeps the buckets a cluster shares: the replicated
+// journal's finished records and old dispatch-time ends
+// (journal.Replicated.Sweep), and the operator nonces no claim needs
+// (admin.ReplicatedNonces.Sweep). nil without them.
+func (p *Processor) sharedSweep(jr journal.Store) func(context.Context, retention.Horizons, int64) (retention.Stats, error) {
+	rj, ok := jr.(*journal.Replicated)
+	if !ok {
+		return nil
+	}
+	return func(ctx context.Context, h retention.Horizons, now int64) (retention.Stats, error) {
+		js, err := rj.Sweep(ctx, h.Receipts, h.Proposals, time.UnixMilli(now))
+		st := retention.Stats{Intents: js.Intents, Proposals: js.Ended, Kept: js.Kept}
+		if err != nil || p.replicatedNonces == nil {
+			return st, err
+		}
+		st.Nonces, err = p.replicatedNonces.Sweep(ctx)
+		return st, err
 	}
 }

@@ -78,6 +78,10 @@ type Replicated struct {
 	locks    kv.KeyedMutex
 	mu       sync.Mutex
 	sessions map[string]*session
+
+	// Sweep's place in the bucket's stream, by key prefix.
+	sweepMu              sync.Mutex
+	recCursor, endCursor uint64
 }
 
 var _ Store = (*Replicated)(nil)
@@ -109,11 +113,14 @@ func NewReplicated(o ReplicatedOptions) *Replicated {
 }
 
 // Bucket is the journal bucket: one record per intent fingerprint, its
-// receipts and reconciliation attempts, never expiring (a finished record
-// is the fence against a replay) and refusing writes when full rather
-// than dropping a record; every read from the stream's leader.
+// receipts and reconciliation attempts, never expiring by age (a finished
+// record is the fence against a replay: Sweep removes it after its
+// horizon, reading it first; a record still waiting for an operator
+// never) and refusing writes when full rather than dropping a record;
+// every read from the stream's leader. Per-message TTLs are allowed for
+// the markers Sweep leaves.
 func Bucket(name string, replicas int) leaderkv.Bucket {
-	return leaderkv.Bucket{Name: name, Replicas: replicas, DenyDelete: true,
+	return leaderkv.Bucket{Name: name, Replicas: replicas, DenyDelete: true, AllowMsgTTL: true,
 		Description: "Portcullis dispatch journal: one record per intent fingerprint, receipts, reconciliation attempts"}
 }
 
@@ -127,6 +134,10 @@ type stored struct {
 	Commit string `json:"commit"`
 	// After are the writes that follow this version's compare-and-set.
 	After *after `json:"after,omitempty"`
+	// Swept marks a tombstone: Sweep is removing Record and what it
+	// owned. It reads as no record; a Commit on it first removes what
+	// Record owned (Sweep).
+	Swept bool `json:"swept,omitempty"`
 }
 
 func (s *stored) commit() string { return s.Commit }
@@ -234,7 +245,7 @@ func (r *Replicated) Load(fingerprint string) (Record, bool, error) {
 		}
 		r.mu.Unlock()
 	}
-	if s == nil {
+	if s == nil || s.Swept {
 		return Record{}, false, nil
 	}
 	return s.Record, true, nil
@@ -261,8 +272,14 @@ func (r *Replicated) Commit(fingerprint string, w Writes) error {
 	r.mu.Unlock()
 
 	// The loaded version's After, again: it must be stored before that
-	// version is superseded.
-	if cur != nil && cur.After != nil && !clean {
+	// version is superseded. A tombstone's record owned keys a new life
+	// must not find: they go first.
+	switch {
+	case cur != nil && cur.Swept && w.Record != nil:
+		if err := r.clean(h, &cur.Record, rev); err != nil {
+			return fmt.Errorf("journal: repair: %w", err)
+		}
+	case cur != nil && cur.After != nil && !clean:
 		if err := r.apply(h, &cur.Record, cur.After); err != nil {
 			return fmt.Errorf("journal: repair: %w", err)
 		}
@@ -437,6 +454,10 @@ func (r *Replicated) Receipts(fingerprint string) ([]schema.Receipt, error) {
 	if err != nil {
 		return nil, err
 	}
+	s, _, err := r.loadStored(fingerprint)
+	if err != nil || (s != nil && s.Swept) {
+		return nil, err // a tombstone's history is being removed
+	}
 	keys, err := r.keys("rcpt." + h + ".*")
 	if err != nil {
 		return nil, err
@@ -456,11 +477,10 @@ func (r *Replicated) Receipts(fingerprint string) ([]schema.Receipt, error) {
 			last = seq
 		}
 	}
-	s, _, err := r.loadStored(fingerprint)
-	if err != nil {
+	if s, _, err = r.loadStored(fingerprint); err != nil {
 		return nil, err
 	}
-	if s != nil && s.Record.Receipt != nil && s.Record.ReceiptSeq > last {
+	if s != nil && !s.Swept && s.Record.Receipt != nil && s.Record.ReceiptSeq > last {
 		out = append(out, *s.Record.Receipt)
 	}
 	return out, nil

@@ -136,3 +136,107 @@ func TestUnanswerableCommitIsUncertain(t *testing.T) {
 		t.Fatalf("Commit = %v, want ErrUncertain", err)
 	}
 }
+
+// commitSettled writes a record settled by the verdicts given, through the
+// journal, with a finished attempt for each verdict after the first.
+func commitSettled(t *testing.T, j *Replicated, fp string, verdicts ...Verdict) Record {
+	t.Helper()
+	unlock := j.Lock(fp)
+	defer unlock()
+	rec, found, err := j.Load(fp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !found {
+		id := tid
+		id.Fingerprint, id.IdempotencyKey = fp, Hex(fp)
+		rec = New(id, "fake", 100)
+	}
+	for i, v := range verdicts {
+		w := Writes{Record: &rec}
+		if i > 0 {
+			rec.ReconcileAttempt = i
+			cp := Attempt{AttemptID: AttemptID(fp, i), Number: i, StartedAtMs: 100, Status: "confirmed", FinishedAtMs: 100}
+			w.Attempt = &cp
+		}
+		rc := rec.Settle(v, "step"+string(rune('a'+i)), nil, nil, 100)
+		w.Receipt = &rc
+		if err := j.Commit(fp, w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return rec
+}
+
+// A sweep that dies after its tombstone, and a processor that gives the
+// fingerprint a new life meanwhile: the writer removes the old life's keys
+// before its compare-and-set, so its receipts are its own; the sweep,
+// resuming late, removes nothing written after its tombstone; a tombstone
+// nobody wrote over is finished by a later sweep.
+func TestSweepTombstoneAndNewLife(t *testing.T) {
+	_, js, bucket := testBucket(t)
+	sweeper := NewReplicated(ReplicatedOptions{KV: bucket, JS: js, Writer: "p_sweeper"})
+	writer := NewReplicated(ReplicatedOptions{KV: bucket, JS: js, Writer: "p_writer"})
+	required := Verdict{Status: schema.StatusReconciliationRequired, NextAction: schema.NextReconcile, Attempted: true}
+	done := Verdict{Status: schema.StatusConfirmed, NextAction: schema.NextNone, Attempted: true, Settled: true}
+	old := commitSettled(t, writer, tfp, required, done)
+	h := Hex(tfp)
+	s, rev, err := sweeper.loadStored(tfp)
+	if err != nil || s == nil || !s.Record.Finished() {
+		t.Fatalf("record: %+v %v", s, err)
+	}
+	// The sweep's tombstone, and then it dies.
+	tomb := &stored{Record: s.Record, Writer: "p_sweeper", Commit: "t1", Swept: true}
+	tRev, err := sweeper.swap(h, rev, tomb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, found, err := writer.Load(tfp); err != nil || found {
+		t.Fatalf("a tombstone loads as %v %v", found, err)
+	}
+	if rs, err := writer.Receipts(tfp); err != nil || len(rs) != 0 {
+		t.Fatalf("a tombstone's receipts: %+v %v", rs, err)
+	}
+	// A new life: one receipt, numbered 1 like the old life's first.
+	fresh := Verdict{Status: schema.StatusRejected, NextAction: schema.NextNone, Attempted: true, Settled: true}
+	newLife := commitSettled(t, writer, tfp, fresh)
+	check := func(when string) {
+		t.Helper()
+		rs, err := writer.Receipts(tfp)
+		if err != nil || len(rs) != 1 || rs[0].ReceiptID != newLife.Receipt.ReceiptID || rs[0].Status != schema.StatusRejected {
+			t.Fatalf("%s: receipts %+v %v, want the new life's one", when, rs, err)
+		}
+		if _, found, err := writer.Attempt(tfp, AttemptID(tfp, 1)); err != nil || found {
+			t.Fatalf("%s: the old life's attempt is still there (%v)", when, err)
+		}
+	}
+	check("new life")
+	// The sweep resumes: nothing of the new life goes.
+	if err := sweeper.bury(h, &old, tRev); err != nil {
+		t.Fatal(err)
+	}
+	check("after the late sweep")
+	if rec, found, err := writer.Load(tfp); err != nil || !found || rec.Receipt.Status != schema.StatusRejected {
+		t.Fatalf("new life's record: %+v %v %v", rec, found, err)
+	}
+
+	// A tombstone left alone: a later sweep past its horizon finishes it.
+	other := "sha256:" + strings.Repeat("cd", 32)
+	commitSettled(t, writer, other, required, done)
+	s, rev, _ = sweeper.loadStored(other)
+	if _, err := sweeper.swap(Hex(other), rev, &stored{Record: s.Record, Writer: "p_sweeper", Commit: "t2", Swept: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sweeper.Sweep(context.Background(), time.Hour, time.Hour, time.Now().Add(2*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	l, err := bucket.ListKeys(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range l.Keys() {
+		if strings.Contains(k, Hex(other)) {
+			t.Errorf("left behind: %s", k)
+		}
+	}
+}

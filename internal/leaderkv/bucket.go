@@ -108,7 +108,7 @@ func (b Budget) Swap(kv jetstream.KeyValue, key string, data []byte, rev uint64,
 		if err == nil {
 			return newRev, nil
 		}
-		cas := errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
+		cas := Lost(err)
 		if !cas && !Unanswered(err) {
 			return 0, err
 		}
@@ -141,4 +141,37 @@ func (b Budget) Swap(kv jetstream.KeyValue, key string, data []byte, rev uint64,
 		}
 		time.Sleep(pause)
 	}
+}
+
+// NextMsg reads the first message of stream at or after seq on a subject
+// matching filter, from the stream's leader (no consumer), retried as b
+// does; nil when there is none. The shared buckets' sweeps read their
+// streams in order with it.
+func (b Budget) NextMsg(js jetstream.JetStream, stream string, seq uint64, filter string) (*jetstream.RawStreamMsg, error) {
+	var m *jetstream.RawStreamMsg
+	err := b.Do(func(ctx context.Context) error {
+		st, err := js.Stream(ctx, stream)
+		if err != nil {
+			return err
+		}
+		m, err = st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
+		return err
+	})
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("leaderkv: read %s from %d: %w", stream, seq, err)
+	}
+	return m, nil
+}
+
+// Marker reports whether a bucket's stream message marks its key deleted
+// or purged rather than holding a value.
+func Marker(m *jetstream.RawStreamMsg) bool { return m.Header.Get("KV-Operation") != "" }
+
+// Lost reports a compare-and-set refused because the key changed since the
+// revision it named (both forms JetStream answers with).
+func Lost(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
 }

@@ -22,9 +22,10 @@
 //     with it. An intent that is not finished (verification or
 //     reconciliation pending, or exhausted and waiting for an operator)
 //     is never removed.
-//   - operator nonces: until the request they came with could no longer be
-//     accepted (kv.ClaimNonce), as before; the sweep removes the expired
-//     ones that no later claim swept.
+//
+// Operator nonces are not this sweep's: each claim removes those it no
+// longer needs (kv.Store.ClaimNonce), by the stamps of accepted requests
+// rather than any clock.
 package retention
 
 import (
@@ -62,6 +63,11 @@ type Sweeper struct {
 	// Batch bounds the index entries read at once. Default 256.
 	Batch int
 	Log   *slog.Logger
+	// Shared, when set, sweeps what the processors of a cluster share
+	// (the replicated journal, the operator nonces) after the store: each
+	// removal there a compare-and-set of its own, so that every
+	// processor may run it at once. nil on one node.
+	Shared func(ctx context.Context, h Horizons, now int64) (Stats, error)
 }
 
 // Stats counts what one sweep removed (and the entities it looked at and
@@ -166,14 +172,14 @@ func (s *Sweeper) Sweep(ctx context.Context) (Stats, error) {
 			}
 		}
 	}
-	for ctx.Err() == nil {
-		n, err := s.Store.SweepNonces(now, s.batch())
+	if s.Shared != nil && ctx.Err() == nil {
+		shared, err := s.Shared(ctx, s.Horizons, now)
+		st.Proposals += shared.Proposals
+		st.Intents += shared.Intents
+		st.Nonces += shared.Nonces
+		st.Kept += shared.Kept
 		if err != nil {
-			return st, err
-		}
-		st.Nonces += n
-		if n < s.batch() {
-			break
+			return st, fmt.Errorf("retention: shared buckets: %w", err)
 		}
 	}
 	return st, nil

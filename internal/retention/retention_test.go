@@ -68,13 +68,10 @@ func TestSweepHorizons(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// A grounding checkpoint and an operator nonce.
+	// A grounding checkpoint.
 	b := s.NewBatch()
 	b.PutGrounding(kv.GroundingKey("ACTIONS_GROUNDING", 1, []byte("x")), kv.Grounding{Referent: "sku-1001", AtMs: c.Now()})
 	if err := b.Commit(kv.Sync); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.ClaimNonce("n-0123456789012345678901", c.Now()+60_000, c.Now()); err != nil {
 		t.Fatal(err)
 	}
 	// Intent 0 stays unfinished: acknowledged, verification pending.
@@ -94,9 +91,9 @@ func TestSweepHorizons(t *testing.T) {
 	}
 	sw := sweeper(s, c, h)
 
-	// Before any horizon: nothing goes (the nonce has expired: it goes).
+	// Before any horizon: nothing goes.
 	c.Advance(7 * 24 * hour)
-	if st := sweep(t, sw); st.Proposals+st.Deliveries+st.Intents+st.Groundings != 0 || st.Nonces != 1 {
+	if st := sweep(t, sw); st.Proposals+st.Deliveries+st.Intents+st.Groundings != 0 {
 		t.Fatalf("a week on: %+v", st)
 	}
 	// Proposal 2 hears of its intent again (an outcome recorded now);
