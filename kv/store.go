@@ -33,6 +33,9 @@ var (
 	ErrFailed = errors.New("kv: store failed")
 	// ErrCorrupt is returned for a record that does not decode.
 	ErrCorrupt = errors.New("kv: corrupt record")
+	// ErrInUse: another process (or another Store in this one) has the
+	// store open.
+	ErrInUse = errors.New("kv: store in use")
 )
 
 // Durability of a commit.
@@ -62,6 +65,7 @@ type Options struct {
 type Store struct {
 	mu     sync.RWMutex // held for reading by every operation, for writing by Close
 	db     *pebble.DB
+	lock   *pebble.Lock
 	closed bool
 	fmu    sync.Mutex
 	failed error // set once Pebble reports a fatal error; guarded by fmu
@@ -150,15 +154,31 @@ func Open(dir string, o Options) (*Store, error) {
 	for i := range opts.Levels {
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
+	// The directory's lock first, so that a store in use is told apart
+	// (and so that a refused Open leaves nothing running: Pebble's own
+	// lock failure leaks its disk-health goroutine).
+	fs := o.FS
+	if fs == nil {
+		fs = vfs.Default
+	}
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("kv: open %s: %w", dir, err)
+	}
+	lock, err := pebble.LockDirectory(dir, fs)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrInUse, dir, err)
+	}
+	opts.Lock = lock
 	db, err := pebble.Open(dir, opts)
 	if err != nil {
+		_ = lock.Close()
 		return nil, fmt.Errorf("kv: open %s: %w", dir, err)
 	}
 	now := o.Now
 	if now == nil {
 		now = func() int64 { return time.Now().UnixMilli() }
 	}
-	return &Store{db: db, log: log, now: now, timerAdded: make(chan struct{}, 1)}, nil
+	return &Store{db: db, lock: lock, log: log, now: now, timerAdded: make(chan struct{}, 1)}, nil
 }
 
 // Close closes the database. Operations still running finish first; later
@@ -171,6 +191,9 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	err := s.db.Close()
+	if lerr := s.lock.Close(); err == nil {
+		err = lerr
+	}
 	if s.Failed() != nil {
 		return nil // Pebble's state is unreliable after a fatal error; its close error adds nothing
 	}

@@ -244,7 +244,7 @@ func fail(stderr io.Writer, cmd string, err error) int {
 	case errors.Is(err, admin.ErrUnauthenticated):
 		fmt.Fprintf(stderr, "processor %s: %v: sign with --nkey FILE (or $%s), the seed of a key configured in an operator block of the processor\n", cmd, err, EnvOperatorNkey)
 	case errors.Is(err, admin.ErrStale):
-		fmt.Fprintf(stderr, "processor %s: %v: is this machine's clock within %s of the processor's?\n", cmd, err, admin.MaxRequestSkew)
+		fmt.Fprintf(stderr, "processor %s: %v: is this machine's clock within %s of the processor's (and not far behind the clock a request it accepted was stamped by)?\n", cmd, err, admin.MaxRequestSkew)
 	default:
 		fmt.Fprintf(stderr, "processor %s: %v\n", cmd, err)
 	}

@@ -35,6 +35,7 @@ var strayArgs = map[string][]string{
 	"reconcile resolve": {strings.Repeat("ab", 32), "stray", "--present", "--evidence", "t:1"},
 	"keygen":            {"host", "stray", "--stdout"},
 	"nats-permissions":  {"--config", "x.hcl", "stray"},
+	"migrate":           {"--config", "x.hcl", "stray"},
 	"version":           {"stray"},
 	"help":              {"run", "stray"},
 }

@@ -83,6 +83,7 @@ func commands() []command {
 		{name: "keygen", synopsis: "host|connector|resolver|source|operator|processor --out FILE | --stdout\n       processor keygen internal --out FILE", summary: "a new nkey for a role, or the internal HMAC key file", run: cmdKeygen, maxArgs: 1,
 			about: "Makes a user nkey: the seed goes to --out FILE (mode 0600, never overwritten), the public key to standard\noutput for the role block's public_key. `keygen internal --out FILE` makes an internal HMAC key file."},
 		{name: "nats-permissions", synopsis: "--config FILE", summary: "print the nats-server accounts block for an external server", run: cmdNATSPermissions},
+		{name: "migrate", synopsis: "--config FILE [--accept-conflicts]", summary: "move a single node's local state into a cluster's buckets (processor stopped)", run: cmdMigrate, about: migrateAbout},
 		{name: "version", synopsis: "[-o text|json]", summary: "the module version and VCS revision and time of this build", run: cmdVersion},
 		{name: "help", synopsis: "[command [subcommand]]", summary: "a command's usage", run: cmdHelp, maxArgs: -1},
 	}

@@ -52,7 +52,7 @@ const (
 	CodeNotIndeterminate = "not_indeterminate" // resolve: the effect is not unknown
 	CodeInternal         = "internal"          // the processor could not read or write its store
 	CodeUnauthenticated  = "unauthenticated"   // no or a bad signature, or the key of no configured operator
-	CodeStale            = "stale"             // requested_at_ms more than MaxRequestSkew from the processor's clock
+	CodeStale            = "stale"             // requested_at_ms more than MaxRequestSkew from the processor's clock, or too far before a request accepted
 	CodeReplayed         = "replayed"          // the nonce was used before
 )
 

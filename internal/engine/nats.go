@@ -59,10 +59,23 @@ func (p *Processor) connect() error {
 		if n.Auth {
 			opts = append(opts, nats.Nkey(pub, kp.Sign), nats.CustomInboxPrefix(subjects.Inbox(pub)))
 		}
-	} else if n.Credentials != "" {
+	}
+	login, err := loginOptions(n)
+	if err != nil {
+		return err
+	}
+	p.nc, p.js, err = dial(url, append(opts, login...))
+	return err
+}
+
+// loginOptions are the processor's login (nats.credentials, with an
+// external server) and TLS options.
+func loginOptions(n config.NATS) ([]nats.Option, error) {
+	var opts []nats.Option
+	if !n.Embedded && n.Credentials != "" {
 		o, err := credentialsOption(n.Credentials)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		opts = append(opts, o...)
 	}
@@ -74,17 +87,34 @@ func (p *Processor) connect() error {
 			opts = append(opts, nats.ClientCert(t.CertFile, t.KeyFile))
 		}
 	}
+	return opts, nil
+}
+
+func dial(url string, opts []nats.Option) (*nats.Conn, jetstream.JetStream, error) {
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		return fmt.Errorf("engine: connect to NATS at %s: %w", redactURL(url), err)
+		return nil, nil, fmt.Errorf("engine: connect to NATS at %s: %w", redactURL(url), err)
 	}
-	p.nc = nc
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
 	if err != nil {
-		return fmt.Errorf("engine: jetstream: %w", err)
+		nc.Close()
+		return nil, nil, fmt.Errorf("engine: jetstream: %w", err)
 	}
-	p.js = js
-	return nil
+	return nc, js, nil
+}
+
+// Connect connects to the external NATS servers of c (nats.url) as the
+// processor does — its nats.credentials and TLS — for a tool that works on
+// the processor's streams and buckets (`processor migrate`).
+func Connect(c *config.Config) (*nats.Conn, jetstream.JetStream, error) {
+	if c.NATS.Embedded {
+		return nil, nil, errors.New("engine: the configuration runs an embedded server (no nats.url)")
+	}
+	opts, err := loginOptions(c.NATS)
+	if err != nil {
+		return nil, nil, err
+	}
+	return dial(c.NATS.URL, append(opts, nats.Name("portcullis-tool")))
 }
 
 // credentialsOption logs in with nats.credentials: a .creds file (user JWT

@@ -290,7 +290,15 @@ func (p *Processor) openJournal(ctx context.Context) error {
 		return err
 	}
 	p.self = id
+	migrated, moved, err := p.store.Migrated()
+	if err != nil {
+		return err
+	}
 	if !p.cfg.ReplicatedJournal() {
+		if moved {
+			// Its timers went with it: a local journal here is out of date.
+			return fmt.Errorf("engine: store.dir %s was moved into the buckets of a cluster by processor migrate (%s): set store.journal = \"replicated\" (its local journal is out of date)", p.cfg.Store.Dir, time.UnixMilli(migrated.AtMs).UTC().Format(time.RFC3339))
+		}
 		if !p.cfg.NATS.Embedded {
 			p.log.Warn("store.journal is local: the dispatch journal is in this processor's store, so no other processor may use this NATS and subject prefix (set store.journal = \"replicated\" to share it)")
 		}
@@ -300,13 +308,14 @@ func (p *Processor) openJournal(ctx context.Context) error {
 		return nil
 	}
 	// A processor that used a local journal has dispatched intents the
-	// replicated one does not know: on it, it could dispatch them again.
+	// replicated one does not know — on it, it could dispatch them again —
+	// unless processor migrate moved them into the bucket.
 	local, err := p.store.HasIntents()
 	if err != nil {
 		return err
 	}
-	if local {
-		return fmt.Errorf("engine: store.dir %s holds a local dispatch journal, which a replicated journal would not see: set store.journal = \"local\" to keep using it (this processor alone on its NATS); moving a local journal into a replicated one is not supported yet", p.cfg.Store.Dir)
+	if local && !moved {
+		return fmt.Errorf("engine: store.dir %s holds a local dispatch journal, which a replicated journal would not see: move it into the cluster's buckets with processor migrate --config FILE (processor stopped), or set store.journal = \"local\" to keep using it (this processor alone on its NATS)", p.cfg.Store.Dir)
 	}
 	// EnsureStreams made its stream (StreamConfigs).
 	bucket, err := p.bind(ctx, p.subj.JournalBucket())
@@ -372,9 +381,14 @@ func (p *Processor) openApprovals(ctx context.Context) error {
 		return nil
 	}
 	// Proposals parked in this store would wait for timers and grants that
-	// the replicated approvals do not know.
-	if n := local.Count(); n > 0 {
-		return fmt.Errorf("engine: store.dir %s holds %d proposals parked for approval in a local store, which replicated approvals would not see: set store.journal = \"local\" until they are decided", p.cfg.Store.Dir, n)
+	// the replicated approvals do not know, unless processor migrate moved
+	// them into the bucket.
+	_, moved, err := p.store.Migrated()
+	if err != nil {
+		return err
+	}
+	if n := local.Count(); n > 0 && !moved {
+		return fmt.Errorf("engine: store.dir %s holds %d proposals parked for approval in a local store, which replicated approvals would not see: move them with processor migrate --config FILE (processor stopped), or set store.journal = \"local\" until they are decided", p.cfg.Store.Dir, n)
 	}
 	bucket, err := p.bind(ctx, p.subj.ApprovalsBucket())
 	if err != nil {

@@ -56,3 +56,53 @@ func GetJSON(b Budget, store jetstream.KeyValue, key string, v any) (rev uint64,
 	}
 	return e.Revision(), true, nil
 }
+
+// Import is what importing one record into a shared bucket found
+// (`processor migrate` moving a single node's state into a cluster).
+type Import int
+
+// Import results.
+const (
+	// Created: the record was written now.
+	Created Import = iota
+	// Present: the key already holds this record, or a later version of
+	// it (an earlier import's, advanced by the cluster since).
+	Present
+	// Conflict: the key holds another record. It is never overwritten.
+	Conflict
+)
+
+// ImportJSON creates key with v unless it exists; an existing value is
+// Present when same says it is v's record, else Conflict (one that does
+// not decode too).
+func ImportJSON[T any](b Budget, store jetstream.KeyValue, key string, v *T, same func(got *T) bool) (Import, error) {
+	data, err := json.Marshal(v, json.Deterministic(true))
+	if err != nil {
+		return 0, fmt.Errorf("leaderkv: encode: %w", err)
+	}
+	for range 3 {
+		err := b.Do(func(ctx context.Context) error { _, err := store.Create(ctx, key, data); return err })
+		if err == nil {
+			return Created, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return 0, fmt.Errorf("leaderkv: import %s: %w", key, err)
+		}
+		// Exists: this import's own earlier try, another record, or ours
+		// advanced since.
+		var got T
+		_, found, err := GetJSON(b, store, key, &got)
+		switch {
+		case errors.Is(err, kv.ErrCorrupt):
+			return Conflict, nil
+		case err != nil:
+			return 0, fmt.Errorf("leaderkv: import %s: %w", key, err)
+		case !found:
+			continue // removed meanwhile: create again
+		case same(&got):
+			return Present, nil
+		}
+		return Conflict, nil
+	}
+	return 0, fmt.Errorf("leaderkv: import %s: created and removed again and again", key)
+}

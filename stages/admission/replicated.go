@@ -417,3 +417,23 @@ func (r *Replicated) ProposalFingerprint(ref schema.ProposalRef) (string, bool, 
 
 // MaxFingerprintScan bounds the outcomes ProposalFingerprint reads.
 const MaxFingerprintScan = 16
+
+// ImportAdmitted writes the record of a proposal id a single node's
+// admission took (`processor migrate`) unless the key holds one: Present
+// when it is the same proposal's (its digest and time), otherwise a
+// Conflict, never overwritten.
+func (r *Replicated) ImportAdmitted(ref schema.ProposalRef, a kv.Admitted) (leaderkv.Import, error) {
+	return leaderkv.ImportJSON(r.budget(), r.kv, proposalKey(ref), &a, func(got *kv.Admitted) bool {
+		return got.Digest == a.Digest && got.AtMs == a.AtMs
+	})
+}
+
+// ImportDelivery writes a delivery record of a single node's store, under
+// the hash it is stored by there (kv.DeliveryHash: the same the bucket's
+// key is made of), unless the key holds one: Present when it names the
+// same proposal at the same time, otherwise a Conflict.
+func (r *Replicated) ImportDelivery(hash []byte, d kv.Delivery) (leaderkv.Import, error) {
+	return leaderkv.ImportJSON(r.budget(), r.kv, "dlv."+hex.EncodeToString(hash), &d, func(got *kv.Delivery) bool {
+		return got.ProposalID == d.ProposalID && got.AtMs == d.AtMs
+	})
+}

@@ -1,0 +1,51 @@
+package approvals
+
+import (
+	"errors"
+
+	"github.com/portcullis/portcullis/internal/leaderkv"
+	"github.com/portcullis/portcullis/kv"
+)
+
+// Import writes one record of a single node's local approvals into the
+// bucket (`processor migrate`), with the expiry timer of a parked one
+// armed first, as every commit does. It never overwrites: a record already
+// there is Present when it is this proposal's same parking or decision
+// (the same fingerprint, envelope and arrival — decided by the cluster
+// since, perhaps), otherwise a Conflict. Running it again is safe.
+func (r *Replicated) Import(rec Record, timer *kv.Timer) (leaderkv.Import, error) {
+	ref := rec.Ref()
+	unlock := r.Lock(ref)
+	defer unlock()
+	same := func() (leaderkv.Import, error) {
+		got, found, err := r.Load(ref)
+		switch {
+		case err != nil:
+			return 0, err
+		case found && got.Fingerprint == rec.Fingerprint && got.Seq == rec.Seq && got.ArrivedAtMs == rec.ArrivedAtMs:
+			return leaderkv.Present, nil
+		case found:
+			return leaderkv.Conflict, nil
+		}
+		return leaderkv.Created, nil
+	}
+	if res, err := same(); err != nil || res != leaderkv.Created {
+		return res, err
+	}
+	w := Writes{From: StateNone, Record: &rec}
+	if rec.Parked() {
+		w.Timer = timer
+	}
+	err := r.Commit(ref, w)
+	if errors.Is(err, ErrConflict) {
+		// Another writer first: what it wrote decides.
+		if res, err := same(); err != nil || res != leaderkv.Created {
+			return res, err
+		}
+		return leaderkv.Conflict, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return leaderkv.Created, nil
+}
