@@ -117,6 +117,12 @@ func testSweep(t *testing.T, url string, replicas int) {
 	if err := js[0].Commit(fingerprint(7), journal.Writes{Ended: &journal.EndedProposal{Ref: ended, Ended: kv.Ended{Phase: schema.PhaseAuthorization, Code: schema.CodeGrantExpired, AtMs: old}}}); err != nil {
 		t.Fatal(err)
 	}
+	// Nothing sent, only a proposal ended at dispatch's re-check: goes.
+	endsOnly := journal.New(journal.Identity{Fingerprint: fingerprint(10), IdempotencyKey: journal.Hex(fingerprint(10)), Provider: "demo", Referent: "r"}, "fake", old)
+	endsOnly.End(journal.EndedProposal{Ref: schema.ProposalRef{Host: "h", ProposalID: "p10"}, Ended: kv.Ended{Phase: schema.PhaseAuthorization, Code: schema.CodeGrantExpired, AtMs: old}})
+	if err := js[2].Commit(fingerprint(10), journal.Writes{Record: &endsOnly}); err != nil {
+		t.Fatal(err)
+	}
 	cut := time.Now()
 	// Within the horizon: a finished one, and an end.
 	intent(t, js[1], 8, old, confirmed)
@@ -140,11 +146,13 @@ func testSweep(t *testing.T, url string, replicas int) {
 		})
 	}
 	wg.Wait()
-	if total.Intents != 1 || total.Ended != 1 || total.Kept != 3*4 {
-		t.Errorf("sweeps: %+v, want 1 intent and 1 end removed once, 4 kept by each", total)
+	if total.Intents != 2 || total.Ended != 1 || total.Kept != 3*4 {
+		t.Errorf("sweeps: %+v, want 2 intents and 1 end removed once, 4 kept by each", total)
 	}
-	if keys := keysOf(t, bucket, 1); len(keys) != 0 {
-		t.Errorf("the finished intent left %v", keys)
+	for _, n := range []int{1, 10} {
+		if keys := keysOf(t, bucket, n); len(keys) != 0 {
+			t.Errorf("finished intent %d left %v", n, keys)
+		}
 	}
 	for _, j := range js {
 		if _, found, err := j.Load(fingerprint(1)); err != nil || found {
