@@ -263,6 +263,19 @@ func (r *run) pending(id string) (*kv.Timer, error) {
 	return &t, nil
 }
 
+// note counts an import's result in c and logs a conflict, value-free:
+// attrs name the record (a fingerprint, a host and proposal id).
+func (r *run) note(c *Counts, what string, res leaderkv.Import, err error, attrs ...any) error {
+	if err != nil {
+		return fmt.Errorf("migrate: %s %v: %w", what, attrs, err)
+	}
+	c.add(res)
+	if res == leaderkv.Conflict {
+		r.log.Warn("migrate: the bucket holds another "+what+" under this key; left as it is", attrs...)
+	}
+	return nil
+}
+
 // moved notes that a record moved (created or present): its local timer,
 // if any, is removed at the end.
 func (r *run) moved(res leaderkv.Import, timer *kv.Timer) {
@@ -313,14 +326,10 @@ func (r *run) intents() error {
 				return err
 			}
 			res, err := r.journal.Import(rec, receipts, attempts, since[fp], timer)
-			if err != nil {
-				return fmt.Errorf("migrate: intent %s: %w", fp, err)
+			if err := r.note(&r.sum.Intents, "intent record", res, err, "fingerprint", fp); err != nil {
+				return err
 			}
-			r.sum.Intents.add(res)
 			r.moved(res, timer)
-			if res == leaderkv.Conflict {
-				r.log.Warn("migrate: the bucket holds another record of this intent; left as it is", "fingerprint", fp)
-			}
 		}
 		if next == nil {
 			return nil
@@ -356,14 +365,7 @@ func (r *run) ends() error {
 			return err
 		}
 		res, err := r.journal.ImportEnded(ref, e)
-		if err != nil {
-			return fmt.Errorf("migrate: end of %s/%s: %w", ref.Host, ref.ProposalID, err)
-		}
-		r.sum.Ended.add(res)
-		if res == leaderkv.Conflict {
-			r.log.Warn("migrate: the bucket holds another dispatch-time end of this proposal; left as it is", "host", ref.Host, "proposal_id", ref.ProposalID)
-		}
-		return nil
+		return r.note(&r.sum.Ended, "dispatch-time end", res, err, "host", ref.Host, "proposal_id", ref.ProposalID)
 	})
 }
 
@@ -389,14 +391,10 @@ func (r *run) approvals() error {
 			return err
 		}
 		res, err := r.approval.Import(rec, timer)
-		if err != nil {
-			return fmt.Errorf("migrate: approval of %s/%s: %w", ref.Host, ref.ProposalID, err)
+		if err := r.note(&r.sum.Approvals, "approval record", res, err, "host", ref.Host, "proposal_id", ref.ProposalID); err != nil {
+			return err
 		}
-		r.sum.Approvals.add(res)
 		r.moved(res, timer)
-		if res == leaderkv.Conflict {
-			r.log.Warn("migrate: the bucket holds another approval record of this proposal; left as it is", "host", ref.Host, "proposal_id", ref.ProposalID)
-		}
 		return nil
 	})
 }
@@ -428,14 +426,7 @@ func (r *run) admissions() error {
 			return err
 		}
 		res, err := r.admitted.ImportAdmitted(ref, a)
-		if err != nil {
-			return fmt.Errorf("migrate: admission of %s/%s: %w", ref.Host, ref.ProposalID, err)
-		}
-		r.sum.Admissions.add(res)
-		if res == leaderkv.Conflict {
-			r.log.Warn("migrate: the bucket holds another proposal under this id; left as it is", "host", ref.Host, "proposal_id", ref.ProposalID)
-		}
-		return nil
+		return r.note(&r.sum.Admissions, "proposal id record", res, err, "host", ref.Host, "proposal_id", ref.ProposalID)
 	})
 }
 
@@ -461,12 +452,8 @@ func (r *run) deliveries() error {
 				return err
 			}
 			res, err := r.admitted.ImportDelivery(d.Hash, d.Delivery)
-			if err != nil {
-				return fmt.Errorf("migrate: delivery record: %w", err)
-			}
-			r.sum.Deliveries.add(res)
-			if res == leaderkv.Conflict {
-				r.log.Warn("migrate: the bucket holds another record of a delivery id; left as it is", "proposal_id", d.ProposalID)
+			if err := r.note(&r.sum.Deliveries, "delivery id record", res, err, "proposal_id", d.ProposalID); err != nil {
+				return err
 			}
 		}
 		if next == nil {
