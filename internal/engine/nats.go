@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -18,6 +19,8 @@ import (
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/keyfile"
 	"github.com/portcullis/portcullis/internal/natsauth"
+	"github.com/portcullis/portcullis/internal/seal"
+	"github.com/portcullis/portcullis/internal/timers"
 	"github.com/portcullis/portcullis/subjects"
 )
 
@@ -240,4 +243,18 @@ func probeListen(addr string) error {
 		return err
 	}
 	return ln.Close()
+}
+
+// ClusterTimers ensures c's streams and buckets as a processor's start
+// does (EnsureStreams) and returns the timers a processor of c arms on a
+// cluster: message schedules in each Scheduled stage's timers stream (or
+// in its own stream, where an earlier version put them), sealed with
+// sealer — for a tool that arms timers as the processors would
+// (`processor migrate`).
+func ClusterTimers(ctx context.Context, js jetstream.JetStream, s subjects.Subjects, c *config.Config, sealer *seal.Sealer) (*timers.Schedules, error) {
+	_, legacy, err := ensureStreams(ctx, js, s, c, Pipeline(), nil)
+	if err != nil {
+		return nil, err
+	}
+	return &timers.Schedules{JS: js, Subjects: s, Seal: sealer, Legacy: legacy}, nil
 }

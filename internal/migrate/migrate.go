@@ -49,7 +49,6 @@ import (
 	"github.com/portcullis/portcullis/internal/keyfile"
 	"github.com/portcullis/portcullis/internal/leaderkv"
 	"github.com/portcullis/portcullis/internal/seal"
-	"github.com/portcullis/portcullis/internal/timers"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages/admission"
@@ -218,7 +217,8 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 // open makes the cluster's streams and buckets (as a processor's start
 // does) and opens the shared stores on them as this store's processor.
 func (r *run) open(ctx context.Context, sealer *seal.Sealer) error {
-	if _, err := engine.EnsureStreams(ctx, r.js, r.subj, r.o.Config); err != nil {
+	sched, err := engine.ClusterTimers(ctx, r.js, r.subj, r.o.Config, sealer)
+	if err != nil {
 		return err
 	}
 	self, err := r.store.InstanceID()
@@ -232,7 +232,6 @@ func (r *run) open(ctx context.Context, sealer *seal.Sealer) error {
 		}
 		return kv, nil
 	}
-	sched := &timers.Schedules{JS: r.js, Subjects: r.subj, Seal: sealer}
 	jb, err := bind(r.subj.JournalBucket())
 	if err != nil {
 		return err
