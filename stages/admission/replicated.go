@@ -6,12 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/go-json-experiment/json"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/internal/leaderkv"
@@ -243,7 +240,7 @@ func (r *Replicated) LastOutcome(ref schema.ProposalRef) (schema.Outcome, bool, 
 	if err != nil || !taken {
 		return schema.Outcome{}, false, err
 	}
-	o, found, err := r.lastOwnOutcome(ref, a.Seq)
+	o, found, err := r.lastOwnOutcome(ref, a)
 	if err != nil || found {
 		return o, found, err
 	}
@@ -251,15 +248,14 @@ func (r *Replicated) LastOutcome(ref schema.ProposalRef) (schema.Outcome, bool, 
 }
 
 // lastOwnOutcome reads the last outcome on ref's subject that belongs to
-// the message takenBy (the proposals stream sequence of the message that
-// took the id). The last message is that almost always: a namesake is
-// refused with an outcome only while the id is free, so its outcome comes
-// before the proposal's — unless the proposal is still in flight (then
-// it has none: found is false) or the namesake's refusal raced the
-// proposal's claim and was published after some of its outcomes (then the
-// subject is read forward for the last of them, at most MaxOutcomeScan
-// messages; beyond that found is false).
-func (r *Replicated) lastOwnOutcome(ref schema.ProposalRef, takenBy uint64) (schema.Outcome, bool, error) {
+// the proposal whose admission record is a. The last message is that
+// almost always: a namesake is refused with an outcome only while the id
+// is free, so its outcome comes before the proposal's — unless the
+// proposal is still in flight (then it has none: found is false) or the
+// namesake's refusal raced the proposal's claim and was published after
+// some of its outcomes (then the subject is read forward for the last of
+// them, at most MaxOutcomeScan messages; beyond that found is false).
+func (r *Replicated) lastOwnOutcome(ref schema.ProposalRef, a kv.Admitted) (schema.Outcome, bool, error) {
 	subject := r.subjects.Outcome(ref.Host, ref.ProposalID)
 	var last *jetstream.RawStreamMsg
 	err := r.do(func(ctx context.Context) error {
@@ -276,51 +272,55 @@ func (r *Replicated) lastOwnOutcome(ref schema.ProposalRef, takenBy uint64) (sch
 	if err != nil {
 		return schema.Outcome{}, false, fmt.Errorf("admission: read outcome: %w", err)
 	}
-	own := last
-	if !ownOutcome(last.Header, takenBy) {
-		own = nil
-		err := r.scanOutcomes(subject, MaxOutcomeScan, func(m *jetstream.RawStreamMsg) bool {
-			if m.Sequence >= last.Sequence {
-				return false
-			}
-			if ownOutcome(m.Header, takenBy) {
-				own = m
-			}
-			return true
-		})
-		if errors.Is(err, errScanBound) {
-			return schema.Outcome{}, false, nil
-		}
-		if err != nil || own == nil {
-			return schema.Outcome{}, false, err
-		}
+	o, _, err := decodeOutcome(ref, last)
+	if err != nil || ownOutcome(&o, a) {
+		return o, err == nil, err
 	}
-	return decodeOutcome(ref, own)
+	var own *schema.Outcome
+	err = r.scanOutcomes(subject, MaxOutcomeScan, func(m *jetstream.RawStreamMsg) bool {
+		if m.Sequence >= last.Sequence {
+			return false
+		}
+		if o, _, err := decodeOutcome(ref, m); err == nil && ownOutcome(&o, a) {
+			own = &o
+		}
+		return true
+	})
+	if errors.Is(err, errScanBound) || own == nil {
+		return schema.Outcome{}, false, nil
+	}
+	if err != nil {
+		return schema.Outcome{}, false, err
+	}
+	return *own, true, nil
 }
 
 // MaxOutcomeScan bounds the outcomes lastOwnOutcome reads forward.
 const MaxOutcomeScan = 256
 
-// ownOutcome reports whether an outcome message belongs to the message
-// takenBy that took its proposal id, by its message id. The runner
-// publishes a stage's outcomes with message ids "<stage>/<input stream
-// sequence>/o<position>" (stages.Runner.publish): an outcome admission
-// published for another input than takenBy is a namesake's refusal — a
-// message refused before it could take the id (malformed, context
-// incomplete, tenant not permitted, given up). Every other outcome on the
-// subject is the proposal's own: the later stages handle only what
-// admission handed off, and a repeat republishes the proposal's outcome.
-func ownOutcome(hdr nats.Header, takenBy uint64) bool {
-	rest, ok := strings.CutPrefix(hdr.Get(jetstream.MsgIDHeader), subjects.StageAdmission+"/")
-	if !ok {
-		return true
+// ownOutcome reports whether an outcome on a proposal id's subject can be
+// the one of the proposal that took the id (admission record a), rather
+// than a namesake's: a message refused before it could take the id. A
+// proposal takes its id only once it decoded, its context was complete
+// and its tenant permitted (SPEC §3 Admission steps 2–4), so it never gets
+// an outcome for one of those refusals; and admission's PROCESSING_FAILED
+// is its own only when admission gave up on it (a.Failed) — otherwise it
+// went to a message that could not take ids. Every other outcome on the
+// subject is the proposal's: the later stages handle only what admission
+// handed off, and a repeat republishes the proposal's own outcome.
+func ownOutcome(o *schema.Outcome, a kv.Admitted) bool {
+	for _, inc := range o.Incidents {
+		if inc.Phase != schema.PhaseAdmission {
+			continue
+		}
+		switch inc.Code {
+		case schema.CodeAdmissionMalformed, schema.CodeAdmissionContextIncomplete, schema.CodeAdmissionTenantNotPermitted:
+			return false
+		case schema.CodeProcessingFailed:
+			return a.Failed
+		}
 	}
-	seq, pos, ok := strings.Cut(rest, "/")
-	if !ok || !strings.HasPrefix(pos, "o") {
-		return true
-	}
-	n, err := strconv.ParseUint(seq, 10, 64)
-	return err != nil || n == takenBy
+	return true
 }
 
 var errScanBound = errors.New("admission: more outcomes than a scan reads")

@@ -180,24 +180,28 @@ func testRepeatOnOtherProcessor(t *testing.T, url string, replicas int) {
 	}
 }
 
-// publishOutcome publishes an outcome of kind for id as the runner does
-// for a stage's input: with the message id "<stage>/<seq>/o0".
-func publishOutcome(t *testing.T, js jetstream.JetStream, id string, kind schema.Kind, msgID string) {
+// publishOutcome publishes an outcome of kind for id, with incident code
+// of phase when code is set.
+func publishOutcome(t *testing.T, js jetstream.JetStream, id string, kind schema.Kind, phase schema.Phase, code schema.Code) {
 	t.Helper()
 	o := schema.NewOutcome(schema.ProposalRef{Host: testenv.HostName, ProposalID: id}, kind, 7)
+	if code != "" {
+		o.Incidents = []schema.Incident{schema.NewIncident(phase, code)}
+	}
 	data, err := schema.Marshal(o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.Publish(context.Background(), subjects.Default().Outcome(testenv.HostName, id), data, jetstream.WithMsgID(msgID)); err != nil {
+	if _, err := js.Publish(context.Background(), subjects.Default().Outcome(testenv.HostName, id), data); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// A namesake refused while the id was free (its admission outcome under
-// its own stream sequence) and published after the proposal's own
-// outcomes: a repeat is answered with the proposal's last own outcome,
-// whichever processor handles it; with only the namesake's, nothing.
+// A namesake refused while the id was free (an admission refusal the
+// proposal that took the id cannot have got) and published after the
+// proposal's own outcomes: a repeat is answered with the proposal's last
+// own outcome, whichever processor handles it; with only the namesake's,
+// nothing.
 func testRepeatSkipsNamesake(t *testing.T, url string, replicas int) {
 	ps, host := cluster(t, url, replicas, 2)
 	const id = "namesake-race"
@@ -207,7 +211,8 @@ func testRepeatSkipsNamesake(t *testing.T, url string, replicas int) {
 		t.Fatalf("first: %+v, %v", r, err)
 	}
 	// Refused before the proposal took the id: nothing of the proposal's yet.
-	publishOutcome(t, ps[0].js, id, schema.KindIntegrationFailure, "admission/9/o0")
+	publishOutcome(t, ps[0].js, id, schema.KindIntegrationFailure, schema.PhaseAdmission, schema.CodeAdmissionMalformed)
+	publishOutcome(t, ps[0].js, id, schema.KindIntegrationFailure, schema.PhaseAdmission, schema.CodeProcessingFailed)
 	repeat := func(seq uint64) stages.Result {
 		t.Helper()
 		in := input(t, host, testenv.Set(testenv.Lumber(id), "context.delivery.delivery_id", fmt.Sprintf("delivery:repeat-%d", seq)), seq)
@@ -220,16 +225,17 @@ func testRepeatSkipsNamesake(t *testing.T, url string, replicas int) {
 	if r := repeat(20); len(r.Replayed) != 0 || len(r.Next) != 0 || len(r.Outcomes) != 0 {
 		t.Fatalf("repeat of a proposal without an outcome of its own: %+v", r)
 	}
-	// The proposal's outcomes, then a racing namesake's refusal after them.
-	publishOutcome(t, ps[0].js, id, schema.KindNeedsApproval, "authorization/3/o0")
-	publishOutcome(t, ps[0].js, id, schema.KindDenied, "authorization/4/o0")
-	publishOutcome(t, ps[0].js, id, schema.KindIntegrationFailure, "admission/11/o0")
-	if r := repeat(21); len(r.Replayed) != 1 || r.Replayed[0].Kind != schema.KindDenied {
+	// The proposal's outcomes, then racing namesakes' refusals after them.
+	publishOutcome(t, ps[0].js, id, schema.KindNeedsApproval, "", "")
+	publishOutcome(t, ps[0].js, id, schema.KindDenied, schema.PhaseAuthorization, schema.CodeGrantExpired)
+	publishOutcome(t, ps[0].js, id, schema.KindDenied, schema.PhaseAdmission, schema.CodeAdmissionTenantNotPermitted)
+	publishOutcome(t, ps[0].js, id, schema.KindDenied, schema.PhaseAdmission, schema.CodeAdmissionContextIncomplete)
+	if r := repeat(21); len(r.Replayed) != 1 || r.Replayed[0].Kind != schema.KindDenied || r.Replayed[0].Incidents[0].Code != schema.CodeGrantExpired {
 		t.Fatalf("repeat: %+v, want the proposal's own DENIED", r)
 	}
-	// An admission outcome of the message that took the id is its own.
-	publishOutcome(t, ps[0].js, id, schema.KindIntegrationFailure, "admission/10/o0")
-	if r := repeat(22); len(r.Replayed) != 1 || r.Replayed[0].Kind != schema.KindIntegrationFailure {
+	// An admission refusal the proposal can have got is its own.
+	publishOutcome(t, ps[0].js, id, schema.KindIntegrationFailure, schema.PhaseAdmission, schema.CodeAdmissionProviderUnknown)
+	if r := repeat(22); len(r.Replayed) != 1 || r.Replayed[0].Incidents[0].Code != schema.CodeAdmissionProviderUnknown {
 		t.Fatalf("repeat: %+v, want the proposal's own admission outcome", r)
 	}
 }
