@@ -13,6 +13,7 @@
 //	processor proposals get H ID        a proposal's outcome history, fingerprint and latest receipt
 //	processor reconcile list            actions whose effect is unknown
 //	processor reconcile resolve FP|H/ID --present|--absent --evidence REF
+//	processor console --nkey FILE       the operator's web console (--dev: unsigned, beside run --dev)
 //	processor keygen KIND --out FILE    a new nkey for a role (or internal: the HMAC key file)
 //	processor nats-permissions --config FILE   the accounts block for external servers
 //	processor version                   the build's module version and VCS revision
@@ -80,6 +81,8 @@ func commands() []command {
 			{name: "resolve", synopsis: ref + " --present|--absent --evidence REF [flags]", summary: "settle an indeterminate action (asks the running processor)", run: cmdReconcileResolve, maxArgs: 1,
 				about: "Records that the effect of an indeterminate action is present (CONFIRMED) or absent (REJECTED), with the\nevidence where the finding can be checked; every proposal of the intent gets the outcome.\n" + operatorAbout},
 		}},
+		{name: "console", synopsis: "(--nkey FILE | --dev) [--listen ADDR] [--tls-cert FILE --tls-key FILE --token-file FILE] [flags]", summary: "serve the operator's web console (overview, indeterminate queue, approvals, timelines, search)", run: cmdConsole,
+			about: consoleAbout},
 		{name: "keygen", synopsis: "host|connector|resolver|source|operator|processor --out FILE | --stdout\n       processor keygen internal --out FILE", summary: "a new nkey for a role, or the internal HMAC key file", run: cmdKeygen, maxArgs: 1,
 			about: "Makes a user nkey: the seed goes to --out FILE (mode 0600, never overwritten), the public key to standard\noutput for the role block's public_key. `keygen internal --out FILE` makes an internal HMAC key file."},
 		{name: "nats-permissions", synopsis: "--config FILE", summary: "print the nats-server accounts block for an external server", run: cmdNATSPermissions},
