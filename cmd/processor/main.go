@@ -56,7 +56,8 @@ func commands() []command {
 			about: fingerprintAbout()},
 		{name: "check", synopsis: "[--referent R] [--config FILE [--host H] | --dev] [-o text|json] [FILE|-]", summary: "which field of a proposal breaks which rule, offline; its fingerprint when none does", run: cmdCheck, maxArgs: 1,
 			about: checkAbout()},
-		{name: "demo", synopsis: "[--verbose] [--log-level LEVEL]", summary: "play the seed scenarios end to end on a throwaway embedded server", run: cmdDemo},
+		{name: "demo", synopsis: "[--keep] [--verbose] [--log-level LEVEL]", summary: "play the seed scenarios end to end on a throwaway embedded server", run: cmdDemo,
+			about: "Plays the seed scenarios on a throwaway embedded server (authentication on, a random loopback port, a temporary\ndata directory) and prints a timeline. --keep keeps it running until Ctrl-C and leaves its indeterminate payment\nfor an operator: it prints the `processor console` (and `processor reconcile resolve`) command line to settle it."},
 		{name: "receipts", summary: "receipt histories", subs: []command{
 			{name: "get", synopsis: ref + " [flags]", summary: "an intent's receipt history (asks the running processor)", run: cmdReceiptsGet, maxArgs: 1,
 				about: "Prints the receipt history of a fingerprint (sha256:<hex> or the bare hex), or of the fingerprint a\nproposal was grounded to (<host>/<proposal_id>), and the outcome its latest receipt gives.\n" + operatorAbout},

@@ -163,7 +163,8 @@ func (c *Console) timeline(ctx context.Context, q string) (*timeline, error) {
 		}
 	}
 	if a := tl.Activity; a != nil {
-		if d := a.Decision; d != nil && d.DecidedAtMs > 0 {
+		// The decision, when no proposal's authorization record tells it.
+		if d := a.Decision; d != nil && d.DecidedAtMs > 0 && !slices.ContainsFunc(tl.Entries, func(e entry) bool { return e.Kind == "approval" }) {
 			text := "authorization decision: " + d.Outcome
 			if d.ReasonCode != "" {
 				text += " (" + string(d.ReasonCode) + ")"
@@ -173,17 +174,9 @@ func (c *Console) timeline(ctx context.Context, q string) (*timeline, error) {
 			}
 			tl.Entries = append(tl.Entries, entry{AtMs: d.DecidedAtMs, order: entryDecision, Kind: "decision", Text: text})
 		}
-		if d := a.Dispatch; d != nil {
-			if d.StartedAtMs > 0 {
-				tl.Entries = append(tl.Entries, entry{AtMs: d.StartedAtMs, order: entryDispatch, Kind: "dispatch", Text: "dispatch to " + a.Provider + " started (adapter " + d.Adapter + ")"})
-			}
-			if d.FinishedAtMs > 0 {
-				text := "dispatch finished: " + string(d.Status)
-				if d.ErrorCode != "" {
-					text += " (" + d.ErrorCode + ")"
-				}
-				tl.Entries = append(tl.Entries, entry{AtMs: d.FinishedAtMs, order: entryDispatch, Kind: "dispatch", Text: text})
-			}
+		// The in-flight record's time: the dispatch receipt tells the end.
+		if d := a.Dispatch; d != nil && d.StartedAtMs > 0 {
+			tl.Entries = append(tl.Entries, entry{AtMs: d.StartedAtMs, order: entryDispatch, Kind: "dispatch", Text: "dispatch to " + a.Provider + " started (adapter " + d.Adapter + ")"})
 		}
 	}
 	tl.sort()
@@ -206,6 +199,7 @@ func (tl *timeline) addProposal(r schema.ProposalRef, p *admin.Proposal) {
 	tl.Truncated = tl.Truncated || p.Truncated
 	for i := range p.Outcomes {
 		o := &p.Outcomes[i].Outcome
+		o.Host = r.Host // not part of the message body
 		e := entry{AtMs: o.AtMs, order: entryOutcome, Kind: "outcome", Proposal: name, Seq: p.Outcomes[i].Seq, Outcome: o}
 		if o.Receipt != nil {
 			e.Operator = operatorOf(o.Receipt)
