@@ -99,7 +99,8 @@ func New(cfg Config) (*Console, error) {
 		return nil, err
 	}
 	c.guard = g
-	c.stats = &sampler{client: cfg.Admin, now: cfg.Now}
+	// Samples are spaced in real time, whatever clock the pages show.
+	c.stats = &sampler{client: cfg.Admin, now: time.Now}
 	if c.live, err = startHub(c.nc, c.subj, c.log); err != nil {
 		return nil, err
 	}

@@ -303,7 +303,8 @@ type searchData struct {
 
 func (p *pages) search(w http.ResponseWriter, r *http.Request) {
 	v := view{Title: "Search"}
-	q, problems := parseSearch(r.URL.Query(), p.c.cfg.Now())
+	// Streams stamp messages with the server's clock: the window is wall time.
+	q, problems := parseSearch(r.URL.Query(), time.Now())
 	d := searchData{Query: q, Asked: len(r.URL.Query()) > 0, Kinds: schema.Kinds(), Phases: schema.Phases()}
 	seen := map[schema.Code]bool{}
 	for _, c := range schema.Codes() {

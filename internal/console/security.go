@@ -118,7 +118,7 @@ func (g *guard) wrap(h http.Handler) http.Handler {
 		hd.Set("Cache-Control", "no-store")
 		session := g.session(r)
 		if g.token != nil && session == "" && r.URL.Path != "/login" {
-			if r.Method == http.MethodGet && r.Header.Get("Accept") != "text/event-stream" && r.URL.Query().Get("fragment") == "" {
+			if r.Method == http.MethodGet && r.URL.Path != "/events" && r.URL.Query().Get("fragment") == "" {
 				http.Redirect(w, r, "/login", http.StatusSeeOther)
 				return
 			}

@@ -43,8 +43,12 @@ const (
 
 // entry is one line of a timeline.
 type entry struct {
-	AtMs  int64
-	order int
+	AtMs int64
+	// sortMs orders the entry: AtMs, but an outcome never before the
+	// receipt it carries (a receipt's time is kept monotonic per intent
+	// and may lie a millisecond past its outcome's).
+	sortMs int64
+	order  int
 	// Kind is "approval", "decision", "dispatch", "receipt" or "outcome".
 	Kind     string
 	Proposal string // host/proposal_id, for approval and outcome entries
@@ -203,15 +207,19 @@ func (tl *timeline) addProposal(r schema.ProposalRef, p *admin.Proposal) {
 		e := entry{AtMs: o.AtMs, order: entryOutcome, Kind: "outcome", Proposal: name, Seq: p.Outcomes[i].Seq, Outcome: o}
 		if o.Receipt != nil {
 			e.Operator = operatorOf(o.Receipt)
+			e.sortMs = max(o.AtMs, o.Receipt.RecordedAtMs)
 		}
 		tl.Entries = append(tl.Entries, e)
 	}
 }
 
 func (tl *timeline) sort() {
+	for i := range tl.Entries {
+		tl.Entries[i].sortMs = max(tl.Entries[i].sortMs, tl.Entries[i].AtMs)
+	}
 	slices.SortStableFunc(tl.Entries, func(a, b entry) int {
-		if a.AtMs != b.AtMs {
-			return cmpInt(a.AtMs, b.AtMs)
+		if a.sortMs != b.sortMs {
+			return cmpInt(a.sortMs, b.sortMs)
 		}
 		if a.order != b.order {
 			return a.order - b.order
