@@ -90,7 +90,7 @@ func summarize(prev, last *sample) *overview {
 	o := &overview{Status: last.st}
 	var before map[string]admin.ProcessorStatus
 	if prev != nil {
-		o.Interval = last.at.Sub(prev.at)
+		o.Interval = last.at.Sub(prev.at).Round(100 * time.Millisecond)
 		before = map[string]admin.ProcessorStatus{}
 		for _, p := range prev.st.Processors {
 			before[p.ID] = p

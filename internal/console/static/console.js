@@ -9,6 +9,7 @@
   var state = document.getElementById('live-state');
   function show(text, cls) {
     if (!state) { return; }
+    state.hidden = false;
     state.textContent = text;
     state.className = 'live-state ' + (cls || '');
   }
