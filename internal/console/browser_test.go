@@ -1,7 +1,12 @@
 package console_test
 
 import (
+	"bytes"
 	"context"
+	"image"
+	"image/color"
+	"image/draw"
+	"image/png"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,8 +24,9 @@ import (
 // `chromium`; .ci/run installs it) with chromedp, against a real processor
 // (testenv), the way an operator would: pages, the live refresh, the
 // resolve form. They skip when no Chromium is installed. Each view's
-// screenshot is written to $PORTCULLIS_CONSOLE_SCREENSHOTS when set, else
-// to the test's artifact directory (kept with `go test -artifacts`).
+// screenshot is written under $PORTCULLIS_CONSOLE_SCREENSHOTS/<test name>
+// when it is set, else to the test's artifact directory (kept with `go test
+// -artifacts`).
 
 // EnvChromium names the browser binary; else chromium, chromium-browser
 // or google-chrome on PATH.
@@ -96,6 +102,7 @@ func run[T any](t *testing.T, ctx context.Context, what string, a chromedp.Actio
 func screenshots(t *testing.T) string {
 	t.Helper()
 	if d := os.Getenv(EnvScreenshots); d != "" {
+		d = filepath.Join(d, t.Name())
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -104,13 +111,52 @@ func screenshots(t *testing.T) string {
 	return t.ArtifactDir()
 }
 
-// shot writes a PNG of the whole page as dir/name.png.
+// shot writes a PNG of the whole page as dir/name.png, in the page's 256
+// most frequent colours (a third of the size; the README shows them).
 func shot(t *testing.T, ctx context.Context, dir, name string) {
 	t.Helper()
-	png := run(t, ctx, "screenshot "+name, chromedp.FullScreenshot(100))
-	if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
+	raw := run(t, ctx, "screenshot "+name, chromedp.FullScreenshot(100))
+	img, err := png.Decode(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	var out bytes.Buffer
+	enc := png.Encoder{CompressionLevel: png.BestCompression}
+	if err := enc.Encode(&out, paletted(img)); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(filepath.Join(dir, name+".png"), out.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// paletted maps an image onto its 256 most frequent colours: a UI has
+// few, and the rest are the edges of anti-aliased text.
+func paletted(img image.Image) *image.Paletted {
+	b := img.Bounds()
+	counts := map[color.RGBA]int{}
+	for y := b.Min.Y; y < b.Max.Y; y++ {
+		for x := b.Min.X; x < b.Max.X; x++ {
+			counts[color.RGBAModel.Convert(img.At(x, y)).(color.RGBA)]++
+		}
+	}
+	colors := make([]color.RGBA, 0, len(counts))
+	for c := range counts {
+		colors = append(colors, c)
+	}
+	slices.SortFunc(colors, func(a, c color.RGBA) int {
+		if n := counts[c] - counts[a]; n != 0 {
+			return n
+		}
+		return int(a.R) - int(c.R) + 256*(int(a.G)-int(c.G)) + 65536*(int(a.B)-int(c.B))
+	})
+	pal := make(color.Palette, 0, 256)
+	for _, c := range colors[:min(256, len(colors))] {
+		pal = append(pal, c)
+	}
+	p := image.NewPaletted(b, pal)
+	draw.Draw(p, b, img, b.Min, draw.Src)
+	return p
 }
 
 func text(t *testing.T, ctx context.Context, sel string) string {

@@ -141,14 +141,13 @@ func parseSearch(v url.Values, now time.Time) (searchQuery, []string) {
 
 // parseTime reads the time of a datetime-local input (UTC), with or
 // without seconds, or RFC 3339.
-func parseTime(s string) (time.Time, error) {
+func parseTime(s string) (t time.Time, err error) {
 	for _, layout := range []string{"2006-01-02T15:04", "2006-01-02T15:04:05", time.RFC3339} {
-		if t, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
+		if t, err = time.ParseInLocation(layout, s, time.UTC); err == nil {
 			return t, nil
 		}
 	}
-	_, err := time.Parse(time.RFC3339, s)
-	return time.Time{}, err
+	return t, err
 }
 
 // values is the query as form values (for the continue link).
