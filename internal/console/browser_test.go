@@ -32,6 +32,10 @@ import (
 // or google-chrome on PATH.
 const EnvChromium = "PORTCULLIS_CHROMIUM"
 
+// EnvRequireChromium set to 1 (as .ci/run does) makes a missing browser a
+// failure instead of a skip.
+const EnvRequireChromium = "PORTCULLIS_REQUIRE_CHROMIUM"
+
 // EnvScreenshots is where the tests write their screenshots.
 const EnvScreenshots = "PORTCULLIS_CONSOLE_SCREENSHOTS"
 
@@ -45,6 +49,9 @@ func chromium(t *testing.T) string {
 		if p, err := exec.LookPath(name); err == nil {
 			return p
 		}
+	}
+	if os.Getenv(EnvRequireChromium) == "1" {
+		t.Fatal("no Chromium, and " + EnvRequireChromium + "=1: install it (apt-get install chromium) or set " + EnvChromium)
 	}
 	t.Skip("no Chromium: the browser tests need it (apt-get install chromium, or set " + EnvChromium + "); .ci/run installs it")
 	return ""
