@@ -511,3 +511,38 @@ func TestUnsignedRefused(t *testing.T) {
 		t.Errorf("unsigned: %d\n%s", code, page)
 	}
 }
+
+// TestDevConsole: `processor console --dev` beside `processor run --dev`:
+// unsigned requests to a processor that accepts them; a resolution is an
+// unnamed operator's, as `processor reconcile resolve` without a key.
+func TestDevConsole(t *testing.T) {
+	clock := stages.NewManualClock(time.UnixMilli(1_764_424_800_000))
+	env := testenv.New(t, testenv.WithClock(clock), testenv.WithConfig(func(c *config.Config) {
+		c.Admission.AllowUnsigned = true
+		c.Reconciliation.Interval = 5 * time.Second
+		c.Reconciliation.MaxAttempts = 2
+	}))
+	env.Fakes["demo"].OnDispatch(func(context.Context, schema.DispatchRequest) (schema.AdapterReply, error) {
+		return schema.AdapterReply{}, adapters.ErrTimeout
+	})
+	f := &fixture{env: env, clock: clock}
+	f.serve(t, console.Config{Admin: &admin.Client{NC: env.NC, Subjects: env.Subjects, Now: clock.Now}, Now: clock.Now, Log: slog.New(slog.DiscardHandler)})
+	m := testenv.Granted(t, testenv.Lumber("prop-dev"), "sku-1001", clock.Now())
+	env.Publish(t, m)
+	env.Recorder.Wait(t, "prop-dev", testenv.Kind(schema.KindReconciliationRequired))
+	fp := testenv.FingerprintOf(t, m, "sku-1001")
+	code, page := f.get(t, "/indeterminate")
+	if code != http.StatusOK || !strings.Contains(page, `data-fingerprint="`+fp+`"`) || !strings.Contains(page, "unsigned requests (--dev)") {
+		t.Fatalf("queue: %d\n%s", code, page)
+	}
+	res, _ := f.post(t, "/indeterminate/resolve", url.Values{"csrf": {token(t, page)}, "fingerprint": {fp}, "effect": {"present"}, "evidence": {"ticket:DEV-1"}}, nil)
+	if res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("resolve: %d", res.StatusCode)
+	}
+	o := env.Recorder.Wait(t, "prop-dev", testenv.Kind(schema.KindConfirmed))
+	if o.Receipt.Reconciliation.Operator != "" {
+		t.Errorf("an unsigned resolution names %q", o.Receipt.Reconciliation.Operator)
+	}
+	_, page = f.get(t, res.Header.Get("Location"))
+	mustContain(t, "timeline", page, "Resolved by an unnamed operator (unsigned request): effect present (CONFIRMED)")
+}

@@ -185,6 +185,9 @@ func (h *hub) serveEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer h.leave(c)
+	// A stream outlives the server's ReadTimeout, which would otherwise
+	// end it (and cancel its request) after 30 s.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 	hd := w.Header()
 	hd.Set("Content-Type", "text/event-stream")
 	hd.Set("Cache-Control", "no-store")
