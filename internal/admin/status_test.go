@@ -41,7 +41,11 @@ func TestStatus(t *testing.T) {
 		if st, err = env.Admin().Status(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		return len(st.Processors) == 1 && stageOf(st.Processors[0], "dispatch").Finished() >= 1
+		if len(st.Processors) != 1 {
+			return false
+		}
+		p := st.Processors[0] // counted once each stage is done with its message
+		return stageOf(p, "dispatch").Finished() >= 1 && stageOf(p, "authorization").Finished() >= 2 && stageOf(p, "admission").Finished() >= 2
 	})
 	p := st.Processors[0]
 	if p.ID != env.Processor().InstanceID() || !p.Ready || p.Reason != "" || p.Version == "" || p.StartedAtMs <= 0 {
