@@ -32,7 +32,8 @@ func TestStatus(t *testing.T) {
 	env := testenv.New(t, testenv.WithAuth())
 	env.PublishSigned(t, testenv.Granted(t, testenv.Lumber("prop-1"), "sku-1001", env.Clock.Now()), env.Host)
 	env.Recorder.Wait(t, "prop-1", testenv.Terminal)
-	env.PublishSigned(t, testenv.Lumber("prop-2"), env.Host) // no grant: parked
+	parked := testenv.Set(testenv.Lumber("prop-2"), "intent.payload", map[string]any{"quantity": 50}) // another intent
+	env.PublishSigned(t, parked, env.Host)                                                            // no grant: parked
 	env.Recorder.Wait(t, "prop-2", testenv.Kind(schema.KindNeedsApproval))
 
 	var st *admin.Status

@@ -172,7 +172,8 @@ func mustContain(t *testing.T, what, page string, wants ...string) {
 func TestPages(t *testing.T) {
 	f := newFixture(t)
 	fp := f.stuck(t, "prop-stuck", 20)
-	f.env.PublishSigned(t, testenv.Lumber("prop-wait"), f.env.Host)
+	wait := testenv.Set(testenv.Lumber("prop-wait"), "intent.payload", map[string]any{"quantity": 50}) // another intent than prop-stuck's
+	f.env.PublishSigned(t, wait, f.env.Host)
 	f.env.Recorder.Wait(t, "prop-wait", testenv.Kind(schema.KindNeedsApproval))
 
 	code, page := f.get(t, "/")
