@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/console"
 )
 
@@ -104,7 +105,7 @@ func consoleOptions(c *cmdline, listen string, dev, haveKey bool, certFile, keyF
 	if _, _, err := net.SplitHostPort(listen); err != nil {
 		return opts, c.usageError("--listen %q: %v", listen, err), false
 	}
-	loopback := console.IsLoopback(listen)
+	loopback := config.Loopback(listen)
 	switch {
 	case !dev && !haveKey:
 		return opts, c.usageError("give --nkey FILE (an operator's seed; or $%s) to sign requests, or --dev for a --dev processor", EnvOperatorNkey), false

@@ -6,7 +6,6 @@ import (
 	"os"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/portcullis/portcullis/internal/demo"
@@ -102,7 +101,7 @@ func TestDemoKeep(t *testing.T) {
 		t.Skip("plays every scenario")
 	}
 	t.Setenv("TMPDIR", t.TempDir())
-	out := &lockedBuffer{}
+	out := &testenv.LogBuffer{}
 	keep, stop := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	go func() { ran <- demo.Run(demo.Options{Stdout: out, Keep: keep}) }()
@@ -112,10 +111,8 @@ func TestDemoKeep(t *testing.T) {
 			t.Errorf("demo: %v", err)
 		}
 	}()
-	testenv.WaitFor(t, "the demo to wait for an operator", func() bool {
-		return strings.Contains(out.String(), "Waiting for the resolution")
-	})
-	s := out.String()
+	out.Wait(t, "Waiting for the resolution")
+	s := string(out.Bytes())
 	if !regexp.MustCompile(`processor console --url nats://127\.0\.0\.1:\d+ --nkey \S+operator\.nk`).MatchString(s) ||
 		!strings.Contains(s, "restock-approval       → NEEDS_APPROVAL") {
 		t.Fatalf("the demo's instructions:\n%s", s)
@@ -128,28 +125,6 @@ func TestDemoKeep(t *testing.T) {
 	if code := run([]string{"reconcile", "resolve", m[1], "--absent", "--evidence", m[2], "--url", m[3], "--nkey", m[4]}, nil, &cout, &cerr); code != 0 {
 		t.Fatalf("resolve: exit %d\n%s%s", code, cout.String(), cerr.String())
 	}
-	testenv.WaitFor(t, "the demo to report the resolution", func() bool {
-		return strings.Contains(out.String(), "settled by the operator ops, evidence ledger-console:payments?invoice=INV-0042. Provider dispatches: 1.")
-	})
-	if !strings.Contains(out.String(), "Still running") {
-		t.Errorf("the demo stopped:\n%s", out.String())
-	}
-}
-
-// lockedBuffer is a buffer written and read by different goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	out.Wait(t, "settled by the operator ops, evidence ledger-console:payments?invoice=INV-0042. Provider dispatches: 1.")
+	out.Wait(t, "Still running")
 }

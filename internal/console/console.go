@@ -166,18 +166,3 @@ func (c *Console) Close() error {
 	}
 	return err
 }
-
-// IsLoopback reports whether a listen address's host is a loopback IP or
-// "localhost": the only addresses the console serves without TLS and a
-// login. An empty host (":9465", every interface) is not.
-func IsLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}

@@ -45,13 +45,7 @@ func newFixture(t *testing.T, opts ...func(*console.Config)) *fixture {
 		c.Reconciliation.Interval = 5 * time.Second
 		c.Reconciliation.MaxAttempts = 2
 	}))
-	fake := env.Fakes["demo"]
-	fake.OnDispatch(func(context.Context, schema.DispatchRequest) (schema.AdapterReply, error) {
-		return schema.AdapterReply{}, adapters.ErrTimeout
-	})
-	fake.OnReconcile(func(context.Context, schema.ReconcileRequest) (schema.AdapterReply, error) {
-		return schema.AdapterReply{}, adapters.ErrTimeout
-	})
+	env.Fakes["demo"].TimeOut()
 	f := &fixture{env: env, clock: clock}
 	cfg := console.Config{Admin: env.Admin(), Now: clock.Now, Log: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {

@@ -1,13 +1,10 @@
 package console_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
-	"net"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/chromedp/chromedp"
@@ -20,24 +17,6 @@ import (
 	"github.com/portcullis/portcullis/subjects"
 	"github.com/portcullis/portcullis/testenv"
 )
-
-// syncBuffer is the demo's standard output, read while it writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 var (
 	consoleLine = regexp.MustCompile(`processor console --url (\S+) --nkey (\S+)`)
@@ -57,27 +36,21 @@ func TestBrowserDemo(t *testing.T) {
 		t.Skip("plays the demo")
 	}
 	t.Setenv("TMPDIR", t.TempDir())
-	out := &syncBuffer{}
+	out := &testenv.LogBuffer{}
 	keep, stop := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	go func() { ran <- demo.Run(demo.Options{Stdout: out, Keep: keep}) }()
 	t.Cleanup(func() {
 		stop()
 		if err := <-ran; err != nil {
-			t.Errorf("demo: %v\n%s", err, out.String())
+			t.Errorf("demo: %v\n%s", err, out.Bytes())
 		}
 	})
-	testenv.WaitFor(t, "the demo to wait for an operator", func() bool {
-		select {
-		case err := <-ran:
-			t.Fatalf("the demo ended: %v\n%s", err, out.String())
-		default:
-		}
-		return strings.Contains(out.String(), "Waiting for the resolution")
-	})
-	m, r := consoleLine.FindStringSubmatch(out.String()), resolveLine.FindStringSubmatch(out.String())
+	out.Wait(t, "Waiting for the resolution")
+	printed := string(out.Bytes())
+	m, r := consoleLine.FindStringSubmatch(printed), resolveLine.FindStringSubmatch(printed)
 	if m == nil || r == nil {
-		t.Fatalf("the demo printed no console or resolve command line:\n%s", out.String())
+		t.Fatalf("the demo printed no console or resolve command line:\n%s", printed)
 	}
 	url, seed, fp := m[1], m[2], r[1]
 
@@ -92,24 +65,10 @@ func TestBrowserDemo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
-	con, err := console.New(console.Config{Admin: &admin.Client{NC: nc, Subjects: subjects.Default(), Key: kp}, Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- con.Serve(ln) }()
-	defer func() {
-		if err := con.Close(); err != nil {
-			t.Error(err)
-		}
-		<-served
-	}()
-	base := "http://" + ln.Addr().String()
+	t.Cleanup(nc.Close) // after the console's own cleanup
+	f := &fixture{}
+	f.serve(t, console.Config{Admin: &admin.Client{NC: nc, Subjects: subjects.Default(), Key: kp}, Log: slog.New(slog.DiscardHandler)})
+	base := f.base
 
 	dir := screenshots(t)
 	ctx := browser(t)
@@ -135,11 +94,9 @@ func TestBrowserDemo(t *testing.T) {
 		t.Errorf("the timeline ends with %q", s)
 	}
 	shot(t, ctx, dir, "timeline")
-	testenv.WaitFor(t, "the demo to see the resolution", func() bool {
-		return strings.Contains(out.String(), "settled by the operator ops, evidence ledger-console:payments?invoice=INV-0042. Provider dispatches: 1.")
-	})
-	if !regexp.MustCompile(`pay-invoice-42\s+→ REJECTED`).MatchString(out.String()) {
-		t.Errorf("the demo's timeline:\n%s", out.String())
+	out.Wait(t, "settled by the operator ops, evidence ledger-console:payments?invoice=INV-0042. Provider dispatches: 1.")
+	if !regexp.MustCompile(`pay-invoice-42\s+→ REJECTED`).Match(out.Bytes()) {
+		t.Errorf("the demo's timeline:\n%s", out.Bytes())
 	}
 	do(t, ctx, "search", chromedp.Navigate(base+"/search?what=outcomes&host=demo-host"+searchWindow()), chromedp.WaitVisible(chromedp.ID("search-count")))
 	shot(t, ctx, dir, "search")

@@ -305,14 +305,7 @@ func (p *pages) search(w http.ResponseWriter, r *http.Request) {
 	v := view{Title: "Search"}
 	// Streams stamp messages with the server's clock: the window is wall time.
 	q, problems := parseSearch(r.URL.Query(), time.Now())
-	d := searchData{Query: q, Asked: len(r.URL.Query()) > 0, Kinds: schema.Kinds(), Phases: schema.Phases()}
-	seen := map[schema.Code]bool{}
-	for _, c := range schema.Codes() {
-		if !seen[c.Code] {
-			seen[c.Code] = true
-			d.Codes = append(d.Codes, c.Code)
-		}
-	}
+	d := searchData{Query: q, Asked: len(r.URL.Query()) > 0, Kinds: schema.Kinds(), Codes: codeNames(), Phases: schema.Phases()}
 	status := http.StatusOK
 	switch {
 	case len(problems) > 0:

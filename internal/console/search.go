@@ -82,27 +82,9 @@ func parseSearch(v url.Values, now time.Time) (searchQuery, []string) {
 			q.Host = h
 		}
 	}
-	if k := schema.Kind(v.Get("kind")); k != "" {
-		if !slices.Contains(schema.Kinds(), k) {
-			problems = append(problems, "unknown outcome kind")
-		} else {
-			q.Kind = k
-		}
-	}
-	if c := schema.Code(v.Get("code")); c != "" {
-		if !slices.ContainsFunc(schema.Codes(), func(i schema.CodeInfo) bool { return i.Code == c }) {
-			problems = append(problems, "unknown code")
-		} else {
-			q.Code = c
-		}
-	}
-	if p := schema.Phase(v.Get("phase")); p != "" {
-		if !slices.Contains(schema.Phases(), p) {
-			problems = append(problems, "unknown phase")
-		} else {
-			q.Phase = p
-		}
-	}
+	q.Kind = closed(v.Get("kind"), schema.Kinds(), "unknown outcome kind", &problems)
+	q.Code = closed(v.Get("code"), codeNames(), "unknown code", &problems)
+	q.Phase = closed(v.Get("phase"), schema.Phases(), "unknown phase", &problems)
 	for _, t := range []struct {
 		name string
 		to   *time.Time
@@ -137,6 +119,30 @@ func parseSearch(v url.Values, now time.Time) (searchQuery, []string) {
 		problems = append(problems, "from must be before until")
 	}
 	return q, problems
+}
+
+// closed reads a value of a closed set: "" when absent; a value outside
+// the set adds the problem.
+func closed[T ~string](s string, set []T, problem string, problems *[]string) T {
+	if s == "" {
+		return ""
+	}
+	if !slices.Contains(set, T(s)) {
+		*problems = append(*problems, problem)
+		return ""
+	}
+	return T(s)
+}
+
+// codeNames lists every closed code once, in the table's order.
+func codeNames() []schema.Code {
+	var out []schema.Code
+	for _, c := range schema.Codes() {
+		if !slices.Contains(out, c.Code) {
+			out = append(out, c.Code)
+		}
+	}
+	return out
 }
 
 // parseTime reads the time of a datetime-local input (UTC), with or
