@@ -67,7 +67,8 @@ type ProcessorStatus struct {
 	// reason of a 503 ("" when ready).
 	Ready  bool   `json:"ready"`
 	Reason string `json:"reason"`
-	// Stages are the pipeline's stages in order.
+	// Stages are the stage consumers in the pipeline's order (a Scheduled
+	// stage's timers have a consumer of their own, `<stage>_timers`).
 	Stages []StageStatus `json:"stages"`
 }
 
@@ -78,6 +79,7 @@ type ProcessorStatus struct {
 // consumer is shared by every processor, so they agree but for the moment
 // of reading).
 type StageStatus struct {
+	// Stage is the consumer's name: the `stage` label of the metrics.
 	Stage      string `json:"stage"`
 	Consuming  bool   `json:"consuming"`
 	Forwarded  uint64 `json:"forwarded"`
