@@ -278,11 +278,11 @@ func Loopback(addr string) bool {
 // url is a loopback address.
 func (n NATS) onlyLocal() bool {
 	if n.Embedded {
-		return loopback(n.Listen)
+		return Loopback(n.Listen)
 	}
 	for _, u := range strings.Split(n.URL, ",") {
 		parsed, err := url.Parse(strings.TrimSpace(u))
-		if err != nil || parsed.Host == "" || !loopback(hostPort(parsed.Host)) {
+		if err != nil || parsed.Host == "" || !Loopback(hostPort(parsed.Host)) {
 			return false
 		}
 	}
