@@ -111,9 +111,10 @@ func selfSigned(t *testing.T, dir string) (certFile, keyFile string) {
 func TestConsoleCommand(t *testing.T) {
 	env := testenv.New(t, testenv.WithAuth())
 	seed := writeSeed(t, env.Operator)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	bin := testenv.ProcessorBinary(t) // built first: under load a build takes long
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hang guard
 	defer cancel()
-	cmd := exec.CommandContext(ctx, testenv.ProcessorBinary(t), "console", "--url", env.Server.ClientURL(), "--nkey", seed, "--listen", "127.0.0.1:0")
+	cmd := exec.CommandContext(ctx, bin, "console", "--url", env.Server.ClientURL(), "--nkey", seed, "--listen", "127.0.0.1:0")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
