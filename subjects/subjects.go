@@ -224,11 +224,12 @@ const (
 	AdminApprovalsList  = "approvals.list"
 	AdminProposalGet    = "proposals.get"
 	AdminActivityList   = "activity.list"
+	AdminStatus         = "status.get"
 )
 
 // AdminVerbs lists every admin verb.
 func AdminVerbs() []string {
-	return []string{AdminReceipt, AdminReconcileList, AdminReconcileSolve, AdminApprovalsList, AdminProposalGet, AdminActivityList}
+	return []string{AdminReceipt, AdminReconcileList, AdminReconcileSolve, AdminApprovalsList, AdminProposalGet, AdminActivityList, AdminStatus}
 }
 
 // Stream names.

@@ -46,13 +46,18 @@ type conn struct {
 }
 
 func (c *conn) register(fs *flag.FlagSet) {
+	c.registerConn(fs)
+	c.output.register(fs)
+}
+
+// registerConn registers the connection flags alone (no -o).
+func (c *conn) registerConn(fs *flag.FlagSet) {
 	fs.StringVar(&c.url, "url", "", "`URL` of the running processor's NATS server (default $"+EnvNATSURL+", else "+DefaultAdminURL+")")
 	fs.StringVar(&c.creds, "creds", "", "NATS login: a credentials `FILE` (.creds) or an nkey seed file (SU…)")
 	fs.StringVar(&c.nkey, "nkey", "", "the operator's nkey seed `FILE`: logs in to NATS with it (unless --creds) and signs every request (default $"+EnvOperatorNkey+"; without either, requests go unsigned and only a --dev processor answers them)")
 	fs.StringVar(&c.prefix, "prefix", subjects.DefaultPrefix, "subject `PREFIX` of the processor")
 	fs.StringVar(&c.config, "config", "", "take --url, --creds and --prefix from the processor's configuration `FILE` (flags given explicitly win)")
 	fs.DurationVar(&c.timeout, "timeout", admin.DefaultTimeout, "how long to wait for the processor's answer")
-	c.output.register(fs)
 }
 
 // output is the -o flag of the commands that print what they read.

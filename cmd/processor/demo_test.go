@@ -2,11 +2,14 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/portcullis/portcullis/internal/demo"
+	"github.com/portcullis/portcullis/testenv"
 )
 
 // TestDemo runs `processor demo` in process: it must tell the whole story,
@@ -85,4 +88,43 @@ func published(t *testing.T, name string) string {
 	}
 	t.Fatalf("no vector %s", name)
 	return ""
+}
+
+// TestDemoKeep: `processor demo --keep` leaves the indeterminate payment
+// for an operator and prints the command lines that settle it; the
+// printed `processor reconcile resolve` line (signed with the printed
+// seed) settles it, and the demo reports the operator's resolution and
+// keeps running until told to stop. (The console's line is driven in a
+// browser by internal/console's TestBrowserDemo.)
+func TestDemoKeep(t *testing.T) {
+	if testing.Short() {
+		t.Skip("plays every scenario")
+	}
+	t.Setenv("TMPDIR", t.TempDir())
+	out := &testenv.LogBuffer{}
+	keep, stop := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- demo.Run(demo.Options{Stdout: out, Keep: keep}) }()
+	defer func() {
+		stop()
+		if err := <-ran; err != nil {
+			t.Errorf("demo: %v", err)
+		}
+	}()
+	out.Wait(t, "Waiting for the resolution")
+	s := string(out.Bytes())
+	if !regexp.MustCompile(`processor console --url nats://127\.0\.0\.1:\d+ --nkey \S+operator\.nk`).MatchString(s) ||
+		!strings.Contains(s, "restock-approval       → NEEDS_APPROVAL") {
+		t.Fatalf("the demo's instructions:\n%s", s)
+	}
+	m := regexp.MustCompile(`processor reconcile resolve (sha256:[0-9a-f]{64}) --absent --evidence '([^']+)' \\\n\s+--url (\S+) --nkey (\S+)`).FindStringSubmatch(s)
+	if m == nil {
+		t.Fatalf("no resolve line:\n%s", s)
+	}
+	var cout, cerr bytes.Buffer
+	if code := run([]string{"reconcile", "resolve", m[1], "--absent", "--evidence", m[2], "--url", m[3], "--nkey", m[4]}, nil, &cout, &cerr); code != 0 {
+		t.Fatalf("resolve: exit %d\n%s%s", code, cout.String(), cerr.String())
+	}
+	out.Wait(t, "settled by the operator ops, evidence ledger-console:payments?invoice=INV-0042. Provider dispatches: 1.")
+	out.Wait(t, "Still running")
 }

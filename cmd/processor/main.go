@@ -13,6 +13,7 @@
 //	processor proposals get H ID        a proposal's outcome history, fingerprint and latest receipt
 //	processor reconcile list            actions whose effect is unknown
 //	processor reconcile resolve FP|H/ID --present|--absent --evidence REF
+//	processor console --nkey FILE       the operator's web console (--dev: unsigned, beside run --dev)
 //	processor keygen KIND --out FILE    a new nkey for a role (or internal: the HMAC key file)
 //	processor nats-permissions --config FILE   the accounts block for external servers
 //	processor version                   the build's module version and VCS revision
@@ -55,7 +56,8 @@ func commands() []command {
 			about: fingerprintAbout()},
 		{name: "check", synopsis: "[--referent R] [--config FILE [--host H] | --dev] [-o text|json] [FILE|-]", summary: "which field of a proposal breaks which rule, offline; its fingerprint when none does", run: cmdCheck, maxArgs: 1,
 			about: checkAbout()},
-		{name: "demo", synopsis: "[--verbose] [--log-level LEVEL]", summary: "play the seed scenarios end to end on a throwaway embedded server", run: cmdDemo},
+		{name: "demo", synopsis: "[--keep] [--verbose] [--log-level LEVEL]", summary: "play the seed scenarios end to end on a throwaway embedded server", run: cmdDemo,
+			about: "Plays the seed scenarios on a throwaway embedded server (authentication on, a random loopback port, a temporary\ndata directory) and prints a timeline. --keep keeps it running until Ctrl-C and leaves its indeterminate payment\nfor an operator: it prints the `processor console` (and `processor reconcile resolve`) command line to settle it."},
 		{name: "receipts", summary: "receipt histories", subs: []command{
 			{name: "get", synopsis: ref + " [flags]", summary: "an intent's receipt history (asks the running processor)", run: cmdReceiptsGet, maxArgs: 1,
 				about: "Prints the receipt history of a fingerprint (sha256:<hex> or the bare hex), or of the fingerprint a\nproposal was grounded to (<host>/<proposal_id>), and the outcome its latest receipt gives.\n" + operatorAbout},
@@ -80,6 +82,8 @@ func commands() []command {
 			{name: "resolve", synopsis: ref + " --present|--absent --evidence REF [flags]", summary: "settle an indeterminate action (asks the running processor)", run: cmdReconcileResolve, maxArgs: 1,
 				about: "Records that the effect of an indeterminate action is present (CONFIRMED) or absent (REJECTED), with the\nevidence where the finding can be checked; every proposal of the intent gets the outcome.\n" + operatorAbout},
 		}},
+		{name: "console", synopsis: "(--nkey FILE | --dev) [--listen ADDR] [--tls-cert FILE --tls-key FILE --token-file FILE] [flags]", summary: "serve the operator's web console (overview, indeterminate queue, approvals, timelines, search)", run: cmdConsole,
+			about: consoleAbout},
 		{name: "keygen", synopsis: "host|connector|resolver|source|operator|processor --out FILE | --stdout\n       processor keygen internal --out FILE", summary: "a new nkey for a role, or the internal HMAC key file", run: cmdKeygen, maxArgs: 1,
 			about: "Makes a user nkey: the seed goes to --out FILE (mode 0600, never overwritten), the public key to standard\noutput for the role block's public_key. `keygen internal --out FILE` makes an internal HMAC key file."},
 		{name: "nats-permissions", synopsis: "--config FILE", summary: "print the nats-server accounts block for an external server", run: cmdNATSPermissions},

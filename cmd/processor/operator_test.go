@@ -42,12 +42,7 @@ func TestOperatorCommands(t *testing.T) {
 		c.Reconciliation.MaxAttempts = 2
 	}))
 	fake := env.Fakes["demo"]
-	fake.OnDispatch(func(context.Context, schema.DispatchRequest) (schema.AdapterReply, error) {
-		return schema.AdapterReply{}, adapters.ErrTimeout
-	})
-	fake.OnReconcile(func(context.Context, schema.ReconcileRequest) (schema.AdapterReply, error) {
-		return schema.AdapterReply{}, adapters.ErrTimeout
-	})
+	fake.TimeOut()
 	fpA := signedLumber(t, env, clock, "prop-a", 20)
 	env.Recorder.Wait(t, "prop-a", lastKind(schema.KindReconciliationRequired))
 	clock.Advance(5 * time.Second)

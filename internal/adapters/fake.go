@@ -69,6 +69,19 @@ func (f *Fake) OnReconcile(fn ReconcileFunc) {
 	f.onReconcile = fn
 }
 
+// TimeOut makes every dispatch and reconcile time out after the request may
+// have reached the provider (ErrTimeout): its effects stay unknown, and
+// reconciliation gives up after its attempts (tests of indeterminate
+// actions).
+func (f *Fake) TimeOut() {
+	f.OnDispatch(func(context.Context, schema.DispatchRequest) (schema.AdapterReply, error) {
+		return schema.AdapterReply{}, ErrTimeout
+	})
+	f.OnReconcile(func(context.Context, schema.ReconcileRequest) (schema.AdapterReply, error) {
+		return schema.AdapterReply{}, ErrTimeout
+	})
+}
+
 // Dispatches returns how many dispatch calls reached the fake.
 func (f *Fake) Dispatches() int {
 	f.mu.Lock()

@@ -1,6 +1,6 @@
 // Package admin is the operator's request-reply API of a running processor
 // and its client, which the `processor receipts|activity|approvals|proposals|
-// reconcile` commands use.
+// reconcile` commands and `processor console` use.
 //
 // The API is a NATS micro service (github.com/nats-io/nats.go/micro) named
 // ServiceName, whose version is the processor's module version: one

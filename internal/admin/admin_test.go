@@ -249,6 +249,7 @@ var probes = map[string]func() answerProbe{
 	subjects.AdminApprovalsList:  func() answerProbe { return &probe[Approvals]{} },
 	subjects.AdminProposalGet:    func() answerProbe { return &probe[Proposal]{} },
 	subjects.AdminActivityList:   func() answerProbe { return &probe[ActivityList]{} },
+	subjects.AdminStatus:         func() answerProbe { return &probe[Status]{} },
 }
 
 // answerProbe reads a decoded reply of any result type.

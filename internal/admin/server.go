@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -74,6 +75,12 @@ type Server struct {
 	// Their stamp is checked only when the body carries one. A request
 	// with either signature header is checked in full even then.
 	AllowUnsigned bool
+	// Self is this processor's status (status.get, and its peers' through
+	// $SRV.STATS; status.go). nil: status.get lists no processors.
+	Self func() ProcessorStatus
+
+	// nc is the connection Serve serves on: status.get asks the peers on it.
+	nc atomic.Pointer[nats.Conn]
 }
 
 func (s *Server) log() *slog.Logger {
@@ -98,6 +105,7 @@ func (s *Server) routes() []route {
 		{subjects.AdminApprovalsList, "approvals-list", endpoint(s, subjects.AdminApprovalsList, s.approvals)},
 		{subjects.AdminProposalGet, "proposals-get", endpoint(s, subjects.AdminProposalGet, s.proposal)},
 		{subjects.AdminActivityList, "activity-list", endpoint(s, subjects.AdminActivityList, s.activityList)},
+		{subjects.AdminStatus, StatusEndpoint, endpoint(s, subjects.AdminStatus, s.status)},
 	}
 }
 
@@ -131,12 +139,15 @@ func (s *Server) Serve(nc *nats.Conn) (stop func(), err error) {
 		stopped bool
 	)
 	build := version.Get()
+	s.nc.Store(nc)
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        ServiceName,
 		Version:     build.SemVer(),
 		Description: "Portcullis operator API: signed, stamped, single-use requests on " + s.Subjects.Admins(),
 		Metadata:    map[string]string{"prefix": s.Subjects.Prefix(), "revision": build.Revision},
 		QueueGroup:  QueueGroup,
+		// Every processor's status rides on its statistics (status.go).
+		StatsHandler: s.statsData,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("admin: service: %w", err)

@@ -119,9 +119,10 @@ func TestServiceDiscoveryWithAuth(t *testing.T) {
 	}
 }
 
-// TestQueueGroup: of several processors serving one NATS system, exactly
-// one answers each request.
-func TestQueueGroup(t *testing.T) {
+// plainServer starts a nats-server without JetStream and opens an
+// in-memory store, for admin servers built by hand; both end with the test.
+func plainServer(t *testing.T) (*server.Server, *kv.Store) {
+	t.Helper()
 	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true})
 	if err != nil {
 		t.Fatal(err)
@@ -130,13 +131,22 @@ func TestQueueGroup(t *testing.T) {
 	if !ns.ReadyForConnections(10 * time.Second) {
 		t.Fatal("nats-server did not start")
 	}
-	defer ns.WaitForShutdown()
-	defer ns.Shutdown()
+	t.Cleanup(func() {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+	})
 	st, err := kv.Open(t.TempDir(), kv.Options{FS: vfs.NewMem()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	t.Cleanup(func() { st.Close() })
+	return ns, st
+}
+
+// TestQueueGroup: of several processors serving one NATS system, exactly
+// one answers each request.
+func TestQueueGroup(t *testing.T) {
+	ns, st := plainServer(t)
 	clock := stages.NewManualClock(t0)
 	op, _ := nkeys.CreateUser()
 	opPub, _ := op.PublicKey()

@@ -194,7 +194,7 @@ func (c *Config) roleProblems() []problem {
 	if n.Embedded {
 		if err := checkListen(n.Listen); err != nil {
 			add("nats", "", "listen", "%v", err)
-		} else if !n.Auth && !loopback(n.Listen) {
+		} else if !n.Auth && !Loopback(n.Listen) {
 			add("nats", "", "auth", "a listener on %s with auth = false would let anyone on the network act: authentication stays on unless listen is a loopback address", n.Listen)
 		}
 	}
@@ -258,8 +258,10 @@ func validHostname(h string) bool {
 	return true
 }
 
-// loopback reports whether a listen address accepts only local clients.
-func loopback(addr string) bool {
+// Loopback reports whether a listen address accepts only local clients: its
+// host is a loopback IP or "localhost" (an empty host, every interface, is
+// not).
+func Loopback(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return false
@@ -276,11 +278,11 @@ func loopback(addr string) bool {
 // url is a loopback address.
 func (n NATS) onlyLocal() bool {
 	if n.Embedded {
-		return loopback(n.Listen)
+		return Loopback(n.Listen)
 	}
 	for _, u := range strings.Split(n.URL, ",") {
 		parsed, err := url.Parse(strings.TrimSpace(u))
-		if err != nil || parsed.Host == "" || !loopback(hostPort(parsed.Host)) {
+		if err != nil || parsed.Host == "" || !Loopback(hostPort(parsed.Host)) {
 			return false
 		}
 	}
@@ -297,7 +299,7 @@ func hostPort(h string) string {
 
 // IsLoopback reports whether the embedded listener accepts only local
 // clients.
-func (n NATS) IsLoopback() bool { return loopback(n.Listen) }
+func (n NATS) IsLoopback() bool { return Loopback(n.Listen) }
 
 // problem checks the stream limits against the approval TTL: a parked
 // proposal's envelope must outlive its approval window twice over.

@@ -72,6 +72,13 @@ type Options struct {
 	// CLI runs a `processor` command line, returning its exit status: the
 	// operator's commands the last scene shows, run as a user would.
 	CLI func(args []string, stdout, stderr io.Writer) int
+	// Keep, when not nil, keeps the demo running until it is done (`processor
+	// demo --keep`, until Ctrl-C): the last scene's indeterminate action
+	// is left for an operator to settle — in `processor console` or with
+	// `processor reconcile resolve`, signed with the demo operator's key,
+	// whose seed file the demo prints with the command lines — and one more
+	// proposal is left waiting for approval. Run returns once Keep is done.
+	Keep context.Context
 }
 
 // Run plays the seed scenarios end to end on a throwaway embedded server
@@ -93,8 +100,13 @@ func Run(o Options) error {
 		fmt.Fprintln(o.Stdout)
 		return fmt.Errorf("FAILED: %w", err)
 	}
+	if o.Keep != nil {
+		fmt.Fprintln(o.Stdout, "\nThe demo server is stopped and its temporary data directory removed.")
+		return nil
+	}
 	fmt.Fprintln(o.Stdout, "\nEvery scenario ended as it should. The demo server is stopped and its temporary data directory removed.")
-	fmt.Fprintln(o.Stdout, "Next: `processor run --dev` runs Portcullis for real on 127.0.0.1:4222 (see README.md).")
+	fmt.Fprintln(o.Stdout, "Next: `processor run --dev` runs Portcullis for real on 127.0.0.1:4222 (see README.md);")
+	fmt.Fprintln(o.Stdout, "`processor demo --keep` leaves the last scene's action for you to settle in `processor console`.")
 	return nil
 }
 
@@ -105,6 +117,7 @@ func Secrets() []string { return slices.Clone(secrets) }
 type demo struct {
 	out    io.Writer
 	runCLI func(args []string, stdout, stderr io.Writer) int
+	keep   context.Context // Options.Keep
 	start  time.Time
 	dir    string
 	host   nkeys.KeyPair
@@ -125,7 +138,7 @@ type demo struct {
 }
 
 func start(o Options) (*demo, error) {
-	d := &demo{out: o.Stdout, start: time.Now(), runCLI: o.CLI}
+	d := &demo{out: o.Stdout, start: time.Now(), runCLI: o.CLI, keep: o.Keep}
 	if err := d.setUp(o.Log); err != nil {
 		_ = d.close()
 		return nil, err

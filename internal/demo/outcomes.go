@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"time"
@@ -38,16 +39,33 @@ func recordOutcomes(nc *nats.Conn, s subjects.Subjects) (*outcomes, error) {
 }
 
 func (r *outcomes) wait(pid string, n int, timeout time.Duration) (schema.Outcome, error) {
-	deadline := time.Now().Add(timeout)
-	t := time.AfterFunc(timeout, func() { r.mu.Lock(); r.cond.Broadcast(); r.mu.Unlock() })
-	defer t.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	o, err := r.waitCtx(ctx, pid, n)
+	if err != nil {
+		return o, fmt.Errorf("%s: outcome %d did not arrive within %s (got %d)", pid, n, timeout, r.count(pid))
+	}
+	return o, nil
+}
+
+// waitCtx waits for the n-th (1-based) outcome of a proposal until ctx is
+// done.
+func (r *outcomes) waitCtx(ctx context.Context, pid string, n int) (schema.Outcome, error) {
+	stop := context.AfterFunc(ctx, func() { r.mu.Lock(); r.cond.Broadcast(); r.mu.Unlock() })
+	defer stop()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for len(r.by[pid]) < n {
-		if time.Now().After(deadline) {
-			return schema.Outcome{}, fmt.Errorf("%s: outcome %d did not arrive within %s (got %d)", pid, n, timeout, len(r.by[pid]))
+		if err := ctx.Err(); err != nil {
+			return schema.Outcome{}, err
 		}
 		r.cond.Wait()
 	}
 	return r.by[pid][n-1], nil
+}
+
+func (r *outcomes) count(pid string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.by[pid])
 }

@@ -266,6 +266,9 @@ func (d *demo) operator() error {
 	}
 	d.printf("           the ledger cannot say whether it paid; after %d polls the outcome is terminal\n", reconcileAttempts)
 	d.printf("           and the action waits for a person.\n")
+	if d.keep != nil {
+		return d.leaveForOperator(pid, fp)
+	}
 	url := d.proc.NATSURL()
 	d.printf("           The operator %q signs each request with its key (--nkey).\n", operatorName)
 	if err := d.cli("reconcile", "list", "--nkey", d.opSeed, "--url", url); err != nil {
@@ -287,4 +290,50 @@ func (d *demo) operator() error {
 		return fmt.Errorf("operator: %d dispatches", d.ledger.Dispatches())
 	}
 	return d.cli("reconcile", "list", "--nkey", d.opSeed, "--url", url)
+}
+
+// leaveForOperator is the last scene under --keep: the indeterminate
+// payment and a proposal parked for approval wait for a person, who
+// settles the payment in `processor console` (or with the CLI) as the
+// operator "ops"; the demo reports the resolution and keeps running until
+// Keep is done.
+func (d *demo) leaveForOperator(pid, fp string) error {
+	const parked = "restock-approval"
+	p := lumberProposal(parked, "security-domain:demo", []any{candidate("sku-1001", map[string]any{"resource": "Lumber: Cedar-8ft-GradeA"})})
+	fixtures.Set(p, "intent.payload", map[string]any{"quantity": 50})
+	fixtures.Set(p, "intent.display", map[string]any{"summary": "Add 50 boards of cedar 8ft grade A"})
+	if err := d.propose(p); err != nil {
+		return err
+	}
+	o, err := d.expect(parked, 1, schema.KindNeedsApproval, schema.CodeApprovalRequired)
+	if err != nil {
+		return err
+	}
+	d.event("%s", describe(parked, o))
+	url := d.proc.NATSURL()
+	d.printf("\nThe demo keeps running (--keep) until Ctrl-C: %s waits for an operator and %s for approval.\n", pid, parked)
+	d.printf("Settle the payment in the console, signed as the operator %q (open its Indeterminate page):\n\n", operatorName)
+	d.printf("  processor console --url %s --nkey %s\n\n", url, d.opSeed)
+	d.printf("or from the command line:\n\n")
+	d.printf("  processor reconcile resolve %s --absent --evidence 'ledger-console:payments?invoice=INV-0042' \\\n      --url %s --nkey %s\n\n", fp, url, d.opSeed)
+	d.printf("Waiting for the resolution…\n")
+	o, err = d.outs.waitCtx(d.keep, pid, reconcileAttempts+2)
+	if err != nil {
+		d.printf("Stopped before %s was settled.\n", pid)
+		return nil
+	}
+	d.event("%s", describe(pid, o))
+	if r := o.Receipt; r != nil && r.Reconciliation != nil {
+		d.printf("           settled by the operator %s, evidence %s. Provider dispatches: %d.\n", orUnnamed(r.Reconciliation.Operator), strings.Join(r.EvidenceRefs, " "), d.ledger.Dispatches())
+	}
+	d.printf("Still running: Ctrl-C stops the demo and removes its data.\n")
+	<-d.keep.Done()
+	return nil
+}
+
+func orUnnamed(operator string) string {
+	if operator == "" {
+		return "(unnamed: an unsigned request)"
+	}
+	return operator
 }

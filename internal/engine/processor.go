@@ -111,6 +111,7 @@ type Processor struct {
 	stopFetch context.CancelFunc
 	stopWork  context.CancelFunc
 	drain     time.Duration
+	startedAt time.Time
 	wg        sync.WaitGroup
 	done      chan struct{}
 	closeOnce sync.Once
@@ -141,7 +142,7 @@ func Start(ctx context.Context, o Options) (*Processor, error) {
 	}
 	p := &Processor{
 		cfg: cfg, log: o.Log, clock: o.Clock, subj: subj,
-		drain: o.DrainTimeout, done: make(chan struct{}),
+		drain: o.DrainTimeout, done: make(chan struct{}), startedAt: time.Now(),
 	}
 	if p.log == nil {
 		p.log = slog.Default()
@@ -252,7 +253,7 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 	p.metrics.SetIndeterminateSource(jr.CountIndeterminate)
 	// The operator's API (processor receipts, processor reconcile).
 	adm := &admin.Server{Journal: jr, Approvals: p.approvals, Nonces: p.nonces, Store: p.proposals, Reconciliation: p.recon, Subjects: subj, Clock: p.clock,
-		Log: p.log.With("component", "admin"), JS: p.js, Operators: cfg.Operators, AllowUnsigned: cfg.Admission.AllowUnsigned}
+		Log: p.log.With("component", "admin"), JS: p.js, Operators: cfg.Operators, AllowUnsigned: cfg.Admission.AllowUnsigned, Self: p.status}
 	if p.stopAdmin, err = adm.Serve(p.nc); err != nil {
 		return err
 	}

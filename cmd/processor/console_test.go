@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/portcullis/portcullis/testenv"
+)
+
+// TestConsoleFlags: the console's safety rules are usage errors before
+// anything connects — a key or --dev; --dev on loopback only; any other
+// address only with TLS and a login token; the token file private and
+// long enough.
+func TestConsoleFlags(t *testing.T) {
+	t.Setenv(EnvOperatorNkey, "")
+	dir := t.TempDir()
+	seed := filepath.Join(dir, "op.nk")
+	if code := run([]string{"keygen", "operator", "--out", seed}, nil, io.Discard, io.Discard); code != 0 {
+		t.Fatal("keygen")
+	}
+	cert, key := selfSigned(t, dir)
+	good := filepath.Join(dir, "token")
+	if err := os.WriteFile(good, []byte(strings.Repeat("t", 40)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	open := filepath.Join(dir, "open-token")
+	if err := os.WriteFile(open, []byte(strings.Repeat("t", 40)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	short := filepath.Join(dir, "short-token")
+	if err := os.WriteFile(short, []byte("secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		args []string
+		code int
+		msg  string
+	}{
+		{"no key", []string{"console"}, 2, "give --nkey FILE"},
+		{"dev elsewhere", []string{"console", "--dev", "--listen", "0.0.0.0:9465"}, 2, "--dev serves on loopback only"},
+		{"every interface", []string{"console", "--nkey", seed, "--listen", ":9465"}, 2, "needs --tls-cert, --tls-key and --token-file"},
+		{"no login", []string{"console", "--nkey", seed, "--listen", "0.0.0.0:9465", "--tls-cert", cert, "--tls-key", key}, 2, "--token-file"},
+		{"no TLS", []string{"console", "--nkey", seed, "--listen", "0.0.0.0:9465", "--token-file", good}, 2, "--tls-cert"},
+		{"half TLS", []string{"console", "--nkey", seed, "--tls-cert", cert}, 2, "together"},
+		{"bad address", []string{"console", "--dev", "--listen", "nowhere"}, 2, "--listen"},
+		{"readable token", []string{"console", "--nkey", seed, "--listen", "0.0.0.0:9465", "--tls-cert", cert, "--tls-key", key, "--token-file", open}, 1, "chmod 600"},
+		{"short token", []string{"console", "--nkey", seed, "--token-file", short}, 1, "at least 32 characters"},
+		{"bad certificate", []string{"console", "--nkey", seed, "--tls-cert", key, "--tls-key", cert}, 1, "--tls-cert"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(c.args, nil, &out, &errb); code != c.code || !strings.Contains(errb.String(), c.msg) {
+			t.Errorf("%s: exit %d, want %d with %q:\n%s", c.name, code, c.code, c.msg, errb.String())
+		}
+	}
+	c := newCmdline("console", command{}, io.Discard, io.Discard)
+	opts, _, ok := consoleOptions(c, "0.0.0.0:9465", false, true, cert, key, good)
+	if !ok || opts.TLS == nil || opts.Token != strings.Repeat("t", 40) {
+		t.Errorf("TLS and a token elsewhere: %+v %v", opts, ok)
+	}
+}
+
+// selfSigned writes a self-signed certificate and its key.
+func selfSigned(t *testing.T, dir string) (certFile, keyFile string) {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "console"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), DNSNames: []string{"console.example"}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalECPrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
+}
+
+// TestConsoleCommand runs the built `processor console` beside a processor
+// with NATS authentication on, logged in and signing as its operator: it
+// says where it serves, serves the queue, and stops on SIGTERM with exit
+// status 0.
+func TestConsoleCommand(t *testing.T) {
+	env := testenv.New(t, testenv.WithAuth())
+	seed := writeSeed(t, env.Operator)
+	bin := testenv.ProcessorBinary(t) // built first: under load a build takes long
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hang guard
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "console", "--url", env.Server.ClientURL(), "--nkey", seed, "--listen", "127.0.0.1:0")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatalf("no banner: %v\n%s", err, stderr.String())
+	}
+	m := regexp.MustCompile(`Portcullis console on (http://127\.0\.0\.1:\d+)/ .*requests signed by operator U`).FindStringSubmatch(line)
+	if m == nil {
+		t.Fatalf("banner %q", line)
+	}
+	res, err := http.Get(m[1] + "/indeterminate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK || !strings.Contains(string(body), "No indeterminate actions.") {
+		t.Errorf("queue: %d\n%s", res.StatusCode, body)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("exit: %v\n%s", err, stderr.String())
+	}
+}
