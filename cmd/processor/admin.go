@@ -236,7 +236,9 @@ func (c *conn) client() (*admin.Client, func(), error) {
 	return &admin.Client{NC: s.nc, Subjects: s.subj, Timeout: c.timeout, Key: s.key, Now: operatorNow}, s.close, nil
 }
 
-// fail prints an operator command's error and returns its exit status.
+// fail prints a command's failure, every line prefixed "processor <cmd>: ",
+// with advice for the operator commands' refusals, and returns exit
+// status 1.
 func fail(stderr io.Writer, cmd string, err error) int {
 	switch {
 	case errors.Is(err, admin.ErrNoProcessor):
@@ -246,7 +248,11 @@ func fail(stderr io.Writer, cmd string, err error) int {
 	case errors.Is(err, admin.ErrStale):
 		fmt.Fprintf(stderr, "processor %s: %v: is this machine's clock within %s of the processor's?\n", cmd, err, admin.MaxRequestSkew)
 	default:
-		fmt.Fprintf(stderr, "processor %s: %v\n", cmd, err)
+		// A configuration's diagnostics are one per line: each line
+		// starts with the command, like every other failure.
+		for _, line := range strings.Split(err.Error(), "\n") {
+			fmt.Fprintf(stderr, "processor %s: %s\n", cmd, line)
+		}
 	}
 	return 1
 }

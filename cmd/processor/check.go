@@ -281,8 +281,7 @@ func (c *cmdline) judgeOptions(fs *flag.FlagSet, referent, cfgPath string, dev b
 	case cfgPath != "":
 		loaded, err := config.Load(cfgPath)
 		if err != nil {
-			fmt.Fprintln(c.stderr, err)
-			return judgeOptions{}, 1, false
+			return judgeOptions{}, c.fail(err), false
 		}
 		cfg = loaded
 	}

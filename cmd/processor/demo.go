@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"io"
 	"log/slog"
 
@@ -27,8 +26,7 @@ func cmdDemo(c *cmdline, args []string, _ io.Reader) int {
 		CLI: func(args []string, stdout, stderr io.Writer) int { return run(args, nil, stdout, stderr) },
 	})
 	if err != nil {
-		fmt.Fprintln(c.stderr, "processor demo:", err)
-		return 1
+		return c.fail(err)
 	}
 	return 0
 }

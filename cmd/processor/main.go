@@ -15,7 +15,7 @@
 //	processor reconcile resolve FP|H/ID --present|--absent --evidence REF
 //	processor keygen KIND --out FILE    a new nkey for a role (or internal: the HMAC key file)
 //	processor nats-permissions --config FILE   the accounts block for external servers
-//	processor version                   the build's module version and VCS revision
+//	processor version                   the build's module version and VCS revision (also --version)
 //	processor help [COMMAND]            a command's usage (so does COMMAND -h)
 //
 // See README.md for every subcommand.
@@ -103,6 +103,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case isHelp(args[0]):
 		usage(stdout)
 		return 0
+	case args[0] == "--version" || args[0] == "-version":
+		// What other tools take: the same as `processor version`.
+		args = append([]string{"version"}, args[1:]...)
 	}
 	return dispatch("", commands(), args, stdin, stdout, stderr)
 }
@@ -122,8 +125,7 @@ func cmdValidate(c *cmdline, args []string, _ io.Reader) int {
 		return c.usageError("give the configuration file")
 	}
 	if _, err := config.Load(*path); err != nil {
-		fmt.Fprintln(c.stderr, err)
-		return 1
+		return c.fail(err)
 	}
 	fmt.Fprintf(c.stdout, "%s: ok\n", *path)
 	return 0
@@ -175,19 +177,17 @@ func cmdRun(c *cmdline, args []string, _ io.Reader) int {
 		cfg = config.Dev(*data)
 		cfg.NATS.Listen, cfg.Metrics.Listen = *listen, *metricsListen
 		if err := cfg.Validate(); err != nil {
-			fmt.Fprintln(stderr, "processor run:", err)
-			return 2
+			return c.usageError("%v", err)
 		}
 	case *path != "":
 		if set["listen"] || set["metrics-listen"] || set["data"] {
 			return c.usageError("--listen, --metrics-listen and --data go with --dev; set nats.listen and metrics.listen in the configuration")
 		}
-		c, err := config.Load(*path)
+		loaded, err := config.Load(*path)
 		if err != nil {
-			fmt.Fprintln(stderr, err)
-			return 1
+			return c.fail(err)
 		}
-		cfg = c
+		cfg = loaded
 	default:
 		return c.usageError("give --dev or --config FILE")
 	}
@@ -198,8 +198,7 @@ func cmdRun(c *cmdline, args []string, _ io.Reader) int {
 	p, err := engine.Start(startCtx, engine.Options{Config: cfg, Log: log})
 	cancel()
 	if err != nil {
-		fmt.Fprintln(stderr, "processor:", err)
-		return 1
+		return c.fail(err)
 	}
 	if *dev {
 		metricsURL := "off"
@@ -218,8 +217,7 @@ func cmdRun(c *cmdline, args []string, _ io.Reader) int {
 	case <-p.Done():
 	}
 	if err := p.Close(); err != nil && !errors.Is(err, context.Canceled) {
-		fmt.Fprintln(stderr, "processor:", err)
-		return 1
+		return c.fail(err)
 	}
 	return 0
 }

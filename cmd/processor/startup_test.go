@@ -94,7 +94,7 @@ func TestStartupFailuresAreOneLine(t *testing.T) {
 			}
 			lines := strings.Split(strings.TrimSpace(out), "\n")
 			last := lines[len(lines)-1]
-			if !strings.HasPrefix(last, "processor: ") || !regexp.MustCompile(tc.want).MatchString(last) {
+			if !strings.HasPrefix(last, "processor run: ") || !regexp.MustCompile(tc.want).MatchString(last) {
 				t.Errorf("last line %q does not match %q:\n%s", last, tc.want, out)
 			}
 			if strings.Contains(out, "panic") || strings.Contains(out, "goroutine ") {

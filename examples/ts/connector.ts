@@ -173,8 +173,10 @@ try {
 }
 
 // A queue group: several connector processes share the requests, each
-// request going to exactly one of them.
-const queue = `portcullis-connector-${provider}`;
+// request going to exactly one of them. "portcullis" is the Go client's
+// default (client.DefaultQueue), so Go and TypeScript processes of one
+// connector share the load too.
+const queue = "portcullis";
 const serve = (subject: string, handle: (msg: Msg) => void) =>
   nc.subscribe(subject, {
     queue,
