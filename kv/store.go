@@ -33,6 +33,10 @@ var (
 	ErrFailed = errors.New("kv: store failed")
 	// ErrCorrupt is returned for a record that does not decode.
 	ErrCorrupt = errors.New("kv: corrupt record")
+	// ErrLocked is returned by Open for a directory another store holds:
+	// another processor runs with the same store.dir (its error names
+	// the process when the system says which).
+	ErrLocked = errors.New("kv: store directory in use")
 )
 
 // Durability of a commit.
@@ -60,14 +64,15 @@ type Options struct {
 // Store owns one Pebble database. Its methods are safe for concurrent use;
 // after Close they return ErrClosed instead of touching the database.
 type Store struct {
-	mu     sync.RWMutex // held for reading by every operation, for writing by Close
-	db     *pebble.DB
-	closed bool
-	fmu    sync.Mutex
-	failed error // set once Pebble reports a fatal error; guarded by fmu
-	log    *slog.Logger
-	now    func() int64
-	locks  KeyedMutex
+	mu      sync.RWMutex // held for reading by every operation, for writing by Close
+	db      *pebble.DB
+	dirLock *pebble.Lock // the directory's lock, released after db closes
+	closed  bool
+	fmu     sync.Mutex
+	failed  error // set once Pebble reports a fatal error; guarded by fmu
+	log     *slog.Logger
+	now     func() int64
+	locks   KeyedMutex
 	// timerAdded signals commits that added a timer (TimerAdded).
 	timerAdded chan struct{}
 	// idMu serializes InstanceID's first call.
@@ -150,15 +155,34 @@ func Open(dir string, o Options) (*Store, error) {
 	for i := range opts.Levels {
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
+	// The directory's lock first, before Pebble starts anything (a failed
+	// pebble.Open leaves its disk-health goroutine running): a store
+	// another processor holds is refused naming it.
+	fs := o.FS
+	if fs == nil {
+		fs = vfs.Default
+	}
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("kv: open %s: %w", dir, err)
+	}
+	lock, err := pebble.LockDirectory(dir, fs)
+	if err != nil {
+		if holder, locked := lockedBy(o.FS, dir, err); locked {
+			return nil, fmt.Errorf("%w: %s is held by %s: stop it, or give this processor a store.dir of its own", ErrLocked, dir, holder)
+		}
+		return nil, fmt.Errorf("kv: open %s: %w", dir, err)
+	}
+	opts.Lock = lock
 	db, err := pebble.Open(dir, opts)
 	if err != nil {
+		_ = lock.Close()
 		return nil, fmt.Errorf("kv: open %s: %w", dir, err)
 	}
 	now := o.Now
 	if now == nil {
 		now = func() int64 { return time.Now().UnixMilli() }
 	}
-	return &Store{db: db, log: log, now: now, timerAdded: make(chan struct{}, 1)}, nil
+	return &Store{db: db, dirLock: lock, log: log, now: now, timerAdded: make(chan struct{}, 1)}, nil
 }
 
 // Close closes the database. Operations still running finish first; later
@@ -171,6 +195,9 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	err := s.db.Close()
+	if lerr := s.dirLock.Close(); err == nil {
+		err = lerr
+	}
 	if s.Failed() != nil {
 		return nil // Pebble's state is unreliable after a fatal error; its close error adds nothing
 	}

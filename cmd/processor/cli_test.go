@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/portcullis/portcullis/internal/version"
 	"github.com/portcullis/portcullis/schema"
@@ -208,6 +210,39 @@ func TestFailurePrefix(t *testing.T) {
 			if !strings.HasPrefix(line, "processor "+c.cmd+": ") || strings.Contains(line, c.cmd+": "+c.cmd) {
 				t.Errorf("%q: line %q does not start with %q once", c.args, line, "processor "+c.cmd+": ")
 			}
+		}
+	}
+}
+
+// TestValidateFilesAndEmpty: validate says which named file is missing or
+// wrong (file:line of its attribute) and that an empty file configures
+// nothing, exit 1, at once (issue 23: both were "ok").
+func TestValidateFilesAndEmpty(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "processor.nk")
+	remote := filepath.Join(dir, "remote.hcl")
+	if err := os.WriteFile(remote, []byte("nats {\n  url         = \"nats://127.0.0.1:4222\"\n  credentials = \""+missing+"\"\n}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(dir, "empty.hcl")
+	if err := os.WriteFile(empty, []byte("# nothing yet\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		file, want string
+	}{
+		{remote, "processor validate: " + remote + ":3,17-" + fmt.Sprint(17+len(missing)+2) + ": Unusable file for credentials; " + missing + " does not exist\n"},
+		{empty, "processor validate: " + empty + " configures nothing: it has no blocks or attributes, so every key takes its default (config.example.hcl shows them all)\n"},
+	} {
+		start := time.Now()
+		code, out, errs := runArgs("validate", c.file)
+		took := time.Since(start)
+		t.Logf("validate %s: exit %d after %s", filepath.Base(c.file), code, took)
+		if code != 1 || out != "" || errs != c.want {
+			t.Errorf("validate %s: exit %d, stdout %q, stderr %q; want exit 1 and %q", c.file, code, out, errs, c.want)
+		}
+		if took > failFast {
+			t.Errorf("validate %s took %s", c.file, took)
 		}
 	}
 }
