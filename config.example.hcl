@@ -1,5 +1,6 @@
 # Portcullis configuration. Every key is shown with its default (or an
 # example where there is none) and is optional unless it says "required".
+# "SPEC §N" below is section N of PROTOCOL.md, the wire contract.
 # Unknown keys and bad values are refused with file:line:
 #
 #   processor validate --config config.example.hcl

@@ -1,7 +1,8 @@
 // Package client is the Go client of Portcullis for integrators: hosts that
 // propose consequential actions and follow their outcomes, and the
 // connectors, protected-profile resolvers and candidate sources the
-// processor calls. It speaks the wire contract of SPEC §1–§4 over NATS, and
+// processor calls. It speaks the wire contract of PROTOCOL.md (at the
+// repository's root; "SPEC §2.7" here is its section 2.7) over NATS, and
 // does the things an integration must not get wrong: its own login and
 // inbox, signatures over the exact bytes sent, subscribing before
 // publishing, reading missed outcomes from the outcome stream, strict
