@@ -20,7 +20,7 @@ import (
 // the hang guard cancels it) and returns its exit code and output.
 func runBinary(t *testing.T, dir string, args ...string) (int, string) {
 	t.Helper()
-	code, out, _ := runTimed(t, dir, nil, args...)
+	code, out, _ := runTimed(t, dir, args...)
 	return code, out
 }
 
@@ -30,15 +30,13 @@ func runBinary(t *testing.T, dir string, args ...string) (int, string) {
 // machine. Tests log what they measured.
 const failFast = 8 * time.Second
 
-// runTimed is runBinary with extra environment variables, also returning
-// how long the process ran (logged).
-func runTimed(t *testing.T, dir string, env []string, args ...string) (int, string, time.Duration) {
+// runTimed is runBinary, also returning how long the process ran (logged).
+func runTimed(t *testing.T, dir string, args ...string) (int, string, time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, testenv.ProcessorBinary(t), args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), env...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	start := time.Now()
@@ -55,6 +53,22 @@ func runTimed(t *testing.T, dir string, env []string, args ...string) (int, stri
 	}
 	t.Logf("processor %s: exit %d after %s", strings.Join(args, " "), code, took.Round(time.Millisecond))
 	return code, out.String(), took
+}
+
+// startProcessor starts the processor binary with args in dir and waits
+// until its output says ready; it is killed when the test ends.
+func startProcessor(t *testing.T, dir, ready string, args ...string) (*exec.Cmd, *testenv.LogBuffer) {
+	t.Helper()
+	cmd := exec.Command(testenv.ProcessorBinary(t), args...)
+	cmd.Dir = dir
+	out := &testenv.LogBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	out.Wait(t, ready)
+	return cmd, out
 }
 
 // busy holds a loopback port for the test and returns its address.
@@ -115,7 +129,7 @@ func TestStartupFailuresAreOneLine(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			code, out, took := runTimed(t, dir, nil, tc.args...)
+			code, out, took := runTimed(t, dir, tc.args...)
 			if code != 1 {
 				t.Fatalf("exit %d, want 1:\n%s", code, out)
 			}
@@ -144,14 +158,7 @@ func TestStartupFailuresAreOneLine(t *testing.T) {
 func TestSecondProcessorOnTheSamePort(t *testing.T) {
 	dir := t.TempDir()
 	addr := freeAddr(t)
-	first := exec.Command(testenv.ProcessorBinary(t), "run", "--dev", "--data", filepath.Join(dir, "a"), "--listen", addr, "--metrics-listen", "")
-	var out testenv.LogBuffer
-	first.Stdout, first.Stderr = &out, &out
-	if err := first.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = first.Process.Kill(); _ = first.Wait() }()
-	out.Wait(t, "Portcullis is running")
+	first, _ := startProcessor(t, dir, "Portcullis is running", "run", "--dev", "--data", filepath.Join(dir, "a"), "--listen", addr, "--metrics-listen", "")
 	code, second := runBinary(t, dir, "run", "--dev", "--data", filepath.Join(dir, "b"), "--listen", addr, "--metrics-listen", "")
 	if code != 1 || !strings.Contains(second, "address already in use") {
 		t.Fatalf("second processor: exit %d:\n%s", code, second)
@@ -167,16 +174,8 @@ func TestSecondProcessorOnTheSamePort(t *testing.T) {
 // temporarily unavailable", after the second server had started).
 func TestSecondProcessorOnTheSameStore(t *testing.T) {
 	dir := t.TempDir()
-	first := exec.Command(testenv.ProcessorBinary(t), "run", "--dev", "--data", "d", "--listen", "127.0.0.1:0", "--metrics-listen", "")
-	first.Dir = dir
-	var out testenv.LogBuffer
-	first.Stdout, first.Stderr = &out, &out
-	if err := first.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = first.Process.Kill(); _ = first.Wait() }()
-	out.Wait(t, "Portcullis is running")
-	code, second, took := runTimed(t, dir, nil, "run", "--dev", "--data", "d", "--listen", "127.0.0.1:0", "--metrics-listen", "")
+	first, _ := startProcessor(t, dir, "Portcullis is running", "run", "--dev", "--data", "d", "--listen", "127.0.0.1:0", "--metrics-listen", "")
+	code, second, took := runTimed(t, dir, "run", "--dev", "--data", "d", "--listen", "127.0.0.1:0", "--metrics-listen", "")
 	want := fmt.Sprintf("processor run: kv: store directory in use: d/store is held by another processor (pid %d): stop it, or give this processor a store.dir of its own\n", first.Process.Pid)
 	if code != 1 || !strings.HasSuffix(second, want) {
 		t.Fatalf("second processor: exit %d:\n%s\nwant the last line %q", code, second, want)
@@ -193,14 +192,7 @@ func TestSecondProcessorOnTheSameStore(t *testing.T) {
 // listens, that authentication is off, and which providers exist.
 func TestRunDevAddresses(t *testing.T) {
 	dir := t.TempDir()
-	cmd := exec.Command(testenv.ProcessorBinary(t), "run", "--dev", "--data", filepath.Join(dir, "d"), "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")
-	var out testenv.LogBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	out.Wait(t, "Ctrl-C stops")
+	_, out := startProcessor(t, dir, "Ctrl-C stops", "run", "--dev", "--data", filepath.Join(dir, "d"), "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")
 	for _, want := range []string{"NATS JetStream: nats://127.0.0.1:", "metrics:        http://127.0.0.1:", "providers:      demo", "no NATS authentication", "actions.proposals.<h>", "NATS AUTHENTICATION IS OFF"} {
 		if !bytes.Contains(out.Bytes(), []byte(want)) {
 			t.Errorf("banner lacks %q:\n%s", want, out.Bytes())
