@@ -18,7 +18,7 @@
 //	processor version                   the build's module version and VCS revision (also --version)
 //	processor help [COMMAND]            a command's usage (so does COMMAND -h)
 //
-// See README.md for every subcommand.
+// See docs/running.md for every subcommand.
 package main
 
 import (
