@@ -1,5 +1,6 @@
 # Portcullis configuration. Every key is shown with its default (or an
 # example where there is none) and is optional unless it says "required".
+# "SPEC §N" below is section N of PROTOCOL.md, the wire contract.
 # Unknown keys and bad values are refused with file:line:
 #
 #   processor validate --config config.example.hcl
@@ -19,8 +20,8 @@ nats {
 
   # Every client of the embedded server logs in with the nkey of its host,
   # connector, resolver, source or operator block below, in a NATS account
-  # of that block's own, and gets exactly that role's permissions (README,
-  # "Security model"). false is refused unless listen is a loopback address.
+  # of that block's own, and gets exactly that role's permissions
+  # (docs/security.md). false is refused unless listen is a loopback address.
   auth = true
 
   # TLS for the embedded listener and the processor's own connection

@@ -400,15 +400,15 @@ func TestConnectorDrainAndStop(t *testing.T) {
 func TestServeRefusedSubscription(t *testing.T) {
 	env := testenv.New(t, testenv.WithAuth())
 	nc := connect(t, env, env.Connector)
-	_, err := client.ServeConnector(nc, client.ConnectorConfig{Providers: []string{"demo"}}, &provider{})
+	_, err := client.ServeConnector(nc.Conn, client.ConnectorConfig{Providers: []string{"demo"}}, &provider{})
 	if !errors.Is(err, nats.ErrPermissionViolation) {
 		t.Errorf("ServeConnector for another connector's provider: %v, want a permissions violation", err)
 	}
-	_, err = client.ServeResolver(nc, client.ResolverConfig{}, client.DisclosureFunc(nil))
+	_, err = client.ServeResolver(nc.Conn, client.ResolverConfig{}, client.DisclosureFunc(nil))
 	if !errors.Is(err, nats.ErrPermissionViolation) {
 		t.Errorf("ServeResolver as a connector: %v, want a permissions violation", err)
 	}
-	host, err := client.NewHost(nc, client.HostConfig{Name: testenv.HostName, Key: env.Host})
+	host, err := client.NewHost(nc, client.HostConfig{Name: testenv.HostName})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,6 +51,23 @@ var (
 	// the one the caller expects (GrantOptions.ExpectFingerprint). Never
 	// approve an intent you did not compute yourself.
 	ErrFingerprintMismatch = errors.New("client: approval is for another fingerprint")
+
+	// ErrLoginRefused: the NATS server was reached and refused the login
+	// (nats.ErrAuthorization, also wrapped): an anonymous login to a server
+	// that requires one, or a key that is no configured role's public_key.
+	ErrLoginRefused = errors.New("client: NATS refused the login")
+
+	// ErrIdentityMismatch: the connection would log in as one identity and
+	// sign as another (Connect's options log in as someone else than its
+	// seed), or NewHost was given a connection that logged in without a
+	// key to sign with. The processor drops a host's messages signed by a
+	// key that is not its own, so this is refused before anything is sent.
+	ErrIdentityMismatch = errors.New("client: the login and the signing key differ")
+
+	// ErrNotNATS: the server URL is not a NATS URL (nats://, tls://, ws://,
+	// wss://, or host:port), such as the processor's http:// metrics
+	// address. Refused before connecting.
+	ErrNotNATS = errors.New("client: not a NATS URL")
 )
 
 // ctxError is the error for a done context: it wraps ctx's error, and

@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"os"
 	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nkeys"
 
 	"github.com/portcullis/portcullis/client"
 	"github.com/portcullis/portcullis/schema"
@@ -26,12 +24,14 @@ func ExampleHost() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	nc, err := client.Connect(url, seed) // log in as host "frontdesk", replies under its own inbox
+	// Log in as host "frontdesk" (replies under its own inbox); the host
+	// signs with the same key.
+	nc, err := client.Connect(url, seed)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer nc.Close()
-	host, err := client.NewHost(nc, client.HostConfig{Name: "frontdesk", Key: seed})
+	host, err := client.NewHost(nc, client.HostConfig{Name: "frontdesk"})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -149,7 +149,7 @@ func ExampleServeConnector() {
 	}
 	defer nc.Close()
 
-	c, err := client.ServeConnector(nc, client.ConnectorConfig{Providers: []string{"inventory"}}, stock{})
+	c, err := client.ServeConnector(nc.Conn, client.ConnectorConfig{Providers: []string{"inventory"}}, stock{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -178,16 +178,17 @@ func ExampleServeConnector() {
 // A protected-profile resolver supplies values and the assurance of this
 // disclosure; the Resolver echoes the bindings the processor checks.
 func ExampleServeResolver() {
-	seed, err := nkeys.FromSeed([]byte(os.Getenv("PORTCULLIS_RESOLVER_SEED")))
+	seed, err := client.LoadSeed("resolver.nk") // written by `processor keygen resolver --out resolver.nk`
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer seed.Wipe()
 	nc, err := client.Connect(nats.DefaultURL, seed)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer nc.Close()
-	r, err := client.ServeResolver(nc, client.ResolverConfig{},
+	r, err := client.ServeResolver(nc.Conn, client.ResolverConfig{},
 		client.DisclosureFunc(func(ctx context.Context, req schema.DisclosureRequest) (client.Disclosure, error) {
 			// Look the user up by what your host knows of this intent (for
 			// example, the fingerprint it approved) and ask for
@@ -218,16 +219,17 @@ func ExampleServeResolver() {
 // A candidate source answers grounding with the bounded candidates for a
 // subject in a security domain.
 func ExampleServeCandidateSource() {
-	seed, err := nkeys.FromSeed([]byte(os.Getenv("PORTCULLIS_SOURCE_SEED")))
+	seed, err := client.LoadSeed("catalog.nk") // written by `processor keygen source --out catalog.nk`
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer seed.Wipe()
 	nc, err := client.Connect(nats.DefaultURL, seed)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer nc.Close()
-	s, err := client.ServeCandidateSource(nc, client.SourceConfig{Name: "catalog"},
+	s, err := client.ServeCandidateSource(nc.Conn, client.SourceConfig{Name: "catalog"},
 		client.CandidateFunc(func(ctx context.Context, req client.CandidateRequest) (client.CandidateReply, error) {
 			// … search the catalog of req.Scope for req.Subject …
 			return client.CandidateReply{

@@ -40,15 +40,6 @@ type HostConfig struct {
 	// <h> token of its subjects. Required.
 	Name string
 
-	// Key signs every proposal, grant and decline (headers
-	// Actions-Host-Key and Actions-Signature over the exact body). It is
-	// the key of the host block, the same one Connect logs in with. Nil
-	// sends unsigned messages, which only a processor with
-	// admission.allow_unsigned (processor run --dev) admits; any other
-	// drops them with the incident event ADMISSION_UNAUTHENTICATED and
-	// publishes no outcome.
-	Key nkeys.KeyPair
-
 	// Prefix is the processor's subject prefix (`subjects { prefix }`);
 	// empty means "actions".
 	Prefix string
@@ -75,22 +66,38 @@ type HostConfig struct {
 // (SPEC §2.1–2.4). It is safe for concurrent use.
 type Host struct {
 	nc           *nats.Conn
+	refusals     *refusals
 	js           jetstream.JetStream
 	name         string
 	key          nkeys.KeyPair
+	pub          string // key's public key
 	subj         subjects.Subjects
 	timeout      time.Duration
 	pollInterval time.Duration
 	msgID        bool
 }
 
-// NewHost returns a Host that publishes and subscribes on nc (see Connect).
-// It makes no request: in particular it never calls the JetStream API info
-// endpoint, which hosts may not use.
-func NewHost(nc *nats.Conn, cfg HostConfig) (*Host, error) {
-	if nc == nil {
+// NewHost returns a Host that publishes and subscribes on c and signs
+// every proposal, grant and decline with the key c logged in with
+// (headers Actions-Host-Key and Actions-Signature over the exact body):
+// the key of the host block. A Conn without a key (Connect with a nil
+// seed) sends unsigned messages, which only a processor with
+// admission.allow_unsigned (processor run --dev) admits; any other drops
+// them with the incident event ADMISSION_UNAUTHENTICATED and publishes no
+// outcome (Tracker.Await then says so when it gives up). A Conn that
+// logged in with another identity but has no key to sign with is refused
+// (ErrIdentityMismatch).
+//
+// NewHost makes no request: in particular it never calls the JetStream
+// API info endpoint, which hosts may not use.
+func NewHost(c *Conn, cfg HostConfig) (*Host, error) {
+	if c == nil || c.Conn == nil {
 		return nil, errors.New("client: NewHost: no connection")
 	}
+	if c.key == nil && c.login != "" {
+		return nil, fmt.Errorf("client: NewHost: %w: the connection logged in as %s and has no key to sign with; connect with client.Connect(url, seed)", ErrIdentityMismatch, c.login)
+	}
+	nc := c.Conn
 	if !subjects.ValidHost(cfg.Name) {
 		return nil, fmt.Errorf("client: NewHost: invalid host name %q (want ^[A-Za-z0-9_-]{1,64}$)", cfg.Name)
 	}
@@ -103,7 +110,7 @@ func NewHost(nc *nats.Conn, cfg HostConfig) (*Host, error) {
 		return nil, fmt.Errorf("client: NewHost: %w", err)
 	}
 	h := &Host{
-		nc: nc, js: js, name: cfg.Name, key: cfg.Key, subj: subj,
+		nc: nc, refusals: &c.refusals, js: js, name: cfg.Name, key: c.key, pub: c.pub, subj: subj,
 		timeout: cfg.Timeout, pollInterval: cfg.PollInterval, msgID: !cfg.NoMsgID,
 	}
 	if h.timeout <= 0 {
@@ -264,6 +271,10 @@ func (h *Host) publish(ctx context.Context, subject, stream string, body []byte)
 	before := h.nc.LastError()
 	pctx, cancel := h.bounded(ctx)
 	defer cancel()
+	// A forbidden publish is dropped by the server, which says so only
+	// asynchronously: the watch ends the wait for a PubAck at once.
+	pctx, stop := h.refusals.watch(pctx, subject)
+	defer stop()
 	ack, err := h.js.PublishMsg(pctx, m)
 	if err != nil {
 		return PubAck{}, h.publishError(ctx, pctx, subject, before, err)
@@ -287,8 +298,13 @@ func (h *Host) publishError(ctx, pctx context.Context, subject string, before, e
 		return fmt.Errorf("client: publish on %s: %w: no stream captures the subject (is the processor running, with this prefix?)", subject, ErrPublishRefused)
 	}
 	// A forbidden publish is dropped by the server, which says so only
-	// asynchronously (nc.LastError); the request then runs to its deadline.
-	if v := h.violation(before, subject); v != nil {
+	// asynchronously: the watch (a Conn's error handler), or nc.LastError
+	// once the request ran to its deadline.
+	v := refusedCause(pctx)
+	if v == nil {
+		v = h.violation(before, subject)
+	}
+	if v != nil {
 		return fmt.Errorf("client: publish on %s: %w: %w (is this connection logged in as host %q?)", subject, ErrPublishRefused, v, h.name)
 	}
 	if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -326,9 +342,14 @@ func (h *Host) Last(ctx context.Context, proposalID string) (schema.Outcome, err
 	subject := h.subj.Outcome(h.name, proposalID)
 	rctx, cancel := h.bounded(ctx)
 	defer cancel()
-	m, err := h.nc.RequestWithContext(rctx, subjects.DirectGetLast(h.subj.OutcomesStream(), subject), nil)
+	get := subjects.DirectGetLast(h.subj.OutcomesStream(), subject)
+	rctx, stop := h.refusals.watch(rctx, get)
+	defer stop()
+	m, err := h.nc.RequestWithContext(rctx, get, nil)
 	switch {
 	case err == nil:
+	case refusedCause(rctx) != nil:
+		return schema.Outcome{}, fmt.Errorf("client: direct get of %s: %w: %w (is this connection logged in as host %q?)", subject, ErrPublishRefused, refusedCause(rctx), h.name)
 	case ctx.Err() != nil:
 		return schema.Outcome{}, ctxError(ctx, "direct get")
 	case rctx.Err() != nil || errors.Is(err, nats.ErrTimeout):

@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/portcullis/portcullis/client"
 	"github.com/portcullis/portcullis/internal/config"
@@ -372,29 +374,70 @@ func TestUnsignedHostDev(t *testing.T) {
 	}
 }
 
-// Without allow_unsigned, an unsigned proposal is stored (the login may
-// publish) but never admitted: no outcome, only the incident event.
-func TestUnsignedHostRefused(t *testing.T) {
-	env := testenv.New(t, testenv.WithAuth())
-	nc := connect(t, env, env.Host)
-	host, err := client.NewHost(nc, client.HostConfig{Name: testenv.HostName, PollInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
+// Without allow_unsigned, a proposal the processor refuses for
+// authentication is stored but never admitted: no outcome, only the
+// incident event. The host learns it from Await, which says why no outcome
+// came (issue 23: it only ever timed out): unsigned, or signed by a key
+// that is not the host block's. (NATS authentication is off here, as with
+// nats.auth = false, so such a login can publish at all.)
+func TestAuthenticationRefusalExplained(t *testing.T) {
+	env := testenv.New(t)
+	stranger, _ := nkeys.CreateUser()
+	strangerPub, _ := stranger.PublicKey()
+	for _, c := range []struct {
+		name string
+		key  nkeys.KeyPair
+		why  string
+	}{
+		{"unsigned", nil, "this one was sent unsigned: only a processor with admission.allow_unsigned"},
+		{"a key that is not the host's", stranger, "this one was sent signed by " + strangerPub + `: is that the public_key of host "frontdesk"'s block?`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			host, err := client.NewHost(connect(t, env, c.key), client.HostConfig{Name: testenv.HostName, PollInterval: 50 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := testContext(t)
+			id := "prop-refused-" + strings.NewReplacer(" ", "-", "'", "").Replace(c.name)
+			tr, err := host.Propose(ctx, proposal(t, testenv.Granted(t, testenv.Lumber(id), "sku-1001", time.Now())))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tr.Stop()
+			env.Recorder.WaitEvent(t, schema.PhaseAdmission, schema.CodeAdmissionUnauthenticated)
+			env.Quiesce(t)
+			short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			defer cancel()
+			o, err := tr.Await(short, client.Terminal)
+			if !errors.Is(err, client.ErrTimeout) || !errors.Is(err, client.ErrNoOutcome) || !strings.Contains(err.Error(), c.why) ||
+				!strings.Contains(err.Error(), "refused for authentication") {
+				t.Errorf("Await = %s, %v; want ErrTimeout and ErrNoOutcome saying %q", o.Kind, err, c.why)
+			}
+			if _, err := host.Last(ctx, id); !errors.Is(err, client.ErrNoOutcome) {
+				t.Errorf("Last: %v, want ErrNoOutcome", err)
+			}
+		})
 	}
+}
+
+// A host with an outcome that is not the one it waits for does not get the
+// no-outcome explanation: only a timeout.
+func TestAwaitTimeoutAfterAnOutcome(t *testing.T) {
+	env := testenv.New(t)
+	host := newHost(t, env, client.HostConfig{})
 	ctx := testContext(t)
-	tr, err := host.Propose(ctx, proposal(t, testenv.Granted(t, testenv.Lumber("prop-unsigned"), "sku-1001", time.Now())))
+	tr, err := host.Propose(ctx, proposal(t, inventory("prop-parked")))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tr.Stop()
-	env.Recorder.WaitEvent(t, schema.PhaseAdmission, schema.CodeAdmissionUnauthenticated)
-	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	defer cancel()
-	if o, err := tr.Await(short, client.Terminal); !errors.Is(err, client.ErrTimeout) {
-		t.Errorf("Await = %s, %v; want ErrTimeout", o.Kind, err)
+	if _, err := tr.Await(ctx, client.Kinds(schema.KindNeedsApproval)); err != nil {
+		t.Fatal(err)
 	}
-	if _, err := host.Last(ctx, "prop-unsigned"); !errors.Is(err, client.ErrNoOutcome) {
-		t.Errorf("Last: %v, want ErrNoOutcome", err)
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if _, err := tr.Await(short, client.Terminal); !errors.Is(err, client.ErrTimeout) || errors.Is(err, client.ErrNoOutcome) {
+		t.Errorf("Await after NEEDS_APPROVAL: %v, want ErrTimeout only", err)
 	}
 }
 
@@ -403,7 +446,7 @@ func TestUnsignedHostRefused(t *testing.T) {
 func TestPublishRefused(t *testing.T) {
 	env := testenv.New(t, testenv.WithAuth())
 	nc := connect(t, env, env.Host)
-	host, err := client.NewHost(nc, client.HostConfig{Name: testenv.OtherHostName, Key: env.Host, Timeout: 500 * time.Millisecond})
+	host, err := client.NewHost(nc, client.HostConfig{Name: testenv.OtherHostName})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -414,12 +457,24 @@ func TestPublishRefused(t *testing.T) {
 	}
 
 	// A grant does not subscribe: NATS drops the publish and says so only
-	// asynchronously, which the host notices when no PubAck comes.
+	// asynchronously, to the connection's error handler, which ends the
+	// wait for the PubAck at once (well under the host's 5 s timeout).
 	parked := schema.Outcome{Host: testenv.OtherHostName, ProposalID: "prop-elsewhere", Kind: schema.KindNeedsApproval,
 		Approval: &schema.Approval{Fingerprint: "sha256:" + strings.Repeat("ab", 32)}}
+	start := time.Now()
 	_, err = host.Grant(ctx, parked, client.GrantOptions{AuthorizedBy: "actor:other", Assurance: schema.AssuranceSession})
-	if !errors.Is(err, client.ErrPublishRefused) || errors.Is(err, client.ErrTimeout) {
+	took := time.Since(start)
+	t.Logf("Grant refused after %s: %v", took, err)
+	if !errors.Is(err, client.ErrPublishRefused) || !errors.Is(err, nats.ErrPermissionViolation) || errors.Is(err, client.ErrTimeout) {
 		t.Errorf("Grant on another host's subject: %v, want ErrPublishRefused", err)
+	}
+	if took > client.DefaultTimeout/2 {
+		t.Errorf("Grant refused after %s, want at once (the timeout is %s)", took, client.DefaultTimeout)
+	}
+	// So does a direct get of another host's outcome.
+	start = time.Now()
+	if _, err := host.Last(ctx, "prop-elsewhere"); !errors.Is(err, client.ErrPublishRefused) || time.Since(start) > client.DefaultTimeout/2 {
+		t.Errorf("Last of another host's outcome: %v after %s, want ErrPublishRefused at once", err, time.Since(start))
 	}
 
 	// The proposals stream refuses a message over max_payload_bytes + 4 KiB.

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 	"go.uber.org/goleak"
 
@@ -30,7 +29,7 @@ func testContext(t *testing.T) context.Context {
 
 // connect logs in to env's server as kp (nil: anonymously) with
 // client.Connect; the connection closes when the test ends.
-func connect(t *testing.T, env *testenv.Env, kp nkeys.KeyPair) *nats.Conn {
+func connect(t *testing.T, env *testenv.Env, kp nkeys.KeyPair) *client.Conn {
 	t.Helper()
 	nc, err := client.Connect(env.Server.ClientURL(), kp)
 	if err != nil {
@@ -40,15 +39,12 @@ func connect(t *testing.T, env *testenv.Env, kp nkeys.KeyPair) *nats.Conn {
 	return nc
 }
 
-// newHost is the default host (frontdesk) signing with env.Host over its
-// own login.
+// newHost is the default host (frontdesk), logged in and signing with
+// env.Host.
 func newHost(t *testing.T, env *testenv.Env, cfg client.HostConfig) *client.Host {
 	t.Helper()
 	if cfg.Name == "" {
 		cfg.Name = testenv.HostName
-	}
-	if cfg.Key == nil {
-		cfg.Key = env.Host
 	}
 	h, err := client.NewHost(connect(t, env, env.Host), cfg)
 	if err != nil {
@@ -116,7 +112,7 @@ func (p *provider) counts() (dispatches, reconciles int) {
 // through its own login, until the test ends.
 func serveInventory(t *testing.T, env *testenv.Env, h client.ProviderHandler) *client.Connector {
 	t.Helper()
-	c, err := client.ServeConnector(connect(t, env, env.Connector), client.ConnectorConfig{Providers: []string{"inventory"}}, h)
+	c, err := client.ServeConnector(connect(t, env, env.Connector).Conn, client.ConnectorConfig{Providers: []string{"inventory"}}, h)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -77,7 +77,9 @@ func (t *Tracker) Next(ctx context.Context) (schema.Outcome, error) {
 // Await returns the first outcome not handed out yet that cond accepts,
 // skipping others. If a terminal outcome arrives that cond does not accept,
 // Await returns it with ErrEnded. When ctx ends first, the error wraps
-// ctx's error (and ErrTimeout for a deadline).
+// ctx's error (and ErrTimeout for a deadline); when no outcome of the
+// proposal ever arrived, also ErrNoOutcome, saying why that can be (a
+// proposal refused for authentication gets none).
 //
 // Live outcomes arrive in order. When the subscription stays silent for the
 // host's PollInterval, Await reads the last stored outcome by direct get and
@@ -120,7 +122,7 @@ func (t *Tracker) await(ctx context.Context, cond Condition, endOnTerminal bool)
 	}
 	for {
 		if err := ctx.Err(); err != nil {
-			return schema.Outcome{}, ctxError(ctx, "await outcome of "+t.id)
+			return schema.Outcome{}, t.gaveUp(ctx)
 		}
 		// What already arrived live comes first, in order.
 		select {
@@ -135,7 +137,7 @@ func (t *Tracker) await(ctx context.Context, cond Condition, endOnTerminal bool)
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			return schema.Outcome{}, ctxError(ctx, "await outcome of "+t.id)
+			return schema.Outcome{}, t.gaveUp(ctx)
 		case m := <-t.ch:
 			timer.Stop()
 			if o, done, err := live(m); done {
@@ -151,7 +153,7 @@ func (t *Tracker) await(ctx context.Context, cond Condition, endOnTerminal bool)
 					return o, err
 				}
 			case ctx.Err() != nil:
-				return schema.Outcome{}, ctxError(ctx, "await outcome of "+t.id)
+				return schema.Outcome{}, t.gaveUp(ctx)
 			case errors.Is(err, ErrNoOutcome), errors.Is(err, ErrTimeout):
 				// Nothing stored yet, or a slow server: keep waiting.
 			default:
@@ -159,6 +161,24 @@ func (t *Tracker) await(ctx context.Context, cond Condition, endOnTerminal bool)
 			}
 		}
 	}
+}
+
+// gaveUp is Await's error when ctx ended: ctx's error, and ErrTimeout for
+// a deadline. When no outcome of the proposal was ever seen, live or
+// stored, it wraps ErrNoOutcome as well and says why that can be: the
+// processor publishes nothing for a message it refused for
+// authentication (SPEC §2.7), so an unsigned host, or one whose key is
+// not its block's, learns it only here.
+func (t *Tracker) gaveUp(ctx context.Context) error {
+	err := ctxError(ctx, "await outcome of "+t.id)
+	if len(t.seen) > 0 || !errors.Is(err, ErrTimeout) {
+		return err
+	}
+	why := fmt.Sprintf("signed by %s: is that the public_key of host %q's block?", t.host.pub, t.host.name)
+	if t.host.key == nil {
+		why = "unsigned: only a processor with admission.allow_unsigned (run --dev) admits unsigned proposals"
+	}
+	return fmt.Errorf("%w: %w: none of %s/%s arrived, live or stored. The processor publishes none for a proposal it refused for authentication (only the incident event ADMISSION_UNAUTHENTICATED; this one was sent %s), nor yet for one waiting in a backlog or for a stopped processor", err, ErrNoOutcome, t.host.name, t.id, why)
 }
 
 // outcomeKey tells outcomes apart: a republished outcome (a repeated

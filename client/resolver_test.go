@@ -43,7 +43,7 @@ func TestDisclosureEndToEnd(t *testing.T) {
 	var mu sync.Mutex
 	var released, received [][]byte
 	var receivedMap map[string]jsontext.Value
-	res, err := client.ServeResolver(connect(t, env, env.Resolver), client.ResolverConfig{},
+	res, err := client.ServeResolver(connect(t, env, env.Resolver).Conn, client.ResolverConfig{},
 		client.DisclosureFunc(func(_ context.Context, req schema.DisclosureRequest) (client.Disclosure, error) {
 			if strings.Contains(req.Purpose, "refuse") {
 				return client.Disclosure{}, client.Refuse("user.declined")

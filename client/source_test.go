@@ -35,7 +35,7 @@ func TestCandidateSourceGrounds(t *testing.T) {
 	}))
 	var mu sync.Mutex
 	var asked []client.CandidateRequest
-	src, err := client.ServeCandidateSource(connect(t, env, kp), client.SourceConfig{Name: "catalog"},
+	src, err := client.ServeCandidateSource(connect(t, env, kp).Conn, client.SourceConfig{Name: "catalog"},
 		client.CandidateFunc(func(_ context.Context, req client.CandidateRequest) (client.CandidateReply, error) {
 			mu.Lock()
 			asked = append(asked, req)

@@ -1,4 +1,5 @@
-// Package fingerprint computes the intent fingerprint v2 of SPEC §2.3: the
+// Package fingerprint computes the intent fingerprint v2 of SPEC §2.3
+// (section 2.3 of PROTOCOL.md, the wire contract at the repository's root): the
 // lowercase hex SHA-256 of the RFC 8785 (JCS) canonical JSON of
 //
 //	{"schema": "actions.fingerprint.v2", "tenant_ref", "security_domain_ref",

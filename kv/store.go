@@ -33,9 +33,10 @@ var (
 	ErrFailed = errors.New("kv: store failed")
 	// ErrCorrupt is returned for a record that does not decode.
 	ErrCorrupt = errors.New("kv: corrupt record")
-	// ErrInUse: another process (or another Store in this one) has the
-	// store open.
-	ErrInUse = errors.New("kv: store in use")
+	// ErrLocked is returned by Open for a directory another store holds:
+	// another processor runs with the same store.dir (its error names
+	// the process when the system says which).
+	ErrLocked = errors.New("kv: store directory in use")
 )
 
 // Durability of a commit.
@@ -63,15 +64,15 @@ type Options struct {
 // Store owns one Pebble database. Its methods are safe for concurrent use;
 // after Close they return ErrClosed instead of touching the database.
 type Store struct {
-	mu     sync.RWMutex // held for reading by every operation, for writing by Close
-	db     *pebble.DB
-	lock   *pebble.Lock
-	closed bool
-	fmu    sync.Mutex
-	failed error // set once Pebble reports a fatal error; guarded by fmu
-	log    *slog.Logger
-	now    func() int64
-	locks  KeyedMutex
+	mu      sync.RWMutex // held for reading by every operation, for writing by Close
+	db      *pebble.DB
+	dirLock *pebble.Lock // the directory's lock, released after db closes
+	closed  bool
+	fmu     sync.Mutex
+	failed  error // set once Pebble reports a fatal error; guarded by fmu
+	log     *slog.Logger
+	now     func() int64
+	locks   KeyedMutex
 	// timerAdded signals commits that added a timer (TimerAdded).
 	timerAdded chan struct{}
 	// idMu serializes InstanceID's first call.
@@ -154,9 +155,9 @@ func Open(dir string, o Options) (*Store, error) {
 	for i := range opts.Levels {
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
-	// The directory's lock first, so that a store in use is told apart
-	// (and so that a refused Open leaves nothing running: Pebble's own
-	// lock failure leaks its disk-health goroutine).
+	// The directory's lock first, before Pebble starts anything (a failed
+	// pebble.Open leaves its disk-health goroutine running): a store
+	// another processor holds is refused naming it.
 	fs := o.FS
 	if fs == nil {
 		fs = vfs.Default
@@ -166,7 +167,10 @@ func Open(dir string, o Options) (*Store, error) {
 	}
 	lock, err := pebble.LockDirectory(dir, fs)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrInUse, dir, err)
+		if holder, locked := lockedBy(o.FS, dir, err); locked {
+			return nil, fmt.Errorf("%w: %s is held by %s: stop it, or give this processor a store.dir of its own", ErrLocked, dir, holder)
+		}
+		return nil, fmt.Errorf("kv: open %s: %w", dir, err)
 	}
 	opts.Lock = lock
 	db, err := pebble.Open(dir, opts)
@@ -178,7 +182,7 @@ func Open(dir string, o Options) (*Store, error) {
 	if now == nil {
 		now = func() int64 { return time.Now().UnixMilli() }
 	}
-	return &Store{db: db, lock: lock, log: log, now: now, timerAdded: make(chan struct{}, 1)}, nil
+	return &Store{db: db, dirLock: lock, log: log, now: now, timerAdded: make(chan struct{}, 1)}, nil
 }
 
 // Close closes the database. Operations still running finish first; later
@@ -191,7 +195,7 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	err := s.db.Close()
-	if lerr := s.lock.Close(); err == nil {
+	if lerr := s.dirLock.Close(); err == nil {
 		err = lerr
 	}
 	if s.Failed() != nil {

@@ -12,9 +12,9 @@ import (
 	"github.com/portcullis/portcullis/metrics"
 )
 
-// runbookBase is where every alert's runbook_url points: the README, at
+// runbookBase is where every alert's runbook_url points: docs/runbook.md, at
 // the anchor runbook-<alert name in lower case>.
-const runbookBase = "https://github.com/portcullis/portcullis/blob/main/README.md#runbook-"
+const runbookBase = "https://github.com/portcullis/portcullis/blob/main/docs/runbook.md#runbook-"
 
 type ruleFile struct {
 	Groups []struct {
@@ -76,7 +76,7 @@ const upSelector = `up{job="portcullis"}`
 
 // Every alert queries only metrics, label values and labels that exist in
 // a real Gather() of the registry, and carries a severity, a summary, a
-// description and its runbook's README anchor.
+// description and its runbook's anchor in docs/runbook.md.
 func TestAlertsQueryExistingMetrics(t *testing.T) {
 	g := gather(t, metrics.New(pipeline(), []string{"demo"}))
 	seen := map[string]bool{}
@@ -185,16 +185,16 @@ func TestPromtool(t *testing.T) {
 	}
 }
 
-// Every alert's runbook_url names a runbook section the README has.
+// Every alert's runbook_url names a runbook section docs/runbook.md has.
 func TestEveryAlertHasARunbook(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../docs/runbook.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range alertRules(t) {
-		heading := "#### Runbook: " + r.Alert
+		heading := "## Runbook: " + r.Alert
 		if !strings.Contains(string(readme), "\n"+heading+"\n") {
-			t.Errorf("README lacks %q", heading)
+			t.Errorf("docs/runbook.md lacks %q", heading)
 		}
 		anchor := "#runbook-" + strings.ToLower(r.Alert)
 		if url := r.Annotations["runbook_url"]; !strings.HasSuffix(url, anchor) {

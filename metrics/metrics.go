@@ -7,14 +7,13 @@ package metrics
 
 import (
 	"net/http"
-	"runtime"
-	"runtime/debug"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	buildversion "github.com/portcullis/portcullis/internal/version"
 	"github.com/portcullis/portcullis/schema"
 )
 
@@ -229,24 +228,9 @@ func (m *Metrics) SetReadiness(f func() bool) { m.ready.Store(&f) }
 func (m *Metrics) SetApprovalsPending(count func() int) { m.approvals.Store(&count) }
 
 // Build returns the labels of actions_build_info: the main module's
-// version, its VCS revision ("unknown" when the binary was built without
-// VCS information) and the Go version.
+// version, its VCS revision and the Go version, as `processor version`
+// prints them ("devel" and "unknown" for what the build does not record).
 func Build() (version, revision, goVersion string) {
-	version, revision, goVersion = "unknown", "unknown", runtime.Version()
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return
-	}
-	if bi.Main.Version != "" {
-		version = bi.Main.Version
-	}
-	if bi.GoVersion != "" {
-		goVersion = bi.GoVersion
-	}
-	for _, s := range bi.Settings {
-		if s.Key == "vcs.revision" && s.Value != "" {
-			revision = s.Value
-		}
-	}
-	return
+	v := buildversion.Get()
+	return v.Version, v.Revision, v.GoVersion
 }

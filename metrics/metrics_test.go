@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/portcullis/portcullis/internal/engine"
+	buildversion "github.com/portcullis/portcullis/internal/version"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 )
@@ -101,6 +102,11 @@ func TestBuildInfo(t *testing.T) {
 	version, revision, goVersion := metrics.Build()
 	if goVersion != runtime.Version() || version == "" || revision == "" {
 		t.Errorf("Build() = %q, %q, %q", version, revision, goVersion)
+	}
+	// The same words as `processor version`: a test binary records no
+	// module version, which both call "devel", never Go's "(devel)".
+	if v := buildversion.Get(); version != v.Version || revision != v.Revision || version == "(devel)" {
+		t.Errorf("Build() = %q, %q; processor version says %q, %q", version, revision, v.Version, v.Revision)
 	}
 	want := fmt.Sprintf(`
 # HELP actions_build_info Always 1; labelled with the processor's module version, VCS revision and Go version.

@@ -55,7 +55,7 @@ const (
 	RuleType          Rule = "has the wrong JSON type"
 )
 
-// Rules of a proposal's formats (SPEC §2.1, README "Admission").
+// Rules of a proposal's formats (SPEC §2.1; docs/design.md, "Admission").
 const (
 	RuleRequired        Rule = "required"
 	RuleBlank           Rule = "must not be blank"

@@ -119,7 +119,7 @@ const (
 )
 
 // Limits on proposal fields beyond the spec's own, chosen so that every field
-// fits a log-free, bounded record. They are documented in README.md.
+// fits a log-free, bounded record. They are documented in PROTOCOL.md §2.
 const (
 	MaxNameLen        = 128  // provider, capability, operation
 	MaxRefLen         = 512  // context fields, referents, observation and evidence refs

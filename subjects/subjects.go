@@ -1,5 +1,7 @@
 // Package subjects names every subject, stream, consumer and bucket
 // Portcullis uses, all derived from one prefix (default "actions").
+// "SPEC §1" here is section 1 of PROTOCOL.md, the wire contract at the
+// repository's root.
 //
 // Public subjects (SPEC §1); <h> is a configured host's name:
 //

@@ -15,7 +15,8 @@
 //
 // For what one server cannot show, NewCluster starts three servers in
 // process, and Clustered runs an Env on them the way processors share a
-// cluster (SPEC §6): a replicated journal, more processors with
+// cluster (SPEC §6; "SPEC §N" is section N of PROTOCOL.md, the wire
+// contract at the repository's root): a replicated journal, more processors with
 // AddProcessor (in process) or ProcessorConfig and StartProcess (binaries
 // to SIGKILL), servers stopped and started again, stream leaders moved.
 //

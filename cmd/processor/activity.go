@@ -40,7 +40,7 @@ func cmdActivityGet(c *cmdline, args []string, _ io.Reader) int {
 		return c.fail(err)
 	}
 	defer sess.close()
-	ctx, cancel := context.WithTimeout(context.Background(), cn.timeout)
+	ctx, cancel := context.WithTimeout(sess.ctx, cn.timeout)
 	defer cancel()
 	fp := target.Fingerprint
 	if target.Proposal != nil {
@@ -63,14 +63,14 @@ func cmdActivityGet(c *cmdline, args []string, _ io.Reader) int {
 	subj := sess.subj
 	bucket, err := js.KeyValue(ctx, subj.ActivityBucket())
 	if err != nil {
-		return c.fail(fmt.Errorf("bucket %s: %w", subj.ActivityBucket(), err))
+		return c.fail(fmt.Errorf("bucket %s: %w", subj.ActivityBucket(), refusedBy(sess.ctx, err)))
 	}
 	e, err := bucket.Get(ctx, activity.Key(fp))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return c.fail(fmt.Errorf("no activity for %s", fp))
 	}
 	if err != nil {
-		return c.fail(err)
+		return c.fail(refusedBy(sess.ctx, err))
 	}
 	var out bytes.Buffer
 	if err := stdjson.Indent(&out, e.Value(), "", "  "); err != nil {
@@ -94,12 +94,12 @@ func cmdActivityList(c *cmdline, args []string, _ io.Reader) int {
 	if *limit < 1 || *limit > admin.MaxActivityLimit {
 		return c.usageError("--limit must be between 1 and %d", admin.MaxActivityLimit)
 	}
-	cl, closeFn, code, done := c.ask(cn)
+	cl, ctx, closeFn, code, done := c.ask(cn)
 	if done {
 		return code
 	}
 	defer closeFn()
-	l, err := cl.Activity(context.Background(), *limit, *before)
+	l, err := cl.Activity(ctx, *limit, *before)
 	if err != nil {
 		return c.fail(err)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -94,14 +96,22 @@ func (o *output) json() (bool, error) {
 // else $NATS_URL, else DefaultAdminURL; the operator's seed is --nkey, else
 // $PORTCULLIS_OPERATOR_NKEY.
 func (c *conn) resolve(fs *flag.FlagSet) error {
+	urlFlag := c.url != ""
 	if err := c.fromConfig(fs); err != nil {
 		return err
 	}
+	from := "--url"
+	if !urlFlag && c.url != "" {
+		from = "the --config file's nats address"
+	}
 	if c.url == "" {
-		c.url = os.Getenv(EnvNATSURL)
+		c.url, from = os.Getenv(EnvNATSURL), "$"+EnvNATSURL
 	}
 	if c.url == "" {
 		c.url = DefaultAdminURL
+	}
+	if err := checkURL(c.url, from); err != nil {
+		return err
 	}
 	if c.nkey == "" {
 		c.nkey = os.Getenv(EnvOperatorNkey)
@@ -144,21 +154,92 @@ func (c *conn) fromConfig(fs *flag.FlagSet) error {
 }
 
 // session is a connection of an operator command: the operator's key signs
-// its requests (nil: unsigned).
+// its requests (nil: unsigned). ctx ends, with the server's refusal as its
+// cause, as soon as NATS refuses one of the session's publishes or
+// subscriptions (a permissions violation, which NATS reports only
+// asynchronously: the request itself would wait for its whole timeout).
 type session struct {
-	nc   *nats.Conn
-	subj subjects.Subjects
-	key  nkeys.KeyPair
-	keys []nkeys.KeyPair // wiped on close
+	nc     *nats.Conn
+	subj   subjects.Subjects
+	key    nkeys.KeyPair
+	keys   []nkeys.KeyPair // wiped on close
+	who    string          // who logged in, for messages: a public key, --creds FILE, or "" (anonymous)
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+}
+
+// login says who logged in, for messages.
+func (s *session) login() string {
+	if s.who == "" {
+		return "an anonymous login"
+	}
+	return "the login of " + s.who
 }
 
 func (s *session) close() {
+	if s.cancel != nil {
+		s.cancel(nil)
+	}
 	if s.nc != nil {
 		s.nc.Close()
 	}
 	for _, k := range s.keys {
 		k.Wipe()
 	}
+}
+
+// errRefused is the cause of a session's end: NATS refused what the login
+// may not do. It wraps nats.ErrPermissionViolation.
+type errRefused struct {
+	login string
+	err   error
+}
+
+func (e *errRefused) Error() string { return fmt.Sprintf("NATS refused %s: %v", e.login, e.err) }
+func (e *errRefused) Unwrap() error { return e.err }
+
+// refusedBy is the cause of ctx's end when NATS refused the session
+// something, else err.
+func refusedBy(ctx context.Context, err error) error {
+	var r *errRefused
+	if cause := context.Cause(ctx); errors.As(cause, &r) {
+		return r
+	}
+	return err
+}
+
+// errLogin: the NATS server was reached and refused the login.
+type errLogin struct {
+	url, who string // who: as session.who
+	err      error
+}
+
+func (e *errLogin) Error() string {
+	if e.who == "" {
+		return fmt.Sprintf("NATS at %s refused an anonymous login (%v): it requires one; pass --nkey FILE, the seed of an operator block's key (or set $%s)", e.url, e.err, EnvOperatorNkey)
+	}
+	return fmt.Sprintf("NATS at %s refused the login of %s (%v): is it the key of an operator block of the processor's configuration? Pass that key's seed with --nkey FILE", e.url, e.who, e.err)
+}
+func (e *errLogin) Unwrap() error { return e.err }
+
+// natsSchemes are the URL schemes nats.go connects with.
+var natsSchemes = []string{"nats", "tls", "ws", "wss"}
+
+// checkURL refuses, at once, a server URL nats.go would only time out on
+// (an http:// address, a metrics listener): each of a comma-separated
+// list must be nats://, tls://, ws:// or wss://, or host:port alone.
+func checkURL(raw, from string) error {
+	for _, one := range strings.Split(raw, ",") {
+		one = strings.TrimSpace(one)
+		if !strings.Contains(one, "://") {
+			continue // host:port: nats.go adds nats://
+		}
+		u, err := url.Parse(one)
+		if err != nil || !slices.Contains(natsSchemes, strings.ToLower(u.Scheme)) {
+			return fmt.Errorf("%s %s is not a NATS server URL: give nats://host:port (tls://, ws:// and wss:// work too); the processor's /metrics address is HTTP, not NATS", from, redactURL(one))
+		}
+	}
+	return nil
 }
 
 // open connects to NATS. The login is --creds (a .creds file, or an nkey
@@ -211,13 +292,30 @@ func (c *conn) open() (*session, error) {
 		}
 		withLogin = []nats.Option{nats.Nkey(pub, login.Sign), nats.CustomInboxPrefix(subjects.Inbox(pub))}
 	}
+	switch {
+	case login != nil:
+		s.who, _ = login.PublicKey()
+	case c.creds != "":
+		s.who = "--creds " + c.creds
+	}
+	// A permission violation ends the session's context at once.
+	s.ctx, s.cancel = context.WithCancelCause(context.Background())
+	opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			s.cancel(&errRefused{login: s.login(), err: err})
+		}
+	}))
 	s.nc, err = nats.Connect(c.url, append(opts, withLogin...)...)
 	if errors.Is(err, nats.ErrNkeysNotSupported) {
 		// The server authenticates nobody: every client may connect, and
 		// the operator's key (if any) only signs.
 		s.nc, err = nats.Connect(c.url, opts...)
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked):
+		// Reached, and refused: say whose login, and what to pass.
+		return nil, &errLogin{url: redactURL(c.url), who: s.who, err: err}
+	case err != nil:
 		return nil, fmt.Errorf("cannot reach NATS at %s: %w", redactURL(c.url), err)
 	}
 	ok = true
@@ -233,15 +331,17 @@ func redactURL(raw string) string {
 	return u.Redacted()
 }
 
-func (c *conn) client() (*admin.Client, func(), error) {
+func (c *conn) client() (*admin.Client, *session, error) {
 	s, err := c.open()
 	if err != nil {
 		return nil, nil, err
 	}
-	return &admin.Client{NC: s.nc, Subjects: s.subj, Timeout: c.timeout, Key: s.key, Now: operatorNow}, s.close, nil
+	return &admin.Client{NC: s.nc, Subjects: s.subj, Timeout: c.timeout, Key: s.key, Now: operatorNow}, s, nil
 }
 
-// fail prints an operator command's error and returns its exit status.
+// fail prints a command's failure, every line prefixed "processor <cmd>: ",
+// with advice for the operator commands' refusals, and returns exit
+// status 1.
 func fail(stderr io.Writer, cmd string, err error) int {
 	switch {
 	case errors.Is(err, admin.ErrNoProcessor):
@@ -250,8 +350,14 @@ func fail(stderr io.Writer, cmd string, err error) int {
 		fmt.Fprintf(stderr, "processor %s: %v: sign with --nkey FILE (or $%s), the seed of a key configured in an operator block of the processor\n", cmd, err, EnvOperatorNkey)
 	case errors.Is(err, admin.ErrStale):
 		fmt.Fprintf(stderr, "processor %s: %v: is this machine's clock within %s of the processor's (and not far behind the clock a request it accepted was stamped by)?\n", cmd, err, admin.MaxRequestSkew)
+	case errors.Is(err, nats.ErrPermissionViolation):
+		fmt.Fprintf(stderr, "processor %s: %v: this key may not send operator requests; use an operator key (--nkey FILE, the seed of a key in an operator block of the processor's configuration); with one, check that --prefix is the processor's subjects.prefix\n", cmd, err)
 	default:
-		fmt.Fprintf(stderr, "processor %s: %v\n", cmd, err)
+		// A configuration's diagnostics are one per line: each line
+		// starts with the command, like every other failure.
+		for _, line := range strings.Split(err.Error(), "\n") {
+			fmt.Fprintf(stderr, "processor %s: %s\n", cmd, line)
+		}
 	}
 	return 1
 }
@@ -294,16 +400,18 @@ func (c *cmdline) operator(args []string) (cn *conn, asJSON bool, pos []string, 
 }
 
 // ask connects as the operator and returns the client of the processor's
-// API. done: return code (the failure is reported).
-func (c *cmdline) ask(cn *conn) (cl *admin.Client, closeFn func(), code int, done bool) {
+// API and the context of its requests, which ends at once when NATS
+// refuses the login something (the client's errors then say so). done:
+// return code (the failure is reported).
+func (c *cmdline) ask(cn *conn) (cl *admin.Client, ctx context.Context, closeFn func(), code int, done bool) {
 	if err := cn.resolve(c.fs); err != nil {
-		return nil, nil, c.fail(err), true
+		return nil, nil, nil, c.fail(err), true
 	}
-	cl, closeFn, err := cn.client()
+	cl, s, err := cn.client()
 	if err != nil {
-		return nil, nil, c.fail(err), true
+		return nil, nil, nil, c.fail(err), true
 	}
-	return cl, closeFn, 0, false
+	return cl, s.ctx, s.close, 0, false
 }
 
 func formatMs(ms int64) string {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -22,12 +21,12 @@ func cmdApprovalsList(c *cmdline, args []string, _ io.Reader) int {
 	if *limit < 1 || *limit > admin.MaxApprovalsLimit {
 		return c.usageError("--limit must be between 1 and %d", admin.MaxApprovalsLimit)
 	}
-	cl, closeFn, code, done := c.ask(cn)
+	cl, ctx, closeFn, code, done := c.ask(cn)
 	if done {
 		return code
 	}
 	defer closeFn()
-	a, err := cl.Approvals(context.Background(), *limit)
+	a, err := cl.Approvals(ctx, *limit)
 	if err != nil {
 		return c.fail(err)
 	}

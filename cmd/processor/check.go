@@ -54,12 +54,17 @@ type judgeOptions struct {
 
 // judge runs admission's and grounding's checks on a body, as the stages
 // do, in their order: admission.Offline (strict decoding, formats,
-// complete context), then — with the configuration to do it — tenant and
+// complete context; every problem of a body that does not decode, where
+// admission reports the first: everyProblem), then — with the configuration to do it — tenant and
 // domain, and provider; then grounding (Precheck with a referent, else
 // Decide on the inline candidates); then the fingerprint.
 func judge(body []byte, o judgeOptions) judgement {
 	v := admission.Offline(body, o.maxBytes)
 	j := judgement{ProposalID: v.ProposalID, Incident: v.Incident, Problems: v.Problems, Proposal: v.Proposal}
+	if j.Incident != nil && v.Proposal == nil && len(v.Problems) == 1 {
+		// Strict decoding stopped at one member: find the others too.
+		j.Problems = everyProblem(body, o.maxBytes, v.Problems[0])
+	}
 	if j.Incident != nil {
 		return j
 	}
@@ -281,8 +286,7 @@ func (c *cmdline) judgeOptions(fs *flag.FlagSet, referent, cfgPath string, dev b
 	case cfgPath != "":
 		loaded, err := config.Load(cfgPath)
 		if err != nil {
-			fmt.Fprintln(c.stderr, err)
-			return judgeOptions{}, 1, false
+			return judgeOptions{}, c.fail(err), false
 		}
 		cfg = loaded
 	}
@@ -312,8 +316,9 @@ func checkAbout() string {
 it, with the processor's own checks: strict decoding, formats and trusted context (admission), tenant and security
 domain (with --config and --host), provider (with --config or --dev), grounding (the inline candidates, or
 --referent). Each problem is one line: the field's JSON pointer, the rule it breaks and the code it earns, never
-the value; an unknown or duplicate member is named by the object that holds it, with the line and column where
-decoding stopped. Exit 0 when nothing refuses it, with the referent, fingerprint v2 and idempotency key; 1 with
+the value; every problem in one run, unknown and duplicate members named by their own pointers, with the line and
+column of each member that did not decode (the processor's log, which must stay value-free, names only the
+object that holds one, and only the first). Exit 0 when nothing refuses it, with the referent, fingerprint v2 and idempotency key; 1 with
 one line per problem; 2 for usage errors. -o json prints {admissible, kind, code, outcome, problems, referent,
 fingerprint, idempotency_key}.`
 }

@@ -90,8 +90,8 @@ grounding {
 		{"amount a string", []byte(strings.Replace(string(example), `"external_spend": null`, `"external_spend": {"currency": "EUR",
       "amount_minor": "`+secretValue+`"}`, 1)), nil, 1, []string{
 			"/intent/external_spend/amount_minor: must be an integer [ADMISSION_MALFORMED, line 19 column 23]"}},
-		{"unknown member", []byte(strings.Replace(string(example), `"grant": null`, `"grant": null, "`+secretValue+`": 1`, 1)), nil, 1, []string{
-			"(body): has an unknown member (names are exact and case-sensitive) [ADMISSION_MALFORMED, line 31 column 18]"}},
+		{"unknown member", []byte(strings.Replace(string(example), `"grant": null`, `"grant": null, "grnat": 1`, 1)), nil, 1, []string{
+			"/grnat: unknown member (names are exact and case-sensitive) [ADMISSION_MALFORMED, line 31 column 18]"}},
 		{"too deep", []byte(strings.Replace(string(example), `{"quantity": 20}`, strings.Repeat("[", 70)+strings.Repeat("]", 70), 1)), nil, 1, []string{
 			"(body): nesting deeper than 64 levels [ADMISSION_MALFORMED, line 17 column 78]"}},
 		{"ambiguous", edited(t, func(m map[string]any) {
@@ -188,7 +188,7 @@ grounding {
 
 func TestCheckWithoutProposalIDSaysNoOutcome(t *testing.T) {
 	code, out, errs := runCheck(t, []byte(`{"proposal_id":"a","proposal_id":"b"}`))
-	if code != 1 || out != "/proposal_id: duplicate member [ADMISSION_MALFORMED, line 1 column 20]\n" || !strings.Contains(errs, "only the incident event") {
+	if code != 1 || !strings.HasPrefix(out, "/proposal_id: duplicate member [ADMISSION_MALFORMED, line 1 column 20]\n/schema: required") || !strings.Contains(errs, "only the incident event") {
 		t.Errorf("exit %d\n%s%s", code, out, errs)
 	}
 	code, js, _ := runCheck(t, []byte(`{"proposal_id":"a","proposal_id":"b"}`), "-o", "json")
@@ -247,12 +247,83 @@ func TestCheckAgreesWithAdmission(t *testing.T) {
 			continue
 		}
 		refused++
-		if j.Incident == nil || j.Incident.Code != v.Incident.Code || !slices.Equal(j.Problems, v.Problems) || j.ProposalID != v.ProposalID {
+		if j.Incident == nil || j.Incident.Code != v.Incident.Code || !sameProblems(v.Proposal == nil, v.Problems, j.Problems) || j.ProposalID != v.ProposalID {
 			t.Errorf("admission %s %v, check %v %v: %s", v.Incident.Code, v.Problems, j.Incident, j.Problems, b)
 		}
 	}
 	if refused < 100 {
 		t.Errorf("only %d of %d bodies refused", refused, len(bodies))
+	}
+}
+
+// sameProblems: check says what admission says. For a body that decoded,
+// the same problems; for one that did not (admission stops at the first
+// member and names only the object holding an unknown or duplicate one),
+// check's list has that problem, with the member's own path under the
+// holder's.
+func sameProblems(undecoded bool, adm, chk []schema.Problem) bool {
+	if !undecoded {
+		return slices.Equal(adm, chk)
+	}
+	if len(adm) != 1 {
+		return false
+	}
+	a := adm[0]
+	return slices.ContainsFunc(chk, func(c schema.Problem) bool {
+		switch {
+		case c == a:
+			return true
+		case a.Rule == schema.RuleUnknownMember && c.Rule == ruleUnknownNamed,
+			a.Rule == schema.RuleDuplicateIn && c.Rule == schema.RuleDuplicate:
+			return strings.HasPrefix(c.Path, a.Path+"/") && c.Offset == a.Offset
+		}
+		return false
+	})
+}
+
+// TestCheckListsEveryProblem: a body with several members that do not
+// decode, and rules broken elsewhere, gets every problem in one run, each
+// member named and located (issue 23: check stopped at the first decoding
+// error and named the object holding an unknown member).
+func TestCheckListsEveryProblem(t *testing.T) {
+	example, err := os.ReadFile("../../examples/proposal.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := string(example)
+	for _, r := range [][2]string{
+		{`"actor_ref": "actor:demo"`, `"actor_ref": "actor:demo", "actor_name": "x"`},
+		{`"environment": "test"`, `"environment": "prod"`},
+		{`"external_spend": null`, `"external_spend": {"currency": "usd", "amount_minor": "12"}`},
+		{`"payload": {"quantity": 20}`, `"payload": {"quantity": 20, "quantity": 21}`},
+		{`"referent": "sku-1001"`, `"referent": 1001`},
+		{`"grant": null`, `"grant": null, "Requester": {}`},
+		{`"run_id": "r-1"`, `"run_id": 1`},
+	} {
+		if !strings.Contains(b, r[0]) {
+			t.Fatalf("example lacks %s", r[0])
+		}
+		b = strings.Replace(b, r[0], r[1], 1)
+	}
+	code, out, _ := runCheck(t, []byte(b))
+	want := []string{
+		"/intent/payload/quantity: duplicate member [ADMISSION_MALFORMED, line 17 column 33]",
+		"/context/actor/actor_name: unknown member (names are exact and case-sensitive) [ADMISSION_MALFORMED, line 6 column 42]",
+		"/intent/external_spend/amount_minor: must be an integer [ADMISSION_MALFORMED, line 18 column 59]",
+		"/grounding/candidates/0/referent: must be a string [ADMISSION_MALFORMED, line 27 column 20]",
+		"/Requester: unknown member (names are exact and case-sensitive) [ADMISSION_MALFORMED, line 31 column 18]",
+		"/requester/run_id: must be a string [ADMISSION_MALFORMED, line 32 column 119]",
+		"/intent/environment: must be one of mock, test, live [ADMISSION_MALFORMED]",
+		"/intent/external_spend/currency: must match ^[A-Z]{3}$ [ADMISSION_MALFORMED]",
+	}
+	if code != 1 || out != strings.Join(want, "\n")+"\n" {
+		t.Errorf("exit %d, stdout:\n%s\nwant:\n%s", code, out, strings.Join(want, "\n"))
+	}
+	// The processor itself (admission, and its log) names the first only,
+	// by the object that holds it.
+	v := admission.Offline([]byte(b), 0)
+	if len(v.Problems) != 1 || v.Problems[0].Path != "/context/actor" {
+		t.Errorf("admission: %v", v.Problems)
 	}
 }
 
@@ -268,4 +339,27 @@ func TestFingerprintExplainsRefusals(t *testing.T) {
 	if code != 1 || !strings.Contains(errs, "/grounding/scope: must equal /context/tenant/security_domain_ref exactly [GROUNDING_SCOPE_MISMATCH]") {
 		t.Errorf("exit %d, stderr %s", code, errs)
 	}
+}
+
+// FuzzEveryProblem: on any body that admission refuses, listing every
+// problem ends, never panics, and lists at least admission's.
+func FuzzEveryProblem(f *testing.F) {
+	example, err := os.ReadFile("../../examples/proposal.json")
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, s := range []string{string(example), `{"a":`, `[1]`, `{"schema":1,"schema":2}`, `{"context":[],"x":{"y":1,"y":2}}`,
+		`{"grounding":{"candidates":[1,{"referent":2,"z":3}]}}`, `"x"`, `{"intent":{"payload":{"a":1,"a":1}}}`, " 0"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		v := admission.Offline(b, 0)
+		if v.Proposal != nil || len(v.Problems) != 1 {
+			return
+		}
+		got := everyProblem(b, 0, v.Problems[0])
+		if !sameProblems(true, v.Problems, got) {
+			t.Fatalf("admission %v, check %v", v.Problems, got)
+		}
+	})
 }

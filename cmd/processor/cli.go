@@ -238,7 +238,8 @@ func usage(w io.Writer) {
 		}
 	}
 	walk(commands(), "")
-	fmt.Fprintln(w, "\nprocessor help <command> (or processor <command> -h) shows a command's arguments and flags.")
+	fmt.Fprintln(w, "\nprocessor help <command> (or processor <command> -h) shows a command's arguments and flags;")
+	fmt.Fprintln(w, "processor --version is processor version.")
 }
 
 // cmdHelp: `processor help [command [subcommand]]`.

@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/portcullis/portcullis/internal/version"
 	"github.com/portcullis/portcullis/schema"
@@ -133,6 +135,16 @@ func TestVersion(t *testing.T) {
 	if code, _, errs := runArgs("version", "-o", "yaml"); code != 2 || !strings.Contains(errs, "text and json") {
 		t.Errorf("-o yaml: exit %d, %q", code, errs)
 	}
+	// --version is what other tools take: the same output.
+	_, want, _ := runArgs("version")
+	for _, args := range [][]string{{"--version"}, {"-version"}} {
+		if code, out, errs := runArgs(args...); code != 0 || out != want || errs != "" {
+			t.Errorf("%q: exit %d, stdout %q (want %q), stderr %q", args, code, out, want, errs)
+		}
+	}
+	if code, out, _ := runArgs("--version", "-o", "json"); code != 0 || !strings.HasPrefix(out, "{") {
+		t.Errorf("--version -o json: exit %d, %q", code, out)
+	}
 }
 
 // TestValidateForms: the file as the argument or as --config; every
@@ -157,6 +169,82 @@ func TestValidateForms(t *testing.T) {
 	for i, want := range []string{"bad.hcl:2,", "bad.hcl:5,", "bad.hcl:6,", "bad.hcl:9,"} {
 		if !strings.Contains(lines[i], want) {
 			t.Errorf("line %d %q lacks %q", i+1, lines[i], want)
+		}
+	}
+}
+
+// TestFailurePrefix: every line a failing command prints on standard error
+// starts with "processor <command>: " — a configuration's diagnostics (one
+// per line), a missing file, a refused key file — whichever command read
+// it (issue 23: `config: open …` without the command, `processor keygen:
+// keygen host: …`, run --config's diagnostics bare).
+func TestFailurePrefix(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.hcl")
+	if err := os.WriteFile(bad, []byte("nats {\n  listen = 4222\n  frob = 1\n}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing.hcl")
+	existing := filepath.Join(dir, "existing.nk")
+	if err := os.WriteFile(existing, []byte("x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		cmd  string
+		args []string
+		want string // in stderr
+	}{
+		{"validate", []string{"validate", missing}, "no such file"},
+		{"validate", []string{"validate", bad}, "bad.hcl:3,"},
+		{"run", []string{"run", "--config", missing}, "no such file"},
+		{"run", []string{"run", "--config", bad}, "bad.hcl:2,"},
+		{"check", []string{"check", "--config", bad, "../../examples/proposal.json"}, "bad.hcl:3,"},
+		{"nats-permissions", []string{"nats-permissions", "--config", bad}, "bad.hcl:3,"},
+		{"keygen", []string{"keygen", "host", "--out", existing}, "already exists"},
+	}
+	for _, c := range cases {
+		code, out, errs := runArgs(c.args...)
+		if code != 1 || out != "" || !strings.Contains(errs, c.want) {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q (want exit 1 and %q)", c.args, code, out, errs, c.want)
+			continue
+		}
+		for _, line := range strings.Split(strings.TrimSuffix(errs, "\n"), "\n") {
+			if !strings.HasPrefix(line, "processor "+c.cmd+": ") || strings.Contains(line, c.cmd+": "+c.cmd) {
+				t.Errorf("%q: line %q does not start with %q once", c.args, line, "processor "+c.cmd+": ")
+			}
+		}
+	}
+}
+
+// TestValidateFilesAndEmpty: validate says which named file is missing or
+// wrong (file:line of its attribute) and that an empty file configures
+// nothing, exit 1, at once (issue 23: both were "ok").
+func TestValidateFilesAndEmpty(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "processor.nk")
+	remote := filepath.Join(dir, "remote.hcl")
+	if err := os.WriteFile(remote, []byte("nats {\n  url         = \"nats://127.0.0.1:4222\"\n  credentials = \""+missing+"\"\n}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(dir, "empty.hcl")
+	if err := os.WriteFile(empty, []byte("# nothing yet\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		file, want string
+	}{
+		{remote, "processor validate: " + remote + ":3,17-" + fmt.Sprint(17+len(missing)+2) + ": Unusable file for credentials; " + missing + " does not exist\n"},
+		{empty, "processor validate: " + empty + " configures nothing: it has no blocks or attributes, so every key takes its default (config.example.hcl shows them all)\n"},
+	} {
+		start := time.Now()
+		code, out, errs := runArgs("validate", c.file)
+		took := time.Since(start)
+		t.Logf("validate %s: exit %d after %s", filepath.Base(c.file), code, took)
+		if code != 1 || out != "" || errs != c.want {
+			t.Errorf("validate %s: exit %d, stdout %q, stderr %q; want exit 1 and %q", c.file, code, out, errs, c.want)
+		}
+		if took > failFast {
+			t.Errorf("validate %s took %s", c.file, took)
 		}
 	}
 }

@@ -52,11 +52,11 @@ func cmdConsole(c *cmdline, args []string, _ io.Reader) int {
 	if !ok {
 		return code
 	}
-	cl, closeFn, err := cn.client()
+	cl, sess, err := cn.client()
 	if err != nil {
 		return c.fail(err)
 	}
-	defer closeFn()
+	defer sess.close()
 	log := newLog(c.stderr, &level)
 	opts.Admin, opts.Log = cl, log.With("component", "console")
 	con, err := console.New(opts)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"os/signal"
@@ -37,8 +36,7 @@ func cmdDemo(c *cmdline, args []string, _ io.Reader) int {
 	}
 	err := demo.Run(o)
 	if err != nil {
-		fmt.Fprintln(c.stderr, "processor demo:", err)
-		return 1
+		return c.fail(err)
 	}
 	return 0
 }

@@ -20,12 +20,13 @@ var keygenKinds = []string{config.KindHost, config.KindConnector, config.KindRes
 
 // cmdKeygen makes a new user nkey and prints its public key (one line, for
 // the block's public_key); the seed goes to --out FILE (created with mode
-// 0600, never overwritten) or, with --stdout, is printed after it.
-// `keygen internal --out FILE` makes an internal HMAC key file.
+// 0600, never overwritten), and with --stdout is printed after it as well
+// (or only there, without --out). `keygen internal --out FILE` makes an
+// internal HMAC key file.
 func cmdKeygen(c *cmdline, args []string, _ io.Reader) int {
 	stdout, stderr := c.stdout, c.stderr
 	out := c.fs.String("out", "", "write the secret to `FILE` (mode 0600; an existing file is never overwritten)")
-	toStdout := c.fs.Bool("stdout", false, "print the seed on standard output too, after the public key")
+	toStdout := c.fs.Bool("stdout", false, "print the seed on standard output too, after the public key (alone, without --out)")
 	pos, code, done := c.parse(args)
 	if done {
 		return code
@@ -36,10 +37,10 @@ func cmdKeygen(c *cmdline, args []string, _ io.Reader) int {
 	kind := pos[0]
 	if kind == "internal" {
 		if *toStdout || *out == "" {
-			return c.usageError("keygen internal: give --out FILE (the key is never printed)")
+			return c.usageError("internal: give --out FILE (the key is never printed)")
 		}
 		if _, err := keyfile.CreateInternal(*out); err != nil {
-			return keygenFailed(stderr, *out, err)
+			return keygenFailed(c, *out, err)
 		}
 		fmt.Fprintf(stderr, "wrote a new internal key to %s (mode 0600): name it in internal.key_file; processors that share work share this file's content\n", *out)
 		return 0
@@ -51,20 +52,18 @@ func cmdKeygen(c *cmdline, args []string, _ io.Reader) int {
 	if !known {
 		return c.usageError("unknown kind %q", kind)
 	}
-	if (*out != "") == *toStdout {
-		return c.usageError("keygen %s: give exactly one of --out FILE and --stdout", kind)
+	if *out == "" && !*toStdout {
+		return c.usageError("%s: give --out FILE (the seed, mode 0600), --stdout (print it), or both", kind)
 	}
 
 	kp, err := nkeys.CreateUser()
 	if err != nil {
-		fmt.Fprintf(stderr, "processor keygen: %v\n", err)
-		return 1
+		return c.fail(err)
 	}
 	defer kp.Wipe()
 	pub, err := kp.PublicKey()
 	if err != nil {
-		fmt.Fprintf(stderr, "processor keygen: %v\n", err)
-		return 1
+		return c.fail(err)
 	}
 	use := "put the public key in its " + kind + " block's public_key"
 	if kind == "processor" {
@@ -74,28 +73,28 @@ func cmdKeygen(c *cmdline, args []string, _ io.Reader) int {
 		// The seed is on disk before the public key is shown: a key
 		// printed is a key that can log in.
 		if err := keyfile.WriteSeed(*out, kp); err != nil {
-			return keygenFailed(stderr, *out, err)
+			return keygenFailed(c, *out, err)
 		}
-		fmt.Fprintln(stdout, pub)
-		fmt.Fprintf(stderr, "wrote the %s's nkey seed to %s (mode 0600); %s\n", kind, *out, use)
-		return 0
-	}
-	seed, err := kp.Seed()
-	if err != nil {
-		fmt.Fprintf(stderr, "processor keygen: %v\n", err)
-		return 1
 	}
 	fmt.Fprintln(stdout, pub)
-	fmt.Fprintf(stdout, "# nkey seed of this %s: SECRET, keep it only where it runs, in a file of mode 0600:\n%s\n", kind, seed)
-	fmt.Fprintf(stderr, "%s\n", use)
+	if *toStdout {
+		seed, err := kp.Seed()
+		if err != nil {
+			return c.fail(err)
+		}
+		fmt.Fprintf(stdout, "# nkey seed of this %s: SECRET, keep it only where it runs, in a file of mode 0600:\n%s\n", kind, seed)
+	}
+	if *out != "" {
+		fmt.Fprintf(stderr, "wrote the %s's nkey seed to %s (mode 0600); %s\n", kind, *out, use)
+	} else {
+		fmt.Fprintf(stderr, "%s\n", use)
+	}
 	return 0
 }
 
-func keygenFailed(stderr io.Writer, path string, err error) int {
+func keygenFailed(c *cmdline, path string, err error) int {
 	if errors.Is(err, os.ErrExist) {
-		fmt.Fprintf(stderr, "processor keygen: %s already exists; refusing to overwrite it\n", path)
-	} else {
-		fmt.Fprintf(stderr, "processor keygen: %v\n", err)
+		return c.fail(fmt.Errorf("%s already exists; refusing to overwrite it", path))
 	}
-	return 1
+	return c.fail(err)
 }

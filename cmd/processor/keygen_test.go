@@ -86,6 +86,28 @@ func TestKeygenStdout(t *testing.T) {
 	}
 }
 
+// --out FILE --stdout writes the seed to FILE and prints it too, as the
+// help of --stdout says.
+func TestKeygenOutAndStdout(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "host.nk")
+	code, out, errs := runProcessor("keygen", "host", "--out", p, "--stdout")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(lines) != 3 || !nkeys.IsValidPublicUserKey(lines[0]) {
+		t.Fatalf("stdout %q: want the public key, a label line and the seed", out)
+	}
+	kp, err := keyfile.LoadSeed(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, _ := kp.Seed()
+	if string(seed) != lines[2] || fileMode(t, p) != 0o600 || !strings.Contains(errs, p) {
+		t.Errorf("the file's seed differs from the printed one, or the file is not 0600, or stderr %q does not name it", errs)
+	}
+}
+
 func TestKeygenInternal(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "internal.key")
 	code, out, errs := runProcessor("keygen", "internal", "--out", p)
@@ -120,13 +142,13 @@ func TestKeygenRefusals(t *testing.T) {
 		{"no kind", []string{}, 2, "usage"},
 		{"two kinds", []string{"host", "operator", "--stdout"}, 2, "usage"},
 		{"unknown kind", []string{"admin", "--stdout"}, 2, `unknown kind "admin"`},
-		{"neither", []string{"host"}, 2, "exactly one of --out FILE and --stdout"},
-		{"both", []string{"host", "--stdout", "--out", filepath.Join(dir, "x")}, 2, "exactly one"},
+		{"neither", []string{"host"}, 2, "processor keygen: host: give --out FILE (the seed, mode 0600), --stdout (print it), or both"},
 		{"bad flag", []string{"host", "--frob"}, 2, "flag provided but not defined"},
 		{"internal to stdout", []string{"internal", "--stdout"}, 2, "--out FILE"},
 		{"internal without out", []string{"internal"}, 2, "--out FILE"},
-		{"existing seed file", []string{"host", "--out", existing}, 1, "already exists; refusing to overwrite it"},
-		{"existing internal file", []string{"internal", "--out", existing}, 1, "already exists; refusing to overwrite it"},
+		{"existing seed file", []string{"host", "--out", existing}, 1, "processor keygen: " + existing + " already exists; refusing to overwrite it"},
+		{"existing seed file, --stdout too", []string{"host", "--out", existing, "--stdout"}, 1, "processor keygen: " + existing + " already exists"},
+		{"existing internal file", []string{"internal", "--out", existing}, 1, "processor keygen: " + existing + " already exists; refusing to overwrite it"},
 		{"missing directory", []string{"source", "--out", filepath.Join(dir, "no", "seed")}, 1, "no such file or directory"},
 	}
 	for _, c := range cases {
@@ -137,6 +159,9 @@ func TestKeygenRefusals(t *testing.T) {
 			}
 			if c.exit == 1 && strings.Count(errs, "\n") != 1 {
 				t.Errorf("failure is not one line: %q", errs)
+			}
+			if strings.Contains(errs, "keygen: keygen") || (c.name != "bad flag" && !strings.HasPrefix(errs, "processor keygen: ")) {
+				t.Errorf("stderr %q: want one prefix, processor keygen: ", errs)
 			}
 		})
 	}

@@ -16,10 +16,10 @@
 //	processor console --nkey FILE       the operator's web console (--dev: unsigned, beside run --dev)
 //	processor keygen KIND --out FILE    a new nkey for a role (or internal: the HMAC key file)
 //	processor nats-permissions --config FILE   the accounts block for external servers
-//	processor version                   the build's module version and VCS revision
+//	processor version                   the build's module version and VCS revision (also --version)
 //	processor help [COMMAND]            a command's usage (so does COMMAND -h)
 //
-// See README.md for every subcommand.
+// See docs/running.md for every subcommand.
 package main
 
 import (
@@ -49,7 +49,7 @@ func commands() []command {
 		{name: "run", synopsis: "(--dev [--listen ADDR] [--metrics-listen ADDR] [--data DIR] | --config FILE) [--log-level LEVEL]", summary: "run the processor (--dev, or --config FILE)", run: cmdRun,
 			about: "Runs Portcullis until SIGTERM or SIGINT, then drains. --dev needs no configuration: an embedded NATS server\nwithout authentication on 127.0.0.1:4222, data under ./data, unsigned input admitted; providers:\n" + config.DevProviders + ".\nThe log is JSON on standard error; --log-level sets the least severe level logged (the development-mode\nwarnings are logged whatever it says)."},
 		{name: "validate", synopsis: "FILE | --config FILE", summary: "check a configuration file: every problem, with file:line", run: cmdValidate, maxArgs: 1,
-			about: "Parses and checks a configuration as `run --config` would and reports every problem found, sorted by position.\nExit 0: valid; 1: invalid; 2: usage."},
+			about: "Parses and checks a configuration as `run --config` would and reports every problem found, sorted by position;\nalso that every file it names (nats.credentials, nats.tls's files, internal.key_file when it exists) can be read\nand holds what it should, and that the file sets anything at all. Exit 0: valid; 1: invalid; 2: usage."},
 		{name: "bench", synopsis: "[flags]", summary: "measure the pipeline end to end against a raw JetStream chain", run: cmdBench,
 			about: "Runs a bare five-hop JetStream chain and then Portcullis end to end (granted proposals through every stage to a\nconnector over NATS) on a throwaway embedded server, and prints throughput, CPU per message, p50/p99 at -rate,\npeak RSS and their ratios. -cluster N runs both on an in-process three-server cluster (replicas 3, replicated\njournal) with N processors; -queued N instead drains N proposals published before the processor starts."},
 		{name: "fingerprint", synopsis: "[--referent R] [--config FILE] [--canonical] [FILE|-]", summary: "a proposal's grounded referent, fingerprint v2 and idempotency key (offline)", run: cmdFingerprint, maxArgs: 1,
@@ -108,6 +108,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case isHelp(args[0]):
 		usage(stdout)
 		return 0
+	case args[0] == "--version" || args[0] == "-version":
+		// What other tools take: the same as `processor version`.
+		args = append([]string{"version"}, args[1:]...)
 	}
 	return dispatch("", commands(), args, stdin, stdout, stderr)
 }
@@ -126,9 +129,8 @@ func cmdValidate(c *cmdline, args []string, _ io.Reader) int {
 	case *path == "":
 		return c.usageError("give the configuration file")
 	}
-	if _, err := config.Load(*path); err != nil {
-		fmt.Fprintln(c.stderr, err)
-		return 1
+	if _, err := config.Check(*path); err != nil {
+		return c.fail(err)
 	}
 	fmt.Fprintf(c.stdout, "%s: ok\n", *path)
 	return 0
@@ -180,19 +182,17 @@ func cmdRun(c *cmdline, args []string, _ io.Reader) int {
 		cfg = config.Dev(*data)
 		cfg.NATS.Listen, cfg.Metrics.Listen = *listen, *metricsListen
 		if err := cfg.Validate(); err != nil {
-			fmt.Fprintln(stderr, "processor run:", err)
-			return 2
+			return c.usageError("%v", err)
 		}
 	case *path != "":
 		if set["listen"] || set["metrics-listen"] || set["data"] {
 			return c.usageError("--listen, --metrics-listen and --data go with --dev; set nats.listen and metrics.listen in the configuration")
 		}
-		c, err := config.Load(*path)
+		loaded, err := config.Load(*path)
 		if err != nil {
-			fmt.Fprintln(stderr, err)
-			return 1
+			return c.fail(err)
 		}
-		cfg = c
+		cfg = loaded
 	default:
 		return c.usageError("give --dev or --config FILE")
 	}
@@ -203,8 +203,7 @@ func cmdRun(c *cmdline, args []string, _ io.Reader) int {
 	p, err := engine.Start(startCtx, engine.Options{Config: cfg, Log: log})
 	cancel()
 	if err != nil {
-		fmt.Fprintln(stderr, "processor:", err)
-		return 1
+		return c.fail(err)
 	}
 	if *dev {
 		metricsURL := "off"
@@ -223,8 +222,7 @@ func cmdRun(c *cmdline, args []string, _ io.Reader) int {
 	case <-p.Done():
 	}
 	if err := p.Close(); err != nil && !errors.Is(err, context.Canceled) {
-		fmt.Fprintln(stderr, "processor:", err)
-		return 1
+		return c.fail(err)
 	}
 	return 0
 }

@@ -27,8 +27,7 @@ func cmdNATSPermissions(c *cmdline, args []string, _ io.Reader) int {
 	const cmd = "processor nats-permissions"
 	cfg, err := config.Load(*path)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 1
+		return c.fail(err)
 	}
 	if cfg.NATS.Embedded {
 		fmt.Fprintf(stderr, "%s: %s runs the embedded server, which builds these accounts and users itself at every start; this command is for external servers (nats.url)\n", cmd, *path)

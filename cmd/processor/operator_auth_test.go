@@ -327,8 +327,8 @@ func TestOperatorWithExactPermissions(t *testing.T) {
 		{name: "env nkey", env: map[string]string{EnvOperatorNkey: opSeed}, args: with("reconcile", "list"), stdout: []string{"no indeterminate actions"}},
 		{name: "--creds seed logs in, --nkey signs", args: with("reconcile", "list", "--creds", opSeed, "--nkey", opSeed), stdout: []string{"no indeterminate actions"}},
 		{name: "--creds seed, unsigned", args: with("reconcile", "list", "--creds", opSeed), code: 1, stderr: []string{"unauthenticated"}},
-		{name: "no login", args: with("reconcile", "list"), code: 1, stderr: []string{"cannot reach NATS", "uthorization"}},
-		{name: "a stranger's login", args: with("reconcile", "list", "--nkey", writeSeed(t, stranger)), code: 1, stderr: []string{"cannot reach NATS", "uthorization"}},
+		{name: "no login", args: with("reconcile", "list"), code: 1, stderr: []string{"refused an anonymous login", "uthorization", "--nkey FILE"}},
+		{name: "a stranger's login", args: with("reconcile", "list", "--nkey", writeSeed(t, stranger)), code: 1, stderr: []string{"refused the login of U", "uthorization", "--nkey FILE"}},
 	})
 	if v := srvLog.violations(); len(v) > 0 {
 		t.Errorf("permission violations:\n%s", strings.Join(v, "\n"))

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -36,12 +35,12 @@ func cmdProposalsGet(c *cmdline, args []string, _ io.Reader) int {
 	default:
 		return c.usageError("give the host and the proposal id")
 	}
-	cl, closeFn, code, done := c.ask(cn)
+	cl, ctx, closeFn, code, done := c.ask(cn)
 	if done {
 		return code
 	}
 	defer closeFn()
-	p, err := cl.Proposal(context.Background(), ref)
+	p, err := cl.Proposal(ctx, ref)
 	if err != nil {
 		return c.fail(err)
 	}

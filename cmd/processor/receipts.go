@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -22,12 +21,12 @@ func cmdReceiptsGet(c *cmdline, args []string, _ io.Reader) int {
 	if !ok {
 		return code
 	}
-	cl, closeFn, code, done := c.ask(cn)
+	cl, ctx, closeFn, code, done := c.ask(cn)
 	if done {
 		return code
 	}
 	defer closeFn()
-	r, err := cl.ReceiptsOf(context.Background(), target)
+	r, err := cl.ReceiptsOf(ctx, target)
 	if err != nil {
 		return c.fail(err)
 	}

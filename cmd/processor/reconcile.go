@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -19,12 +18,12 @@ func cmdReconcileList(c *cmdline, args []string, _ io.Reader) int {
 	if done {
 		return code
 	}
-	cl, closeFn, code, done := c.ask(cn)
+	cl, ctx, closeFn, code, done := c.ask(cn)
 	if done {
 		return code
 	}
 	defer closeFn()
-	l, err := cl.List(context.Background())
+	l, err := cl.List(ctx)
 	if err != nil {
 		return c.fail(err)
 	}
@@ -89,12 +88,12 @@ func cmdReconcileResolve(c *cmdline, args []string, _ io.Reader) int {
 	if !schema.ValidEvidenceRef(*evidence) {
 		return c.usageError("--evidence must be one line of at most 512 characters containing ':' (e.g. ticket:OPS-1234)")
 	}
-	cl, closeFn, code, done := c.ask(cn)
+	cl, ctx, closeFn, code, done := c.ask(cn)
 	if done {
 		return code
 	}
 	defer closeFn()
-	r, err := cl.ResolveTarget(context.Background(), target, *present, *evidence)
+	r, err := cl.ResolveTarget(ctx, target, *present, *evidence)
 	if err != nil {
 		return c.fail(err)
 	}

@@ -11,7 +11,8 @@
 # 2. `processor run --config` with a host and a connector block and NATS
 #    authentication on: the same host and connector with their nkeys (login,
 #    inbox prefix, signed bodies, direct get under a host's permissions);
-#    an anonymous client is refused.
+#    an anonymous client, a host or connector with another role's key and
+#    an http:// URL are each refused at once, saying what to pass.
 #
 # Every process it starts is stopped on exit (by PID); a failure prints the
 # logs and exits non-zero.
@@ -220,9 +221,31 @@ step "host with its nkey: --last (a host's direct get)"
 PORTCULLIS_HOST_SEED_FILE="$tmp/host.nk" host signed-last --last "$id2" || die "host --last (signed) failed"
 grep -q '^  CONFIRMED (PRESENT, terminal)' "$tmp/signed-last.log" || die "host --last (signed): not CONFIRMED"
 
-step "an anonymous host is refused"
-if host anonymous --timeout 5; then die "an anonymous host was admitted by a processor with NATS authentication"; fi
-grep -q 'cannot connect.*requires NATS authentication' "$tmp/anonymous.log" || die "anonymous host: no 'cannot connect … requires NATS authentication'"
+# refused NAME SECONDS PATTERN COMMAND...: COMMAND fails, at once (within
+# SECONDS, well under the host's 45 s wait for an outcome), printing PATTERN.
+refused() {
+  local name=$1 limit=$2 pattern=$3 begin=$SECONDS
+  shift 3
+  logs+=("$tmp/$name.log")
+  if (cd "$here" && timeout 60 "$@") >"$tmp/$name.log" 2>&1; then die "$name: exited 0"; fi
+  cat "$tmp/$name.log"
+  grep -q -- "$pattern" "$tmp/$name.log" || die "$name: no \"$pattern\""
+  [ $((SECONDS - begin)) -le "$limit" ] || die "$name: took $((SECONDS - begin))s, want at most ${limit}s"
+  echo "($name: refused after $((SECONDS - begin))s)"
+}
+
+step "an anonymous host is refused, and told to pass --nkey"
+refused anonymous 15 'refused an anonymous login.*pass --nkey FILE' node --import tsx host.ts --timeout 5
+
+step "a host logged in with the connector's key is refused at once"
+refused host-wrong-key 15 "may not act as host demo-host: is it the public_key of the host \"demo-host\" block" \
+  node --import tsx host.ts --nkey "$tmp/connector.nk"
+
+step "a connector logged in with the host's key is refused at once"
+refused connector-wrong-key 15 "may not serve provider inventory" node --import tsx connector.ts --nkey "$tmp/host.nk"
+
+step "an http:// NATS_URL is refused at once"
+NATS_URL="http://127.0.0.1:$port" refused host-http 15 "is not a NATS server URL" node --import tsx host.ts --nkey "$tmp/host.nk"
 
 step "done"
-echo "examples/ts: 9 passed, 0 failed"
+echo "examples/ts: 12 passed, 0 failed"

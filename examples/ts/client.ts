@@ -5,6 +5,7 @@ import { readFileSync } from "node:fs";
 import { fromSeed, type KeyPair } from "@nats-io/nkeys";
 import {
   connect,
+  errors,
   headers,
   nkeyAuthenticator,
   type MsgHdrs,
@@ -82,12 +83,39 @@ export function loadSeed(path: string): Identity {
  * (nats.auth = false) accepts.
  */
 export async function connectAs(name: string, url: string, id: Identity | null): Promise<NatsConnection> {
-  const opts: NodeConnectionOptions = { servers: url, name, maxReconnectAttempts: 10 };
+  checkURL(url);
+  const opts: NodeConnectionOptions = { servers: url.split(","), name, maxReconnectAttempts: 10 };
   if (id !== null) {
     opts.authenticator = nkeyAuthenticator(id.seed);
     opts.inboxPrefix = `_INBOX.${id.publicKey}`;
   }
   return connect(opts);
+}
+
+/**
+ * Refuses, at once, a server URL that is not NATS (an http:// address such
+ * as the processor's metrics listener), which would only time out: each of
+ * a comma-separated list is nats://, tls://, ws://, wss:// or host:port.
+ */
+export function checkURL(url: string): void {
+  for (const one of url.split(",")) {
+    const m = /^([A-Za-z][A-Za-z0-9+.-]*):\/\//.exec(one.trim());
+    if (m !== null && !["nats", "tls", "ws", "wss"].includes((m[1] ?? "").toLowerCase())) {
+      throw new NotNATSError(`${one.trim()} is not a NATS server URL: give nats://host:port (tls://, ws:// and wss:// work too); the processor's /metrics address is HTTP, not NATS`);
+    }
+  }
+}
+
+/** A URL that is not NATS, refused before connecting. */
+export class NotNATSError extends Error {}
+
+/**
+ * What NATS refused: for a permissions violation, the operation and
+ * subject, with advice on which identity may do it; null for other errors.
+ */
+export function refusal(err: unknown, advice: string): string | null {
+  if (!(err instanceof errors.PermissionViolationError)) return null;
+  return `NATS refused to let this login ${err.operation === "publish" ? "publish on" : "subscribe to"} ${err.subject} (a permissions violation): ${advice}`;
 }
 
 export const HEADER_HOST_KEY = "Actions-Host-Key";
@@ -196,14 +224,13 @@ export async function lastOutcome(
 /** Why a connection failed, with what to do about it. */
 export function connectError(url: string, err: unknown, seedVariable: string, id: Identity | null): string {
   const text = errorText(err);
-  let hint = "is `processor run --dev` (or your processor) running and listening there?";
-  if (/authorization|authentication/i.test(text)) {
-    hint =
-      id === null
-        ? `this server requires NATS authentication: set ${seedVariable} to the nkey seed of a configured role`
-        : `is ${id.publicKey} the public_key of a configured role of this processor?`;
+  if (err instanceof NotNATSError) return text;
+  if (err instanceof errors.AuthorizationError || /authorization|authentication/i.test(text)) {
+    return id === null
+      ? `${url} refused an anonymous login (${text}): this server requires NATS authentication; pass --nkey FILE (or set ${seedVariable}), the nkey seed of a configured role`
+      : `${url} refused the login of ${id.publicKey} (${text}): is it the public_key of a configured role of this processor? Pass that role's seed with --nkey FILE`;
   }
-  return `cannot connect to ${url}: ${text} (${hint})`;
+  return `cannot connect to ${url}: ${text} (is \`processor run --dev\` (or your processor) running and listening there?)`;
 }
 
 /** Reads an optional environment variable; "" counts as unset. */

@@ -4,11 +4,11 @@
 //
 //   npm run connector
 //
-// Environment: NATS_URL (default nats://127.0.0.1:4222),
-// PORTCULLIS_CONNECTOR_SEED_FILE (log in with this nkey, as a `connector`
-// block's public_key; unset: anonymously, which only `processor run --dev`
-// accepts), PORTCULLIS_PROVIDER (default inventory), PORTCULLIS_PREFIX
-// (default actions).
+// --nkey FILE, or PORTCULLIS_CONNECTOR_SEED_FILE: log in with this nkey, as a
+// `connector` block's public_key (neither: anonymously, which only
+// `processor run --dev` accepts). Environment: NATS_URL (default
+// nats://127.0.0.1:4222), PORTCULLIS_PROVIDER (default inventory),
+// PORTCULLIS_PREFIX (default actions).
 //
 // It "adjusts stock" by remembering the idempotency key: a real connector
 // passes the key to its system of record, which does the work at most once
@@ -18,25 +18,31 @@ import { parseArgs } from "node:util";
 
 import type { Msg, NatsConnection } from "@nats-io/transport-node";
 
-import { DEFAULT_URL, Subjects, connectAs, connectError, env, errorText, loadSeed, type Identity } from "./client.ts";
+import { DEFAULT_URL, Subjects, connectAs, connectError, env, errorText, loadSeed, refusal, type Identity } from "./client.ts";
 
-const usage = `usage: npm run connector
+const usage = `usage: npm run connector [-- --nkey FILE]
 
-environment: NATS_URL (default ${DEFAULT_URL}), PORTCULLIS_CONNECTOR_SEED_FILE (nkey seed to log in
-with; unset: anonymous, which only \`processor run --dev\` accepts), PORTCULLIS_PROVIDER (default
-inventory), PORTCULLIS_PREFIX (default actions)`;
+  --nkey FILE   the connector's nkey seed (\`processor keygen connector --out FILE\`) to log in with
+                (default: $PORTCULLIS_CONNECTOR_SEED_FILE; neither: anonymous, which only
+                \`processor run --dev\` accepts)
+
+environment: NATS_URL (default ${DEFAULT_URL}; nats://, tls://, ws:// or wss://),
+PORTCULLIS_CONNECTOR_SEED_FILE (as --nkey), PORTCULLIS_PROVIDER (default inventory),
+PORTCULLIS_PREFIX (default actions)`;
 
 function fail(message: string, code = 1): never {
   console.error(`connector: ${message}`);
   process.exit(code);
 }
 
+let nkeyFlag: string | undefined;
 try {
-  const { values } = parseArgs({ options: { help: { type: "boolean", short: "h", default: false } }, strict: true });
+  const { values } = parseArgs({ options: { help: { type: "boolean", short: "h", default: false }, nkey: { type: "string" } }, strict: true });
   if (values.help) {
     console.log(usage);
     process.exit(0);
   }
+  nkeyFlag = values.nkey;
 } catch (err) {
   fail(`${errorText(err)}\n${usage}`, 2);
 }
@@ -50,7 +56,7 @@ try {
 } catch (err) {
   fail(errorText(err), 2);
 }
-const seedFile = env("PORTCULLIS_CONNECTOR_SEED_FILE");
+const seedFile = nkeyFlag ?? env("PORTCULLIS_CONNECTOR_SEED_FILE");
 let id: Identity | null = null;
 if (seedFile !== undefined) {
   try {
@@ -173,14 +179,23 @@ try {
 }
 
 // A queue group: several connector processes share the requests, each
-// request going to exactly one of them.
-const queue = `portcullis-connector-${provider}`;
+// request going to exactly one of them. "portcullis" is the Go client's
+// default (client.DefaultQueue), so Go and TypeScript processes of one
+// connector share the load too.
+const queue = "portcullis";
+const mayNot =
+  id === null
+    ? `this login may not serve provider ${provider}; pass --nkey FILE, the seed of the connector block that lists it`
+    : `${id.publicKey} may not serve provider ${provider}: is it the public_key of a connector block whose providers list ${provider}?`;
+let refused: string | null = null;
+let ready = false;
 const serve = (subject: string, handle: (msg: Msg) => void) =>
   nc.subscribe(subject, {
     queue,
     callback: (err, msg) => {
       if (err !== null) {
-        console.error(`connector: ${subject}: ${err.message}`);
+        refused ??= refusal(err, mayNot) ?? `${subject}: ${err.message}`;
+        if (ready) console.error(`connector: ${refusal(err, mayNot) ?? `${subject}: ${err.message}`}`);
         return;
       }
       try {
@@ -194,7 +209,14 @@ const serve = (subject: string, handle: (msg: Msg) => void) =>
   });
 serve(subj.providerDispatch(provider), dispatch);
 serve(subj.providerReconcile(provider), reconcile);
+// The server refuses a forbidden subscription before it answers the flush:
+// once it returns, a refusal is known, and this connector can serve nothing.
 await nc.flush();
+if (refused !== null) {
+  await nc.close();
+  fail(refused);
+}
+ready = true;
 console.log(
   `connector ready: serving ${subj.providerDispatch(provider)} and .reconcile (queue ${queue}) on ${url}, ` +
     (id === null ? "anonymous (only `processor run --dev` accepts that)" : `logged in as ${id.publicKey}`),

@@ -1,4 +1,4 @@
-// Fingerprint v2 (README "Fingerprint v2", SPEC §2.3), written from the
+// Fingerprint v2 (PROTOCOL.md §2.3), written from the
 // documentation alone: the twelve-member object, JCS (RFC 8785) via the npm
 // package `canonicalize`, SHA-256.
 //
@@ -156,7 +156,7 @@ export function fingerprint(p: Proposal, referent: string): Fingerprint {
 }
 
 /**
- * Grounding's comparison form (README "Grounding", rule 5): NFKC, trim
+ * Grounding's comparison form (PROTOCOL.md §3, Grounding rule 5): NFKC, trim
  * Unicode white space (the White_Space property), collapse white-space runs
  * to one space, full Unicode lowercase, NFKC again.
  */

@@ -5,12 +5,14 @@
 //   npm run host                          propose, approve, expect CONFIRMED (exit 0)
 //   npm run host -- --decline             propose, decline, expect DENIED/APPROVAL_DECLINED (exit 0)
 //   npm run host -- --last <proposal_id>  print the last stored outcome of a proposal
+//   npm run host -- --nkey host.nk        log in and sign with the seed `processor keygen host` wrote
 //   npm run host -- --help
 //
 // Environment: NATS_URL (default nats://127.0.0.1:4222), PORTCULLIS_HOST
-// (host name, default demo-host), PORTCULLIS_HOST_SEED_FILE (sign and log in
-// with this nkey; without it everything is sent unsigned, which only
-// `processor run --dev` admits), PORTCULLIS_PREFIX (default actions).
+// (host name, default demo-host), PORTCULLIS_HOST_SEED_FILE (as --nkey: sign
+// and log in with this nkey; without either everything is sent unsigned,
+// which only `processor run --dev` admits), PORTCULLIS_PREFIX (default
+// actions).
 import { createHash, randomBytes, randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
@@ -28,6 +30,7 @@ import {
   connectAs,
   connectError,
   decodeOutcome,
+  refusal,
   describeOutcome,
   env,
   errorText,
@@ -50,10 +53,12 @@ const usage = `usage: npm run host -- [options]
   --decline           decline instead of approving; expect DENIED/APPROVAL_DECLINED
   --timeout SECONDS   how long to wait for each outcome (default 45)
   --last PROPOSAL_ID  only print the last stored outcome of that proposal (direct get)
+  --nkey FILE         the host's nkey seed (\`processor keygen host --out FILE\`): log in with
+                      it and sign every body (default: $PORTCULLIS_HOST_SEED_FILE; neither:
+                      unsigned, which only \`processor run --dev\` admits)
 
-environment: NATS_URL (default ${DEFAULT_URL}), PORTCULLIS_HOST_SEED_FILE (nkey seed:
-log in with it and sign every body; unset: unsigned, which only \`processor run --dev\`
-admits), PORTCULLIS_PREFIX (subject prefix, default actions)`;
+environment: NATS_URL (default ${DEFAULT_URL}; nats://, tls://, ws:// or wss://),
+PORTCULLIS_HOST_SEED_FILE (as --nkey), PORTCULLIS_PREFIX (subject prefix, default actions)`;
 
 function fail(message: string, code = 1): never {
   console.error(`host: ${message}`);
@@ -71,6 +76,7 @@ const { values: args } = (() => {
         decline: { type: "boolean", default: false },
         timeout: { type: "string" },
         last: { type: "string" },
+        nkey: { type: "string" },
         help: { type: "boolean", short: "h", default: false },
       },
       strict: true,
@@ -104,7 +110,7 @@ const subj = (() => {
   }
 })();
 
-const seedFile = env("PORTCULLIS_HOST_SEED_FILE");
+const seedFile = args.nkey ?? env("PORTCULLIS_HOST_SEED_FILE");
 let id: Identity | null = null;
 if (seedFile !== undefined) {
   try {
@@ -125,10 +131,16 @@ process.once("SIGINT", () => {
 });
 
 if (id === null) {
-  console.log(`host ${h}: connected to ${url} anonymously (no PORTCULLIS_HOST_SEED_FILE)`);
+  console.log(`host ${h}: connected to ${url} anonymously (no --nkey or PORTCULLIS_HOST_SEED_FILE)`);
 } else {
   console.log(`host ${h}: connected to ${url} as ${id.publicKey}`);
 }
+
+/** What to do about a permissions violation: this login is not host h's. */
+const mayNot =
+  id === null
+    ? `this login may not act as host ${h}; pass --nkey FILE, the seed of host ${h}'s key`
+    : `${id.publicKey} may not act as host ${h}: is it the public_key of the host "${h}" block (--host NAME, --nkey FILE)?`;
 
 /** Signature headers for body, or undefined when unsigned. */
 function sign(body: Uint8Array): MsgHdrs | undefined {
@@ -217,10 +229,11 @@ async function propose(): Promise<number> {
   // before anything can be published on it.
   const outcomeSubject = subj.outcome(h, proposalID);
   const outcomes = new OutcomeQueue();
+  let refused: string | null = null;
   nc.subscribe(outcomeSubject, {
     callback: (err, msg) => {
       if (err !== null) {
-        console.error(`host: subscription: ${err.message}`);
+        refused = refusal(err, mayNot) ?? `subscription: ${err.message}`;
         return;
       }
       try {
@@ -230,7 +243,10 @@ async function propose(): Promise<number> {
       }
     },
   });
+  // The server refuses a forbidden subscription before it answers the
+  // flush: once it returns, a refusal is known (outcomes could never come).
   await nc.flush();
+  if (refused !== null) throw new Error(refused);
   console.log(`subscribed to ${outcomeSubject}`);
 
   const js = jetstream(nc);
@@ -333,6 +349,8 @@ async function publish(js: JetStreamClient, subject: string, message: object, st
     if (ack.stream !== stream) throw new Error(`stored in ${ack.stream}, expected ${stream}`);
     console.log(`sent ${what} on ${subject}${hdrs === undefined ? " (unsigned)" : " (signed)"}: stored in ${ack.stream} sequence ${ack.seq}${ack.duplicate ? " (duplicate)" : ""}`);
   } catch (err) {
+    const refused = refusal(err, mayNot);
+    if (refused !== null) throw new Error(`publishing ${what}: ${refused}`);
     const text = errorText(err);
     const hint = /no responders|503/i.test(text) ? ` (no stream captures ${subject}: is \`processor run --dev\` running?)` : "";
     throw new Error(`publishing ${what} on ${subject}: ${text}${hint}`);

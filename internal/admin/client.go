@@ -72,6 +72,10 @@ func call[T any](ctx context.Context, c *Client, verb string, req stamped) (*T, 
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return nil, fmt.Errorf("%w on %s", ErrNoProcessor, subject)
+	case err != nil && ctx.Err() != nil && !errors.Is(context.Cause(ctx), ctx.Err()):
+		// The caller ended the request for a reason of its own (a
+		// permissions violation on its connection): that reason.
+		return nil, fmt.Errorf("admin: %s: %w", subject, context.Cause(ctx))
 	case err != nil:
 		return nil, fmt.Errorf("admin: %s: %w", subject, err)
 	}

@@ -6,7 +6,7 @@
 // tenant's security domain, weaponizing grants and declines, flooding junk,
 // nesting JSON deeply and planting secrets — then asserts the exact
 // outcome kinds, incident codes, subjects and provider dispatch counts that
-// SPEC.md (§2, §2.7, §3) requires.
+// the contract (PROTOCOL.md §2, §2.7, §3) requires.
 //
 // Every test names the finding it guards (measured against an older
 // processor); the fixes live in the production packages, and these tests

@@ -105,7 +105,7 @@ func Run(o Options) error {
 		return nil
 	}
 	fmt.Fprintln(o.Stdout, "\nEvery scenario ended as it should. The demo server is stopped and its temporary data directory removed.")
-	fmt.Fprintln(o.Stdout, "Next: `processor run --dev` runs Portcullis for real on 127.0.0.1:4222 (see README.md);")
+	fmt.Fprintln(o.Stdout, "Next: `processor run --dev` runs Portcullis for real on 127.0.0.1:4222 (see docs/running.md);")
 	fmt.Fprintln(o.Stdout, "`processor demo --keep` leaves the last scene's action for you to settle in `processor console`.")
 	return nil
 }

@@ -208,11 +208,17 @@ func (p *Processor) startServer(processorKey string) error {
 	if err != nil {
 		return fmt.Errorf("engine: embedded nats: %w", err)
 	}
+	// nats-server reports why it did not start (JetStream's store
+	// directory not writable, a listener it could not open) only to its
+	// logger, then gives up: catch that, instead of waiting for a
+	// readiness that cannot come.
+	fatal := &startLog{fatal: make(chan string, 1)}
+	srv.SetLoggerV2(fatal, false, false, false)
 	go srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
+	if err := awaitStart(srv, fatal, embeddedStartTimeout); err != nil {
 		srv.Shutdown()
 		srv.WaitForShutdown()
-		return fmt.Errorf("engine: embedded nats on %s did not start within 10s", n.Listen)
+		return fmt.Errorf("engine: embedded nats on %s (store_dir %s): %w", n.Listen, n.StoreDir, err)
 	}
 	if n.Auth {
 		if err := natsauth.EnableJetStream(srv); err != nil {
@@ -224,6 +230,50 @@ func (p *Processor) startServer(processorKey string) error {
 	p.srv = srv
 	return nil
 }
+
+// embeddedStartTimeout bounds the embedded server's start when it reports
+// no error (a cold start on a slow disk).
+const embeddedStartTimeout = 10 * time.Second
+
+// errNotStarted: the embedded server neither started nor said why.
+var errNotStarted = errors.New("did not start")
+
+// awaitStart waits until srv accepts connections, or reports the error it
+// logged as fatal (at once), or timeout passes.
+func awaitStart(srv *server.Server, log *startLog, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if srv.ReadyForConnections(50 * time.Millisecond) {
+			return nil
+		}
+		select {
+		case msg := <-log.fatal:
+			return errors.New(msg)
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w within %s", errNotStarted, timeout)
+		}
+	}
+}
+
+// startLog is the embedded server's logger: it keeps the first fatal
+// error (nats-server logs it, then stops starting) and drops the rest, as
+// the server's NoLog did. It never exits the process, unlike nats-server's
+// own logger.
+type startLog struct{ fatal chan string }
+
+func (l *startLog) Fatalf(format string, v ...any) {
+	select {
+	case l.fatal <- fmt.Sprintf(format, v...):
+	default:
+	}
+}
+func (l *startLog) Noticef(string, ...any) {}
+func (l *startLog) Warnf(string, ...any)   {}
+func (l *startLog) Errorf(string, ...any)  {}
+func (l *startLog) Debugf(string, ...any)  {}
+func (l *startLog) Tracef(string, ...any)  {}
 
 // EmbeddedMaxPayload is the embedded server's max_payload for c: the
 // largest proposal with its headers, and at least the nats-server default.

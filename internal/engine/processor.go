@@ -184,6 +184,14 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 	if cfg.NATS.Embedded && !cfg.NATS.Auth {
 		loud(ctx, p.log, "!!! NATS AUTHENTICATION IS OFF: any local client may publish on any subject, internal ones included. Development only. !!!")
 	}
+	// The store first: its directory lock says whether another processor
+	// runs on this store.dir, before an embedded server is started on
+	// what would be that processor's NATS store too.
+	var err error
+	p.store, err = kv.Open(cfg.Store.Dir, kv.Options{FS: o.StoreFS, Logger: p.log.With("component", "pebble"), Now: func() int64 { return stages.NowMs(p.clock) }})
+	if err != nil {
+		return err
+	}
 	key, err := loadInternalKey(cfg.InternalKeyFile())
 	if err != nil {
 		return err
@@ -208,10 +216,6 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 		return err
 	}
 	p.activity = &activity.Store{KV: bucket, Now: func() int64 { return stages.NowMs(p.clock) }}
-	p.store, err = kv.Open(cfg.Store.Dir, kv.Options{FS: o.StoreFS, Logger: p.log.With("component", "pebble"), Now: func() int64 { return stages.NowMs(p.clock) }})
-	if err != nil {
-		return err
-	}
 	var providers []string
 	for _, pr := range cfg.Providers {
 		providers = append(providers, pr.Name)

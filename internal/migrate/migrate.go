@@ -176,7 +176,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		return Summary{}, err
 	}
 	// The store first: it is locked while its processor runs.
-	if r.store, err = kv.Open(cfg.Store.Dir, kv.Options{Logger: r.log}); errors.Is(err, kv.ErrInUse) {
+	if r.store, err = kv.Open(cfg.Store.Dir, kv.Options{Logger: r.log}); errors.Is(err, kv.ErrLocked) {
 		return Summary{}, fmt.Errorf("%w (%s): %w", ErrStoreInUse, cfg.Store.Dir, err)
 	} else if err != nil {
 		return Summary{}, fmt.Errorf("migrate: %w", err)

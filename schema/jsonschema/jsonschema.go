@@ -3,7 +3,8 @@
 // and validates messages against them.
 //
 // The files are the contract for hosts, connectors, resolvers and candidate
-// sources in other languages: load all of them (they refer to each other by
+// sources in other languages, beside PROTOCOL.md at the repository's root
+// (which "SPEC §N" here cites, section N): load all of them (they refer to each other by
 // relative $ref under Base) and validate against the message's file. Two
 // files are not messages: defs.json (shared definitions) and
 // disclosure_values.json (the per-class value contracts of SPEC §2.6).

@@ -1,0 +1,143 @@
+package config_test
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nkeys"
+
+	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/internal/keyfile"
+)
+
+// writePEM writes a self-signed certificate and its key, and returns
+// their paths.
+func writePEM(t *testing.T, dir, name string) (cert, key string) {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), DNSNames: []string{"localhost"}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
+	write(t, cert, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))
+	write(t, key, string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})))
+	return cert, key
+}
+
+func write(t *testing.T, path, content string) string {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// Check (processor validate) refuses a configuration whose named files are
+// missing, unreadable or hold the wrong thing, each with file:line and the
+// file's name; and a file that configures nothing (issue 23: validate said
+// ok for both).
+func TestCheckFiles(t *testing.T) {
+	dir := t.TempDir()
+	kp, _ := nkeys.CreateUser()
+	seed := filepath.Join(dir, "processor.nk")
+	if err := keyfile.WriteSeed(seed, kp); err != nil {
+		t.Fatal(err)
+	}
+	notSeed := write(t, filepath.Join(dir, "not-a-seed"), "SUNOTASEED\n")
+	internal := filepath.Join(dir, "internal.key")
+	if _, err := keyfile.CreateInternal(internal); err != nil {
+		t.Fatal(err)
+	}
+	badInternal := write(t, filepath.Join(dir, "bad.key"), "not hex\n")
+	cert, key := writePEM(t, dir, "server")
+	_, otherKey := writePEM(t, dir, "other")
+	notPEM := write(t, filepath.Join(dir, "ca.txt"), "hello\n")
+	missing := filepath.Join(dir, "missing")
+	remote := func(creds string) string {
+		return "nats {\n  url = \"nats://127.0.0.1:4222\"\n  credentials = \"" + creds + "\"\n}\n"
+	}
+	withTLS := func(cert, key, ca string) string {
+		return "nats {\n  tls {\n    cert_file = \"" + cert + "\"\n    key_file = \"" + key + "\"\n    ca_file = \"" + ca + "\"\n  }\n}\n"
+	}
+	internalAt := func(p string) string { return "internal {\n  key_file = \"" + p + "\"\n}\n" }
+	cases := []struct {
+		name, src string
+		want      []string // in the error; none: valid
+	}{
+		{"seed credentials", remote(seed), nil},
+		{"missing credentials", remote(missing), []string{"c.hcl:3,17-", "Unusable file for credentials", missing + " does not exist"}},
+		{"credentials not a seed", remote(notSeed), []string{"c.hcl:3,", notSeed + ": not a user nkey seed"}},
+		{"credentials a directory", remote(dir), []string{"c.hcl:3,", dir + " cannot be read: is a directory"}},
+		{"tls", withTLS(cert, key, cert), nil},
+		{"tls missing cert", withTLS(missing, key, cert), []string{"c.hcl:3,", "Unusable file for cert_file", missing + " does not exist"}},
+		{"tls key of another cert", withTLS(cert, otherKey, cert), []string{"c.hcl:3,", "with key_file " + otherKey}},
+		{"tls ca not PEM", withTLS(cert, key, notPEM), []string{"c.hcl:5,", notPEM + " holds no PEM certificate"}},
+		{"internal key", internalAt(internal), nil},
+		{"internal key made at the first start", internalAt(missing), nil},
+		{"internal key not hex", internalAt(badInternal), []string{"c.hcl:2,", badInternal + ": not an internal key"}},
+		{"default internal key under store.dir", "store {\n  dir = \"" + dir + "\"\n}\n", nil},
+		{"two problems", remote(missing) + internalAt(badInternal), []string{"c.hcl:3,", "c.hcl:6,"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := write(t, filepath.Join(t.TempDir(), "c.hcl"), c.src)
+			_, err := config.Check(p)
+			if c.want == nil {
+				if err != nil {
+					t.Fatalf("valid configuration refused: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, config.ErrInvalid) {
+				t.Fatalf("err = %v, want a configuration error", err)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+	// The default internal key under store.dir is checked too when it is
+	// there: store.dir's internal.key above is the good one; a bad one
+	// is refused, without a line (it is not written in the file).
+	store := t.TempDir()
+	write(t, filepath.Join(store, config.InternalKeyName), "not hex\n")
+	p := write(t, filepath.Join(t.TempDir(), "c.hcl"), "store {\n  dir = \""+store+"\"\n}\n")
+	if _, err := config.Check(p); err == nil || !strings.Contains(err.Error(), "Unusable file for internal.key_file") {
+		t.Errorf("a bad default internal key: %v", err)
+	}
+}
+
+func TestCheckConfiguresNothing(t *testing.T) {
+	for name, src := range map[string]string{"empty": "", "blank": "\n\n  \n", "comments only": "# nats { }\n// nothing\n"} {
+		p := write(t, filepath.Join(t.TempDir(), "c.hcl"), src)
+		if _, err := config.Check(p); !errors.Is(err, config.ErrConfiguresNothing) || !strings.Contains(err.Error(), p) {
+			t.Errorf("%s: %v, want ErrConfiguresNothing naming the file", name, err)
+		}
+		if _, err := config.Load(p); err != nil {
+			t.Errorf("%s: Load refuses it: %v (it is valid, only useless)", name, err)
+		}
+	}
+}

@@ -1,0 +1,11 @@
+// Package schema is the wire contract in Go: the types of every message
+// (proposals, grants, declines, outcomes, incidents, receipts, activity
+// snapshots, the requests and replies of connectors, resolvers and
+// candidate sources), the closed sets (outcome kinds, effect truths,
+// phases, boundaries, incident codes: codes.go), strict decoding, and
+// value-free validation problems.
+//
+// The contract itself, for any language, is PROTOCOL.md at the
+// repository's root; "SPEC §2.1" in this documentation is its section
+// 2.1. The JSON Schemas of the same messages are in package jsonschema.
+package schema
