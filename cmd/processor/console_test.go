@@ -111,7 +111,7 @@ func selfSigned(t *testing.T, dir string) (certFile, keyFile string) {
 func TestConsoleCommand(t *testing.T) {
 	env := testenv.New(t, testenv.WithAuth())
 	seed := writeSeed(t, env.Operator)
-	bin := testenv.ProcessorBinary(t) // built first: under load a build takes long
+	bin := testenv.ProcessorBinary(t)                                       // built first: under load a build takes long
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hang guard
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "console", "--url", env.Server.ClientURL(), "--nkey", seed, "--listen", "127.0.0.1:0")
