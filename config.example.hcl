@@ -45,7 +45,9 @@ internal {
 # Bounds of the JetStream streams. Sizes take B, KB, MB, GB or KiB, MiB, GiB.
 streams {
   max_age           = "168h" # every stream; at least 2×approval.ttl
-  ingress_max_bytes = "1GiB" # proposals and grants, each: when full, new messages are refused (the host's publish fails)
+  ingress_max_bytes = "64MiB" # each host's proposals, and its grants, waiting for admission: at the limit that host's publishes are refused, no other host's
+  ingress_max_msgs  = 10000   # the same budget in messages
+  host_history_max_msgs = 100000 # each host's outcomes kept in ACTIONS_OUTCOMES: past it, that host's oldest go, never another's
   stage_max_bytes   = "1GiB" # each internal stage stream: when full, hand-offs wait and are retried
   history_max_bytes = "1GiB" # outcomes, incidents and the activity bucket, each: when full, the oldest go
 }

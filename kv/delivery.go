@@ -62,7 +62,7 @@ type Admitted struct {
 	// it off: it took the id for its PROCESSING_FAILED outcome, which a
 	// repeat, and any processor still handling the same message, answer
 	// with.
-	Failed bool  `json:"failed,omitempty"`
+	Failed bool  `json:"failed,omitzero"`
 	AtMs   int64 `json:"at_ms"`
 }
 

@@ -35,7 +35,7 @@ type AuthorizationRecord struct {
 	// dispatched already (a receipt or an in-flight record binds its
 	// fingerprint): it is answered from the intent (SPEC §2.4: the same
 	// receipt), never dispatched. Grant is empty then.
-	Bound bool `json:"bound,omitempty"`
+	Bound bool `json:"bound,omitzero"`
 }
 
 // PolicyEvaluation is one layer's verdict, kept for the activity record.

@@ -25,6 +25,8 @@
 package subjects
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"regexp"
@@ -240,8 +242,56 @@ func (s Subjects) streamBase() string {
 	return strings.ToUpper(strings.NewReplacer(".", "_", "-", "_").Replace(s.p()))
 }
 
+// ProposalsStream and GrantsStream are the ingress streams every host
+// shares when unsigned input is allowed (local development).
 func (s Subjects) ProposalsStream() string { return s.streamBase() + "_PROPOSALS" }
 func (s Subjects) GrantsStream() string    { return s.streamBase() + "_GRANTS" }
+
+// HostProposalsStream and HostGrantsStream are host h's own ingress
+// streams: its budget, and its own Nats-Msg-Id dedupe window.
+func (s Subjects) HostProposalsStream(h string) string {
+	return s.streamBase() + "_PROPOSALS_" + NameToken(h)
+}
+func (s Subjects) HostGrantsStream(h string) string {
+	return s.streamBase() + "_GRANTS_" + NameToken(h)
+}
+
+// ParkedStream holds the envelopes of proposals parked for approval, one
+// per proposal (ParkedEnvelope), until they are decided.
+func (s Subjects) ParkedStream() string { return s.streamBase() + "_PARKED" }
+
+// ParkedEnvelope is the subject of a parked proposal's envelope.
+func (s Subjects) ParkedEnvelope(token string) string {
+	return s.p() + ".stage." + StageAuthorization + ".parked." + token
+}
+
+// ParkedAll is the filter of every parked envelope.
+func (s Subjects) ParkedAll() string { return s.p() + ".stage." + StageAuthorization + ".parked.>" }
+
+// HostStageKind is the filter of host h's messages of a kind for a stage:
+// the hand-offs of h's proposals (KindProposal), which a stage reads with
+// a consumer of h's own.
+func (s Subjects) HostStageKind(stage, kind, h string) string {
+	return s.p() + ".stage." + stage + "." + kind + "." + h + ".>"
+}
+
+// HostConsumer is the durable consumer through which a stage reads host
+// h's messages from a stream the hosts share.
+func HostConsumer(stage, h string) string { return stage + "_" + NameToken(h) }
+
+// NameToken is host name h as part of a stream or consumer name: itself
+// when it has no upper-case letter, else lower-cased with 8 hex digits of
+// its SHA-256 (stream and consumer names become file names, and two names
+// that differ only in case must not share one on a case-insensitive file
+// system).
+func NameToken(h string) string {
+	low := strings.ToLower(h)
+	if low == h {
+		return h
+	}
+	sum := sha256.Sum256([]byte(h))
+	return low + "_" + hex.EncodeToString(sum[:4])
+}
 func (s Subjects) OutcomesStream() string  { return s.streamBase() + "_OUTCOMES" }
 func (s Subjects) IncidentsStream() string { return s.streamBase() + "_INCIDENTS" }
 

@@ -49,6 +49,8 @@ const (
 
 // Env is a running test deployment.
 type Env struct {
+	// handOffs are the stages' hand-offs as published (StageEnvelopes).
+	handOffs *handOffLog
 	Server   *server.Server
 	NC       *nats.Conn
 	JS       jetstream.JetStream
@@ -214,6 +216,7 @@ func New(t testing.TB, opts ...Option) *Env {
 		e.Clock = stages.SystemClock{}
 	}
 	e.Recorder = Record(t, recorderConn, e.Subjects)
+	e.handOffs = recordHandOffs(t, e.NC, e.Subjects)
 	e.Fakes = map[string]*adapters.Fake{}
 	overrides := map[string]adapters.Adapter{}
 	for _, p := range cfg.Providers {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/engine"
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/subjects"
@@ -59,7 +60,7 @@ func (e *Env) Quiesce(t testing.TB) {
 // processor held messages waits out their ack wait before they come back.
 func (e *Env) QuiesceWithin(t testing.TB, timeout time.Duration) {
 	t.Helper()
-	quiesce(t, timeout, e.JS, StageConsumers(e.Subjects), e.dueTimer, e.Recorder)
+	quiesce(t, timeout, e.JS, StageConsumers(e.Subjects, e.Config), e.dueTimer, e.Recorder)
 }
 
 // QuiesceConsumers is Quiesce for a rig without an Env (one runner on
@@ -197,16 +198,19 @@ type StageConsumer struct {
 }
 
 // StageConsumers lists every durable consumer of the default pipeline
-// (engine.Consumers: the stage table) in pipeline order: a consumer comes
+// for configuration c (engine.Consumers: the stage table; with each host's
+// consumers where hosts have their own) in pipeline order: a consumer comes
 // before every consumer it hands messages on to (hosts feed admission and
 // grants; admission feeds grounding, grounding authorization;
 // authorization and grants feed dispatch; a Scheduled stage's timers
 // consumer comes after it; dispatch, reconciliation and the operator
 // reach reconciliation through its timers).
-func StageConsumers(s subjects.Subjects) []StageConsumer {
+func StageConsumers(s subjects.Subjects, c *config.Config) []StageConsumer {
 	var out []StageConsumer
-	for _, c := range engine.Consumers(s, engine.Pipeline(), nil) {
-		out = append(out, StageConsumer{Name: c.Name, Stream: c.Stream})
+	for _, r := range engine.Consumers(s, c, engine.Pipeline(), nil) {
+		for _, src := range r.Sources {
+			out = append(out, StageConsumer{Name: src.Durable, Stream: src.Stream})
+		}
 	}
 	return out
 }

@@ -312,7 +312,7 @@ func TestOperatorWithExactPermissions(t *testing.T) {
 	flags := []string{"--url", url, "--timeout", "5s"}
 	with := func(args ...string) []string { return append(args, flags...) }
 	// The snapshot is written right after the outcome, before the ack.
-	testenv.QuiesceConsumers(t, js, nil, testenv.StageConsumers(subj)...)
+	testenv.QuiesceConsumers(t, js, nil, testenv.StageConsumers(subj, cfg)...)
 	runCases(t, []cliCase{
 		{name: "list", args: with("reconcile", "list", "--nkey", opSeed), stdout: []string{"no indeterminate actions"}},
 		{name: "receipts", args: with("receipts", "get", fp, "--nkey", opSeed), stdout: []string{fp, "CONFIRMED (terminal)"}},

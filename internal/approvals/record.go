@@ -59,7 +59,7 @@ type Record struct {
 	Code schema.Code `json:"code,omitempty"`
 	// Bound: permitted without a grant, because the intent was dispatched
 	// already (schema.AuthorizationRecord.Bound).
-	Bound bool `json:"bound,omitempty"`
+	Bound bool `json:"bound,omitzero"`
 	// Evaluations are the policy layers' verdicts of the decision (of the
 	// screen before parking, while parked).
 	Evaluations []schema.PolicyEvaluation `json:"evaluations"`

@@ -42,7 +42,9 @@ const (
 	DefaultMaxInFlight      = 16
 	MaxMaxInFlight          = 4096
 	DefaultStreamMaxAge     = 7 * 24 * time.Hour
-	DefaultIngressMaxBytes  = 1 << 30
+	DefaultIngressMaxBytes  = 64 << 20
+	DefaultIngressMaxMsgs   = 10_000
+	DefaultHostHistoryMsgs  = 100_000
 	DefaultStageMaxBytes    = 1 << 30
 	DefaultHistoryMaxBytes  = 1 << 30
 	MinStreamMaxBytes       = 1 << 20
@@ -131,10 +133,15 @@ type Streams struct {
 	// MaxAge is how long any stream keeps a message. Default 168h (7 days);
 	// at least 2×approval.ttl.
 	MaxAge time.Duration
-	// IngressMaxBytes bounds the proposals and grants streams each. When
-	// full they refuse new messages: the host's publish fails, nothing
-	// accepted is dropped. Default 1 GiB.
+	// IngressMaxBytes and IngressMaxMsgs bound each host's proposals and
+	// grants waiting for admission — each host's ingress streams, each:
+	// one host at its limit has its publishes refused while every other
+	// host's go on. Messages leave as admission takes them (refused ones
+	// included). Defaults 64 MiB and 10,000. With unsigned input allowed
+	// (local development) the hosts share one stream of IngressMaxBytes,
+	// each host IngressMaxMsgs of it.
 	IngressMaxBytes int64
+	IngressMaxMsgs  int64
 	// StageMaxBytes bounds each internal stage stream. When full a stage's
 	// hand-off is refused and retried; nothing accepted is dropped.
 	// Default 1 GiB.
@@ -143,6 +150,10 @@ type Streams struct {
 	// activity bucket each; when full the oldest messages (snapshots) go.
 	// Default 1 GiB.
 	HistoryMaxBytes int64
+	// HostHistoryMaxMsgs is each host's budget of outcomes in the outcomes
+	// stream: past it, that host's oldest outcomes go, never another
+	// host's. Default 100,000.
+	HostHistoryMaxMsgs int64
 }
 
 // Store is the local Pebble store of checkpoints and receipts.
@@ -298,14 +309,15 @@ func (e *Error) Unwrap() error { return ErrInvalid }
 // Defaults returns the configuration of an empty file.
 func Defaults() *Config {
 	return &Config{
-		NATS:           NATS{Embedded: true, Listen: DefaultListen, StoreDir: DefaultNATSStoreDir, Replicas: 1, Auth: true},
-		Store:          Store{Dir: DefaultStoreDir, Journal: JournalAuto},
-		Metrics:        Metrics{Listen: DefaultMetricsListen},
-		Prefix:         subjects.DefaultPrefix,
-		Admission:      Admission{MaxPayloadBytes: DefaultMaxPayloadBytes},
-		Grounding:      Grounding{MaxCandidates: DefaultMaxCandidates, SourceTimeout: DefaultSourceTimeout, SourceMaxInFlight: DefaultSourceMaxInFlight},
-		Approval:       Approval{TTL: DefaultApprovalTTL, ClockSkew: DefaultClockSkew, MaxGrantLifetime: DefaultMaxGrantLifetime},
-		Streams:        Streams{MaxAge: DefaultStreamMaxAge, IngressMaxBytes: DefaultIngressMaxBytes, StageMaxBytes: DefaultStageMaxBytes, HistoryMaxBytes: DefaultHistoryMaxBytes},
+		NATS:      NATS{Embedded: true, Listen: DefaultListen, StoreDir: DefaultNATSStoreDir, Replicas: 1, Auth: true},
+		Store:     Store{Dir: DefaultStoreDir, Journal: JournalAuto},
+		Metrics:   Metrics{Listen: DefaultMetricsListen},
+		Prefix:    subjects.DefaultPrefix,
+		Admission: Admission{MaxPayloadBytes: DefaultMaxPayloadBytes},
+		Grounding: Grounding{MaxCandidates: DefaultMaxCandidates, SourceTimeout: DefaultSourceTimeout, SourceMaxInFlight: DefaultSourceMaxInFlight},
+		Approval:  Approval{TTL: DefaultApprovalTTL, ClockSkew: DefaultClockSkew, MaxGrantLifetime: DefaultMaxGrantLifetime},
+		Streams: Streams{MaxAge: DefaultStreamMaxAge, IngressMaxBytes: DefaultIngressMaxBytes, IngressMaxMsgs: DefaultIngressMaxMsgs,
+			StageMaxBytes: DefaultStageMaxBytes, HistoryMaxBytes: DefaultHistoryMaxBytes, HostHistoryMaxMsgs: DefaultHostHistoryMsgs},
 		Reconciliation: Reconciliation{Interval: DefaultReconcileEvery, MaxAttempts: DefaultReconcileMax},
 		Retention:      Retention{SweepInterval: DefaultSweepInterval},
 	}

@@ -35,7 +35,7 @@ func TestExampleParses(t *testing.T) {
 	if len(c.Tenants) != 1 || len(c.Connectors) != 1 || len(c.Resolvers) != 1 || len(c.Sources) != 1 || len(c.Operators) != 1 || !c.NATS.Auth {
 		t.Errorf("roles = %+v %+v %+v %+v %+v auth=%v", c.Tenants, c.Connectors, c.Resolvers, c.Sources, c.Operators, c.NATS.Auth)
 	}
-	if c.Approval.ClockSkew != 30*time.Second || c.Approval.MaxGrantLifetime != 24*time.Hour || c.Streams.IngressMaxBytes != 1<<30 || c.Streams.MaxAge != 168*time.Hour {
+	if c.Approval.ClockSkew != 30*time.Second || c.Approval.MaxGrantLifetime != 24*time.Hour || c.Streams.IngressMaxBytes != 64<<20 || c.Streams.IngressMaxMsgs != 10_000 || c.Streams.HostHistoryMaxMsgs != 100_000 || c.Streams.MaxAge != 168*time.Hour {
 		t.Errorf("approval/streams = %+v %+v", c.Approval, c.Streams)
 	}
 	if c.InternalKeyFile() != "data/store/internal.key" {

@@ -100,6 +100,8 @@ type internalHCL struct {
 type streamsHCL struct {
 	MaxAge          *string   `hcl:"max_age,optional"`
 	IngressMaxBytes *string   `hcl:"ingress_max_bytes,optional"`
+	IngressMaxMsgs  *int      `hcl:"ingress_max_msgs,optional"`
+	HostHistoryMsgs *int      `hcl:"host_history_max_msgs,optional"`
 	StageMaxBytes   *string   `hcl:"stage_max_bytes,optional"`
 	HistoryMaxBytes *string   `hcl:"history_max_bytes,optional"`
 	Body            hcl.Body  `hcl:",body"`
@@ -415,6 +417,8 @@ func (f *fileHCL) build() (*Config, hcl.Diagnostics) {
 	if st := f.Streams; st != nil {
 		c.Streams.MaxAge = d.duration(st.Body, "max_age", st.MaxAge, DefaultStreamMaxAge)
 		c.Streams.IngressMaxBytes = d.size(st.Body, "ingress_max_bytes", st.IngressMaxBytes, DefaultIngressMaxBytes)
+		c.Streams.IngressMaxMsgs = int64(d.intIn(st.Body, "ingress_max_msgs", st.IngressMaxMsgs, DefaultIngressMaxMsgs, 1, 100_000_000))
+		c.Streams.HostHistoryMaxMsgs = int64(d.intIn(st.Body, "host_history_max_msgs", st.HostHistoryMsgs, DefaultHostHistoryMsgs, 10, 100_000_000))
 		c.Streams.StageMaxBytes = d.size(st.Body, "stage_max_bytes", st.StageMaxBytes, DefaultStageMaxBytes)
 		c.Streams.HistoryMaxBytes = d.size(st.Body, "history_max_bytes", st.HistoryMaxBytes, DefaultHistoryMaxBytes)
 		if msg := c.Streams.problem(c.Approval.TTL); msg != "" {

@@ -245,7 +245,7 @@ func proposeAndConfirm(t *testing.T, url string, s subjects.Subjects, host, conn
 	if err != nil {
 		t.Fatalf("publish: %v", err)
 	}
-	if ack.Stream != s.ProposalsStream() || ack.Sequence != 1 {
+	if ack.Stream != s.HostProposalsStream(testenv.HostName) || ack.Sequence != 1 {
 		t.Errorf("PubAck %+v", ack)
 	}
 

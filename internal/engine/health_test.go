@@ -143,11 +143,11 @@ func TestOperationsMetrics(t *testing.T) {
 	if v := testutil.ToFloat64(m.BuildInfo.WithLabelValues(version, revision, goVersion)); v != 1 {
 		t.Errorf("actions_build_info = %v", v)
 	}
-	if n := testutil.CollectAndCount(m.ConsumerPending); n != len(stageNames()) {
-		t.Errorf("%d consumer pending series, want %d", n, len(stageNames()))
+	if n := testutil.CollectAndCount(m.ConsumerPending); n != len(stageNames(env.Config)) {
+		t.Errorf("%d consumer pending series, want %d", n, len(stageNames(env.Config)))
 	}
-	if n := testutil.CollectAndCount(m.ConsumerAckPending); n != len(stageNames()) {
-		t.Errorf("%d consumer ack pending series, want %d", n, len(stageNames()))
+	if n := testutil.CollectAndCount(m.ConsumerAckPending); n != len(stageNames(env.Config)) {
+		t.Errorf("%d consumer ack pending series, want %d", n, len(stageNames(env.Config)))
 	}
 	ackPending := func(stage string) float64 { return testutil.ToFloat64(m.ConsumerAckPending.WithLabelValues(stage)) }
 	confirmed := func() float64 { return testutil.ToFloat64(m.Outcomes.WithLabelValues(string(schema.KindConfirmed))) }
@@ -189,7 +189,7 @@ func TestOperationsMetrics(t *testing.T) {
 	waitFor(t, func() (bool, string) {
 		var seen []string
 		all := true
-		for _, st := range stageNames() {
+		for _, st := range stageNames(env.Config) {
 			pending := testutil.ToFloat64(m.ConsumerPending.WithLabelValues(st))
 			seen = append(seen, fmt.Sprintf("%s %v/%v", st, pending, ackPending(st)))
 			all = all && pending == 0 && ackPending(st) == 0
@@ -225,9 +225,9 @@ func lint(t *testing.T, m *metrics.Metrics) {
 
 // stageNames are the default pipeline's stage names.
 // stageNames are the default pipeline's consumers: every `stage` label.
-func stageNames() []string {
+func stageNames(c *config.Config) []string {
 	var out []string
-	for _, c := range engine.Consumers(subjects.Default(), engine.Pipeline(), nil) {
+	for _, c := range engine.Consumers(subjects.Default(), c, engine.Pipeline(), nil) {
 		out = append(out, c.Name)
 	}
 	return out

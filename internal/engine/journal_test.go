@@ -68,7 +68,10 @@ func TestJournalStreams(t *testing.T) {
 				len(c.Subjects) != map[bool]int{false: 1, true: 2}[step.schedules] {
 				t.Errorf("journal %s: %s timers stream %+v", step.journal, name, c)
 			}
-			if c := stream(subj.StageStream(name)); c.AllowMsgSchedules || c.Discard != jetstream.DiscardNew ||
+			if name == subjects.StageReconciliation {
+				continue // only timers reach it: no stream of hand-offs
+			}
+			if c := stream(subj.StageStream(name)); c.AllowMsgSchedules || c.Discard != jetstream.DiscardNew || c.Retention != jetstream.WorkQueuePolicy ||
 				len(c.Subjects) != 1 || c.Subjects[0] != subj.StageKind(name, subjects.KindProposal) {
 				t.Errorf("journal %s: %s stream %+v", step.journal, name, c)
 			}
@@ -173,8 +176,9 @@ func externalWithStore(t *testing.T) (*config.Config, *kv.Store) {
 
 // A Scheduled stage's stream that an earlier version gave message
 // schedules (the server never turns them off) keeps taking the stage's
-// timers: the processor starts on it as it is, makes no timers stream for
-// that stage, and consumes its timers from it.
+// timers while it holds schedules that have not fired: the processor starts
+// on it as it is, makes no timers stream for that stage, and consumes its
+// timers from it. Once none is pending, a start replaces it.
 func TestLegacyScheduledStream(t *testing.T) {
 	srv := testenv.StartServer(t, "")
 	nc, err := nats.Connect(srv.ClientURL())
@@ -191,6 +195,13 @@ func TestLegacyScheduledStream(t *testing.T) {
 	if _, err := js.CreateStream(ctx, legacy); err != nil {
 		t.Fatal(err)
 	}
+	// A poll an hour away, armed by the earlier version.
+	due := nats.NewMsg(subj.Schedule(subjects.StageReconciliation, "poll-1"))
+	due.Header.Set("Nats-Schedule", "@at "+time.Now().Add(time.Hour).UTC().Format(time.RFC3339Nano))
+	due.Header.Set("Nats-Schedule-Target", subj.Stage(subjects.StageReconciliation, subjects.KindTimer, strings.Repeat("ab", 32)))
+	if _, err := js.PublishMsg(ctx, due); err != nil {
+		t.Fatal(err)
+	}
 	cfg := config.Defaults()
 	cfg.NATS = config.NATS{URL: srv.ClientURL(), Replicas: 1}
 	cfg.Store.Dir, cfg.Metrics.Listen, cfg.Store.Journal = t.TempDir(), "", config.JournalReplicated
@@ -200,7 +211,7 @@ func TestLegacyScheduledStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
+	defer func() { _ = p.Close() }()
 	st, err := js.Stream(ctx, subj.StageStream(subjects.StageReconciliation))
 	if err != nil {
 		t.Fatal(err)
@@ -217,5 +228,27 @@ func TestLegacyScheduledStream(t *testing.T) {
 	// Its one consumer reads the timers from it.
 	if _, err := js.Consumer(ctx, subj.StageStream(subjects.StageReconciliation), subjects.StageReconciliation); err != nil {
 		t.Errorf("the stage's consumer: %v", err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The schedule gone (fired, say): the next start replaces the stream
+	// with the timers stream.
+	st, _ = js.Stream(ctx, subj.StageStream(subjects.StageReconciliation))
+	if err := st.Purge(ctx, jetstream.WithPurgeSubject(subj.Schedules(subjects.StageReconciliation))); err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+	p, err = engine.Start(sctx, engine.Options{Config: cfg})
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Stream(ctx, subj.StageStream(subjects.StageReconciliation)); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Errorf("the legacy stream stayed: %v", err)
+	}
+	if _, err := js.Stream(ctx, subj.TimersStream(subjects.StageReconciliation)); err != nil {
+		t.Errorf("no timers stream: %v", err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/policy"
+	"github.com/portcullis/portcullis/internal/seal"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
@@ -67,6 +68,9 @@ type Spec struct {
 	// journal they are nats-server message schedules (package timers),
 	// which its stream then holds.
 	Scheduled bool
+	// TimersOnly: nothing is handed on to the stage but timers (its
+	// predecessor's Route.NextTimer): it has only its timers stream.
+	TimersOnly bool
 	// New builds the stage's handler.
 	New func(parts *Parts, route stages.Route) (stages.Handler, error)
 }
@@ -81,7 +85,7 @@ func Pipeline() []Spec {
 		{Name: subjects.StageAuthorization, Phase: schema.PhaseAuthorization, Next: subjects.StageDispatch, Scheduled: true, New: newAuthorization},
 		{Name: subjects.StageGrants, Ingress: Grants, Next: subjects.StageDispatch, New: newGrants},
 		{Name: subjects.StageDispatch, Phase: schema.PhaseDispatch, Next: subjects.StageReconciliation, New: newDispatch},
-		{Name: subjects.StageReconciliation, Phase: schema.PhaseReconciliation, Scheduled: true, New: newReconciliation},
+		{Name: subjects.StageReconciliation, Phase: schema.PhaseReconciliation, Scheduled: true, TimersOnly: true, New: newReconciliation},
 	}
 }
 
@@ -155,6 +159,8 @@ type Parts struct {
 	Log      *slog.Logger
 	NC       *nats.Conn
 	JS       jetstream.JetStream
+	// Seal is the processor's internal-message sealer.
+	Seal *seal.Sealer
 	// Self is the processor's instance id (kv.Store.InstanceID).
 	Self    string
 	Store   *kv.Store
@@ -232,7 +238,7 @@ func (p *Parts) authorizationStage() (*authorization.Stage, error) {
 			Hosts:         c.Hosts,
 			Tenants:       c.Tenants,
 		},
-		Approvals: p.Approvals, Intents: p.Journal, Activity: p.Activity, Route: r, Clock: p.Clock, JS: p.JS,
+		Approvals: p.Approvals, Intents: p.Journal, Activity: p.Activity, Route: r, Clock: p.Clock, JS: p.JS, Seal: p.Seal,
 		Log: p.stageLog(r.Self),
 	}
 	p.authz = s
@@ -283,48 +289,78 @@ func newReconciliation(p *Parts, r stages.Route) (stages.Handler, error) {
 	}), nil
 }
 
-// Consumer is one durable consumer of the pipeline: a stage's, or the
-// timers consumer of a Scheduled stage.
+// Consumer is one runner of the pipeline — a stage's, or the timers
+// runner of a Scheduled stage — and the durable consumers it reads.
 type Consumer struct {
-	// Name is the durable consumer's name and its `stage` metric label.
+	// Name is the runner's `stage` metric label.
 	Name string
 	// Stage is the stage whose handler it feeds.
-	Stage  string
-	Stream string
-	Filter string
+	Stage   string
+	Sources []stages.Source
 	// Internal: every input must carry the processor's seal (see
 	// stages.RunnerConfig); Phase names its rejections.
 	Internal bool
 	Phase    schema.Phase
 }
 
-// Consumers lists pipeline's consumers in pipeline order — a consumer
-// before every consumer whose stage it hands on to — from the table: each
-// stage's, and after a Scheduled stage's its timers consumer, unless the
-// stage is in legacy (its stream takes its timers: see legacyScheduled).
-func Consumers(s subjects.Subjects, pipeline []Spec, legacy map[string]bool) []Consumer {
+// Consumers lists pipeline's runners in pipeline order — a runner before
+// every runner whose stage it hands on to — from the table: each stage's,
+// and after a Scheduled stage's its timers runner, unless the stage is in
+// legacy (its stream takes its timers: see legacyScheduled). Where hosts
+// have their own streams and consumers (perHost), a stage reads each
+// host's proposals through a consumer of its own, so that one host's
+// backlog never makes another's proposals wait behind it (the runner's
+// fetchers take turns); otherwise one consumer reads them all.
+func Consumers(s subjects.Subjects, c *config.Config, pipeline []Spec, legacy map[string]bool) []Consumer {
 	var out []Consumer
+	hosts := perHost(c)
 	for _, st := range pipeline {
-		c := Consumer{Name: st.Name, Stage: st.Name}
-		switch st.Ingress {
-		case Proposals:
-			c.Stream, c.Filter = s.ProposalsStream(), s.Proposals()
-		case Grants:
-			c.Stream, c.Filter = s.GrantsStream(), s.Grants()
+		r := Consumer{Name: st.Name, Stage: st.Name}
+		switch {
+		case st.Ingress == Proposals && hosts:
+			for _, h := range c.Hosts {
+				r.Sources = append(r.Sources, stages.Source{Stream: s.HostProposalsStream(h.Name), FilterSubject: s.Proposal(h.Name), Durable: st.Name})
+			}
+		case st.Ingress == Proposals:
+			r.Sources = []stages.Source{{Stream: s.ProposalsStream(), FilterSubject: s.Proposals(), Durable: st.Name}}
+		case st.Ingress == Grants && hosts:
+			for _, h := range c.Hosts {
+				r.Sources = append(r.Sources, stages.Source{Stream: s.HostGrantsStream(h.Name), FilterSubject: s.Grant(h.Name), Durable: st.Name})
+			}
+		case st.Ingress == Grants:
+			r.Sources = []stages.Source{{Stream: s.GrantsStream(), FilterSubject: s.Grants(), Durable: st.Name}}
+		case legacy[st.Name]:
+			r.Sources = []stages.Source{{Stream: s.StageStream(st.Name), FilterSubject: s.StageAll(st.Name), Durable: st.Name}}
+		case st.TimersOnly:
+			// Only timers reach it: the timers runner below is all.
+		case hosts:
+			for _, h := range c.Hosts {
+				r.Sources = append(r.Sources, stages.Source{Stream: s.StageStream(st.Name),
+					FilterSubject: s.HostStageKind(st.Name, subjects.KindProposal, h.Name), Durable: subjects.HostConsumer(st.Name, h.Name)})
+			}
 		default:
-			c.Stream, c.Filter = s.StageStream(st.Name), s.StageAll(st.Name)
-			c.Internal, c.Phase = true, st.Phase
+			filter := s.StageAll(st.Name)
+			if st.Scheduled {
+				filter = s.StageKind(st.Name, subjects.KindProposal)
+			}
+			r.Sources = []stages.Source{{Stream: s.StageStream(st.Name), FilterSubject: filter, Durable: st.Name}}
 		}
-		out = append(out, c)
+		if st.Ingress == Internal {
+			r.Internal, r.Phase = true, st.Phase
+		}
+		if len(r.Sources) > 0 {
+			out = append(out, r)
+		}
 		if st.Ingress == Internal && st.Scheduled && !legacy[st.Name] {
-			out = append(out, Consumer{Name: subjects.TimersConsumer(st.Name), Stage: st.Name,
-				Stream: s.TimersStream(st.Name), Filter: s.StageKind(st.Name, subjects.KindTimer), Internal: true, Phase: st.Phase})
+			name := subjects.TimersConsumer(st.Name)
+			out = append(out, Consumer{Name: name, Stage: st.Name, Internal: true, Phase: st.Phase,
+				Sources: []stages.Source{{Stream: s.TimersStream(st.Name), FilterSubject: s.StageKind(st.Name, subjects.KindTimer), Durable: name}}})
 		}
 	}
 	return out
 }
 
-// consumerNames are the consumers' names: the `stage` label values.
+// consumerNames are the runners' names: the `stage` label values.
 func consumerNames(cs []Consumer) []string {
 	out := make([]string, len(cs))
 	for i, c := range cs {
@@ -351,8 +387,7 @@ func (p *Processor) runners(pipeline []Spec, consumers []Consumer, parts *Parts,
 	}
 	out := make([]*stages.Runner, 0, len(consumers))
 	for _, c := range consumers {
-		rc := stages.RunnerConfig{Stage: c.Name, Stream: c.Stream, FilterSubject: c.Filter, Internal: c.Internal, Phase: c.Phase,
-			MaxInFlight: inFlight[c.Stage]}
+		rc := stages.RunnerConfig{Stage: c.Name, Sources: c.Sources, Internal: c.Internal, Phase: c.Phase, MaxInFlight: inFlight[c.Stage]}
 		out = append(out, stages.NewRunner(rc, deps, handlers[c.Stage]))
 	}
 	return out, nil

@@ -72,7 +72,7 @@ func TestSixthStage(t *testing.T) {
 	}
 	// A stage that is not in the table has no series: pre-creation read
 	// the table.
-	want := len(engine.Consumers(env.Subjects, engine.Pipeline(), nil)) + 1
+	want := len(engine.Consumers(env.Subjects, env.Config, engine.Pipeline(), nil)) + 1
 	if n := testutil.CollectAndCount(m.ConsumerPending); n != want {
 		t.Errorf("%d consumer pending series, want %d", n, want)
 	}

@@ -210,7 +210,7 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 	if pipeline == nil {
 		pipeline = Pipeline()
 	}
-	bucket, legacy, err := ensureStreams(ctx, p.js, subj, cfg, pipeline, p.log)
+	bucket, legacy, deferred, err := ensureStreams(ctx, p.js, subj, cfg, pipeline, p.log)
 	p.legacy = legacy
 	if err != nil {
 		return err
@@ -226,7 +226,10 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 	if err := p.openApprovals(ctx); err != nil {
 		return err
 	}
-	consumers := Consumers(subj, pipeline, legacy)
+	if err := upgradeStreams(ctx, p.js, subj, deferred, p.approvals.Count(), p.log); err != nil {
+		return err
+	}
+	consumers := Consumers(subj, cfg, pipeline, legacy)
 	p.metrics = metrics.New(consumerNames(consumers), providers)
 	p.metrics.SetApprovalsPending(p.approvals.Count)
 	p.serveMetrics()
@@ -246,7 +249,7 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 	deps := stages.Deps{JS: p.js, Seal: p.seal, Subjects: subj, Metrics: p.metrics, Outcomes: p.store, Clock: p.clock, Log: p.log}
 	jr := p.journal
 	parts := &Parts{
-		Config: cfg, Subjects: subj, Clock: p.clock, Metrics: p.metrics, Log: p.log, NC: p.nc, JS: p.js,
+		Config: cfg, Subjects: subj, Clock: p.clock, Metrics: p.metrics, Log: p.log, NC: p.nc, JS: p.js, Seal: p.seal,
 		Self: p.self, Store: p.store, Journal: jr, Admission: p.admission, Approvals: p.approvals, Activity: p.activity, Adapters: p.adapters,
 	}
 	runners, err := p.runners(pipeline, consumers, parts, deps)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -27,12 +29,17 @@ const DuplicateWindow = 10 * time.Minute
 // (signature headers, a Nats-Msg-Id): the streams' MaxMsgSize counts both.
 const headerAllowance = 4096
 
-// StreamConfigs lists every stream of a configuration. Limits retention
-// with MaxAge is the replayable choice (ENGINEERING.md): stages read with
-// their own durable consumers and nothing is deleted by acks. Every stream
-// is bounded in bytes, with a discard policy chosen by what it holds:
-//   - ingress (proposals, grants) refuses new messages when full, so the
-//     host's publish fails and nothing accepted is ever dropped;
+// StreamConfigs lists every stream of a configuration. The streams that
+// feed stages hold work, not history (WorkQueue retention: a message goes
+// once its consumer acked it), so their size follows the backlog, not the
+// week's traffic; outcomes and incidents are history (Limits, MaxAge).
+// Every stream is bounded, with a discard policy chosen by what it holds:
+//   - ingress: each host has its own proposals and grants streams (its
+//     budget, IngressMaxBytes and IngressMaxMsgs, and its own Nats-Msg-Id
+//     dedupe window), which refuse new messages when full — that host's
+//     publish fails, no other host's; with unsigned input allowed (local
+//     development, where any subject token is a host) the hosts share
+//     one stream, each subject IngressMaxMsgs;
 //   - stage streams refuse too: the stage's hand-off is retried, its input
 //     kept, until there is room (the stage before waits: nothing is failed
 //     or dropped);
@@ -43,7 +50,7 @@ const headerAllowance = 4096
 //   - history (outcomes, incidents) drops its oldest messages.
 //
 // MaxAge is at least twice the approval TTL: a parked proposal's envelope
-// is re-read from the authorization stream when its grant arrives.
+// is re-read from the parked stream when its grant arrives.
 //
 // pipeline's internal stages each get a stream; nil: Pipeline(). With a
 // replicated journal (store.journal) the list also holds the streams of
@@ -63,7 +70,7 @@ func StreamConfigs(s subjects.Subjects, c *config.Config, pipeline []Spec) []jet
 			Name:        name,
 			Description: desc,
 			Subjects:    subj,
-			Retention:   jetstream.LimitsPolicy,
+			Retention:   jetstream.WorkQueuePolicy,
 			Storage:     jetstream.FileStorage,
 			MaxAge:      maxAge,
 			MaxBytes:    maxBytes,
@@ -74,31 +81,55 @@ func StreamConfigs(s subjects.Subjects, c *config.Config, pipeline []Spec) []jet
 	}
 	ingress := func(cfg jetstream.StreamConfig) jetstream.StreamConfig {
 		cfg.MaxMsgSize = int32(c.Admission.MaxPayloadBytes + headerAllowance)
+		if perHost(c) {
+			cfg.MaxMsgs = lim.IngressMaxMsgs
+		} else {
+			cfg.MaxMsgsPerSubject, cfg.DiscardNewPerSubject = lim.IngressMaxMsgs, true
+		}
 		return cfg
 	}
 	history := func(cfg jetstream.StreamConfig) jetstream.StreamConfig {
+		cfg.Retention = jetstream.LimitsPolicy
 		cfg.AllowDirect = true // hosts and operators read it with direct gets (SPEC §2.8)
 		return cfg
 	}
-	out := []jetstream.StreamConfig{
-		ingress(mk(s.ProposalsStream(), "Portcullis ingress: proposals from hosts", lim.IngressMaxBytes, jetstream.DiscardNew, s.Proposals())),
-		ingress(mk(s.GrantsStream(), "Portcullis ingress: standalone grants and declines", lim.IngressMaxBytes, jetstream.DiscardNew, s.Grants())),
-		history(mk(s.OutcomesStream(), "Portcullis outcomes, one subject per proposal", lim.HistoryMaxBytes, jetstream.DiscardOld, s.Outcomes())),
-		history(mk(s.IncidentsStream(), "Portcullis value-free incident events", lim.HistoryMaxBytes, jetstream.DiscardOld, s.Incidents())),
+	var out []jetstream.StreamConfig
+	if perHost(c) {
+		for _, h := range c.Hosts {
+			out = append(out,
+				ingress(mk(s.HostProposalsStream(h.Name), "Portcullis ingress: host "+h.Name+"'s proposals", lim.IngressMaxBytes, jetstream.DiscardNew, s.Proposal(h.Name))),
+				ingress(mk(s.HostGrantsStream(h.Name), "Portcullis ingress: host "+h.Name+"'s standalone grants and declines", lim.IngressMaxBytes, jetstream.DiscardNew, s.Grant(h.Name))))
+		}
+	} else {
+		out = append(out,
+			ingress(mk(s.ProposalsStream(), "Portcullis ingress: proposals from hosts", lim.IngressMaxBytes, jetstream.DiscardNew, s.Proposals())),
+			ingress(mk(s.GrantsStream(), "Portcullis ingress: standalone grants and declines", lim.IngressMaxBytes, jetstream.DiscardNew, s.Grants())))
 	}
+	out = append(out,
+		history(mk(s.OutcomesStream(), "Portcullis outcomes, one subject per proposal", lim.HistoryMaxBytes, jetstream.DiscardOld, s.Outcomes())),
+		history(mk(s.IncidentsStream(), "Portcullis value-free incident events", lim.HistoryMaxBytes, jetstream.DiscardOld, s.Incidents())))
 	for _, st := range internalStages(pipeline) {
 		if !st.Scheduled {
 			out = append(out, mk(s.StageStream(st.Name), "Portcullis hand-off to the "+st.Name+" stage", lim.StageMaxBytes, jetstream.DiscardNew, s.StageAll(st.Name)))
 			continue
 		}
-		out = append(out, mk(s.StageStream(st.Name), "Portcullis hand-off to the "+st.Name+" stage", lim.StageMaxBytes, jetstream.DiscardNew,
-			s.StageKind(st.Name, subjects.KindProposal)))
+		if !st.TimersOnly {
+			out = append(out, mk(s.StageStream(st.Name), "Portcullis hand-off to the "+st.Name+" stage", lim.StageMaxBytes, jetstream.DiscardNew,
+				s.StageKind(st.Name, subjects.KindProposal)))
+		}
 		timers := mk(s.TimersStream(st.Name), "Portcullis durable timers of the "+st.Name+" stage", lim.StageMaxBytes, jetstream.DiscardNew,
 			s.StageKind(st.Name, subjects.KindTimer))
 		if c.ReplicatedJournal() {
 			timers = scheduled(s, st.Name, timers)
 		}
 		out = append(out, timers)
+		if st.Name == subjects.StageAuthorization {
+			// One envelope per parked proposal, until it is decided:
+			// history of a kind, read back by subject.
+			parked := mk(s.ParkedStream(), "Portcullis envelopes of proposals parked for approval", lim.StageMaxBytes, jetstream.DiscardNew, s.ParkedAll())
+			parked.Retention, parked.MaxMsgsPerSubject = jetstream.LimitsPolicy, 1
+			out = append(out, parked)
+		}
 	}
 	if c.ReplicatedJournal() {
 		proposals, _ := c.RetentionHorizons()
@@ -109,6 +140,11 @@ func StreamConfigs(s subjects.Subjects, c *config.Config, pipeline []Spec) []jet
 	}
 	return out
 }
+
+// perHost reports whether each host has its own ingress streams and its
+// own consumers at every stage: always, but with unsigned input allowed
+// (local development), where any subject token is a host.
+func perHost(c *config.Config) bool { return !c.Admission.AllowUnsigned }
 
 // ApprovalsHorizon is how long the replicated approvals bucket keeps a
 // record after its last change (the bucket stream's MaxAge; the retention
@@ -168,20 +204,30 @@ func ActivityConfig(s subjects.Subjects, c *config.Config) jetstream.KeyValueCon
 // cluster without a meta leader yet, or electing one) does not answer,
 // until ctx ends.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, s subjects.Subjects, c *config.Config) (jetstream.KeyValue, error) {
-	kv, _, err := ensureStreams(ctx, js, s, c, Pipeline(), nil)
+	kv, _, deferred, err := ensureStreams(ctx, js, s, c, Pipeline(), nil)
+	if err == nil {
+		err = upgradeStreams(ctx, js, s, deferred, 0, nil)
+	}
 	return kv, err
 }
 
 // ensureStreams creates or updates every stream of pipeline and the
 // activity bucket. It returns the Scheduled stages whose stream an earlier
-// version gave message schedules (legacyScheduled): they run without a
-// timers stream. log (nil: none) hears of each.
-func ensureStreams(ctx context.Context, js jetstream.JetStream, s subjects.Subjects, c *config.Config, pipeline []Spec, log *slog.Logger) (jetstream.KeyValue, map[string]bool, error) {
+// version gave message schedules and that still holds some
+// (legacyScheduled): they run without a timers stream; and the streams an
+// earlier version made that cannot be changed in place (retention, or
+// subjects another stream now takes), which upgradeStreams replaces once
+// it can tell they hold no work. log (nil: none) hears of each.
+func ensureStreams(ctx context.Context, js jetstream.JetStream, s subjects.Subjects, c *config.Config, pipeline []Spec, log *slog.Logger) (jetstream.KeyValue, map[string]bool, []jetstream.StreamConfig, error) {
 	legacy := map[string]bool{}
+	var deferred []jetstream.StreamConfig
+	desired := StreamConfigs(s, c, pipeline)
 	for _, st := range internalStages(pipeline) {
 		if !st.Scheduled {
 			continue
 		}
+		var cfg jetstream.StreamConfig
+		found := false
 		err := retryJS(ctx, func(ctx context.Context) error {
 			stream, err := js.Stream(ctx, s.StageStream(st.Name))
 			if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -190,24 +236,52 @@ func ensureStreams(ctx context.Context, js jetstream.JetStream, s subjects.Subje
 			if err != nil {
 				return err
 			}
-			legacy[st.Name] = stream.CachedInfo().Config.AllowMsgSchedules
+			cfg, found = stream.CachedInfo().Config, true
 			return nil
 		})
 		if err != nil {
-			return nil, nil, fmt.Errorf("engine: stream %s: %w", s.StageStream(st.Name), err)
+			return nil, nil, nil, fmt.Errorf("engine: stream %s: %w", s.StageStream(st.Name), err)
 		}
-		if legacy[st.Name] && log != nil {
-			log.Error("stream made with message schedules by an earlier version: it keeps the stage's timers and drops its oldest hand-offs when full; recreate it while it is empty to lift that",
-				"stream", s.StageStream(st.Name))
+		if !found || !cfg.AllowMsgSchedules {
+			continue
 		}
+		// Schedules the server still holds would be lost with the stream:
+		// then it keeps its layout (and its stage runs on it).
+		if pending, err := schedulesPending(ctx, js, s, cfg.Name); err != nil {
+			return nil, nil, nil, err
+		} else if pending {
+			legacy[st.Name] = true
+			if log != nil {
+				log.Error("stream made with message schedules by an earlier version, schedules pending: it keeps the stage's timers and drops its oldest hand-offs when full; it is replaced at a start when none is pending",
+					"stream", cfg.Name)
+			}
+			continue
+		}
+		deferred = append(deferred, stageStreamOrRetired(s, st, cfg, desired))
 	}
-	for _, cfg := range StreamConfigs(s, c, pipeline) {
+	// Streams of an earlier layout whose subjects a stream of this one
+	// takes (the ingress all hosts shared, a stage stream that took its
+	// timers) go first, once they hold no work.
+	retiring := map[string][]string{}
+	retire, err := overlapping(ctx, js, s, pipeline, desired, legacy, deferred, retiring)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	deferred = append(retire, deferred...)
+	for _, cfg := range desired {
 		if stage, ok := scheduledStage(s, pipeline, cfg.Name); ok && legacy[stage] {
 			cfg = legacyScheduled(s, stage, cfg)
 		} else if stage, ok := timersStage(s, pipeline, cfg.Name); ok && legacy[stage] {
 			continue
 		}
-		err := retryJS(ctx, func(ctx context.Context) error {
+		if slices.ContainsFunc(deferred, func(d jetstream.StreamConfig) bool { return d.Name == cfg.Name }) {
+			continue
+		}
+		if overlapsAny(cfg, retiring) {
+			deferred = append(deferred, cfg) // made once the old one is gone
+			continue
+		}
+		err = retryJS(ctx, func(ctx context.Context) error {
 			if stage, ok := timersStage(s, pipeline, cfg.Name); ok && !cfg.AllowMsgSchedules {
 				// A stream once given schedules keeps them (the server
 				// refuses to turn them off): a local journal after a
@@ -219,22 +293,234 @@ func ensureStreams(ctx context.Context, js jetstream.JetStream, s subjects.Subje
 			_, err := js.CreateOrUpdateStream(ctx, cfg)
 			return err
 		})
+		if incompatible(err) {
+			deferred = append(deferred, cfg)
+			continue
+		}
 		if err != nil {
-			return nil, nil, fmt.Errorf("engine: stream %s: %w", cfg.Name, err)
+			return nil, nil, nil, fmt.Errorf("engine: stream %s: %w", cfg.Name, err)
 		}
 	}
 	var kv jetstream.KeyValue
-	err := retryJS(ctx, func(ctx context.Context) (err error) {
+	err = retryJS(ctx, func(ctx context.Context) (err error) {
 		kv, err = js.CreateOrUpdateKeyValue(ctx, ActivityConfig(s, c))
 		return err
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("engine: bucket %s: %w", s.ActivityBucket(), err)
+		return nil, nil, nil, fmt.Errorf("engine: bucket %s: %w", s.ActivityBucket(), err)
 	}
 	if err := retryJS(ctx, func(ctx context.Context) error { return discardOldest(ctx, js, "KV_"+s.ActivityBucket()) }); err != nil {
-		return nil, nil, fmt.Errorf("engine: bucket %s: %w", s.ActivityBucket(), err)
+		return nil, nil, nil, fmt.Errorf("engine: bucket %s: %w", s.ActivityBucket(), err)
 	}
-	return kv, legacy, nil
+	return kv, legacy, deferred, nil
+}
+
+// overlapping finds the streams (not among desired, nor a legacy stage's
+// kept as it is, nor already deferred) that capture a subject of a desired
+// stream: an earlier layout's. Each is to be retired (a config with its
+// name and no subjects).
+func overlapping(ctx context.Context, js jetstream.JetStream, s subjects.Subjects, pipeline []Spec, desired []jetstream.StreamConfig, legacy map[string]bool, deferred []jetstream.StreamConfig, retiring map[string][]string) ([]jetstream.StreamConfig, error) {
+	keep := map[string]bool{}
+	for _, d := range desired {
+		keep[d.Name] = true
+	}
+	for _, d := range deferred {
+		keep[d.Name] = true
+	}
+	for stage, ok := range legacy {
+		if ok {
+			keep[s.StageStream(stage)] = true
+		}
+	}
+	var out []jetstream.StreamConfig
+	for _, d := range desired {
+		if stage, ok := timersStage(s, pipeline, d.Name); ok && legacy[stage] {
+			continue
+		}
+		for _, subj := range d.Subjects {
+			var names []string
+			err := retryJS(ctx, func(ctx context.Context) error {
+				names = names[:0]
+				l := js.StreamNames(ctx, jetstream.WithStreamListSubject(subj))
+				for n := range l.Name() {
+					names = append(names, n)
+				}
+				return l.Err()
+			})
+			if err != nil {
+				return nil, fmt.Errorf("engine: streams taking %s: %w", subj, err)
+			}
+			for _, n := range names {
+				if keep[n] {
+					continue
+				}
+				keep[n] = true
+				var old []string
+				err := retryJS(ctx, func(ctx context.Context) error {
+					st, err := js.Stream(ctx, n)
+					if err == nil {
+						old = st.CachedInfo().Config.Subjects
+					}
+					return err
+				})
+				if err != nil {
+					return nil, fmt.Errorf("engine: stream %s: %w", n, err)
+				}
+				retiring[n] = old
+				out = append(out, jetstream.StreamConfig{Name: n})
+			}
+		}
+	}
+	return out, nil
+}
+
+// overlapsAny reports whether cfg takes a subject one of the retiring
+// streams (their subjects, by name) takes too.
+func overlapsAny(cfg jetstream.StreamConfig, retiring map[string][]string) bool {
+	for _, subjs := range retiring {
+		for _, a := range subjs {
+			for _, b := range cfg.Subjects {
+				if collide(a, b) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// collide reports whether some subject matches both filters a and b.
+func collide(a, b string) bool {
+	ta, tb := strings.Split(a, "."), strings.Split(b, ".")
+	for i := 0; i < len(ta) && i < len(tb); i++ {
+		if ta[i] == ">" || tb[i] == ">" {
+			return true
+		}
+		if ta[i] != tb[i] && ta[i] != "*" && tb[i] != "*" {
+			return false
+		}
+	}
+	return len(ta) == len(tb)
+}
+
+// stageStreamOrRetired is what replaces a Scheduled stage's legacy stream
+// cfg: the stage stream of desired, or — for a stage that has only timers
+// now — a config naming the stream with no subjects, which upgradeStreams
+// deletes and does not make again.
+func stageStreamOrRetired(s subjects.Subjects, st Spec, cfg jetstream.StreamConfig, desired []jetstream.StreamConfig) jetstream.StreamConfig {
+	for _, d := range desired {
+		if d.Name == cfg.Name {
+			return d
+		}
+	}
+	return jetstream.StreamConfig{Name: s.StageStream(st.Name)}
+}
+
+// incompatible reports a stream update the server refuses because the
+// stream was made otherwise (its retention, or subjects another stream
+// now takes): an earlier version's layout.
+func incompatible(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case jetstream.JSErrCodeStreamNameInUse, errCodeSubjectsOverlap:
+		return true
+	case errCodeStreamInvalidConfig:
+		return strings.Contains(apiErr.Description, "retention")
+	}
+	return false
+}
+
+// JetStream error codes of incompatible stream updates.
+const (
+	errCodeStreamInvalidConfig jetstream.ErrorCode = 10052
+	errCodeSubjectsOverlap     jetstream.ErrorCode = 10065
+)
+
+// schedulesPending reports whether stream holds message schedules that have
+// not fired.
+func schedulesPending(ctx context.Context, js jetstream.JetStream, s subjects.Subjects, stream string) (bool, error) {
+	var pending bool
+	err := retryJS(ctx, func(ctx context.Context) error {
+		st, err := js.Stream(ctx, stream)
+		if err != nil {
+			return err
+		}
+		info, err := st.Info(ctx, jetstream.WithSubjectFilter(s.Prefix()+".schedule.>"))
+		if err != nil {
+			return err
+		}
+		pending = len(info.State.Subjects) > 0
+		return nil
+	})
+	return pending, err
+}
+
+// ErrStreamHoldsWork is returned at start for a stream an earlier version
+// made that must be replaced but still holds work.
+var ErrStreamHoldsWork = errors.New("engine: a stream made by an earlier version still holds work")
+
+// upgradeStreams replaces the streams ensureStreams deferred: each, once
+// it holds no work — every consumer caught up, no schedule pending, and
+// for the authorization stream no proposal parked (its envelope would go
+// with it) — is deleted and made anew (or only deleted, when nothing
+// takes its place); otherwise the start fails, naming it.
+func upgradeStreams(ctx context.Context, js jetstream.JetStream, s subjects.Subjects, deferred []jetstream.StreamConfig, parked int, log *slog.Logger) error {
+	for _, cfg := range deferred {
+		err := retryJS(ctx, func(ctx context.Context) error {
+			st, err := js.Stream(ctx, cfg.Name)
+			if errors.Is(err, jetstream.ErrStreamNotFound) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			idle, err := holdsNoWork(ctx, st, s)
+			if err != nil {
+				return err
+			}
+			if !idle || (cfg.Name == s.StageStream(subjects.StageAuthorization) && parked > 0) {
+				return fmt.Errorf("%w: %s — run the version that made it until every stage consumer has caught up and no approval is pending, then start this one", ErrStreamHoldsWork, cfg.Name)
+			}
+			return js.DeleteStream(ctx, cfg.Name)
+		})
+		if err != nil {
+			return err
+		}
+		if len(cfg.Subjects) == 0 {
+			continue
+		}
+		if err := retryJS(ctx, func(ctx context.Context) error { _, err := js.CreateStream(ctx, cfg); return err }); err != nil {
+			return fmt.Errorf("engine: stream %s: %w", cfg.Name, err)
+		}
+		if log != nil {
+			log.Info("stream made by an earlier version replaced", "stream", cfg.Name)
+		}
+	}
+	return nil
+}
+
+// holdsNoWork reports whether every consumer of st has caught up (nothing
+// pending, nothing awaiting an ack), no schedule is pending, and nothing
+// waits for a consumer that does not exist.
+func holdsNoWork(ctx context.Context, st jetstream.Stream, s subjects.Subjects) (bool, error) {
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(s.Prefix()+".schedule.>"))
+	if err != nil {
+		return false, err
+	}
+	if len(info.State.Subjects) > 0 {
+		return false, nil
+	}
+	consumers := 0
+	for ci := range st.ListConsumers(ctx).Info() {
+		consumers++
+		if ci.NumPending > 0 || ci.NumAckPending > 0 {
+			return false, nil
+		}
+	}
+	return consumers > 0 || info.State.Msgs == 0, nil
 }
 
 // scheduledStage is the Scheduled stage of pipeline whose stream is named

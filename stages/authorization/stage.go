@@ -7,11 +7,13 @@ import (
 	"log/slog"
 	"strconv"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/internal/activity"
 	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/journal"
+	"github.com/portcullis/portcullis/internal/seal"
 	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
@@ -40,9 +42,11 @@ type Stage struct {
 	// the next stage out — for the grants consumer's decisions too.
 	Route stages.Route
 	Clock stages.Clock
-	// JS reads parked envelopes back from the authorization stream.
-	JS  jetstream.JetStream
-	Log *slog.Logger
+	// JS keeps parked envelopes in the parked stream and reads them back.
+	JS jetstream.JetStream
+	// Seal seals a parked envelope and checks it when read back.
+	Seal *seal.Sealer
+	Log  *slog.Logger
 }
 
 var _ stages.Handler = (*Stage)(nil)
@@ -178,10 +182,20 @@ func (s *Stage) run(ctx context.Context, f Facts) (stages.Result, error) {
 	for {
 		f.Now = stages.NowMs(s.Clock)
 		d := Step(f, r)
+		parking := d.Writes.Record != nil && d.Writes.Record.Parked() && d.Writes.From == approvals.StateNone
+		if parking {
+			// The envelope first: a parked record always finds it.
+			if err := s.park(ctx, f.Ref, f.Env); err != nil {
+				return stages.Result{}, err
+			}
+		}
 		if err := s.Approvals.Commit(f.Ref, d.Writes); err != nil {
 			// Nothing was written (a conflict: another input decided
 			// first); a redelivery loads what won.
 			return stages.Result{}, fmt.Errorf("authorization: record decision: %w", err)
+		}
+		if d.Writes.From == approvals.StateParked && d.Writes.Record != nil && !d.Writes.Record.Parked() {
+			s.unpark(ctx, f.Ref)
 		}
 		if !d.ReadEnvelope {
 			return s.result(f.Ref, d), nil
@@ -224,21 +238,70 @@ func (s *Stage) result(ref schema.ProposalRef, d Decision) stages.Result {
 	return res
 }
 
-// parkedEnvelope re-reads a parked proposal's envelope from the
-// authorization stream (the approval record does not hold it).
+// park keeps a proposal's envelope in the parked stream, sealed, under the
+// proposal's own subject, until it is decided (the authorization stream
+// holds work, not history: the hand-off goes once acked).
+func (s *Stage) park(ctx context.Context, ref schema.ProposalRef, env *schema.Envelope) error {
+	subject := s.Route.Subjects.ParkedEnvelope(subjects.ProposalToken(ref.Host, ref.ProposalID))
+	m := nats.NewMsg(subject)
+	m.Data = schema.MustMarshal(*env)
+	s.Seal.Seal(subject, m.Data, m.Header)
+	// The same id for the same envelope: a retry is a duplicate.
+	m.Header.Set(jetstream.MsgIDHeader, s.Seal.MsgID("parked/"+subject+"/"+env.Grounded.Fingerprint))
+	if _, err := s.JS.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("authorization: park the envelope: %w", err)
+	}
+	return nil
+}
+
+// unpark drops a decided proposal's envelope. A failure only leaves it
+// until the stream's max_age: it is logged, never retried.
+func (s *Stage) unpark(ctx context.Context, ref schema.ProposalRef) {
+	subject := s.Route.Subjects.ParkedEnvelope(subjects.ProposalToken(ref.Host, ref.ProposalID))
+	stream, err := s.JS.Stream(ctx, s.Route.Subjects.ParkedStream())
+	if err == nil {
+		err = stream.Purge(ctx, jetstream.WithPurgeSubject(subject))
+	}
+	if err != nil {
+		s.log().Warn("authorization: a decided proposal's envelope stays parked until max_age", "host", ref.Host, "proposal_id", ref.ProposalID, "err", err)
+	}
+}
+
+// parkedEnvelope reads a parked proposal's envelope back: from the parked
+// stream, or — parked by an earlier version — from the authorization
+// stream, by sequence.
 func (s *Stage) parkedEnvelope(ctx context.Context, a approvals.Record) (*schema.Envelope, error) {
-	stream, err := s.JS.Stream(ctx, s.Route.Subjects.StageStream(s.Route.Self))
+	subject := s.Route.Subjects.ParkedEnvelope(subjects.ProposalToken(a.Host, a.ProposalID))
+	var data []byte
+	parked, err := s.JS.Stream(ctx, s.Route.Subjects.ParkedStream())
 	if err != nil {
-		return nil, fmt.Errorf("authorization: stream: %w", err)
+		return nil, fmt.Errorf("authorization: parked stream: %w", err)
 	}
-	m, err := stream.GetMsg(ctx, a.Seq)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil, errEnvelopeGone
-	}
-	if err != nil {
+	m, err := parked.GetLastMsgForSubject(ctx, subject)
+	switch {
+	case err == nil:
+		if !s.Seal.Check(subject, m.Data, m.Header) {
+			s.log().Error("authorization: a parked envelope without a valid seal; ignored", "host", a.Host, "proposal_id", a.ProposalID)
+			return nil, errEnvelopeGone
+		}
+		data = m.Data
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		stream, err := s.JS.Stream(ctx, s.Route.Subjects.StageStream(s.Route.Self))
+		if err != nil {
+			return nil, fmt.Errorf("authorization: stream: %w", err)
+		}
+		m, err := stream.GetMsg(ctx, a.Seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil, errEnvelopeGone
+		}
+		if err != nil {
+			return nil, fmt.Errorf("authorization: read parked envelope: %w", err)
+		}
+		data = m.Data
+	default:
 		return nil, fmt.Errorf("authorization: read parked envelope: %w", err)
 	}
-	env, err := decodeEnvelope(m.Data, a.Ref())
+	env, err := decodeEnvelope(data, a.Ref())
 	if err != nil || env.Grounded.Fingerprint != a.Fingerprint {
 		return nil, errEnvelopeGone
 	}

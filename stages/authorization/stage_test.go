@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/portcullis/portcullis/internal/activity"
@@ -66,7 +67,7 @@ func newHarness(t *testing.T) *harness {
 		Approvals: ap,
 		Activity:  &activity.Store{KV: bucket, Now: func() int64 { return stages.NowMs(clock) }},
 		Route:     stages.Route{Subjects: env.Subjects, Self: subjects.StageAuthorization, Next: subjects.StageDispatch},
-		Clock:     clock, JS: env.JS,
+		Clock:     clock, JS: env.JS, Seal: env.Sealer(t),
 	}
 	return h
 }
@@ -287,11 +288,19 @@ func TestParkedEnvelopeGone(t *testing.T) {
 	e := grounded(t, "prop-gone", nil)
 	in := h.proposal(t, e)
 	h.handle(t, h.stage, in)
-	stream, err := h.env.JS.Stream(context.Background(), in.Stream)
+	// Both copies gone: the parked one, and the hand-off (the stage stream
+	// holds work: it goes once acked).
+	ctx := context.Background()
+	parked, err := h.env.JS.Stream(ctx, h.env.Subjects.ParkedStream())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := stream.DeleteMsg(context.Background(), in.StreamSeq); err != nil {
+	if err := parked.Purge(ctx, jetstream.WithPurgeSubject(h.env.Subjects.ParkedEnvelope(subjects.ProposalToken(e.Host, "prop-gone")))); err != nil {
+		t.Fatal(err)
+	}
+	if stream, err := h.env.JS.Stream(ctx, in.Stream); err != nil {
+		t.Fatal(err)
+	} else if err := stream.DeleteMsg(ctx, in.StreamSeq); err != nil {
 		t.Fatal(err)
 	}
 	r := h.handle(t, h.stage.Grants(), h.grant(t, grantFor(e, h.clock)))
