@@ -85,7 +85,7 @@ func (h *Host) Grant(ctx context.Context, parked schema.Outcome, opts GrantOptio
 	if !g.Valid() {
 		return schema.Grant{}, fmt.Errorf("%w: grant: authorized_by, method, assurance or spend ceiling breaks its format", ErrInvalid)
 	}
-	if _, err := h.publish(ctx, h.subj.Grant(h.name), h.subj.GrantsStream(), schema.MustMarshal(g)); err != nil {
+	if _, err := h.publish(ctx, h.subj.Grant(h.name), []string{h.subj.HostGrantsStream(h.name), h.subj.GrantsStream()}, schema.MustMarshal(g)); err != nil {
 		return schema.Grant{}, err
 	}
 	return g, nil
@@ -109,7 +109,7 @@ func (h *Host) Decline(ctx context.Context, parked schema.Outcome, declinedBy st
 	if !d.Valid() {
 		return schema.Decline{}, fmt.Errorf("%w: decline: declined_by breaks its format", ErrInvalid)
 	}
-	if _, err := h.publish(ctx, h.subj.Grant(h.name), h.subj.GrantsStream(), schema.MustMarshal(d)); err != nil {
+	if _, err := h.publish(ctx, h.subj.Grant(h.name), []string{h.subj.HostGrantsStream(h.name), h.subj.GrantsStream()}, schema.MustMarshal(d)); err != nil {
 		return schema.Decline{}, err
 	}
 	return d, nil

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -186,7 +187,7 @@ func (h *Host) propose(ctx context.Context, id string, body []byte) (*Tracker, e
 	if err != nil {
 		return nil, err
 	}
-	ack, err := h.publish(ctx, h.subj.Proposal(h.name), h.subj.ProposalsStream(), body)
+	ack, err := h.publish(ctx, h.subj.Proposal(h.name), []string{h.subj.HostProposalsStream(h.name), h.subj.ProposalsStream()}, body)
 	if err != nil {
 		_ = t.Stop()
 		return nil, err
@@ -253,7 +254,10 @@ func (h *Host) bounded(ctx context.Context) (context.Context, context.CancelFunc
 
 // publish signs body (unless unsigned) and publishes it with JetStream,
 // waiting for the PubAck of stream.
-func (h *Host) publish(ctx context.Context, subject, stream string, body []byte) (PubAck, error) {
+// The processor stores a host's messages in the host's own stream (or,
+// with unsigned input allowed, in one every host shares): streams lists
+// both.
+func (h *Host) publish(ctx context.Context, subject string, streams []string, body []byte) (PubAck, error) {
 	m := nats.NewMsg(subject)
 	m.Data = body
 	if h.key != nil {
@@ -279,10 +283,10 @@ func (h *Host) publish(ctx context.Context, subject, stream string, body []byte)
 	if err != nil {
 		return PubAck{}, h.publishError(ctx, pctx, subject, before, err)
 	}
-	if ack.Stream != stream {
+	if !slices.Contains(streams, ack.Stream) {
 		// Stored, but not where the processor reads: another stream
 		// captures the subject, or the prefix is wrong.
-		return PubAck{}, fmt.Errorf("client: publish on %s: stored in stream %q, not %q", subject, ack.Stream, stream)
+		return PubAck{}, fmt.Errorf("client: publish on %s: stored in stream %q, not %q", subject, ack.Stream, streams[0])
 	}
 	return PubAck{Stream: ack.Stream, Sequence: ack.Sequence, Duplicate: ack.Duplicate}, nil
 }

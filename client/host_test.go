@@ -35,7 +35,7 @@ func TestProposeGrantConfirmed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tr.Stop()
-	if ack := tr.PubAck(); ack.Stream != env.Subjects.ProposalsStream() || ack.Sequence == 0 || ack.Duplicate {
+	if ack := tr.PubAck(); ack.Stream != env.Subjects.HostProposalsStream(testenv.HostName) || ack.Sequence == 0 || ack.Duplicate {
 		t.Errorf("PubAck %+v", ack)
 	}
 	parked, err := tr.Await(ctx, client.Kinds(schema.KindNeedsApproval))

@@ -83,6 +83,10 @@ type Metrics struct {
 	// acknowledged), as last read from JetStream by a background loop.
 	ConsumerPending    *prometheus.GaugeVec
 	ConsumerAckPending *prometheus.GaugeVec
+	// StageFull is 1 while a stage's stream refuses hand-offs because it
+	// is full (the stage before keeps them and tries again: back-pressure,
+	// nothing lost), as this processor last saw it, else 0.
+	StageFull *prometheus.GaugeVec
 	// BuildInfo is 1, labelled with the build's module version, VCS
 	// revision and Go version.
 	BuildInfo *prometheus.GaugeVec
@@ -139,6 +143,10 @@ func New(stages, providers []string) *Metrics {
 			Name: "actions_consumer_ack_pending_messages",
 			Help: "Messages the stage's JetStream consumer delivered and awaits acks for (NumAckPending), as last read; the consumer is shared by every processor.",
 		}, []string{"stage"}),
+		StageFull: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "actions_stage_full",
+			Help: "1 while the stage's stream refuses hand-offs because it is full (they are kept and published again once there is room), as this processor last saw it.",
+		}, []string{"stage"}),
 		BuildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "actions_build_info",
 			Help: "Always 1; labelled with the processor's module version, VCS revision and Go version.",
@@ -176,7 +184,7 @@ func New(stages, providers []string) *Metrics {
 	m.Registry.MustRegister(
 		m.StageMessages, m.StageDuration, m.Incidents, m.Dispatches, m.DispatchDuration,
 		m.ReconcileAttempts, m.Indeterminate, m.ApprovalsPending,
-		m.Outcomes, m.ConsumerPending, m.ConsumerAckPending, m.BuildInfo, m.Ready,
+		m.Outcomes, m.ConsumerPending, m.ConsumerAckPending, m.StageFull, m.BuildInfo, m.Ready,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -187,6 +195,7 @@ func New(stages, providers []string) *Metrics {
 	for _, st := range stages {
 		m.ConsumerPending.WithLabelValues(st)
 		m.ConsumerAckPending.WithLabelValues(st)
+		m.StageFull.WithLabelValues(st)
 		m.StageDuration.WithLabelValues(st)
 		for _, r := range Results() {
 			m.StageMessages.WithLabelValues(st, r)

@@ -3,6 +3,7 @@ package stages
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -50,6 +51,18 @@ func Transient(err error) bool {
 		errors.Is(err, nats.ErrStaleConnection) || errors.Is(err, nats.ErrNoServers) ||
 		errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, context.Canceled)
 }
+
+// streamFull reports a publish a stream refused because it is full (its
+// bytes, messages, or one subject's messages): JetStream's store-failed
+// error (10077, a 503: Transient, so retried) with its "maximum …
+// exceeded" description.
+func streamFull(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeStoreFailed && strings.HasPrefix(apiErr.Description, "maximum")
+}
+
+// errCodeStoreFailed is JetStream's JSStreamStoreFailedF.
+const errCodeStoreFailed jetstream.ErrorCode = 10077
 
 // errCodeMessageTooLarge is JetStream's "message size exceeds maximum
 // allowed" (JSStreamMessageExceedsMaximumErr).

@@ -48,6 +48,13 @@ type Deps struct {
 	Outcomes OutcomeLog
 	Clock    Clock
 	Log      *slog.Logger
+	// OnOutcome, if set, hears of every outcome stored (not a duplicate),
+	// by its host: the outcome history's per-host budget counts them.
+	OnOutcome func(host string)
+	// OnFull, if set, hears whether a stage's stream refused a hand-off
+	// because it is full (full true: the hand-off is retried until there
+	// is room) or took one (false): readiness and actions_stage_full.
+	OnFull func(stage string, full bool)
 }
 
 // Source is one durable consumer a runner reads: a stage reads one per
@@ -106,6 +113,10 @@ type RunnerConfig struct {
 	// unanswered publish, the input kept. Default 250ms·2^(n-1), at most
 	// 5s.
 	Hold func(n int) time.Duration
+	// ReplayEvery is how often a proposal's recorded outcome is
+	// republished at most, however many repeats ask for it (Result.Replayed).
+	// It must not exceed the streams' duplicate window. Default 10 minutes.
+	ReplayEvery time.Duration
 	// PublishTimeout bounds waiting for PubAcks (and for room among the
 	// connection's pending asynchronous publishes). Default 10s. A publish
 	// without a PubAck in time is an unknown: it is sent again, under the
@@ -154,6 +165,9 @@ func (c *RunnerConfig) defaults() {
 	}
 	if c.Hold == nil {
 		c.Hold = DefaultHold
+	}
+	if c.ReplayEvery <= 0 {
+		c.ReplayEvery = 10 * time.Minute
 	}
 	if c.PublishTimeout <= 0 {
 		c.PublishTimeout = 10 * time.Second
@@ -786,6 +800,24 @@ func (r *Runner) publishUntilAnswered(f *flight, res Result) bool {
 	}
 }
 
+// full tells Deps.OnFull whether the stream of the stage that subject
+// hands on to is full.
+func (r *Runner) full(subject string, full bool) {
+	if r.deps.OnFull == nil {
+		return
+	}
+	if stage, _, _, ok := r.deps.Subjects.ParseStage(subject); ok {
+		r.deps.OnFull(stage, full)
+	}
+}
+
+// stored tells Deps.OnOutcome of an outcome stored for host.
+func (r *Runner) stored(host string) {
+	if r.deps.OnOutcome != nil {
+		r.deps.OnOutcome(host)
+	}
+}
+
 // flush makes the store's writes so far durable before an ack (see
 // OutcomeLog).
 func (r *Runner) flush() error {
@@ -933,12 +965,18 @@ func (r *Runner) publish(ctx context.Context, in *Input, res Result) error {
 		add(r.deps.Subjects.Outcome(o.Host, o.ProposalID), data, base+"/o"+strconv.Itoa(i), nil)
 		events = append(events, o.Incidents...)
 	}
-	for i, o := range res.Replayed {
+	for _, o := range res.Replayed {
 		data, err := schema.Marshal(o)
 		if err != nil {
 			return fmt.Errorf("encode outcome: %w", err)
 		}
-		add(r.deps.Subjects.Outcome(o.Host, o.ProposalID), data, base+"/r"+strconv.Itoa(i), nil)
+		// A repeat republishes its proposal's outcome once per
+		// ReplayEvery at most: repeats within it share the message id and
+		// the stream drops all but the first, so a host sending repeats
+		// cannot grow the outcome history (its own, or any host's).
+		bucket := NowMs(r.deps.Clock) / r.cfg.ReplayEvery.Milliseconds()
+		id := "replay/" + o.Host + "/" + o.ProposalID + "/" + string(o.Kind) + "/" + strconv.FormatInt(o.AtMs, 10) + "/" + strconv.FormatInt(bucket, 10)
+		add(r.deps.Subjects.Outcome(o.Host, o.ProposalID), data, id, nil)
 	}
 	events = append(events, res.Events...)
 	now := NowMs(r.deps.Clock)
@@ -967,15 +1005,25 @@ func (r *Runner) publish(ctx context.Context, in *Input, res Result) error {
 				r.deps.Metrics.Incidents.WithLabelValues(string(inc.Phase), string(inc.Code)).Inc()
 			case i >= firstOutcome && i < firstOutcome+len(res.Outcomes):
 				// Replayed outcomes repeat one counted before: not counted.
-				r.deps.Metrics.Outcomes.WithLabelValues(string(res.Outcomes[i-firstOutcome].Kind)).Inc()
+				o := res.Outcomes[i-firstOutcome]
+				r.deps.Metrics.Outcomes.WithLabelValues(string(o.Kind)).Inc()
+				r.stored(o.Host)
+			case i >= firstOutcome+len(res.Outcomes):
+				r.stored(res.Replayed[i-firstOutcome-len(res.Outcomes)].Host)
 			}
 		case err := <-f.Err():
+			if streamFull(err) {
+				r.full(f.Msg().Subject, true)
+			}
 			return fmt.Errorf("publish %s: %w", f.Msg().Subject, err)
 		case <-timeout.C:
 			return fmt.Errorf("publish %s: no PubAck within %s", f.Msg().Subject, r.cfg.PublishTimeout)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+	}
+	for _, n := range res.Next {
+		r.full(n.Subject, false)
 	}
 	return nil
 }

@@ -48,7 +48,8 @@ type Result struct {
 	Outcomes []schema.Outcome
 	// Replayed are recorded outcomes published again as new messages (a
 	// repeated delivery): not re-recorded, and their incidents are not
-	// announced again.
+	// announced again. The same outcome is republished at most once per
+	// RunnerConfig.ReplayEvery.
 	Replayed []schema.Outcome
 	// Unrecorded outcomes are not recorded as their proposals' last
 	// outcome: refusals of input that took no ids (a malformed proposal),

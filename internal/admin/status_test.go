@@ -90,7 +90,7 @@ func stageOf(p admin.ProcessorStatus, name string) admin.StageStatus {
 // (a Scheduled stage's timers have a consumer of their own).
 func consumerNames(env *testenv.Env) []string {
 	var out []string
-	for _, c := range engine.Consumers(env.Subjects, engine.Pipeline(), nil) {
+	for _, c := range engine.Consumers(env.Subjects, env.Config, engine.Pipeline(), nil) {
 		out = append(out, c.Name)
 	}
 	return out

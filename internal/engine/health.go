@@ -2,6 +2,8 @@ package engine
 
 import (
 	"net/http"
+	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/portcullis/portcullis/stages"
@@ -14,6 +16,20 @@ type health struct {
 	stopping atomic.Bool
 	// stages is set once the stage runners run (watchStages).
 	stages atomic.Pointer[[]*stageWatch]
+	// full holds the stages whose stream refuses hand-offs because it is
+	// full, as the runners last saw (stages.Deps.OnFull).
+	full sync.Map // stage name → struct{}
+}
+
+// fullStages lists the stages whose stream is full, sorted.
+func (h *health) fullStages() []string {
+	var out []string
+	h.full.Range(func(k, _ any) bool {
+		out = append(out, k.(string))
+		return true
+	})
+	slices.Sort(out)
+	return out
 }
 
 // stageWatch is one stage runner and what the lag loop last learnt of its
@@ -42,11 +58,12 @@ const (
 	reasonStarting     = "stages: starting"
 	reasonNotConsuming = ": not consuming"        // after "stage <name>"
 	reasonNoConsumer   = ": consumer unavailable" // after "stage <name>"
+	reasonFull         = " full"                  // after "stage <name>": its stream refuses hand-offs
 )
 
 // readiness decides readiness from what was observed: the first failing
 // condition, in the order the processor depends on them, is the reason.
-func readiness(stopping, natsConnected, storeOpen bool, storeErr error, sts []stageState) (ready bool, reason string) {
+func readiness(stopping, natsConnected, storeOpen bool, storeErr error, sts []stageState, full []string) (ready bool, reason string) {
 	switch {
 	case stopping:
 		return false, reasonStopping
@@ -69,6 +86,10 @@ func readiness(stopping, natsConnected, storeOpen bool, storeErr error, sts []st
 			return false, "stage " + s.name + reasonNoConsumer
 		}
 	}
+	if len(full) > 0 {
+		// Back-pressure: nothing is lost, but the pipeline waits.
+		return false, "stage " + full[0] + reasonFull
+	}
 	return true, ""
 }
 
@@ -87,7 +108,7 @@ func (p *Processor) readiness() (bool, string) {
 	if p.store != nil {
 		storeErr = p.store.Failed()
 	}
-	return readiness(p.health.stopping.Load(), p.nc != nil && p.nc.IsConnected(), p.store != nil, storeErr, sts)
+	return readiness(p.health.stopping.Load(), p.nc != nil && p.nc.IsConnected(), p.store != nil, storeErr, sts, p.health.fullStages())
 }
 
 // ready is readiness without the reason (actions_ready).
@@ -118,4 +139,20 @@ func plain(w http.ResponseWriter, code int, body string) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(code)
 	_, _ = w.Write([]byte(body + "\n"))
+}
+
+// stageFull records whether a stage's stream refuses hand-offs because it
+// is full (stages.Deps.OnFull): readiness and actions_stage_full.
+func (p *Processor) stageFull(stage string, full bool) {
+	if full {
+		if _, was := p.health.full.Swap(stage, struct{}{}); !was {
+			p.log.Warn("stage stream full: hand-offs wait until there is room", "stage", stage)
+		}
+		p.metrics.StageFull.WithLabelValues(stage).Set(1)
+		return
+	}
+	if _, was := p.health.full.LoadAndDelete(stage); was {
+		p.log.Info("stage stream takes hand-offs again", "stage", stage)
+		p.metrics.StageFull.WithLabelValues(stage).Set(0)
+	}
 }

@@ -302,7 +302,11 @@ func probeListen(addr string) error {
 // sealer — for a tool that arms timers as the processors would
 // (`processor migrate`).
 func ClusterTimers(ctx context.Context, js jetstream.JetStream, s subjects.Subjects, c *config.Config, sealer *seal.Sealer) (*timers.Schedules, error) {
-	_, legacy, err := ensureStreams(ctx, js, s, c, Pipeline(), nil)
+	_, legacy, deferred, err := ensureStreams(ctx, js, s, c, Pipeline(), nil)
+	if err == nil {
+		// A store being migrated parks nothing on the cluster yet.
+		err = upgradeStreams(ctx, js, s, deferred, 0, nil)
+	}
 	if err != nil {
 		return nil, err
 	}

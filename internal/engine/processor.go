@@ -65,6 +65,8 @@ type Options struct {
 
 // Processor is a running Portcullis.
 type Processor struct {
+	// history keeps each host's outcomes within its budget.
+	history *historyBudget
 	// legacy are the Scheduled stages whose stream takes their timers
 	// (legacyScheduled).
 	legacy   map[string]bool
@@ -246,7 +248,9 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 		}
 		p.adapters[pr.Name] = a
 	}
-	deps := stages.Deps{JS: p.js, Seal: p.seal, Subjects: subj, Metrics: p.metrics, Outcomes: p.store, Clock: p.clock, Log: p.log}
+	p.history = newHistoryBudget(p.js, subj, cfg.Streams.HostHistoryMaxMsgs, p.log)
+	deps := stages.Deps{JS: p.js, Seal: p.seal, Subjects: subj, Metrics: p.metrics, Outcomes: p.store, Clock: p.clock, Log: p.log,
+		OnOutcome: p.history.published, OnFull: p.stageFull}
 	jr := p.journal
 	parts := &Parts{
 		Config: cfg, Subjects: subj, Clock: p.clock, Metrics: p.metrics, Log: p.log, NC: p.nc, JS: p.js, Seal: p.seal,
@@ -491,6 +495,9 @@ func (p *Processor) Close() error {
 func (p *Processor) teardown() {
 	if p.closeApprovals != nil {
 		p.closeApprovals()
+	}
+	if p.history != nil {
+		p.history.wait() // trims under way end before the connection
 	}
 	if p.nc != nil {
 		_ = p.nc.FlushTimeout(5 * time.Second)

@@ -17,22 +17,26 @@ func TestReadinessReasons(t *testing.T) {
 		stopping, connected, storeOpen bool
 		storeErr                       error
 		stages                         []stageState
+		full                           []string
 		ready                          bool
 		reason                         string
 	}{
-		{"ready", false, true, true, nil, ok, true, ""},
-		{"stopping", true, true, true, nil, ok, false, "processor: stopping"},
-		{"nats", false, false, true, nil, ok, false, "nats: disconnected"},
-		{"nats first", false, false, true, failed, notConsuming, false, "nats: disconnected"},
-		{"store closed", false, true, false, nil, ok, false, "store: not open"},
-		{"store failed", false, true, true, failed, ok, false, "store: failed"},
-		{"starting", false, true, true, nil, nil, false, "stages: starting"},
-		{"not consuming", false, true, true, nil, notConsuming, false, "stage dispatch: not consuming"},
-		{"consumer unavailable", false, true, true, nil, unreachable, false, "stage admission: consumer unavailable"},
-		{"not consuming before unavailable", false, true, true, nil, []stageState{unreachable[0], notConsuming[1]}, false, "stage dispatch: not consuming"},
+		{"ready", false, true, true, nil, ok, nil, true, ""},
+		{"stopping", true, true, true, nil, ok, nil, false, "processor: stopping"},
+		{"nats", false, false, true, nil, ok, nil, false, "nats: disconnected"},
+		{"nats first", false, false, true, failed, notConsuming, nil, false, "nats: disconnected"},
+		{"store closed", false, true, false, nil, ok, nil, false, "store: not open"},
+		{"store failed", false, true, true, failed, ok, nil, false, "store: failed"},
+		{"starting", false, true, true, nil, nil, nil, false, "stages: starting"},
+		{"not consuming", false, true, true, nil, notConsuming, nil, false, "stage dispatch: not consuming"},
+		{"consumer unavailable", false, true, true, nil, unreachable, nil, false, "stage admission: consumer unavailable"},
+		{"not consuming before unavailable", false, true, true, nil, []stageState{unreachable[0], notConsuming[1]}, nil, false, "stage dispatch: not consuming"},
+		// Back-pressure: a stage stream full, nothing lost, the pipeline waits.
+		{"stage full", false, true, true, nil, ok, []string{"grounding"}, false, "stage grounding full"},
+		{"unavailable before full", false, true, true, nil, unreachable, []string{"grounding"}, false, "stage admission: consumer unavailable"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ready, reason := readiness(tc.stopping, tc.connected, tc.storeOpen, tc.storeErr, tc.stages)
+			ready, reason := readiness(tc.stopping, tc.connected, tc.storeOpen, tc.storeErr, tc.stages, tc.full)
 			if ready != tc.ready || reason != tc.reason {
 				t.Errorf("readiness = %v %q, want %v %q", ready, reason, tc.ready, tc.reason)
 			}

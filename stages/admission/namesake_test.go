@@ -64,7 +64,7 @@ func testRepeatNotTheNamesakes(t *testing.T, env *testenv.Env) {
 	// A repeat while it is in flight: nothing is answered.
 	testenv.Set(p, "context.delivery.delivery_id", "delivery:repeat-1")
 	env.PublishSigned(t, p, env.Host)
-	admission := testenv.StageConsumers(env.Subjects)[0]
+	admission := testenv.StageConsumers(env.Subjects, env.Config)[0]
 	if admission.Name != subjects.StageAdmission {
 		t.Fatalf("first stage consumer is %s", admission.Name)
 	}
