@@ -130,7 +130,7 @@ func TestDownProviderCannotStarveAnother(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testenv.WaitTimeout)
 	defer cancel()
 	for {
-		cons, err := env.JS.Consumer(ctx, env.Subjects.StageStream(subjects.StageDispatch), subjects.StageDispatch)
+		cons, err := env.JS.Consumer(ctx, env.Subjects.StageStream(subjects.StageDispatch), subjects.HostConsumer(subjects.StageDispatch, hostB))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -246,7 +246,7 @@ func TestLeadersMoveDuringTraffic(t *testing.T) {
 	for i, stream := range []string{
 		"KV_" + env.Subjects.JournalBucket(),
 		env.Subjects.StageStream(subjects.StageDispatch),
-		env.Subjects.StageStream(subjects.StageReconciliation),
+		env.Subjects.TimersStream(subjects.StageReconciliation),
 	} {
 		tr.send(t, env, fmt.Sprintf("move%d", i), 8)
 		env.StepDownStream(t, stream)

@@ -398,10 +398,15 @@ func (r *run) approvals() error {
 	})
 }
 
-// envelopeHere reports whether the cluster's authorization stream holds a
-// parked proposal's envelope at the sequence its record names.
+// envelopeHere reports whether the cluster holds a parked proposal's
+// envelope: in the parked stream, under the proposal's subject, or (parked
+// by an earlier version) in the authorization stream at the sequence its
+// record names.
 func (r *run) envelopeHere(rec approvals.Record) (bool, error) {
-	m, err := r.msg(r.subj.StageStream(subjects.StageAuthorization), rec.Seq)
+	m, err := r.lastMsg(r.subj.ParkedStream(), r.subj.ParkedEnvelope(subjects.ProposalToken(rec.Host, rec.ProposalID)))
+	if err == nil && m == nil {
+		m, err = r.msg(r.subj.StageStream(subjects.StageAuthorization), rec.Seq)
+	}
 	if err != nil || m == nil {
 		return false, err
 	}
@@ -469,17 +474,50 @@ func (r *run) proposalSeq(seq uint64, same func(host string, body []byte) bool) 
 	if seq == 0 {
 		return 0, nil
 	}
-	m, err := r.msg(r.subj.ProposalsStream(), seq)
-	if err != nil || m == nil {
-		return 0, err
+	// The hosts' shared ingress stream (unsigned input allowed), or a
+	// host's own: whichever holds this very message still (not yet
+	// admitted: a stream of work drops what admission took).
+	streams := []string{r.subj.ProposalsStream()}
+	for _, h := range r.o.Config.Hosts {
+		streams = append(streams, r.subj.HostProposalsStream(h.Name))
 	}
-	if host, ok := r.subj.IngressHost(m.Subject); ok && same(host, m.Data) {
-		return seq, nil
+	for _, st := range streams {
+		m, err := r.msg(st, seq)
+		if err != nil {
+			return 0, err
+		}
+		if m == nil {
+			continue
+		}
+		if host, ok := r.subj.IngressHost(m.Subject); ok && same(host, m.Data) {
+			return seq, nil
+		}
 	}
 	return 0, nil
 }
 
 // msg reads message seq of a stream; nil when there is none.
+// lastMsg reads the last message on subject in stream; nil if none (or no
+// such stream).
+func (r *run) lastMsg(stream, subject string) (*jetstream.RawStreamMsg, error) {
+	var m *jetstream.RawStreamMsg
+	err := leaderkv.Budget{}.Do(func(ctx context.Context) error {
+		st, err := r.js.Stream(ctx, stream)
+		if err != nil {
+			return err
+		}
+		m, err = st.GetLastMsgForSubject(ctx, subject)
+		return err
+	})
+	if errors.Is(err, jetstream.ErrMsgNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("migrate: read %s: %w", stream, err)
+	}
+	return m, nil
+}
+
 func (r *run) msg(stream string, seq uint64) (*jetstream.RawStreamMsg, error) {
 	if seq == 0 {
 		return nil, nil
@@ -493,7 +531,7 @@ func (r *run) msg(stream string, seq uint64) (*jetstream.RawStreamMsg, error) {
 		m, err = st.GetMsg(ctx, seq)
 		return err
 	})
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
+	if errors.Is(err, jetstream.ErrMsgNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil, nil
 	}
 	if err != nil {
