@@ -48,7 +48,7 @@ streams {
   ingress_max_bytes = "64MiB" # each host's proposals, and its grants, waiting for admission: at the limit that host's publishes are refused, no other host's
   ingress_max_msgs  = 10000   # the same budget in messages
   host_history_max_msgs = 100000 # each host's outcomes kept in ACTIONS_OUTCOMES: past it, that host's oldest go, never another's
-  stage_max_bytes   = "1GiB" # each internal stage stream: when full, hand-offs wait and are retried
+  stage_max_bytes   = "1GiB" # each stage stream (work: a hand-off leaves once its stage is done): when full, hand-offs wait and are published again
   history_max_bytes = "1GiB" # outcomes, incidents and the activity bucket, each: when full, the oldest go
 }
 
