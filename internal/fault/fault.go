@@ -26,6 +26,7 @@ const (
 	RunnerAfterPublish       = "runner.after_publish"       // outputs published, input not yet acked
 	DispatchBeforeInFlight   = "dispatch.before_inflight"   // nothing written yet
 	DispatchAfterInFlight    = "dispatch.after_inflight"    // in-flight synced, provider not yet called
+	DispatchBeforeSend       = "dispatch.before_send"       // request built and its lease checked, not yet sent
 	DispatchAfterReply       = "dispatch.after_reply"       // provider answered, receipt not yet written
 	DispatchAfterReceipt     = "dispatch.after_receipt"     // receipt synced, outcome not yet published
 	DispatchAfterOutcome     = "dispatch.after_outcome"     // outcome published, input not yet acked
