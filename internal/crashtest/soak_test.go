@@ -39,6 +39,28 @@ func soakProposal(t *testing.T, i int) (id string, body map[string]any, key stri
 	return id, p, key, needsGrant
 }
 
+// soakDispatch is the far side's answer to a soak dispatch: confirmed,
+// except that one key in eight gets no reply (the processor's call times
+// out: ADAPTER_TIMEOUT, which reconciliation settles).
+func soakDispatch(_ context.Context, req schema.DispatchRequest) (schema.AdapterReply, error) {
+	if req.IdempotencyKey[len(req.IdempotencyKey)-1]%8 == 0 {
+		return schema.AdapterReply{}, errSilent
+	}
+	return schema.AdapterReply{Outcome: schema.ReplyConfirmed, ProviderActionID: "inv:" + req.IdempotencyKey[:8]}, nil
+}
+
+// grantParked grants each parked soak proposal once its NEEDS_APPROVAL is
+// stored, with a standalone grant published durably.
+func grantParked(t *testing.T, env *testenv.Env, ids []string) {
+	t.Helper()
+	for _, id := range ids {
+		o := env.WaitStored(t, id, testenv.IsKind(schema.KindNeedsApproval), 2*time.Minute)
+		g := testenv.Grant(o.Approval.Fingerprint, time.Now(), nil)
+		g["proposal_id"] = id
+		env.PublishDurably(t, g, env.Host, true, "grant/"+id)
+	}
+}
+
 // The crash soak of SPEC §6: three processor binaries on a three-server
 // cluster with NATS authentication on, proposals flowing — some needing a
 // standalone grant, some whose provider never answers (a timeout that
@@ -57,12 +79,7 @@ func TestClusterSoak(t *testing.T) {
 	}
 	env := testenv.New(t, testenv.Clustered(), testenv.WithAuth(), testenv.NotStarted(), fastReconcile)
 	far := serveFarSide(t, env)
-	far.OnDispatch(func(_ context.Context, req schema.DispatchRequest) (schema.AdapterReply, error) {
-		if req.IdempotencyKey[len(req.IdempotencyKey)-1]%8 == 0 {
-			return schema.AdapterReply{}, errSilent
-		}
-		return schema.AdapterReply{Outcome: schema.ReplyConfirmed, ProviderActionID: "inv:" + req.IdempotencyKey[:8]}, nil
-	})
+	far.OnDispatch(soakDispatch)
 	nodes := []*node{{cfg: env.ProcessorConfig(t, "a")}, {cfg: env.ProcessorConfig(t, "b")}, {cfg: env.ProcessorConfig(t, "c")}}
 	for _, n := range nodes {
 		n.start(t)
@@ -70,14 +87,6 @@ func TestClusterSoak(t *testing.T) {
 
 	var ids, parked []string
 	keys := map[string]string{}
-	grant := func(ids []string) {
-		for _, id := range ids {
-			o := env.WaitStored(t, id, testenv.IsKind(schema.KindNeedsApproval), 2*time.Minute)
-			g := testenv.Grant(o.Approval.Fingerprint, time.Now(), nil)
-			g["proposal_id"] = id
-			env.PublishDurably(t, g, env.Host, true, "grant/"+id)
-		}
-	}
 	chunk := proposals / (disruptions + 1)
 	for i, d := 0, 0; i < proposals; d++ {
 		var needGrants []string
@@ -92,7 +101,7 @@ func TestClusterSoak(t *testing.T) {
 		}
 		// Last chunk's parked proposals are granted while this chunk's
 		// are in flight and the next disruption comes.
-		grant(parked)
+		grantParked(t, env, parked)
 		parked = needGrants
 		if d >= disruptions {
 			continue
@@ -119,7 +128,7 @@ func TestClusterSoak(t *testing.T) {
 		}
 		n.start(t)
 	}
-	grant(parked)
+	grantParked(t, env, parked)
 
 	ended := map[schema.Kind]int{}
 	for _, id := range ids {

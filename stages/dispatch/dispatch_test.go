@@ -586,11 +586,16 @@ func TestLateRequestRefusedThenSentAgain(t *testing.T) {
 	if fake.LateFor(key) != 1 || fake.DeliveredFor(key) != 1 || fake.DispatchesFor(key) != 1 {
 		t.Errorf("late %d, delivered %d, dispatched %d: want 1, 1, 1", fake.LateFor(key), fake.DeliveredFor(key), fake.DispatchesFor(key))
 	}
-	// The request that was acted on carries its own lease: the provider's
-	// timeout (2s) and the margin (5s) from its in-flight record.
+	// The request that was acted on carries its own lease, the one its
+	// in-flight record (the second) keeps in the journal: the provider's
+	// timeout (2s) and the margin (5s) from the in-flight write.
 	req := got.Load()
 	if lease := req.NotAfterMs - sentAt.Load(); lease <= 0 || lease > (2*time.Second+dispatchMargin).Milliseconds() {
 		t.Errorf("not_after_ms %d is %dms after the call", req.NotAfterMs, lease)
+	}
+	rec, _, err := env.Processor().Journal().Load(*o.Fingerprint)
+	if err != nil || rec.InFlightUntilMs != req.NotAfterMs || rec.InFlightUntilMs-rec.InFlightAtMs != (2*time.Second+dispatchMargin).Milliseconds() || rec.DispatchAttempts != 2 {
+		t.Errorf("record in flight at %d until %d, %d attempts; the request's not_after_ms %d (%v)", rec.InFlightAtMs, rec.InFlightUntilMs, rec.DispatchAttempts, req.NotAfterMs, err)
 	}
 }
 

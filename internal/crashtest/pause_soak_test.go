@@ -1,0 +1,186 @@
+package crashtest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/testenv"
+)
+
+// pauseLength draws how long one pause lasts: 40% short (0.1–3s), 30% up
+// to the dispatch lease (3–7s), 30% well past it (8–22s: longer than the
+// lease and the stage's ack wait, so that another processor takes the
+// frozen one's work over, and declares its dispatches interrupted).
+func pauseLength(rng *rand.Rand) time.Duration {
+	ms := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo))) }
+	switch r := rng.IntN(10); {
+	case r < 4:
+		return ms(100*time.Millisecond, 3*time.Second)
+	case r < 7:
+		return ms(3*time.Second, lease)
+	default:
+		return ms(lease+time.Second, lease+15*time.Second)
+	}
+}
+
+// The pause soak (SPEC §4, §6): three processor binaries on a three-server
+// cluster with NATS authentication on, proposals flowing — some needing a
+// standalone grant, some whose provider never answers (a timeout that
+// reconciliation settles), some a second proposal of an intent; the
+// provider takes up to 400ms per dispatch — while
+// processors are frozen with SIGSTOP at random moments for random lengths
+// (a third of them well past the dispatch lease; every fourth disruption
+// freezes two processors at once) and thawed with SIGCONT. For every
+// proposal: its outcomes agree with what the provider received (each
+// idempotency key received at most once; no terminal outcome contradicted
+// by another; CONFIRMED if and only if the provider acted), and no pause
+// turned into PROCESSING_FAILED or FAILED_BEFORE_DISPATCH. Each
+// reconciliation attempt id is queried once. PORTCULLIS_LONG=1: 1,000
+// proposals and 40 disruptions; PORTCULLIS_SOAK_SEED picks the schedule.
+func TestClusterPauseSoak(t *testing.T) {
+	proposals, disruptions := 96, 8
+	if long(t) {
+		proposals, disruptions = 1000, 40
+	}
+	seed := uint64(time.Now().UnixNano())
+	if s, ok := soakSeed(); ok {
+		seed = s
+	}
+	rng := rand.New(rand.NewPCG(seed, seed>>1))
+	t.Logf("pause soak: %d proposals, %d disruptions, seed %d", proposals, disruptions, seed)
+
+	env := testenv.New(t, testenv.Clustered(), testenv.WithAuth(), testenv.NotStarted(), fastReconcile, withSkew(2*time.Second))
+	far := serveFarSide(t, env)
+	// The provider takes 50–400ms per dispatch (by its key), so that
+	// pauses catch processors inside provider calls too.
+	far.OnDispatch(func(ctx context.Context, req schema.DispatchRequest) (schema.AdapterReply, error) {
+		time.Sleep(time.Duration(50+int(req.IdempotencyKey[0])*int(req.IdempotencyKey[1])%350) * time.Millisecond)
+		return soakDispatch(ctx, req)
+	})
+	nodes := []*node{{cfg: env.ProcessorConfig(t, "a")}, {cfg: env.ProcessorConfig(t, "b")}, {cfg: env.ProcessorConfig(t, "c")}}
+	for _, n := range nodes {
+		n.start(t)
+	}
+
+	var pauses []time.Duration
+	freeze := func(n *node, d time.Duration) {
+		n.p.Pause()
+		time.Sleep(d) // frozen for d: the disruption itself, nothing is asserted here
+		n.p.Resume()
+	}
+	var ids, parked []string
+	keys := map[string]string{}
+	chunk := proposals / (disruptions + 1)
+	for i, d := 0, 0; i < proposals; d++ {
+		var needGrants []string
+		for end := min(i+chunk, proposals); i < end; i++ {
+			id, p, key, needsGrant := soakProposal(t, i)
+			env.PublishDurably(t, p, env.Host, false, "proposal/"+id)
+			ids = append(ids, id)
+			keys[id] = key
+			if needsGrant {
+				needGrants = append(needGrants, id)
+			}
+		}
+		grantParked(t, env, parked)
+		parked = needGrants
+		if d >= disruptions {
+			continue
+		}
+		// Land in the middle of this chunk's work.
+		time.Sleep(time.Duration(rng.Int64N(int64(500 * time.Millisecond))))
+		frozen := []int{rng.IntN(len(nodes))}
+		if d%4 == 3 {
+			frozen = append(frozen, (frozen[0]+1+rng.IntN(len(nodes)-1))%len(nodes))
+		}
+		var wg sync.WaitGroup
+		for _, k := range frozen {
+			length := pauseLength(rng)
+			pauses = append(pauses, length)
+			t.Logf("disruption %d: processor %s frozen for %s", d, nodes[k].cfg.Store.Dir, length.Round(10*time.Millisecond))
+			wg.Go(func() { freeze(nodes[k], length) })
+		}
+		wg.Wait()
+	}
+	grantParked(t, env, parked)
+
+	// Every proposal ends; then the thawed processors' late work settles.
+	for _, id := range ids {
+		env.WaitStored(t, id, testenv.IsTerminal, 3*time.Minute)
+	}
+	env.QuiesceWithin(t, 2*time.Minute)
+
+	ended := map[string]int{}
+	var interrupted, early, inconsistent, failed, staleAfterTerminal int
+	for _, id := range ids {
+		outs := env.Recorder.Outcomes(id)
+		if o, found := env.StoredOutcome(t, id); found && (len(outs) == 0 || o.AtMs != outs[len(outs)-1].AtMs || o.Kind != outs[len(outs)-1].Kind) {
+			outs = append(outs, o) // the stream's last, if the recorder missed it
+		}
+		delivered := far.DeliveredFor(keys[id])
+		if err := consistent(outs, delivered); err != nil {
+			inconsistent++
+			t.Errorf("%s: %v (outcomes %v; the provider acted %d, refused late %d)", id, err, kindsOf(outs), delivered, far.LateFor(keys[id]))
+		}
+		last := outs[len(outs)-1]
+		ended[string(last.Kind)]++
+		if hasIncident(outs, schema.PhaseDispatch, schema.CodeDispatchInterrupted) {
+			interrupted++
+		}
+		if hasIncident(outs, schema.PhaseReconciliation, schema.CodeProviderIndeterminate) {
+			early++ // an absence answered before the fence passed (the far side never says indeterminate)
+		}
+		switch {
+		case anyPhase(outs, schema.CodeProcessingFailed) || last.Kind == schema.KindFailedBeforeDispatch:
+			failed++
+			t.Errorf("%s: a pause turned into a failure: %v (the provider acted %d, refused late %d)", id, kindsOf(outs), delivered, far.LateFor(keys[id]))
+		case last.Kind != schema.KindConfirmed:
+			t.Errorf("%s ended %s: %v", id, last.Kind, kindsOf(outs))
+		}
+		if i := slices.IndexFunc(outs, func(o schema.Outcome) bool { return o.Terminal }); i >= 0 && slices.ContainsFunc(outs[i+1:], func(o schema.Outcome) bool { return !o.Terminal }) {
+			staleAfterTerminal++
+		}
+	}
+	slices.Sort(pauses)
+	past := 0
+	for _, p := range pauses {
+		if p > lease {
+			past++
+		}
+	}
+	t.Logf("pause soak: %d proposals ended %v; %d pauses (%d past the %s lease), lengths min %s median %s max %s; "+
+		"%d proposals saw DISPATCH_INTERRUPTED, %d an absence answered before the fence; %d late requests refused; "+
+		"%d inconsistent, %d failures, %d with a non-terminal outcome after their terminal one",
+		len(ids), ended, len(pauses), past, lease, pauses[0].Round(10*time.Millisecond), pauses[len(pauses)/2].Round(10*time.Millisecond),
+		pauses[len(pauses)-1].Round(10*time.Millisecond), interrupted, early, far.Late(), inconsistent, failed, staleAfterTerminal)
+	far.check(t)
+	for _, n := range nodes {
+		n.stop(t)
+	}
+}
+
+// anyPhase reports whether some outcome carries code, in any phase.
+func anyPhase(outs []schema.Outcome, code schema.Code) bool {
+	for _, o := range outs {
+		for _, i := range o.Incidents {
+			if i.Code == code {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// soakSeed reads PORTCULLIS_SOAK_SEED, to replay a pause soak's schedule.
+func soakSeed() (uint64, bool) {
+	var s uint64
+	_, err := fmt.Sscan(os.Getenv("PORTCULLIS_SOAK_SEED"), &s)
+	return s, err == nil
+}
