@@ -64,10 +64,7 @@ func TestClusterPauseSoak(t *testing.T) {
 		time.Sleep(time.Duration(50+int(req.IdempotencyKey[0])*int(req.IdempotencyKey[1])%350) * time.Millisecond)
 		return soakDispatch(ctx, req)
 	})
-	nodes := []*node{{cfg: env.ProcessorConfig(t, "a")}, {cfg: env.ProcessorConfig(t, "b")}, {cfg: env.ProcessorConfig(t, "c")}}
-	for _, n := range nodes {
-		n.start(t)
-	}
+	nodes := soakNodes(t, env)
 
 	var pauses []time.Duration
 	freeze := func(n *node, d time.Duration) {
@@ -75,25 +72,7 @@ func TestClusterPauseSoak(t *testing.T) {
 		time.Sleep(d) // frozen for d: the disruption itself, nothing is asserted here
 		n.p.Resume()
 	}
-	var ids, parked []string
-	keys := map[string]string{}
-	chunk := proposals / (disruptions + 1)
-	for i, d := 0, 0; i < proposals; d++ {
-		var needGrants []string
-		for end := min(i+chunk, proposals); i < end; i++ {
-			id, p, key, needsGrant := soakProposal(t, i)
-			env.PublishDurably(t, p, env.Host, false, "proposal/"+id)
-			ids = append(ids, id)
-			keys[id] = key
-			if needsGrant {
-				needGrants = append(needGrants, id)
-			}
-		}
-		grantParked(t, env, parked)
-		parked = needGrants
-		if d >= disruptions {
-			continue
-		}
+	ids, keys := soakLoad(t, env, proposals, disruptions, func(d int) {
 		// Land in the middle of this chunk's work.
 		time.Sleep(time.Duration(rng.Int64N(int64(500 * time.Millisecond))))
 		frozen := []int{rng.IntN(len(nodes))}
@@ -108,8 +87,7 @@ func TestClusterPauseSoak(t *testing.T) {
 			wg.Go(func() { freeze(nodes[k], length) })
 		}
 		wg.Wait()
-	}
-	grantParked(t, env, parked)
+	})
 
 	// Every proposal ends; then the thawed processors' late work settles.
 	for _, id := range ids {

@@ -61,6 +61,48 @@ func grantParked(t *testing.T, env *testenv.Env, ids []string) {
 	}
 }
 
+// soakNodes starts three processor binaries on env, each with its own
+// store directory.
+func soakNodes(t *testing.T, env *testenv.Env) []*node {
+	t.Helper()
+	nodes := []*node{{cfg: env.ProcessorConfig(t, "a")}, {cfg: env.ProcessorConfig(t, "b")}, {cfg: env.ProcessorConfig(t, "c")}}
+	for _, n := range nodes {
+		n.start(t)
+	}
+	return nodes
+}
+
+// soakLoad sends a soak's proposals (soakProposal) in disruptions+1
+// chunks and calls disrupt(d) after chunk d, for d < disruptions; each
+// chunk's parked proposals are granted while the next chunk is in flight
+// (and the next disruption comes), the last chunk's at the end. It
+// returns the proposal ids and their intents' idempotency keys.
+func soakLoad(t *testing.T, env *testenv.Env, proposals, disruptions int, disrupt func(d int)) (ids []string, keys map[string]string) {
+	t.Helper()
+	var parked []string
+	keys = map[string]string{}
+	chunk := proposals / (disruptions + 1)
+	for i, d := 0, 0; i < proposals; d++ {
+		var needGrants []string
+		for end := min(i+chunk, proposals); i < end; i++ {
+			id, p, key, needsGrant := soakProposal(t, i)
+			env.PublishDurably(t, p, env.Host, false, "proposal/"+id)
+			ids = append(ids, id)
+			keys[id] = key
+			if needsGrant {
+				needGrants = append(needGrants, id)
+			}
+		}
+		grantParked(t, env, parked)
+		parked = needGrants
+		if d < disruptions {
+			disrupt(d)
+		}
+	}
+	grantParked(t, env, parked)
+	return ids, keys
+}
+
 // The crash soak of SPEC §6: three processor binaries on a three-server
 // cluster with NATS authentication on, proposals flowing — some needing a
 // standalone grant, some whose provider never answers (a timeout that
@@ -80,39 +122,15 @@ func TestClusterSoak(t *testing.T) {
 	env := testenv.New(t, testenv.Clustered(), testenv.WithAuth(), testenv.NotStarted(), fastReconcile)
 	far := serveFarSide(t, env)
 	far.OnDispatch(soakDispatch)
-	nodes := []*node{{cfg: env.ProcessorConfig(t, "a")}, {cfg: env.ProcessorConfig(t, "b")}, {cfg: env.ProcessorConfig(t, "c")}}
-	for _, n := range nodes {
-		n.start(t)
-	}
-
-	var ids, parked []string
-	keys := map[string]string{}
-	chunk := proposals / (disruptions + 1)
-	for i, d := 0, 0; i < proposals; d++ {
-		var needGrants []string
-		for end := min(i+chunk, proposals); i < end; i++ {
-			id, p, key, needsGrant := soakProposal(t, i)
-			env.PublishDurably(t, p, env.Host, false, "proposal/"+id)
-			ids = append(ids, id)
-			keys[id] = key
-			if needsGrant {
-				needGrants = append(needGrants, id)
-			}
-		}
-		// Last chunk's parked proposals are granted while this chunk's
-		// are in flight and the next disruption comes.
-		grantParked(t, env, parked)
-		parked = needGrants
-		if d >= disruptions {
-			continue
-		}
+	nodes := soakNodes(t, env)
+	ids, keys := soakLoad(t, env, proposals, disruptions, func(d int) {
 		if d%4 == 3 {
 			s := (d / 4) % testenv.ClusterSize
 			t.Logf("disruption %d: NATS server %d stopped", d, s)
 			env.Cluster.Stop(t, s)
 			time.Sleep(time.Second)
 			env.Cluster.Start(t, s)
-			continue
+			return
 		}
 		n := nodes[d%len(nodes)]
 		lose := d%2 == 0
@@ -127,8 +145,7 @@ func TestClusterSoak(t *testing.T) {
 			}
 		}
 		n.start(t)
-	}
-	grantParked(t, env, parked)
+	})
 
 	ended := map[schema.Kind]int{}
 	for _, id := range ids {
