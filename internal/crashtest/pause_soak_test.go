@@ -14,13 +14,16 @@ import (
 	"github.com/portcullis/portcullis/testenv"
 )
 
-// pauseLength draws how long one pause lasts: 40% short (0.1–3s), 30% up
-// to the dispatch lease (3–7s), 30% well past it (8–22s: longer than the
-// lease and the stage's ack wait, so that another processor takes the
-// frozen one's work over, and declares its dispatches interrupted).
-func pauseLength(rng *rand.Rand) time.Duration {
+// pauseLength draws how long pause n lasts: every third well past the
+// dispatch lease (8–22s: longer than the lease and the stage's ack wait, so
+// that another processor takes the frozen one's work over and declares its
+// dispatches interrupted); the others 40% short (0.1–3s), 30% up to the
+// lease (3–7s), 30% past it.
+func pauseLength(rng *rand.Rand, n int) time.Duration {
 	ms := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo))) }
 	switch r := rng.IntN(10); {
+	case n%3 == 2:
+		return ms(lease+time.Second, lease+15*time.Second)
 	case r < 4:
 		return ms(100*time.Millisecond, 3*time.Second)
 	case r < 7:
@@ -36,7 +39,7 @@ func pauseLength(rng *rand.Rand) time.Duration {
 // reconciliation settles), some a second proposal of an intent; the
 // provider takes up to 400ms per dispatch — while
 // processors are frozen with SIGSTOP at random moments for random lengths
-// (a third of them well past the dispatch lease; every fourth disruption
+// (a third or more of them well past the dispatch lease; every fourth disruption
 // freezes two processors at once) and thawed with SIGCONT. For every
 // proposal: its outcomes agree with what the provider received (each
 // idempotency key received at most once; no terminal outcome contradicted
@@ -81,7 +84,7 @@ func TestClusterPauseSoak(t *testing.T) {
 		}
 		var wg sync.WaitGroup
 		for _, k := range frozen {
-			length := pauseLength(rng)
+			length := pauseLength(rng, len(pauses))
 			pauses = append(pauses, length)
 			t.Logf("disruption %d: processor %s frozen for %s", d, nodes[k].cfg.Store.Dir, length.Round(10*time.Millisecond))
 			wg.Go(func() { freeze(nodes[k], length) })
