@@ -98,34 +98,29 @@ func TestClusterPauseSoak(t *testing.T) {
 	}
 	env.QuiesceWithin(t, 2*time.Minute)
 
+	// Every outcome of every proposal, not only its last: none contradicts
+	// another or what the provider received, and no pause ended one.
+	history := env.StoredHistory(t)
+	bad := truth{keys: keys, received: far.DeliveredFor}.check(history)
+	for _, b := range bad {
+		t.Error(b)
+	}
 	ended := map[string]int{}
-	var interrupted, early, inconsistent, failed, staleAfterTerminal int
+	var interrupted, early, staleAfterTerminal int
 	for _, id := range ids {
-		outs := env.Recorder.Outcomes(id)
-		if o, found := env.StoredOutcome(t, id); found && (len(outs) == 0 || o.AtMs != outs[len(outs)-1].AtMs || o.Kind != outs[len(outs)-1].Kind) {
-			outs = append(outs, o) // the stream's last, if the recorder missed it
+		outs := history[id]
+		if len(outs) == 0 {
+			continue // reported above
 		}
-		delivered := far.DeliveredFor(keys[id])
-		if err := consistent(outs, delivered); err != nil {
-			inconsistent++
-			t.Errorf("%s: %v (outcomes %v; the provider acted %d, refused late %d)", id, err, kindsOf(outs), delivered, far.LateFor(keys[id]))
-		}
-		last := outs[len(outs)-1]
-		ended[string(last.Kind)]++
+		ended[string(outs[len(outs)-1].Kind)]++
 		if hasIncident(outs, schema.PhaseDispatch, schema.CodeDispatchInterrupted) {
 			interrupted++
 		}
 		if hasIncident(outs, schema.PhaseReconciliation, schema.CodeProviderIndeterminate) {
 			early++ // an absence answered before the fence passed (the far side never says indeterminate)
 		}
-		switch {
-		case anyPhase(outs, schema.CodeProcessingFailed) || last.Kind == schema.KindFailedBeforeDispatch:
-			failed++
-			t.Errorf("%s: a pause turned into a failure: %v (the provider acted %d, refused late %d)", id, kindsOf(outs), delivered, far.LateFor(keys[id]))
-		case last.Kind != schema.KindConfirmed:
-			t.Errorf("%s ended %s: %v", id, last.Kind, kindsOf(outs))
-		}
-		if i := slices.IndexFunc(outs, func(o schema.Outcome) bool { return o.Terminal }); i >= 0 && slices.ContainsFunc(outs[i+1:], func(o schema.Outcome) bool { return !o.Terminal }) {
+		if i := slices.IndexFunc(outs, func(o schema.Outcome) bool { return o.Terminal }); i >= 0 &&
+			slices.ContainsFunc(outs[i+1:], func(o schema.Outcome) bool { return !o.Terminal }) {
 			staleAfterTerminal++
 		}
 	}
@@ -138,25 +133,13 @@ func TestClusterPauseSoak(t *testing.T) {
 	}
 	t.Logf("pause soak: %d proposals ended %v; %d pauses (%d past the %s lease), lengths min %s median %s max %s; "+
 		"%d proposals saw DISPATCH_INTERRUPTED, %d an absence answered before the fence; %d late requests refused; "+
-		"%d inconsistent, %d failures, %d with a non-terminal outcome after their terminal one",
+		"%d violations of the truth, %d proposals with a non-terminal outcome after their terminal one",
 		len(ids), ended, len(pauses), past, lease, pauses[0].Round(10*time.Millisecond), pauses[len(pauses)/2].Round(10*time.Millisecond),
-		pauses[len(pauses)-1].Round(10*time.Millisecond), interrupted, early, far.Late(), inconsistent, failed, staleAfterTerminal)
+		pauses[len(pauses)-1].Round(10*time.Millisecond), interrupted, early, far.Late(), len(bad), staleAfterTerminal)
 	far.check(t)
 	for _, n := range nodes {
 		n.stop(t)
 	}
-}
-
-// anyPhase reports whether some outcome carries code, in any phase.
-func anyPhase(outs []schema.Outcome, code schema.Code) bool {
-	for _, o := range outs {
-		for _, i := range o.Incidents {
-			if i.Code == code {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // soakSeed reads PORTCULLIS_SOAK_SEED, to replay a pause soak's schedule.

@@ -1,7 +1,6 @@
 package crashtest
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
@@ -20,38 +19,6 @@ const lease = 7 * time.Second
 // only after a dispatch's not_after_ms plus it (SPEC §4).
 func withSkew(d time.Duration) testenv.Option {
 	return testenv.WithConfig(func(c *config.Config) { c.Approval.ClockSkew = d })
-}
-
-// consistent checks one proposal's outcomes against what the provider
-// received of its intent (SPEC §6): the key reached the provider at most
-// once; no terminal outcome contradicts another; and the effect each
-// terminal outcome states is what the provider did — CONFIRMED (PRESENT)
-// only if it acted, ABSENT or NOT_DISPATCHED only if it did not.
-func consistent(outs []schema.Outcome, delivered int) error {
-	if delivered > 1 {
-		return fmt.Errorf("the provider received the intent %d times", delivered)
-	}
-	var terminal *schema.Outcome
-	for i, o := range outs {
-		if !o.Terminal {
-			continue
-		}
-		if terminal != nil && (o.Kind != terminal.Kind || o.EffectTruth != terminal.EffectTruth) {
-			return fmt.Errorf("contradicting terminal outcomes %s and %s", terminal.Kind, o.Kind)
-		}
-		terminal = &outs[i]
-		switch o.EffectTruth {
-		case schema.TruthPresent:
-			if delivered == 0 {
-				return fmt.Errorf("%s though the provider never acted", o.Kind)
-			}
-		case schema.TruthAbsent, schema.TruthNotDispatched:
-			if delivered > 0 {
-				return fmt.Errorf("%s (%s) though the provider acted", o.Kind, o.EffectTruth)
-			}
-		}
-	}
-	return nil
 }
 
 // kindsOf lists outcome kinds with their first incident, for messages.
@@ -140,10 +107,10 @@ func TestClusterPauseMidDispatch(t *testing.T) {
 			if n := far.DeliveredFor(key); n != 0 || far.LateFor(key) != tc.late {
 				t.Errorf("the provider acted %d times; %d late requests refused, want %d", n, far.LateFor(key), tc.late)
 			}
+			checkTruth(t, env, truth{keys: map[string]string{"prop-p": key, "prop-q": key}, received: far.DeliveredFor, notDispatched: true})
 			for _, id := range []string{"prop-p", "prop-q"} {
-				outs := env.Recorder.Outcomes(id)
-				if err := consistent(outs, far.DeliveredFor(key)); err != nil || outs[len(outs)-1].Kind != schema.KindFailedBeforeDispatch {
-					t.Errorf("%s: %v: %v", id, kindsOf(outs), err)
+				if outs := env.Recorder.Outcomes(id); outs[len(outs)-1].Kind != schema.KindFailedBeforeDispatch {
+					t.Errorf("%s: %v", id, kindsOf(outs))
 				}
 			}
 			far.check(t)
@@ -188,12 +155,8 @@ func TestClusterPauseConnectorClockBehind(t *testing.T) {
 	a.p.Resume()
 	testenv.WaitFor(t, "the provider acting on the late request", func() bool { return far.DeliveredFor(key)+far.LateFor(key) == 1 })
 	outs = env.Recorder.WaitAllWithin(t, "prop-s", testenv.Terminal, 2*time.Minute)
-	if err := consistent(outs, far.DeliveredFor(key)); err != nil {
-		t.Errorf("%v: %v", kindsOf(outs), err)
-	}
-	if far.DeliveredFor(key) == 1 && outs[len(outs)-1].Kind != schema.KindConfirmed {
-		t.Errorf("the provider acted; outcomes %v", kindsOf(outs))
-	}
+	env.QuiesceWithin(t, time.Minute)
+	checkTruth(t, env, truth{keys: map[string]string{"prop-s": key}, received: far.DeliveredFor})
 	t.Logf("thawed %s after the pause; provider acted %d, refused late %d; outcomes %v",
 		thawed.Round(100*time.Millisecond), far.DeliveredFor(key), far.LateFor(key), kindsOf(outs))
 	far.check(t)
@@ -216,12 +179,9 @@ func TestPauseMidDispatch(t *testing.T) {
 	p.WaitLog(t, fault.PauseLog+fault.DispatchBeforeSend)
 	time.Sleep(lease + time.Second) // frozen past not_after_ms: nothing to observe until the thaw
 	p.Resume()
-	o := env.Recorder.Wait(t, "prop-p", testenv.Terminal)
+	env.Recorder.Wait(t, "prop-p", testenv.Terminal)
 	env.QuiesceWithin(t, time.Minute)
-	outs := env.Recorder.Outcomes("prop-p")
-	if err := consistent(outs, conn.DeliveredFor(key)); err != nil || o.Kind != schema.KindConfirmed {
-		t.Errorf("%v: %v", kindsOf(outs), err)
-	}
+	checkTruth(t, env, truth{keys: map[string]string{"prop-p": key}, received: conn.DeliveredFor})
 	if conn.LateFor(key) != 1 || conn.DeliveredFor(key) != 1 {
 		t.Errorf("late requests %d, deliveries %d: want 1, 1", conn.LateFor(key), conn.DeliveredFor(key))
 	}
