@@ -247,21 +247,25 @@ func (d dispatcher) dispatch(ctx context.Context, m *nats.Msg) {
 		wipe(req.ProtectedDisclosure)
 		return
 	}
-	// Marked running before the clock is read: a reconcile that finds the
-	// key not running finds the request refused or its handler done.
+	reply, code := d.handle(ctx, req)
+	wipe(req.ProtectedDisclosure)
+	d.answer(m, "dispatch", reply, code)
+}
+
+// handle calls the handler for req unless it came after its not_after_ms,
+// with the key marked running until the handler returned. The key is
+// marked before the clock is read: a reconcile that finds it not running
+// finds the request refused, or its handler done.
+func (d dispatcher) handle(ctx context.Context, req schema.DispatchRequest) (schema.AdapterReply, string) {
 	d.running.add(req.IdempotencyKey, 1)
 	defer d.running.add(req.IdempotencyKey, -1)
 	if schema.Late(req.NotAfterMs, d.now().UnixMilli()) {
-		d.answer(m, "dispatch", schema.LateReply(), CodeNotAfterPassed)
-		wipe(req.ProtectedDisclosure)
-		return
+		return schema.LateReply(), CodeNotAfterPassed
 	}
 	ctx, cancel := context.WithDeadline(ctx, time.UnixMilli(req.NotAfterMs+1))
 	defer cancel()
 	reply, err := call(func() (schema.AdapterReply, error) { return d.h.Dispatch(ctx, req) })
-	wipe(req.ProtectedDisclosure)
-	reply, code := checked(reply, err, false)
-	d.answer(m, "dispatch", reply, code)
+	return checked(reply, err, false)
 }
 
 func (d dispatcher) reconcile(ctx context.Context, m *nats.Msg) {
