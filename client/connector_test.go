@@ -503,7 +503,7 @@ func TestConnectorLateRequestSentAgain(t *testing.T) {
 	env := testenv.New(t, testenv.WithAuth())
 	var calls atomic.Int32
 	inv := &provider{}
-	c, err := client.ServeConnector(connect(t, env, env.Connector), client.ConnectorConfig{Providers: []string{"inventory"},
+	c, err := client.ServeConnector(connect(t, env, env.Connector).Conn, client.ConnectorConfig{Providers: []string{"inventory"},
 		Clock: func() time.Time {
 			if calls.Add(1) == 1 {
 				return time.Now().Add(time.Hour)
