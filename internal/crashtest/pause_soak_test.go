@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -113,6 +115,9 @@ func TestClusterPauseSoak(t *testing.T) {
 			continue // reported above
 		}
 		ended[string(outs[len(outs)-1].Kind)]++
+		if outs[len(outs)-1].Kind != schema.KindConfirmed {
+			traceIntent(t, nodes, keys[id])
+		}
 		if hasIncident(outs, schema.PhaseDispatch, schema.CodeDispatchInterrupted) {
 			interrupted++
 		}
@@ -139,6 +144,22 @@ func TestClusterPauseSoak(t *testing.T) {
 	far.check(t)
 	for _, n := range nodes {
 		n.stop(t)
+	}
+}
+
+// traceIntent logs what the processors logged about an intent (its
+// fingerprint's hex digits; value-free lines), at most 20 lines, to tell
+// how a proposal ended as it did.
+func traceIntent(t *testing.T, nodes []*node, key string) {
+	t.Helper()
+	n := 0
+	for _, nd := range nodes {
+		for _, l := range strings.Split(string(nd.p.Logs.Bytes()), "\n") {
+			if strings.Contains(l, key) && n < 20 {
+				n++
+				t.Logf("%s: %.600s", filepath.Base(filepath.Dir(nd.cfg.Store.Dir)), l)
+			}
+		}
 	}
 }
 
