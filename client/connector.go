@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -25,6 +27,14 @@ import (
 // req.ProtectedDisclosure.Values, when present, are protected values: use
 // them in memory only, never log or store them, and do not keep them past
 // the call (the Connector zeroes them when Dispatch returns).
+//
+// Dispatch is called only for a request that arrived by req.NotAfterMs
+// (the end of the processor's lease, SPEC §4), and ctx ends at that
+// moment: do not begin the action once ctx is done, because from then on
+// another processor may conclude that the dispatch was interrupted and
+// reconciliation may ask Reconcile what became of it. An action begun in
+// time should be known to Reconcile by the time the processor asks, which
+// is never before NotAfterMs plus the processor's approval.clock_skew.
 //
 // Reconcile is read-only: it says what became of an earlier dispatch of
 // req.IdempotencyKey: confirmed, rejected (absent), failed_before_dispatch
@@ -52,6 +62,16 @@ const (
 	// (an unknown outcome, acknowledged to a reconcile, an evidence ref
 	// without ':', …).
 	CodeInvalidReply = "connector.invalid_reply"
+	// CodeNotAfterPassed: the dispatch request came after its not_after_ms
+	// (by the Connector's clock); the handler was not called
+	// (schema.LateReply). The processor recognizes this code: it may send
+	// the intent again with a new lease, and reconciliation finds the late
+	// request's action absent, as it is.
+	CodeNotAfterPassed = schema.ErrorCodeNotAfterPassed
+	// CodeDispatchInProgress: a reconcile came while this Connector's
+	// handler was still dispatching the same idempotency key; the handler
+	// was not asked, since its answer could not yet be the truth.
+	CodeDispatchInProgress = "connector.dispatch_in_progress"
 )
 
 // ConnectorConfig configures a Connector.
@@ -72,6 +92,10 @@ type ConnectorConfig struct {
 	// payload, a value or the handler's error text (log your own errors
 	// in the handler, without protected values). Nil discards.
 	Logger *slog.Logger
+	// Clock is the clock a request's not_after_ms is read against; nil
+	// means time.Now. Keep the host's clock synchronized (NTP): see
+	// Connector on clock skew.
+	Clock func() time.Time
 }
 
 // Connector serves `<prefix>.provider.<p>.dispatch` and `.reconcile` for
@@ -84,20 +108,45 @@ type ConnectorConfig struct {
 // the processor treats any other reply as MALFORMED_ADAPTER_RESULT. What a
 // Connector answers:
 //
-//	handler result                      dispatch reply                    reconcile reply
-//	a valid reply                       the reply                         the reply
-//	an error                            indeterminate, CodeHandlerError   indeterminate, CodeHandlerError
-//	a panic                             indeterminate, CodeHandlerPanic   indeterminate, CodeHandlerPanic
-//	a reply that fails Valid            indeterminate, CodeInvalidReply   indeterminate, CodeInvalidReply
-//	(undecodable request, not called)   rejected, CodeMalformedRequest    indeterminate, CodeMalformedRequest
+//	handler result                      dispatch reply                               reconcile reply
+//	a valid reply                       the reply                                    the reply
+//	an error                            indeterminate, CodeHandlerError              indeterminate, CodeHandlerError
+//	a panic                             indeterminate, CodeHandlerPanic              indeterminate, CodeHandlerPanic
+//	a reply that fails Valid            indeterminate, CodeInvalidReply              indeterminate, CodeInvalidReply
+//	(undecodable request, not called)   rejected, CodeMalformedRequest               indeterminate, CodeMalformedRequest
+//	(after not_after_ms, not called)    failed_before_dispatch, CodeNotAfterPassed   –
+//	(key being dispatched, not called)  –                                            indeterminate, CodeDispatchInProgress
 //
 // A failed dispatch handler may have acted before it failed, so its error
 // is never a rejection or a failure: indeterminate makes the processor
 // reconcile (RECONCILIATION_REQUIRED, then Reconcile), never re-dispatch.
 // A handler that knows nothing happened says so with a reply
 // (failed_before_dispatch or rejected), not an error. A request the
-// Connector could not read reached no handler, so it is rejected: no
-// effect.
+// Connector could not read (also one without not_after_ms) reached no
+// handler, so it is rejected: no effect.
+//
+// # Late requests and clock skew
+//
+// A dispatch request carries not_after_ms, the end of the processor's
+// lease on it (SPEC §4). The Connector compares it with its clock when the
+// handler would be called (after any wait for a free MaxConcurrent slot):
+// a request that came later is answered failed_before_dispatch with
+// CodeNotAfterPassed and never reaches the handler, so a processor that
+// stalled past its lease (a long pause, a frozen VM, a partition) cannot
+// make the provider act after another processor concluded the dispatch was
+// interrupted; Reconcile later truthfully finds the action absent. The
+// handler's context ends at not_after_ms too.
+//
+// This relies on clocks: keep the connector's host and the processors'
+// within the processors' approval.clock_skew (default 30s) of each other,
+// with NTP. Reconciliation believes an answer that an action is absent
+// only once not_after_ms plus that skew has passed by its own clock. A
+// connector clock behind by more than the skew could act on a request
+// after reconciliation concluded it absent; one ahead by more than the
+// lease (the provider's timeout + 5s) refuses every request (the processor
+// tries again for provider.unavailable_retry, then ends the proposal
+// FAILED_BEFORE_DISPATCH with error code NOT_AFTER_PASSED: nothing was
+// done).
 type Connector struct {
 	srv *server
 }
@@ -128,8 +177,13 @@ func ServeConnector(nc *nats.Conn, cfg ConnectorConfig, h ProviderHandler) (*Con
 		return nil, err
 	}
 	c := &Connector{srv: srv}
+	now := cfg.Clock
+	if now == nil {
+		now = time.Now
+	}
+	running := &keys{n: map[string]int{}}
 	for _, p := range cfg.Providers {
-		d := dispatcher{provider: p, h: h, log: srv.log}
+		d := dispatcher{provider: p, h: h, log: srv.log, now: now, running: running}
 		if err := srv.subscribe(subj.ProviderDispatch(p), cfg.Queue, d.dispatch); err == nil {
 			err = srv.subscribe(subj.ProviderReconcile(p), cfg.Queue, d.reconcile)
 		}
@@ -160,21 +214,58 @@ type dispatcher struct {
 	provider string
 	h        ProviderHandler
 	log      *slog.Logger
+	now      func() time.Time
+	running  *keys // idempotency keys whose dispatch handler runs
+}
+
+// keys counts the idempotency keys whose dispatch handler is running.
+type keys struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (k *keys) add(key string, d int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.n[key] += d; k.n[key] <= 0 {
+		delete(k.n, key)
+	}
+}
+
+func (k *keys) has(key string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.n[key] > 0
 }
 
 func (d dispatcher) dispatch(ctx context.Context, m *nats.Msg) {
 	defer clear(m.Data) // the request may carry protected values
 	var req schema.DispatchRequest
 	if err := schema.Decode(m.Data, &req); err != nil || req.Schema != schema.SchemaDispatch ||
-		req.Provider != d.provider || !keyMatches(req.Fingerprint, req.IdempotencyKey) {
+		req.Provider != d.provider || !keyMatches(req.Fingerprint, req.IdempotencyKey) || req.NotAfterMs <= 0 {
 		d.answer(m, "dispatch", schema.AdapterReply{Outcome: schema.ReplyRejected, ErrorCode: CodeMalformedRequest}, CodeMalformedRequest)
 		wipe(req.ProtectedDisclosure)
 		return
 	}
-	reply, err := call(func() (schema.AdapterReply, error) { return d.h.Dispatch(ctx, req) })
+	reply, code := d.handle(ctx, req)
 	wipe(req.ProtectedDisclosure)
-	reply, code := checked(reply, err, false)
 	d.answer(m, "dispatch", reply, code)
+}
+
+// handle calls the handler for req unless it came after its not_after_ms,
+// with the key marked running until the handler returned. The key is
+// marked before the clock is read: a reconcile that finds it not running
+// finds the request refused, or its handler done.
+func (d dispatcher) handle(ctx context.Context, req schema.DispatchRequest) (schema.AdapterReply, string) {
+	d.running.add(req.IdempotencyKey, 1)
+	defer d.running.add(req.IdempotencyKey, -1)
+	if schema.Late(req.NotAfterMs, d.now().UnixMilli()) {
+		return schema.LateReply(), CodeNotAfterPassed
+	}
+	ctx, cancel := context.WithDeadline(ctx, time.UnixMilli(req.NotAfterMs+1))
+	defer cancel()
+	reply, err := call(func() (schema.AdapterReply, error) { return d.h.Dispatch(ctx, req) })
+	return checked(reply, err, false)
 }
 
 func (d dispatcher) reconcile(ctx context.Context, m *nats.Msg) {
@@ -182,6 +273,10 @@ func (d dispatcher) reconcile(ctx context.Context, m *nats.Msg) {
 	if err := schema.Decode(m.Data, &req); err != nil || req.Schema != schema.SchemaReconcile ||
 		!keyMatches(req.Fingerprint, req.IdempotencyKey) || req.AttemptID == "" {
 		d.answer(m, "reconcile", schema.AdapterReply{Outcome: schema.ReplyIndeterminate, ErrorCode: CodeMalformedRequest}, CodeMalformedRequest)
+		return
+	}
+	if d.running.has(req.IdempotencyKey) {
+		d.answer(m, "reconcile", schema.AdapterReply{Outcome: schema.ReplyIndeterminate, ErrorCode: CodeDispatchInProgress}, CodeDispatchInProgress)
 		return
 	}
 	reply, err := call(func() (schema.AdapterReply, error) { return d.h.Reconcile(ctx, req) })

@@ -26,10 +26,15 @@ var (
 )
 
 func dispatchBody(referent string) []byte {
+	return dispatchBodyUntil(referent, time.Now().Add(time.Hour).UnixMilli())
+}
+
+// dispatchBodyUntil is dispatchBody with its not_after_ms.
+func dispatchBodyUntil(referent string, notAfterMs int64) []byte {
 	return schema.MustMarshal(schema.DispatchRequest{
 		Schema: schema.SchemaDispatch, Fingerprint: testFP, IdempotencyKey: testKey, Provider: "inventory",
 		Capability: "inventory.adjust", Operation: "adjust_stock", Environment: "test", Referent: referent,
-		Payload: jsontext.Value(`{"quantity":20}`),
+		Payload: jsontext.Value(`{"quantity":20}`), NotAfterMs: notAfterMs,
 	})
 }
 
@@ -137,6 +142,7 @@ func TestConnectorReplies(t *testing.T) {
 		"duplicate member": []byte(strings.Replace(string(dispatchBody("x")), `{"schema"`, `{"referent":"y","schema"`, 1)),
 		"wrong schema":     []byte(strings.Replace(string(dispatchBody("x")), schema.SchemaDispatch, schema.SchemaReconcile, 1)),
 		"key mismatch":     []byte(strings.Replace(string(dispatchBody("x")), `"idempotency_key":"5a`, `"idempotency_key":"6a`, 1)),
+		"no not_after_ms":  dispatchBodyUntil("x", 0),
 	} {
 		if got := request(t, nc, dispatch, body, false); !equalReply(got, malformed) {
 			t.Errorf("dispatch %s: reply %+v", name, got)
@@ -415,5 +421,111 @@ func TestServeRefusedSubscription(t *testing.T) {
 	_, err = host.Propose(testContext(t), proposal(t, testenv.Lumber("prop-wrong-login")))
 	if !errors.Is(err, client.ErrPublishRefused) || !errors.Is(err, nats.ErrPermissionViolation) {
 		t.Errorf("Propose from a connector's login: %v, want ErrPublishRefused", err)
+	}
+}
+
+// SPEC §4: the Connector never calls the handler for a dispatch request
+// that comes after its not_after_ms by the Connector's clock: it answers
+// failed_before_dispatch with CodeNotAfterPassed (nothing was done). A
+// request in time reaches the handler with a context that ends at
+// not_after_ms. A reconcile of a key whose dispatch handler is still
+// running is answered indeterminate without asking the handler.
+func TestConnectorRefusesLateRequests(t *testing.T) {
+	nc := testenv.Connect(t, testenv.StartServer(t, ""))
+	var clock atomic.Int64 // the Connector's clock, unix ms
+	clock.Store(1_764_424_800_000)
+	deadlines := make(chan time.Time, 4)
+	inCall, release := make(chan struct{}, 1), make(chan struct{})
+	h := &provider{
+		dispatch: func(ctx context.Context, req schema.DispatchRequest) (schema.AdapterReply, error) {
+			d, _ := ctx.Deadline()
+			deadlines <- d
+			if req.Referent == "slow" {
+				inCall <- struct{}{}
+				<-release
+			}
+			return schema.AdapterReply{Outcome: schema.ReplyConfirmed}, nil
+		},
+		reconcile: func(context.Context, schema.ReconcileRequest) (schema.AdapterReply, error) {
+			return schema.AdapterReply{Outcome: schema.ReplyConfirmed}, nil
+		},
+	}
+	c, err := client.ServeConnector(nc, client.ConnectorConfig{Providers: []string{"inventory"},
+		Clock: func() time.Time { return time.UnixMilli(clock.Load()) }}, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	s := subjects.Default()
+	dispatch, reconcile := s.ProviderDispatch("inventory"), s.ProviderReconcile("inventory")
+	now := clock.Load()
+
+	if got := request(t, nc, dispatch, dispatchBodyUntil("late", now-1), false); !got.IsLate() || got.ErrorCode != client.CodeNotAfterPassed {
+		t.Errorf("a request 1ms after its not_after_ms: %+v", got)
+	}
+	if d, _ := h.counts(); d != 0 {
+		t.Fatalf("the handler was called for a late request")
+	}
+	if got := request(t, nc, dispatch, dispatchBodyUntil("just-in-time", now), false); got.Outcome != schema.ReplyConfirmed {
+		t.Errorf("a request at its not_after_ms: %+v", got)
+	}
+	if d := <-deadlines; !d.Equal(time.UnixMilli(now + 1)) {
+		t.Errorf("the handler's context ends at %v, want just after not_after_ms %v", d, time.UnixMilli(now))
+	}
+
+	// A reconcile while the key's dispatch runs is not answered by the
+	// handler: it could not yet know.
+	replied := make(chan schema.AdapterReply, 1)
+	go func() { replied <- request(t, nc, dispatch, dispatchBodyUntil("slow", now+10_000), false) }()
+	<-inCall
+	<-deadlines
+	inProgress := schema.AdapterReply{Outcome: schema.ReplyIndeterminate, ErrorCode: client.CodeDispatchInProgress}
+	if got := request(t, nc, reconcile, reconcileBody("rcn_1"), true); !equalReply(got, inProgress) {
+		t.Errorf("a reconcile during the dispatch: %+v", got)
+	}
+	close(release)
+	if got := <-replied; got.Outcome != schema.ReplyConfirmed {
+		t.Errorf("the slow dispatch: %+v", got)
+	}
+	if got := request(t, nc, reconcile, reconcileBody("rcn_2"), true); got.Outcome != schema.ReplyConfirmed {
+		t.Errorf("a reconcile after the dispatch: %+v", got)
+	}
+	if d, r := h.counts(); d != 2 || r != 1 {
+		t.Errorf("handler: %d dispatches, %d reconciles; want 2, 1", d, r)
+	}
+}
+
+// End to end: a connector whose clock runs an hour ahead refuses the
+// processor's first request as late; the processor, which has not seen
+// the intent recorded by anyone else, sends it again with a new lease,
+// and the handler acts once.
+func TestConnectorLateRequestSentAgain(t *testing.T) {
+	env := testenv.New(t, testenv.WithAuth())
+	var calls atomic.Int32
+	inv := &provider{}
+	c, err := client.ServeConnector(connect(t, env, env.Connector).Conn, client.ConnectorConfig{Providers: []string{"inventory"},
+		Clock: func() time.Time {
+			if calls.Add(1) == 1 {
+				return time.Now().Add(time.Hour)
+			}
+			return time.Now()
+		}}, inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	host := newHost(t, env, client.HostConfig{})
+	ctx := testContext(t)
+	tr, err := host.Propose(ctx, proposal(t, testenv.Granted(t, inventory("prop-late"), "sku-1001", time.Now())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Stop()
+	o, err := tr.Await(ctx, client.Terminal)
+	if err != nil || o.Kind != schema.KindConfirmed {
+		t.Fatalf("outcome %+v, %v", o, err)
+	}
+	if d, _ := inv.counts(); d != 1 || calls.Load() != 2 {
+		t.Errorf("the handler dispatched %d times; the connector read its clock %d times", d, calls.Load())
 	}
 }

@@ -11,6 +11,13 @@ import (
 
 // DispatchRequest is sent to a provider connector on
 // `<prefix>.provider.<provider>.dispatch` (SPEC §4).
+//
+// NotAfterMs (unix ms) is the end of the dispatch's lease: the moment after
+// which another processor may conclude that the dispatch was interrupted
+// and reconciliation may start asking what became of it. A connector must
+// not act on a request it receives after it (its clock read against
+// NotAfterMs): it answers LateReply instead, and its reconcile then finds
+// the action absent. Every request carries it (> 0).
 type DispatchRequest struct {
 	Schema              string              `json:"schema"`
 	Fingerprint         string              `json:"fingerprint"`
@@ -23,7 +30,36 @@ type DispatchRequest struct {
 	Payload             jsontext.Value      `json:"payload"`
 	ExternalSpend       *Spend              `json:"external_spend"`
 	ProtectedDisclosure *DispatchDisclosure `json:"protected_disclosure"`
+	NotAfterMs          int64               `json:"not_after_ms"`
 }
+
+// HeaderNotAfter is the HTTP header in which the http adapter repeats a
+// dispatch request's not_after_ms (the same unix-ms integer, in decimal).
+const HeaderNotAfter = "Actions-Not-After"
+
+// ErrorCodeNotAfterPassed is the error_code of LateReply.
+const ErrorCodeNotAfterPassed = "NOT_AFTER_PASSED"
+
+// LateReply is what a connector answers to a dispatch request it received
+// after the request's not_after_ms, without acting on it: the provider
+// never received the action (failed_before_dispatch), and the code says
+// why. The processor that sent it may dispatch the intent again, with a
+// new lease, if no other processor has concluded the dispatch interrupted
+// since; if one has, reconciliation finds the action absent.
+func LateReply() AdapterReply {
+	return AdapterReply{Outcome: ReplyFailedBeforeDispatch, ErrorCode: ErrorCodeNotAfterPassed}
+}
+
+// IsLate reports whether r is a connector's refusal of a request that came
+// after its not_after_ms (LateReply): provably not acted on.
+func (r AdapterReply) IsLate() bool {
+	return r.Outcome == ReplyFailedBeforeDispatch && r.ErrorCode == ErrorCodeNotAfterPassed
+}
+
+// Late reports whether a request with this not_after_ms, received at
+// nowMs (the receiver's clock), came too late to be acted on. A request
+// without one (0) is late: every dispatch request carries it.
+func Late(notAfterMs, nowMs int64) bool { return notAfterMs <= 0 || nowMs > notAfterMs }
 
 // DispatchDisclosure carries protected values to the adapter, in memory only.
 type DispatchDisclosure struct {

@@ -223,6 +223,7 @@ func New(t testing.TB, opts ...Option) *Env {
 		if p.Adapter == adapters.KindFake {
 			script, _ := p.Settings.(adapters.FakeScript) // nil settings: the defaults
 			f := adapters.NewFake(p.Name, script)
+			f.SetClock(e.Clock.Now) // the processor's: it reads not_after_ms as the processor wrote it
 			e.Fakes[p.Name] = f
 			overrides[p.Name] = f
 		}

@@ -103,6 +103,14 @@ func StartProcess(t testing.TB, cfg *config.Config, env ...string) *Process {
 // Kill sends SIGKILL.
 func (p *Process) Kill() { _ = p.cmd.Process.Signal(syscall.SIGKILL) }
 
+// Pause sends SIGSTOP: the process freezes where it is (its connections
+// stay open, its timers stand still), as a stalled VM or a long pause
+// would freeze it, until Resume.
+func (p *Process) Pause() { _ = p.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Resume sends SIGCONT: a paused process carries on where it stopped.
+func (p *Process) Resume() { _ = p.cmd.Process.Signal(syscall.SIGCONT) }
+
 // Terminate sends SIGTERM (a graceful drain).
 func (p *Process) Terminate() { _ = p.cmd.Process.Signal(syscall.SIGTERM) }
 

@@ -6,8 +6,9 @@
 #
 # 1. `processor run --dev`: the fingerprint vectors (npm test), then approve
 #    (CONFIRMED, the connector called once), the same intent again (the
-#    same receipt, the connector not called), a decline (DENIED, nothing
-#    dispatched), --last.
+#    same receipt, the connector not called), a dispatch request sent after
+#    its not_after_ms (refused NOT_AFTER_PASSED, not applied) and one
+#    without it (rejected), a decline (DENIED, nothing dispatched), --last.
 # 2. `processor run --config` with a host and a connector block and NATS
 #    authentication on: the same host and connector with their nkeys (login,
 #    inbox prefix, signed bodies, direct get under a host's permissions);
@@ -151,6 +152,31 @@ host repeat || die "host (repeat) failed"
 [ "$(receipt "$tmp/repeat.log")" = "$rcpt" ] || die "repeat: receipt $(receipt "$tmp/repeat.log"), want $rcpt"
 [ "$(dispatches)" = 1 ] || die "connector: want 1 dispatch after the repeat, have $(dispatches)"
 
+step "connector: a dispatch after its not_after_ms is refused and not applied; one without it is rejected"
+# late_request NOT_AFTER_MS: sends the connector a dispatch request of a
+# fresh intent (not_after_ms as given, "" for none) and prints its reply.
+late_request() {
+  (cd "$here" && node --input-type=module -e '
+import { connect } from "@nats-io/transport-node";
+const key = "7a".repeat(32);
+const req = { schema: "actions.dispatch.v1", fingerprint: `sha256:${key}`, idempotency_key: key, provider: "inventory",
+  capability: "inventory.adjust", operation: "adjust_stock", environment: "test", referent: "sku-late",
+  payload: { quantity: 1 }, external_spend: null, protected_disclosure: null };
+const arg = process.argv[1];
+if (arg !== "") req.not_after_ms = Number(arg);
+const nc = await connect({ servers: process.env.NATS_URL });
+const m = await nc.request("actions.provider.inventory.dispatch", JSON.stringify(req), { timeout: 5000 });
+console.log(m.string());
+await nc.close();
+' "$1")
+}
+late=$(late_request "$(($(date +%s%3N) - 1000))")
+[ "$late" = '{"outcome":"failed_before_dispatch","error_code":"NOT_AFTER_PASSED"}' ] || die "late dispatch: reply $late"
+wait_for "$connector_log" "LATE by" "$connector_pid" 10
+missing=$(late_request "")
+[ "$missing" = '{"outcome":"rejected","error_code":"inventory.malformed_request"}' ] || die "dispatch without not_after_ms: reply $missing"
+[ "$(dispatches)" = 1 ] || die "connector: want 1 dispatch after the late request, have $(dispatches)"
+
 step "host --decline -> DENIED/APPROVAL_DECLINED, nothing dispatched"
 host decline --decline --new-intent || die "host --decline failed"
 grep -q 'outcome: DENIED.*authorization/APPROVAL_DECLINED' "$tmp/decline.log" || die "host --decline: no DENIED/APPROVAL_DECLINED"
@@ -248,4 +274,4 @@ step "an http:// NATS_URL is refused at once"
 NATS_URL="http://127.0.0.1:$port" refused host-http 15 "is not a NATS server URL" node --import tsx host.ts --nkey "$tmp/host.nk"
 
 step "done"
-echo "examples/ts: 12 passed, 0 failed"
+echo "examples/ts: 13 passed, 0 failed"

@@ -14,6 +14,14 @@
 // passes the key to its system of record, which does the work at most once
 // per key. It prints one line per request and never a payload value (nor
 // protected-disclosure values, which a dispatch may carry).
+//
+// It never acts on a dispatch request that arrives after its not_after_ms
+// (SPEC §4: the end of the processor's lease, unix ms, read against this
+// host's clock): it answers failed_before_dispatch with error_code
+// NOT_AFTER_PASSED, which is the truth — nothing was done — and which the
+// processor recognizes. Keep this host's clock within the processors'
+// approval.clock_skew (default 30s) of theirs (NTP): reconciliation trusts
+// an "absent" answer only once not_after_ms plus that skew has passed.
 import { parseArgs } from "node:util";
 
 import type { Msg, NatsConnection } from "@nats-io/transport-node";
@@ -103,6 +111,15 @@ function decode(msg: Msg, schema: string, strings: string[]): Fields | string {
   return f;
 }
 
+/** The reply to a dispatch that came after its not_after_ms: nothing was done (SPEC §4). */
+const LATE: Reply = { outcome: "failed_before_dispatch", error_code: "NOT_AFTER_PASSED" };
+
+/** not_after_ms as a positive integer, or null when the request has none (malformed). */
+function notAfter(f: Fields): number | null {
+  const v = f["not_after_ms"];
+  return typeof v === "number" && Number.isSafeInteger(v) && v > 0 ? v : null;
+}
+
 /** A request member for a log line: a plain name, or "?" (never raw text that could forge lines). */
 function name(v: unknown): string {
   return typeof v === "string" && /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/.test(v) ? v : "?";
@@ -120,9 +137,24 @@ function dispatch(msg: Msg): void {
     respond(msg, { outcome: "rejected", error_code: "inventory.malformed_request" });
     return;
   }
+  const deadline = notAfter(req);
+  if (deadline === null) {
+    console.log("dispatch  malformed request (no not_after_ms) -> rejected");
+    respond(msg, { outcome: "rejected", error_code: "inventory.malformed_request" });
+    return;
+  }
   const key = req["idempotency_key"] as string;
   const key8 = key.slice(0, 8);
   const what = `${name(req["capability"])}/${name(req["operation"])} env=${name(req["environment"])} key=${key8}`;
+  const now = Date.now();
+  if (now > deadline) {
+    // The processor's lease on this request has ended: another processor
+    // may already have concluded that the dispatch was interrupted. Never
+    // act on it, whatever it asks.
+    console.log(`dispatch  ${what}: LATE by ${now - deadline}ms (after not_after_ms) -> failed_before_dispatch NOT_AFTER_PASSED, not applied`);
+    respond(msg, LATE);
+    return;
+  }
   if (req["provider"] !== provider) {
     console.log(`dispatch  ${what}: for provider ${name(req["provider"])}, not ${provider} -> rejected`);
     respond(msg, { outcome: "rejected", error_code: "inventory.wrong_provider" });

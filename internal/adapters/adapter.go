@@ -100,7 +100,8 @@ func checkReply(r schema.AdapterReply, forReconcile bool) (schema.AdapterReply, 
 
 // encodeDispatch checks a request and returns its body. It refuses a request
 // that cannot be right: the wrong schema or provider, an idempotency key
-// that is not the fingerprint's 64 hex digits (SPEC §2.3), or a body that
+// that is not the fingerprint's 64 hex digits (SPEC §2.3), no not_after_ms
+// (SPEC §4), or a body that
 // does not encode (an invalid raw payload or value). Such a request is a bug
 // upstream, and sending it could reach the wrong provider or defeat its
 // deduplication.
@@ -112,6 +113,10 @@ func encodeDispatch(provider string, req *schema.DispatchRequest) ([]byte, error
 		return nil, invalid(provider, MethodDispatch, "provider")
 	case !schema.ValidFingerprintKey(req.IdempotencyKey) || req.Fingerprint != schema.FingerprintOfKey(req.IdempotencyKey):
 		return nil, invalid(provider, MethodDispatch, "fingerprint or idempotency key")
+	case req.NotAfterMs <= 0:
+		// Without the lease's end a connector could act after another
+		// processor concluded the dispatch interrupted (SPEC §4).
+		return nil, invalid(provider, MethodDispatch, "not_after_ms")
 	}
 	body, err := schema.Marshal(req)
 	if err != nil {

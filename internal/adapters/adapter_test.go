@@ -38,6 +38,7 @@ func dispatchReq(provider, seed string) schema.DispatchRequest {
 		Environment:    "test",
 		Referent:       "sku-1001",
 		Payload:        jsontext.Value(`{"quantity":20}`),
+		NotAfterMs:     time.Now().Add(time.Hour).UnixMilli(),
 	}
 }
 
@@ -211,6 +212,8 @@ func TestInvalidRequests(t *testing.T) {
 		func(r *schema.DispatchRequest) { r.IdempotencyKey = r.IdempotencyKey[:63] },
 		func(r *schema.DispatchRequest) { r.Fingerprint = "sha256:" + key("other") },
 		func(r *schema.DispatchRequest) { r.Payload = jsontext.Value(`{"a":`) },
+		func(r *schema.DispatchRequest) { r.NotAfterMs = 0 }, // SPEC §4: every dispatch carries its lease's end
+		func(r *schema.DispatchRequest) { r.NotAfterMs = -1 },
 	}
 	badR := []func(*schema.ReconcileRequest){
 		func(r *schema.ReconcileRequest) { r.Schema = schema.SchemaDispatch },

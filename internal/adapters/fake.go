@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -29,10 +30,17 @@ type ReconcileFunc func(ctx context.Context, req schema.ReconcileRequest) (schem
 // hook's) pass the same validation, so a hook returning an invalid reply
 // yields ErrMalformedReply. A hook simulates a transport failure by
 // returning ErrNotInvoked ("no responders"), ErrTimeout or any other error.
+//
+// Like a real connector (SPEC §4), it never acts on a dispatch that
+// reaches it after its not_after_ms by its own clock (SetClock; the wall
+// clock by default): it answers schema.LateReply without calling the hook
+// or the script, and counts the request as late (LateFor), neither
+// dispatched nor delivered.
 type Fake struct {
 	name string
 
 	mu          sync.Mutex
+	now         func() time.Time
 	script      FakeScript
 	onDispatch  DispatchFunc
 	onReconcile ReconcileFunc
@@ -43,13 +51,25 @@ type Fake struct {
 }
 
 type fakeCounts struct {
-	dispatches, delivered, reconciles int
+	dispatches, delivered, reconciles, late int
 }
 
 // NewFake returns a fake provider named name with script (empty lists mean
 // "confirmed").
 func NewFake(name string, script FakeScript) *Fake {
-	return &Fake{name: name, script: script, keys: map[string]*fakeCounts{}, attempts: map[string]int{}}
+	return &Fake{name: name, script: script, now: time.Now, keys: map[string]*fakeCounts{}, attempts: map[string]int{}}
+}
+
+// SetClock sets the clock the fake reads not_after_ms against: a test's
+// manual clock, or the wall clock shifted to play a connector whose clock
+// is off. nil restores the wall clock.
+func (f *Fake) SetClock(now func() time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if now == nil {
+		now = time.Now
+	}
+	f.now = now
 }
 
 // Kind implements Adapter.
@@ -125,6 +145,28 @@ func (f *Fake) DeliveredFor(key string) int {
 		return c.delivered
 	}
 	return 0
+}
+
+// LateFor returns how many dispatches of key came after their
+// not_after_ms and were refused without acting.
+func (f *Fake) LateFor(key string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c := f.keys[key]; c != nil {
+		return c.late
+	}
+	return 0
+}
+
+// Late returns how many dispatches came after their not_after_ms, in all.
+func (f *Fake) Late() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, c := range f.keys {
+		n += c.late
+	}
+	return n
 }
 
 // Delivered returns DeliveredFor of every key delivered at least once.
@@ -214,9 +256,15 @@ func (f *Fake) Reconcile(ctx context.Context, req schema.ReconcileRequest) (sche
 
 // answerDispatch counts a dispatch and returns the hook's or the script's
 // answer, not yet validated. A request that arrived over the wire counts as
-// delivered whatever the hook says.
+// delivered whatever the hook says. One that came after its not_after_ms
+// is refused (schema.LateReply) and counts only as late.
 func (f *Fake) answerDispatch(ctx context.Context, req schema.DispatchRequest, overWire bool) (schema.AdapterReply, error) {
 	f.mu.Lock()
+	if schema.Late(req.NotAfterMs, f.now().UnixMilli()) {
+		f.counts(req.IdempotencyKey).late++
+		f.mu.Unlock()
+		return schema.LateReply(), nil
+	}
 	n := f.dispatches
 	f.dispatches++
 	f.counts(req.IdempotencyKey).dispatches++

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -229,4 +230,38 @@ func ExampleFake() {
 	// confirmed fake:50d858e0985ecc7f <nil>
 	// confirmed fake:50d858e0985ecc7f <nil>
 	// delivered: 3
+}
+
+// The fake, like a real connector, never acts on a dispatch that reaches
+// it after its not_after_ms by its own clock, in process or over the wire:
+// it answers schema.LateReply without calling its hook, and counts the
+// request as late — neither dispatched nor delivered.
+func TestFakeRefusesLate(t *testing.T) {
+	f := newNATSFixture(t, "", 500*time.Millisecond)
+	fake := adapters.NewFake("inventory", adapters.FakeScript{})
+	var hooked atomic.Int32
+	fake.OnDispatch(func(context.Context, schema.DispatchRequest) (schema.AdapterReply, error) {
+		hooked.Add(1)
+		return schema.AdapterReply{Outcome: "confirmed"}, nil
+	})
+	stop, err := fake.Serve(f.peer, f.subj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	req := dispatchReq("inventory", "late")
+	k := req.IdempotencyKey
+	fake.SetClock(func() time.Time { return time.UnixMilli(req.NotAfterMs + 1) }) // just past it
+	for name, a := range map[string]adapters.Adapter{"in process": fake, "over the wire": f.adapter} {
+		if r, err := a.Dispatch(t.Context(), req); err != nil || !r.IsLate() {
+			t.Errorf("%s: %+v %v", name, r, err)
+		}
+	}
+	fake.SetClock(func() time.Time { return time.UnixMilli(req.NotAfterMs) }) // its last moment
+	if r, err := f.adapter.Dispatch(t.Context(), req); err != nil || r.Outcome != "confirmed" {
+		t.Errorf("at not_after_ms: %+v %v", r, err)
+	}
+	if fake.LateFor(k) != 2 || fake.Late() != 2 || fake.DispatchesFor(k) != 1 || fake.DeliveredFor(k) != 1 || hooked.Load() != 1 {
+		t.Errorf("late %d/%d, dispatched %d, delivered %d, hook %d", fake.LateFor(k), fake.Late(), fake.DispatchesFor(k), fake.DeliveredFor(k), hooked.Load())
+	}
 }

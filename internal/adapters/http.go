@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -26,7 +27,10 @@ type StatusError struct {
 func (e *StatusError) Error() string { return fmt.Sprintf("http status %d", e.Code) }
 
 // HTTP POSTs the request bodies of SPEC §4 to `<base_url>/dispatch` and
-// `<base_url>/reconcile`, with `Idempotency-Key: <64 hex>`.
+// `<base_url>/reconcile`, with `Idempotency-Key: <64 hex>`, and a
+// dispatch's not_after_ms also as `Actions-Not-After: <unix ms>`: a server
+// must not act on a dispatch it receives after that moment (SPEC §4) and
+// answers it with schema.LateReply's body (a 4xx with that body is a reply).
 //
 // Mapping of what happens to the error classes of the package:
 //
@@ -96,7 +100,7 @@ func (a *HTTP) Dispatch(ctx context.Context, req schema.DispatchRequest) (schema
 	if err != nil {
 		return schema.AdapterReply{}, err
 	}
-	return a.post(ctx, MethodDispatch, req.IdempotencyKey, body)
+	return a.post(ctx, MethodDispatch, req.IdempotencyKey, body, strconv.FormatInt(req.NotAfterMs, 10))
 }
 
 // Reconcile implements Adapter.
@@ -105,10 +109,13 @@ func (a *HTTP) Reconcile(ctx context.Context, req schema.ReconcileRequest) (sche
 	if err != nil {
 		return schema.AdapterReply{}, err
 	}
-	return a.post(ctx, MethodReconcile, req.IdempotencyKey, body)
+	return a.post(ctx, MethodReconcile, req.IdempotencyKey, body, "")
 }
 
-func (a *HTTP) post(ctx context.Context, method, key string, body []byte) (schema.AdapterReply, error) {
+// post sends body; notAfter, when set, goes into the Actions-Not-After
+// header (a dispatch's not_after_ms, for servers that read headers before
+// bodies).
+func (a *HTTP) post(ctx context.Context, method, key string, body []byte, notAfter string) (schema.AdapterReply, error) {
 	if err := ctx.Err(); err != nil {
 		return schema.AdapterReply{}, notSent(a.name, method, err)
 	}
@@ -126,6 +133,9 @@ func (a *HTTP) post(ctx context.Context, method, key string, body []byte) (schem
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("Idempotency-Key", key)
+	if notAfter != "" {
+		req.Header.Set(schema.HeaderNotAfter, notAfter)
+	}
 
 	resp, err := a.client.Do(req)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -62,6 +63,7 @@ func TestHTTPDispatchRoundTrip(t *testing.T) {
 		check(r.Method == http.MethodPost, "method "+r.Method)
 		check(r.URL.Path == "/api/v1/dispatch", "path "+r.URL.Path)
 		check(r.Header.Get("Idempotency-Key") == req.IdempotencyKey, "idempotency key")
+		check(r.Header.Get("Actions-Not-After") == strconv.FormatInt(req.NotAfterMs, 10), "Actions-Not-After "+r.Header.Get("Actions-Not-After"))
 		check(r.Header.Get("Content-Type") == "application/json", "content type")
 		body, _ := io.ReadAll(r.Body)
 		var got schema.DispatchRequest
@@ -293,5 +295,25 @@ func TestHTTPRedirectNotFollowed(t *testing.T) {
 	}
 	if other.hits.Load() != 0 {
 		t.Fatal("a redirect was followed")
+	}
+}
+
+// A server that honours Actions-Not-After refuses a dispatch that reaches
+// it late (here: its clock runs an hour ahead) with schema.LateReply's
+// body; a 4xx with a valid reply body is a reply, so the processor learns
+// that nothing was done.
+func TestHTTPLateRefusal(t *testing.T) {
+	c := newConnector(t, func(w http.ResponseWriter, r *http.Request) {
+		notAfter, err := strconv.ParseInt(r.Header.Get(schema.HeaderNotAfter), 10, 64)
+		if err != nil || schema.Late(notAfter, time.Now().Add(time.Hour).UnixMilli()) {
+			reply(w, http.StatusConflict, string(schema.MustMarshal(schema.LateReply())))
+			return
+		}
+		reply(w, http.StatusOK, `{"outcome":"confirmed"}`)
+	})
+	a := newHTTP(t, c.URL, 5*time.Second)
+	r, err := a.Dispatch(t.Context(), dispatchReq("inventory", "http-late"))
+	if err != nil || !r.IsLate() || r.Outcome != schema.ReplyFailedBeforeDispatch || r.ErrorCode != schema.ErrorCodeNotAfterPassed {
+		t.Fatalf("reply %+v, %v", r, err)
 	}
 }

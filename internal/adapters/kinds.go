@@ -53,6 +53,9 @@ type Env struct {
 	// NC carries the nats adapter's requests.
 	NC       *nats.Conn
 	Subjects subjects.Subjects
+	// Now is the processor's clock (nil: the wall clock): the fake reads
+	// not_after_ms against it.
+	Now func() time.Time
 }
 
 // Kind is one adapter kind: its name (a provider block's `adapter`) and
@@ -217,7 +220,11 @@ type FakeScript struct {
 func (FakeScript) Kind() string { return KindFake }
 
 // New implements Settings.
-func (s FakeScript) New(p Provider, _ Env) (Adapter, error) { return NewFake(p.Name, s), nil }
+func (s FakeScript) New(p Provider, env Env) (Adapter, error) {
+	f := NewFake(p.Name, s)
+	f.SetClock(env.Now)
+	return f, nil
+}
 
 // Encode implements Settings.
 func (s FakeScript) Encode(b *hclwrite.Body) {

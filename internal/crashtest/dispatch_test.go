@@ -36,9 +36,14 @@ func connector(t *testing.T, env *testenv.Env) *adapters.Fake {
 	return f
 }
 
-// fastReconcile polls 200ms after an unknown outcome, so interrupted
-// dispatches settle inside the test.
-var fastReconcile = testenv.WithConfig(func(c *config.Config) { c.Reconciliation.Interval = 200 * time.Millisecond })
+// fastReconcile polls 200ms after an unknown outcome, and believes an
+// absence 1s after the dispatch's not_after_ms (the clock skew: every
+// clock here is the test machine's), so interrupted dispatches settle
+// inside the test.
+var fastReconcile = testenv.WithConfig(func(c *config.Config) {
+	c.Reconciliation.Interval = 200 * time.Millisecond
+	c.Approval.ClockSkew = time.Second
+})
 
 func inventoryProposal(t *testing.T, id string) (map[string]any, string) {
 	t.Helper()

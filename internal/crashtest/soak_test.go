@@ -39,6 +39,70 @@ func soakProposal(t *testing.T, i int) (id string, body map[string]any, key stri
 	return id, p, key, needsGrant
 }
 
+// soakDispatch is the far side's answer to a soak dispatch: confirmed,
+// except that one key in eight gets no reply (the processor's call times
+// out: ADAPTER_TIMEOUT, which reconciliation settles).
+func soakDispatch(_ context.Context, req schema.DispatchRequest) (schema.AdapterReply, error) {
+	if req.IdempotencyKey[len(req.IdempotencyKey)-1]%8 == 0 {
+		return schema.AdapterReply{}, errSilent
+	}
+	return schema.AdapterReply{Outcome: schema.ReplyConfirmed, ProviderActionID: "inv:" + req.IdempotencyKey[:8]}, nil
+}
+
+// grantParked grants each parked soak proposal once its NEEDS_APPROVAL is
+// stored, with a standalone grant published durably.
+func grantParked(t *testing.T, env *testenv.Env, ids []string) {
+	t.Helper()
+	for _, id := range ids {
+		o := env.WaitStored(t, id, testenv.IsKind(schema.KindNeedsApproval), 2*time.Minute)
+		g := testenv.Grant(o.Approval.Fingerprint, time.Now(), nil)
+		g["proposal_id"] = id
+		env.PublishDurably(t, g, env.Host, true, "grant/"+id)
+	}
+}
+
+// soakNodes starts three processor binaries on env, each with its own
+// store directory.
+func soakNodes(t *testing.T, env *testenv.Env) []*node {
+	t.Helper()
+	nodes := []*node{{cfg: env.ProcessorConfig(t, "a")}, {cfg: env.ProcessorConfig(t, "b")}, {cfg: env.ProcessorConfig(t, "c")}}
+	for _, n := range nodes {
+		n.start(t)
+	}
+	return nodes
+}
+
+// soakLoad sends a soak's proposals (soakProposal) in disruptions+1
+// chunks and calls disrupt(d) after chunk d, for d < disruptions; each
+// chunk's parked proposals are granted while the next chunk is in flight
+// (and the next disruption comes), the last chunk's at the end. It
+// returns the proposal ids and their intents' idempotency keys.
+func soakLoad(t *testing.T, env *testenv.Env, proposals, disruptions int, disrupt func(d int)) (ids []string, keys map[string]string) {
+	t.Helper()
+	var parked []string
+	keys = map[string]string{}
+	chunk := proposals / (disruptions + 1)
+	for i, d := 0, 0; i < proposals; d++ {
+		var needGrants []string
+		for end := min(i+chunk, proposals); i < end; i++ {
+			id, p, key, needsGrant := soakProposal(t, i)
+			env.PublishDurably(t, p, env.Host, false, "proposal/"+id)
+			ids = append(ids, id)
+			keys[id] = key
+			if needsGrant {
+				needGrants = append(needGrants, id)
+			}
+		}
+		grantParked(t, env, parked)
+		parked = needGrants
+		if d < disruptions {
+			disrupt(d)
+		}
+	}
+	grantParked(t, env, parked)
+	return ids, keys
+}
+
 // The crash soak of SPEC §6: three processor binaries on a three-server
 // cluster with NATS authentication on, proposals flowing — some needing a
 // standalone grant, some whose provider never answers (a timeout that
@@ -57,53 +121,16 @@ func TestClusterSoak(t *testing.T) {
 	}
 	env := testenv.New(t, testenv.Clustered(), testenv.WithAuth(), testenv.NotStarted(), fastReconcile)
 	far := serveFarSide(t, env)
-	far.OnDispatch(func(_ context.Context, req schema.DispatchRequest) (schema.AdapterReply, error) {
-		if req.IdempotencyKey[len(req.IdempotencyKey)-1]%8 == 0 {
-			return schema.AdapterReply{}, errSilent
-		}
-		return schema.AdapterReply{Outcome: schema.ReplyConfirmed, ProviderActionID: "inv:" + req.IdempotencyKey[:8]}, nil
-	})
-	nodes := []*node{{cfg: env.ProcessorConfig(t, "a")}, {cfg: env.ProcessorConfig(t, "b")}, {cfg: env.ProcessorConfig(t, "c")}}
-	for _, n := range nodes {
-		n.start(t)
-	}
-
-	var ids, parked []string
-	keys := map[string]string{}
-	grant := func(ids []string) {
-		for _, id := range ids {
-			o := env.WaitStored(t, id, testenv.IsKind(schema.KindNeedsApproval), 2*time.Minute)
-			g := testenv.Grant(o.Approval.Fingerprint, time.Now(), nil)
-			g["proposal_id"] = id
-			env.PublishDurably(t, g, env.Host, true, "grant/"+id)
-		}
-	}
-	chunk := proposals / (disruptions + 1)
-	for i, d := 0, 0; i < proposals; d++ {
-		var needGrants []string
-		for end := min(i+chunk, proposals); i < end; i++ {
-			id, p, key, needsGrant := soakProposal(t, i)
-			env.PublishDurably(t, p, env.Host, false, "proposal/"+id)
-			ids = append(ids, id)
-			keys[id] = key
-			if needsGrant {
-				needGrants = append(needGrants, id)
-			}
-		}
-		// Last chunk's parked proposals are granted while this chunk's
-		// are in flight and the next disruption comes.
-		grant(parked)
-		parked = needGrants
-		if d >= disruptions {
-			continue
-		}
+	far.OnDispatch(soakDispatch)
+	nodes := soakNodes(t, env)
+	ids, keys := soakLoad(t, env, proposals, disruptions, func(d int) {
 		if d%4 == 3 {
 			s := (d / 4) % testenv.ClusterSize
 			t.Logf("disruption %d: NATS server %d stopped", d, s)
 			env.Cluster.Stop(t, s)
 			time.Sleep(time.Second)
 			env.Cluster.Start(t, s)
-			continue
+			return
 		}
 		n := nodes[d%len(nodes)]
 		lose := d%2 == 0
@@ -118,8 +145,7 @@ func TestClusterSoak(t *testing.T) {
 			}
 		}
 		n.start(t)
-	}
-	grant(parked)
+	})
 
 	ended := map[schema.Kind]int{}
 	for _, id := range ids {

@@ -272,6 +272,7 @@ func newReconciliation(p *Parts, r stages.Route) (stages.Handler, error) {
 		Journal: p.Journal, Adapters: p.Adapters, Route: r, Clock: p.Clock, Metrics: p.Metrics, Activity: p.Activity,
 		Log:      p.stageLog(r.Self),
 		Interval: p.Config.Reconciliation.Interval, MaxAttempts: p.Config.Reconciliation.MaxAttempts,
+		ClockSkew: p.Config.Approval.ClockSkew,
 	}
 	limits := map[string]int{}
 	for _, pr := range p.Config.Providers {

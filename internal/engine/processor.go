@@ -242,7 +242,7 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 			p.adapters[pr.Name] = a
 			continue
 		}
-		a, err := adapters.Build(pr.Adapter, pr.Settings, adapters.Provider{Name: pr.Name, Timeout: pr.Timeout}, adapters.Env{NC: p.nc, Subjects: subj})
+		a, err := adapters.Build(pr.Adapter, pr.Settings, adapters.Provider{Name: pr.Name, Timeout: pr.Timeout}, adapters.Env{NC: p.nc, Subjects: subj, Now: p.clock.Now})
 		if err != nil {
 			return err
 		}

@@ -6,7 +6,12 @@
 // `processor` that way; production builds never are), a process started
 // with PORTCULLIS_FAULT=name (or name#N, to crash on the N-th hit) kills
 // itself with SIGKILL there, so that a test can restart it and check what
-// survived. Tests inside one process can arm a function instead with Set.
+// survived. With PORTCULLIS_FAULT=name@pause (or name#N@pause) it stops
+// itself with SIGSTOP there instead, once, after writing PauseLog and the
+// point's name to standard error: frozen as a long GC pause, a stalled VM
+// or a partition would freeze it, until the test sends SIGCONT and it
+// carries on where it stopped. Tests inside one process can arm a function
+// instead with Set.
 package fault
 
 import (
@@ -26,6 +31,7 @@ const (
 	RunnerAfterPublish       = "runner.after_publish"       // outputs published, input not yet acked
 	DispatchBeforeInFlight   = "dispatch.before_inflight"   // nothing written yet
 	DispatchAfterInFlight    = "dispatch.after_inflight"    // in-flight synced, provider not yet called
+	DispatchBeforeSend       = "dispatch.before_send"       // request built and its lease checked, not yet sent
 	DispatchAfterReply       = "dispatch.after_reply"       // provider answered, receipt not yet written
 	DispatchAfterReceipt     = "dispatch.after_receipt"     // receipt synced, outcome not yet published
 	DispatchAfterOutcome     = "dispatch.after_outcome"     // outcome published, input not yet acked
@@ -33,14 +39,23 @@ const (
 	ReconcileAfterReply      = "reconcile.after_reply"      // provider answered, result not yet written
 )
 
+// PauseLog starts the line a process writes to standard error just before
+// it stops itself at a point armed with "@pause".
+const PauseLog = "fault: pausing (SIGSTOP) at "
+
+// pauseAction is the suffix that makes a point pause instead of crash.
+const pauseAction = "@pause"
+
 var (
-	// crash is set only in crashtest builds (crash.go); nil, the
-	// environment variable arms nothing.
+	// crash and pause are set only in crashtest builds (crash.go); nil,
+	// the environment variable arms nothing.
 	crash func()
+	pause func(name string)
 
 	envOnce  sync.Once
 	envName  string
 	envAfter int64
+	envPause bool
 	hits     atomic.Int64
 
 	mu   sync.RWMutex
@@ -51,17 +66,23 @@ func loadEnv() {
 	if crash == nil {
 		return // not a crashtest build: the environment arms nothing
 	}
-	v := os.Getenv(Env)
-	if v == "" {
-		return
+	if v := os.Getenv(Env); v != "" {
+		envName, envAfter, envPause = parse(v)
 	}
+}
+
+// parse reads name[#N][@pause]: the point, the hit it acts on (N ≥ 1,
+// default 1), and whether it pauses rather than crashes.
+func parse(v string) (name string, after int64, pause bool) {
+	v, pause = strings.CutSuffix(v, pauseAction)
 	name, n, found := strings.Cut(v, "#")
-	envName, envAfter = name, 1
+	after = 1
 	if found {
 		if k, err := strconv.ParseInt(n, 10, 64); err == nil && k > 0 {
-			envAfter = k
+			after = k
 		}
 	}
+	return name, after, pause
 }
 
 // Hit marks a fault point. It returns normally unless the point is armed.
@@ -76,7 +97,11 @@ func Hit(name string) {
 	if envName != name {
 		return
 	}
-	if hits.Add(1) >= envAfter {
+	n := hits.Add(1)
+	switch {
+	case envPause && n == envAfter:
+		pause(name) // once: after SIGCONT the process goes on
+	case !envPause && n >= envAfter:
 		crash()
 	}
 }

@@ -91,8 +91,12 @@ type Record struct {
 	// that wrote the in-flight record, and InFlightUntilMs the end of its
 	// lease: the moment after which a processor that did not write it may
 	// declare the dispatch interrupted (in_flight_at + the provider's
-	// timeout + a margin). Empty and 0 in records written before they
-	// existed: those count as the reader's own.
+	// timeout + a margin). It is the request's not_after_ms (SPEC §4): no
+	// connector acts on the request after it, so reconciliation may trust
+	// an answer that the action is absent once it and the clock skew have
+	// passed. Both stay after the dispatch (a later in-flight record, the
+	// retry of one that reached nobody, replaces them). Empty and 0 in
+	// records written before they existed: those count as the reader's own.
 	InFlightBy      string `json:"in_flight_by,omitempty"`
 	InFlightUntilMs int64  `json:"in_flight_until_ms,omitempty"`
 	// Receipt is the latest receipt; ReceiptSeq its number in the history.

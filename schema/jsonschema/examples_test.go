@@ -167,7 +167,8 @@ const dispatchJSON = `{"schema": "actions.dispatch.v1",
  "provider": "inventory", "capability": "inventory.adjust", "operation": "adjust_stock", "environment": "test",
  "referent": "sku-1001", "payload": {"quantity": 20}, "external_spend": {"currency": "EUR", "amount_minor": 0},
  "protected_disclosure": {"recipient": "Duffel", "purpose": "Create the order.", "field_classes": ["birth_date", "legal_identity"],
-   "values": {"birth_date": "1990-02-28", "legal_identity": {"given_name": "Ada", "family_name": "Lovelace", "gender": "f"}}}}`
+   "values": {"birth_date": "1990-02-28", "legal_identity": {"given_name": "Ada", "family_name": "Lovelace", "gender": "f"}}},
+ "not_after_ms": 1764424807000}`
 
 const reconcileJSON = `{"schema": "actions.reconcile.v1",
  "fingerprint": "sha256:abababababababababababababababababababababababababababababababab",
@@ -324,6 +325,10 @@ func examples(t testing.TB) []example {
 	bad("dispatch_request", "bad value", edit(t, dispatchJSON, "protected_disclosure.values.birth_date", "1990-02-30"))
 	bad("dispatch_request", "year zero", edit(t, dispatchJSON, "protected_disclosure.values.birth_date", "0000-01-01"))
 	bad("dispatch_request", "unknown class value", edit(t, dispatchJSON, "protected_disclosure.values.blood_type", "A"))
+	bad("dispatch_request", "no not_after_ms", edit(t, dispatchJSON, "not_after_ms", del))
+	bad("dispatch_request", "not_after_ms 0", edit(t, dispatchJSON, "not_after_ms", 0))
+	bad("dispatch_request", "not_after_ms a string", edit(t, dispatchJSON, "not_after_ms", "1764424807000"))
+	bad("dispatch_request", "not_after_ms fractional", edit(t, dispatchJSON, "not_after_ms", 1764424807000.5))
 
 	good("reconcile_request", "no provider action id", reconcileJSON)
 	bad("reconcile_request", "missing attempt", edit(t, reconcileJSON, "attempt_id", del))

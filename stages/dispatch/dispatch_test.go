@@ -27,6 +27,7 @@ import (
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/subjects"
 	"github.com/portcullis/portcullis/testenv"
 )
@@ -510,10 +511,11 @@ func TestDisclosureFailuresDispatchNothing(t *testing.T) {
 }
 
 // The http adapter end to end: the provider receives the dispatch body once,
-// with the Idempotency-Key header, and its reply becomes the receipt.
+// with the Idempotency-Key header and the body's not_after_ms repeated in
+// Actions-Not-After, and its reply becomes the receipt.
 func TestHTTPProvider(t *testing.T) {
 	var calls atomic.Int32
-	var gotKey atomic.Value
+	var gotKey, notAfter atomic.Value
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/dispatch" || r.Method != http.MethodPost {
 			http.Error(w, "no", http.StatusNotFound)
@@ -526,6 +528,7 @@ func TestHTTPProvider(t *testing.T) {
 			http.Error(w, "bad request", http.StatusBadRequest)
 			return
 		}
+		notAfter.Store(fmt.Sprint(r.Header.Get(schema.HeaderNotAfter) == fmt.Sprint(req.NotAfterMs), req.NotAfterMs > time.Now().UnixMilli()))
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"outcome":"confirmed","provider_action_id":"stock:%s","evidence_refs":["ledger:%s"]}`, req.IdempotencyKey[:8], req.IdempotencyKey[:8])
 	}))
@@ -546,4 +549,85 @@ func TestHTTPProvider(t *testing.T) {
 	if calls.Load() != 1 || gotKey.Load() != key {
 		t.Errorf("provider calls %d, Idempotency-Key %v", calls.Load(), gotKey.Load())
 	}
+	if notAfter.Load() != "true true" {
+		t.Errorf("Actions-Not-After is the body's not_after_ms, in the future: %v", notAfter.Load())
+	}
+}
+
+// SPEC §4: a connector that receives a dispatch after its not_after_ms
+// does not act on it (the fake plays one whose clock runs an hour ahead,
+// for the first request only). Nothing was done, and no other processor
+// recorded the intent meanwhile: the dispatch is sent again, with a new
+// lease, and confirmed — the provider acted once.
+func TestLateRequestRefusedThenSentAgain(t *testing.T) {
+	env := testenv.New(t)
+	fake := env.Fakes["demo"]
+	var calls atomic.Int32
+	fake.SetClock(func() time.Time {
+		if calls.Add(1) == 1 {
+			return time.Now().Add(time.Hour)
+		}
+		return time.Now()
+	})
+	var got atomic.Pointer[schema.DispatchRequest]
+	var sentAt atomic.Int64
+	fake.OnDispatch(func(_ context.Context, req schema.DispatchRequest) (schema.AdapterReply, error) {
+		sentAt.Store(time.Now().UnixMilli())
+		got.Store(&req)
+		return schema.AdapterReply{Outcome: "confirmed"}, nil
+	})
+	p := proposal(t, "prop-late", "late")
+	env.PublishSigned(t, p, env.Host)
+	o := env.Recorder.Wait(t, "prop-late", testenv.Terminal)
+	key := keyOf(t, p)
+	if o.Kind != schema.KindConfirmed || len(env.Recorder.Outcomes("prop-late")) != 1 {
+		t.Errorf("outcomes %+v", env.Recorder.Outcomes("prop-late"))
+	}
+	if fake.LateFor(key) != 1 || fake.DeliveredFor(key) != 1 || fake.DispatchesFor(key) != 1 {
+		t.Errorf("late %d, delivered %d, dispatched %d: want 1, 1, 1", fake.LateFor(key), fake.DeliveredFor(key), fake.DispatchesFor(key))
+	}
+	// The request that was acted on carries its own lease, the one its
+	// in-flight record (the second) keeps in the journal: the provider's
+	// timeout (2s) and the margin (5s) from the in-flight write.
+	req := got.Load()
+	if lease := req.NotAfterMs - sentAt.Load(); lease <= 0 || lease > (2*time.Second+dispatchMargin).Milliseconds() {
+		t.Errorf("not_after_ms %d is %dms after the call", req.NotAfterMs, lease)
+	}
+	rec, _, err := env.Processor().Journal().Load(*o.Fingerprint)
+	if err != nil || rec.InFlightUntilMs != req.NotAfterMs || rec.InFlightUntilMs-rec.InFlightAtMs != (2*time.Second+dispatchMargin).Milliseconds() || rec.DispatchAttempts != 2 {
+		t.Errorf("record in flight at %d until %d, %d attempts; the request's not_after_ms %d (%v)", rec.InFlightAtMs, rec.InFlightUntilMs, rec.DispatchAttempts, req.NotAfterMs, err)
+	}
+}
+
+const dispatchMargin = 5 * time.Second // dispatch.DefaultLeaseMargin
+
+// A processor that stalls between its in-flight record and the send for
+// longer than the lease does not send the request: another processor may
+// have declared the dispatch interrupted by then. Nothing was sent, so it
+// dispatches again with a new lease (the manual clock jumps a minute at
+// the stall, once).
+func TestStalledProcessorDoesNotSendLate(t *testing.T) {
+	clock := stages.NewManualClock(time.Now())
+	var stalled atomic.Bool
+	restore := fault.Set(func(name string) {
+		if name == fault.DispatchAfterInFlight && stalled.CompareAndSwap(false, true) {
+			clock.Advance(time.Minute)
+		}
+	})
+	defer restore()
+	env := testenv.New(t, testenv.WithClock(clock))
+	p := testenv.Lumber("prop-stall")
+	testenv.Set(p, "intent.payload", map[string]any{"quantity": 20, "case": "stall"})
+	p = testenv.Granted(t, p, "sku-1001", clock.Now())
+	env.PublishSigned(t, p, env.Host)
+	o := env.Recorder.Wait(t, "prop-stall", testenv.Terminal)
+	key := keyOf(t, p)
+	fake := env.Fakes["demo"]
+	if o.Kind != schema.KindConfirmed || !stalled.Load() {
+		t.Errorf("outcome %+v (stalled: %v)", o, stalled.Load())
+	}
+	if fake.LateFor(key) != 0 || fake.DeliveredFor(key) != 1 {
+		t.Errorf("late %d, delivered %d: want 0, 1", fake.LateFor(key), fake.DeliveredFor(key))
+	}
+	env.Logs.Wait(t, "the lease ended before the request could be sent")
 }

@@ -199,3 +199,21 @@ func TestSharedJournalLapsedLease(t *testing.T) {
 		t.Errorf("record %+v %v", rec, err)
 	}
 }
+
+// The request's not_after_ms is the in-flight record's lease end, as the
+// shared journal stores it for every processor (and reconciliation) to
+// read: the moment of the in-flight write plus the provider's timeout and
+// the margin.
+func TestSharedJournalRequestCarriesTheLease(t *testing.T) {
+	a, _, fake := sharedStages(t, 2*time.Second, 5*time.Second)
+	var got schema.DispatchRequest
+	fake.OnDispatch(func(_ context.Context, req schema.DispatchRequest) (schema.AdapterReply, error) {
+		got = req
+		return schema.AdapterReply{Outcome: schema.ReplyConfirmed}, nil
+	})
+	o := outcomeOf(t, handle(t, a, input(t, "p-1", "lease")))
+	rec, _, err := a.Journal.Load(*o.Fingerprint)
+	if err != nil || got.NotAfterMs == 0 || got.NotAfterMs != rec.InFlightUntilMs || rec.InFlightUntilMs-rec.InFlightAtMs != 7000 {
+		t.Errorf("not_after_ms %d; record in flight at %d until %d (%v)", got.NotAfterMs, rec.InFlightAtMs, rec.InFlightUntilMs, err)
+	}
+}

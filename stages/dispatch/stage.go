@@ -288,7 +288,14 @@ func (s *Stage) resolve(ctx context.Context, env *schema.Envelope, prov config.P
 	return &got, "", nil
 }
 
-// dispatch makes the provider call the in-flight record announced.
+// dispatch makes the provider call the in-flight record announced, with
+// the record's lease end as the request's not_after_ms (SPEC §4). A
+// request whose lease ended before it could leave (the processor stalled
+// between the in-flight write and here) is not sent: another processor may
+// already have declared the dispatch interrupted. It is answered as a
+// connector answers a late request (schema.LateReply), which Step treats
+// as not invoked. Connectors check again on receipt: a stall after this
+// check still cannot make a provider act late.
 func (s *Stage) dispatch(ctx context.Context, env *schema.Envelope, f Facts, disc *disclosure.Disclosure) (schema.AdapterReply, error) {
 	in := &env.Proposal.Intent
 	req := schema.DispatchRequest{
@@ -302,10 +309,17 @@ func (s *Stage) dispatch(ctx context.Context, env *schema.Envelope, f Facts, dis
 		Referent:       f.Record.Referent,
 		Payload:        in.Payload,
 		ExternalSpend:  in.ExternalSpend,
+		NotAfterMs:     f.Record.InFlightUntilMs,
+	}
+	if schema.Late(req.NotAfterMs, stages.NowMs(s.Clock)) {
+		s.Log.Warn("dispatch: the lease ended before the request could be sent; not sent",
+			"fingerprint", req.Fingerprint, "not_after_ms", req.NotAfterMs)
+		return schema.LateReply(), nil
 	}
 	if disc != nil {
 		req.ProtectedDisclosure = disc.ForDispatch()
 	}
+	fault.Hit(fault.DispatchBeforeSend)
 	start := time.Now()
 	reply, err := s.Adapters[in.Provider].Dispatch(ctx, req)
 	s.Metrics.DispatchDuration.WithLabelValues(in.Provider).Observe(time.Since(start).Seconds())

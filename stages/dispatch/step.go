@@ -196,9 +196,12 @@ func Step(f Facts, r Rules) Decision {
 		rec.UpdatedAtMs = f.Now
 		return Decision{Writes: journal.Writes{Record: &rec}, Call: CallProvider}
 	}
-	if errors.Is(f.CallErr, adapters.ErrNotInvoked) && !errors.Is(f.CallErr, adapters.ErrInvalidRequest) {
-		// Nobody received it: durably not-invoked, then retried inside the
-		// window (connectors reconnecting after a restart).
+	if NotInvoked(f.Reply, f.CallErr) {
+		// Nobody received it, or nobody acted on it because it came after
+		// its not_after_ms: durably not-invoked (unless another processor
+		// has recorded the dispatch meanwhile: then this commit loses),
+		// then retried inside the window with a new lease (connectors
+		// reconnecting after a restart; a processor that stalled).
 		rec.State = journal.StateNotInvoked
 		if rec.NotInvokedSinceMs == 0 {
 			rec.NotInvokedSinceMs = f.Now
@@ -216,16 +219,30 @@ func Step(f Facts, r Rules) Decision {
 	return finish(f, rec, MapDispatch(f.Reply, f.CallErr), "dispatch", r)
 }
 
+// NotInvoked reports whether a dispatch call provably led to no action: it
+// reached nobody (adapters.ErrNotInvoked, but not a request refused as
+// invalid, which no retry mends), or it came after its not_after_ms and
+// was refused (schema.LateReply, from the connector or from this
+// processor's own check before sending).
+func NotInvoked(reply schema.AdapterReply, err error) bool {
+	if err != nil {
+		return errors.Is(err, adapters.ErrNotInvoked) && !errors.Is(err, adapters.ErrInvalidRequest)
+	}
+	return reply.IsLate()
+}
+
 // LeaseWait is how long a processor (instance id self) that finds rec in
 // flight without a receipt waits before looking again, at nowMs: 0 when it
 // may declare the dispatch interrupted — the record is its own (written by
 // it before a restart: nothing of that run is still calling; or by this
 // run, whose call ended without a receipt, since the fingerprint's lock
-// excludes a concurrent call), predates leases, or its lease has ended.
+// excludes a concurrent call), predates leases, or its lease has ended:
+// nowMs is past InFlightUntilMs, the request's not_after_ms, after which
+// no connector acts on it (SPEC §4).
 // Otherwise the writer may be in the call right now: a quarter of the
 // lease's rest, between 250ms and 5s, and never past its end.
 func LeaseWait(rec journal.Record, self string, nowMs int64) time.Duration {
-	if rec.InFlightBy == "" || rec.InFlightBy == self || nowMs >= rec.InFlightUntilMs {
+	if rec.InFlightBy == "" || rec.InFlightBy == self || nowMs > rec.InFlightUntilMs {
 		return 0
 	}
 	left := time.Duration(rec.InFlightUntilMs-nowMs) * time.Millisecond

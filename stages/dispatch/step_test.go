@@ -119,6 +119,18 @@ func TestStep(t *testing.T) {
 			f.Dispatched, f.CallErr = true, notInvoked
 			f.Record.State, f.Record.NotInvokedSinceMs, f.Found = journal.StateNotInvoked, now-30_000, true
 		}), want{record: journal.StateDone, receipt: schema.StatusFailedBeforeDispatch, kind: schema.KindFailedBeforeDispatch, code: schema.CodeAdapterUnavailable, proposals: 1}},
+		{"refused as late: retry in the window, with a new lease", facts(func(f *Facts) { f.Dispatched, f.Reply = true, schema.LateReply() }),
+			want{record: journal.StateNotInvoked, retry: true, proposals: 1}},
+		{"refused as late for the whole window", facts(func(f *Facts) {
+			f.Dispatched, f.Reply = true, schema.LateReply()
+			f.Record.State, f.Record.NotInvokedSinceMs, f.Found = journal.StateNotInvoked, now-30_000, true
+		}), want{record: journal.StateDone, receipt: schema.StatusFailedBeforeDispatch, kind: schema.KindFailedBeforeDispatch, code: schema.CodeProviderFailedBeforeDispatch, proposals: 1}},
+		{"not invoked again: a new in-flight record", facts(func(f *Facts) {
+			f.Record.State, f.Record.NotInvokedSinceMs, f.Found = journal.StateNotInvoked, now-1000, true
+		}), want{call: CallProvider, record: journal.StateInFlight, proposals: 1}},
+		{"failed before dispatch with another code is the provider's answer", facts(func(f *Facts) {
+			f.Dispatched, f.Reply = true, schema.AdapterReply{Outcome: "failed_before_dispatch", ErrorCode: "card_blocked"}
+		}), want{record: journal.StateDone, receipt: schema.StatusFailedBeforeDispatch, kind: schema.KindFailedBeforeDispatch, code: schema.CodeProviderFailedBeforeDispatch, proposals: 1}},
 		{"a proposal answered from its intent, which has its receipt", facts(func(f *Facts) {
 			f.Env.Authorization = &schema.AuthorizationRecord{Bound: true}
 			f.Record, f.Found = settled(schema.StatusConfirmed), true
@@ -153,9 +165,13 @@ func TestStep(t *testing.T) {
 			f.Record.State, f.Found, f.Self = journal.StateInFlight, true, "p_me"
 			f.Record.InFlightBy, f.Record.InFlightUntilMs = "p_other", now+10_000
 		}), want{retry: true}},
-		{"2: in flight at another processor, its lease ended", facts(func(f *Facts) {
+		{"2: in flight at another processor, at the last moment of its lease: wait", facts(func(f *Facts) {
 			f.Record.State, f.Found, f.Self = journal.StateInFlight, true, "p_me"
 			f.Record.InFlightBy, f.Record.InFlightUntilMs = "p_other", now
+		}), want{retry: true}},
+		{"2: in flight at another processor, its lease ended", facts(func(f *Facts) {
+			f.Record.State, f.Found, f.Self = journal.StateInFlight, true, "p_me"
+			f.Record.InFlightBy, f.Record.InFlightUntilMs = "p_other", now-1
 		}), want{record: journal.StateDone, receipt: schema.StatusReconciliationRequired, kind: schema.KindReconciliationRequired,
 			code: schema.CodeDispatchInterrupted, timer: true, indet: 1, proposals: 1}},
 		{"2: in flight by this processor before a restart, its lease running", facts(func(f *Facts) {
@@ -214,7 +230,9 @@ func TestStep(t *testing.T) {
 }
 
 // The in-flight record names its writer and its lease: the provider's
-// timeout and the margin from the moment it is written.
+// timeout and the margin from the moment it is written. The lease's end is
+// the request's not_after_ms: another processor may declare the dispatch
+// interrupted only after it — at not_after_ms a connector may still act.
 func TestInFlightLease(t *testing.T) {
 	f := facts(func(f *Facts) { f.Self, f.Provider.Timeout = "p_me", 10*time.Second })
 	d := Step(f, rules)
@@ -231,7 +249,8 @@ func TestInFlightLease(t *testing.T) {
 	rec := d.Writes.Record
 	for _, c := range []struct {
 		left, want time.Duration
-	}{{time.Minute, 5 * time.Second}, {8 * time.Second, 2 * time.Second}, {time.Second, 250 * time.Millisecond}, {100 * time.Millisecond, 101 * time.Millisecond}, {0, 0}} {
+	}{{time.Minute, 5 * time.Second}, {8 * time.Second, 2 * time.Second}, {time.Second, 250 * time.Millisecond}, {100 * time.Millisecond, 101 * time.Millisecond},
+		{0, time.Millisecond}, {-time.Millisecond, 0}} {
 		if got := LeaseWait(*rec, "p_other", rec.InFlightUntilMs-c.left.Milliseconds()); got != c.want {
 			t.Errorf("%s before the lease ends: wait %s, want %s", c.left, got, c.want)
 		}
@@ -290,6 +309,7 @@ func TestMapDispatch(t *testing.T) {
 		{"rejected without code", schema.AdapterReply{Outcome: "rejected"}, nil, schema.StatusRejected, schema.NextNone, true, schema.KindRejected, schema.CodeProviderRejected, schema.BoundaryInvoked, string(schema.CodeProviderRejected)},
 		{"failed before dispatch", schema.AdapterReply{Outcome: "failed_before_dispatch"}, nil, schema.StatusFailedBeforeDispatch, schema.NextNone, false, schema.KindFailedBeforeDispatch, schema.CodeProviderFailedBeforeDispatch, schema.BoundaryNotInvoked, string(schema.CodeProviderFailedBeforeDispatch)},
 		{"indeterminate", schema.AdapterReply{Outcome: "indeterminate"}, nil, schema.StatusReconciliationRequired, schema.NextReconcile, true, schema.KindReconciliationRequired, schema.CodeProviderIndeterminate, schema.BoundaryInvoked, string(schema.CodeProviderIndeterminate)},
+		{"refused as late", schema.LateReply(), nil, schema.StatusFailedBeforeDispatch, schema.NextNone, false, schema.KindFailedBeforeDispatch, schema.CodeProviderFailedBeforeDispatch, schema.BoundaryNotInvoked, schema.ErrorCodeNotAfterPassed},
 		{"no responders", schema.AdapterReply{}, wrap(adapters.ErrNotInvoked), schema.StatusFailedBeforeDispatch, schema.NextNone, false, schema.KindFailedBeforeDispatch, schema.CodeAdapterUnavailable, schema.BoundaryNotInvoked, string(schema.CodeAdapterUnavailable)},
 		{"timeout", schema.AdapterReply{}, wrap(adapters.ErrTimeout), schema.StatusReconciliationRequired, schema.NextReconcile, true, schema.KindReconciliationRequired, schema.CodeAdapterTimeout, schema.BoundaryUnknown, string(schema.CodeAdapterTimeout)},
 		{"malformed", schema.AdapterReply{}, wrap(adapters.ErrMalformedReply), schema.StatusReconciliationRequired, schema.NextReconcile, true, schema.KindReconciliationRequired, schema.CodeMalformedAdapterResult, schema.BoundaryInvoked, string(schema.CodeMalformedAdapterResult)},

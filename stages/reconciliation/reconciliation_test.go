@@ -171,7 +171,11 @@ func TestVerifyAcknowledged(t *testing.T) {
 func Backoff(n int) time.Duration { return reconciliation.Backoff(interval, n) }
 
 // TestReconcileSettlesAbsent: a reconcile that finds the effect absent ends
-// REJECTED (or FAILED_BEFORE_DISPATCH when the provider never received it).
+// REJECTED (or FAILED_BEFORE_DISPATCH when the provider never received it)
+// — but only once the dispatch's not_after_ms plus the clock skew has
+// passed (SPEC §4): the same answer before then leaves the effect unknown
+// (PROVIDER_INDETERMINATE, the provider's code) and the next poll, with a
+// new attempt id, comes no earlier than that moment.
 func TestReconcileSettlesAbsent(t *testing.T) {
 	cases := []struct {
 		answer    string
@@ -200,12 +204,26 @@ func TestReconcileSettlesAbsent(t *testing.T) {
 				t.Fatalf("dispatch outcome = %+v", rr)
 			}
 			clock.Advance(interval)
+			early := env.Recorder.Wait(t, "prop-x", nth(2))
+			if early.Kind != schema.KindReconciliationRequired || !sameStrings(incidents(early), "reconciliation/PROVIDER_INDETERMINATE") ||
+				early.Receipt.ErrorCode != c.code || early.Receipt.NextAction != schema.NextReconcile {
+				t.Fatalf("an absence answered before the fence passed = %+v receipt %+v", early, early.Receipt)
+			}
+			// The dispatch's request carried not_after_ms = t0 + timeout (2s)
+			// + margin (5s); the clock skew is 30s.
+			fence := t0.Add(2*time.Second + 5*time.Second + env.Config.Approval.ClockSkew)
+			clock.Set(fence)
+			env.Quiesce(t)
+			if n := len(env.Recorder.Outcomes("prop-x")); n != 2 {
+				t.Fatalf("polled again before the fence passed: %d outcomes", n)
+			}
+			clock.Set(fence.Add(time.Millisecond))
 			o := env.Recorder.Wait(t, "prop-x", testenv.Terminal)
 			if o.Kind != c.kind || o.EffectTruth != c.truth || !sameStrings(incidents(o), c.incident) ||
 				o.Receipt.ErrorCode != c.code || o.Receipt.DispatchAttempted != c.attempted || o.Receipt.NextAction != schema.NextNone {
 				t.Fatalf("outcome = %+v receipt %+v", o, o.Receipt)
 			}
-			if gauge(t, env) != 0 || attempts(env, c.answer) != 1 || fake.Dispatches() != 1 {
+			if gauge(t, env) != 0 || attempts(env, c.answer) != 2 || fake.Dispatches() != 1 || o.Receipt.Reconciliation.AttemptID == early.Receipt.Reconciliation.AttemptID {
 				t.Errorf("gauge %v, attempts %v, dispatches %d", gauge(t, env), attempts(env, c.answer), fake.Dispatches())
 			}
 			activityOf(t, env, fp, func(a *schema.Activity) bool {

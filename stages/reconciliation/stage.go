@@ -39,6 +39,8 @@ type Stage struct {
 	Interval time.Duration
 	// MaxAttempts is reconciliation.max_attempts.
 	MaxAttempts int
+	// ClockSkew is approval.clock_skew (Rules.ClockSkew).
+	ClockSkew time.Duration
 }
 
 var _ stages.Handler = (*Stage)(nil)
@@ -67,7 +69,7 @@ func (s *Stage) log() *slog.Logger {
 
 func (s *Stage) rules() Rules {
 	return Rules{
-		Interval: s.Interval, MaxAttempts: s.MaxAttempts,
+		Interval: s.Interval, MaxAttempts: s.MaxAttempts, ClockSkew: s.ClockSkew,
 		PollSubject: s.Route.Timer,
 	}
 }

@@ -59,6 +59,10 @@ type Facts struct {
 type Rules struct {
 	Interval    time.Duration
 	MaxAttempts int
+	// ClockSkew is approval.clock_skew: how far apart the clocks of
+	// processors and connectors may be. Absence is not concluded before a
+	// dispatch's not_after_ms plus it has passed (AbsentAfter).
+	ClockSkew time.Duration
 	// PollSubject is this stage's timer subject for a fingerprint's hex.
 	PollSubject func(hex string) string
 }
@@ -152,9 +156,27 @@ func Step(f Facts, r Rules) Decision {
 		return Decision{Writes: journal.Writes{Attempt: &cp, Record: &rec}, Call: true}
 	case n == rec.ReconcileAttempt && f.Queried:
 		cp := f.Checkpoint
-		return finish(f, rec, cp, Decide(rec.Receipt, f.Reply, f.CallErr, n, r.MaxAttempts), r)
+		v := Decide(rec.Receipt, f.Reply, f.CallErr, n, r.MaxAttempts)
+		if after := r.AbsentAfter(rec); Absent(v) && !Verifying(rec.Receipt) && f.Now <= after {
+			v = Early(rec.Receipt, f.Reply, n, after+1)
+		}
+		return finish(f, rec, cp, v, r)
 	}
 	return Decision{Note: "stale trigger"}
+}
+
+// AbsentAfter is the moment after which reconciliation may conclude that
+// rec's dispatch had no effect (SPEC §4): the not_after_ms of its last
+// request — no connector acts on the request after it — plus the clock
+// skew between the connector's clock and this processor's. Before it, the
+// request may still be on its way to a connector, or acted on by one whose
+// clock is behind, so a provider that finds nothing is not yet believed.
+// 0 for a record without a lease (written before leases existed).
+func (r Rules) AbsentAfter(rec journal.Record) int64 {
+	if rec.InFlightUntilMs <= 0 {
+		return 0
+	}
+	return rec.InFlightUntilMs + r.ClockSkew.Milliseconds()
 }
 
 // finished reports whether attempt id's result is recorded: its checkpoint
@@ -196,7 +218,7 @@ func finish(f Facts, rec journal.Record, cp journal.Attempt, v Verdict, r Rules)
 	if v.Settled || v.Exhausted {
 		w.CancelTimer = true
 	} else {
-		rec.ReconcileNextAtMs = f.Now + Backoff(r.Interval, cp.Number+1).Milliseconds()
+		rec.ReconcileNextAtMs = max(f.Now+Backoff(r.Interval, cp.Number+1).Milliseconds(), v.NotBeforeMs)
 		t := journal.PollTimer(r.PollSubject(journal.Hex(rec.Fingerprint)), rec.Fingerprint, cp.Number+1, rec.ReconcileNextAtMs)
 		w.Timer = &t
 	}

@@ -179,3 +179,84 @@ func TestStepLinksAndSchedules(t *testing.T) {
 		t.Errorf("verify exhausted: %+v", d.Writes)
 	}
 }
+
+// SPEC §4: reconciliation never concludes that a dispatch's effect is
+// absent before its request's not_after_ms plus the clock skew has passed.
+// Before then an answer of rejected or failed_before_dispatch leaves the
+// intent RECONCILIATION_REQUIRED, and the next attempt (a new id) is due no
+// earlier than that moment — even after the last allowed attempt. Other
+// answers, and verifications of an acknowledged dispatch, are not held.
+func TestAbsenceWaitsForTheFence(t *testing.T) {
+	const notAfter, skew = int64(10_000), 2 * time.Second
+	fence := notAfter + skew.Milliseconds() // 12_000: absence may be concluded after it
+	r := rules()
+	r.ClockSkew = skew
+	rc, ack := schema.StatusReconciliationRequired, schema.StatusAcknowledged
+	cases := []struct {
+		name    string
+		status  schema.Status // the receipt being reconciled
+		lease   int64         // the record's InFlightUntilMs (0: none recorded)
+		n       int           // the attempt
+		answer  string
+		now     int64
+		kind    schema.Kind // the outcome
+		code    string      // its incidents
+		nextAt  int64       // the next poll (0: none)
+		settled bool
+	}{
+		{"rejected before the lease ends", rc, notAfter, 1, schema.ReplyRejected, 5_000, schema.KindReconciliationRequired,
+			"reconciliation/PROVIDER_INDETERMINATE", fence + 1, false},
+		{"the last attempt too early: one more, never exhausted", rc, notAfter, 3, schema.ReplyFailedBeforeDispatch, 1_000,
+			schema.KindReconciliationRequired, "reconciliation/PROVIDER_INDETERMINATE", fence + 1, false},
+		// The next poll is the later of the backoff and the fence.
+		{"failed before dispatch within the skew", rc, notAfter, 1, schema.ReplyFailedBeforeDispatch, 11_000, schema.KindReconciliationRequired,
+			"reconciliation/PROVIDER_INDETERMINATE", 11_000 + 2_000, false},
+		{"at the fence's last moment", rc, notAfter, 1, schema.ReplyRejected, fence, schema.KindReconciliationRequired,
+			"reconciliation/PROVIDER_INDETERMINATE", fence + 2_000, false},
+		{"a backoff later than the fence stands", rc, notAfter, 2, schema.ReplyRejected, 9_000, schema.KindReconciliationRequired,
+			"reconciliation/PROVIDER_INDETERMINATE", 9_000 + 4_000, false}, // poll 3 is due 4 intervals later
+		{"rejected after the fence: absent", rc, notAfter, 1, schema.ReplyRejected, fence + 1, schema.KindRejected,
+			"dispatch/PROVIDER_REJECTED", 0, true},
+		{"failed before dispatch after the fence", rc, notAfter, 2, schema.ReplyFailedBeforeDispatch, fence + 1, schema.KindFailedBeforeDispatch,
+			"dispatch/PROVIDER_FAILED_BEFORE_DISPATCH", 0, true},
+		{"confirmed is believed at once", rc, notAfter, 1, schema.ReplyConfirmed, 5_000, schema.KindConfirmed, "", 0, true},
+		{"indeterminate as ever", rc, notAfter, 1, schema.ReplyIndeterminate, 5_000, schema.KindReconciliationRequired,
+			"reconciliation/PROVIDER_INDETERMINATE", 5_000 + 2_000, false},
+		{"a verification's rejection is the provider's own", ack, notAfter, 1, schema.ReplyRejected, 5_000, schema.KindRejected,
+			"dispatch/PROVIDER_REJECTED", 0, true},
+		{"a record without a lease", rc, 0, 1, schema.ReplyRejected, 5_000, schema.KindRejected, "dispatch/PROVIDER_REJECTED", 0, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rec := waiting(c.status, c.n)
+			rec.InFlightUntilMs = c.lease
+			cp := journal.Attempt{AttemptID: journal.AttemptID(fpA, c.n), Number: c.n, StartedAtMs: c.now}
+			f := reconciliation.Facts{Trigger: journal.Trigger{Fingerprint: fpA, Attempt: c.n}, Record: rec, Found: true,
+				Checkpoint: cp, CheckpointFound: true, MayQuery: true, Queried: true,
+				Reply: schema.AdapterReply{Outcome: c.answer, ErrorCode: "NOT_FOUND"}, Now: c.now}
+			d := reconciliation.Step(f, r)
+			w := d.Writes
+			if w.Receipt == nil || w.Record == nil || len(d.Outcomes) != 2 {
+				t.Fatalf("decision %+v", d)
+			}
+			o := d.Outcomes[0]
+			var codes []string
+			for _, i := range o.Incidents {
+				codes = append(codes, string(i.Phase)+"/"+string(i.Code))
+			}
+			if o.Kind != c.kind || (c.code == "" && len(codes) != 0) || (c.code != "" && !sameStrings(codes, c.code)) {
+				t.Errorf("outcome %s %v, want %s %s", o.Kind, codes, c.kind, c.code)
+			}
+			want := c.nextAt
+			if got := w.Record.ReconcileNextAtMs; got != want || (want == 0) != (w.Timer == nil) || (w.Timer != nil && w.Timer.DueMs != want) {
+				t.Errorf("next poll at %d (timer %+v), want %d", got, w.Timer, want)
+			}
+			if w.Record.ReconcileExhausted || w.Record.NeedsWork() == c.settled || (w.Receipt.Status == schema.StatusReconciliationRequired) == c.settled {
+				t.Errorf("receipt %s, exhausted %v, needs work %v", w.Receipt.Status, w.Record.ReconcileExhausted, w.Record.NeedsWork())
+			}
+			if !c.settled && c.kind == schema.KindReconciliationRequired && w.Receipt.ErrorCode != "NOT_FOUND" && c.answer != schema.ReplyIndeterminate {
+				t.Errorf("the provider's code is kept: %q", w.Receipt.ErrorCode)
+			}
+		})
+	}
+}

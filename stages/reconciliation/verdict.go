@@ -18,6 +18,15 @@ type Verdict struct {
 	AttemptStatus string
 	// Operator names the operator who settled it (Operator verdicts only).
 	Operator string
+	// NotBeforeMs, when set, is the earliest moment of the next poll.
+	NotBeforeMs int64
+}
+
+// Absent reports whether v concludes that the action had no effect: the
+// provider answered rejected or failed_before_dispatch.
+func Absent(v Verdict) bool {
+	return v.Settled && v.Resolution == journal.ResolvedByProvider &&
+		(v.Status == schema.StatusRejected || v.Status == schema.StatusFailedBeforeDispatch)
 }
 
 // Verifying reports whether prev is a receipt whose effect is being
@@ -88,6 +97,21 @@ func Decide(prev *schema.Receipt, reply schema.AdapterReply, err error, n, maxAt
 			v.ErrorCode = string(inc.Code)
 		}
 	}
+	return v
+}
+
+// Early is the verdict of attempt n whose provider answered that the
+// action is absent (reply: rejected or failed_before_dispatch) before that
+// can be believed (Rules.AbsentAfter): the dispatch's request may still
+// reach a connector, or be acted on by one whose clock is behind. Nothing
+// is concluded: the effect stays unknown (PROVIDER_INDETERMINATE, with the
+// provider's own code), and the next attempt, with a new attempt id, comes
+// no earlier than notBeforeMs. This attempt never exhausts reconciliation,
+// even as the last one: an answer it could not yet believe is not an
+// answer that could not tell.
+func Early(prev *schema.Receipt, reply schema.AdapterReply, n int, notBeforeMs int64) Verdict {
+	v := unknown(base(prev), prev, reply.Outcome, schema.CodeProviderIndeterminate, reply.ErrorCode, n, n+1)
+	v.NotBeforeMs = notBeforeMs
 	return v
 }
 
