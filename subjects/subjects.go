@@ -256,6 +256,16 @@ func (s Subjects) HostGrantsStream(h string) string {
 	return s.streamBase() + "_GRANTS_" + NameToken(h)
 }
 
+// HeldStream holds, per intent, the envelope of a dispatch whose effect
+// is unknown for want of an answer (Held): if reconciliation learns that
+// the request was lost in flight, the intent is dispatched again from it.
+func (s Subjects) HeldStream() string { return s.streamBase() + "_HELD" }
+
+// Held is the subject of an intent's held envelope (hex: the
+// fingerprint's 64 hex digits); HeldAll the filter of all.
+func (s Subjects) Held(hex string) string { return s.p() + ".held." + hex }
+func (s Subjects) HeldAll() string        { return s.p() + ".held.>" }
+
 // ParkedStream holds the envelopes of proposals parked for approval, one
 // per proposal (ParkedEnvelope), until they are decided.
 func (s Subjects) ParkedStream() string { return s.streamBase() + "_PARKED" }

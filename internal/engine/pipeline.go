@@ -268,7 +268,16 @@ func newDispatch(p *Parts, r stages.Route) (stages.Handler, error) {
 }
 
 func newReconciliation(p *Parts, r stages.Route) (stages.Handler, error) {
+	// The stage that hands on to reconciliation (dispatch) takes a request
+	// found lost in flight back.
+	var redispatch func(token string) string
+	for name, route := range p.Routes {
+		if route.Next == r.Self {
+			redispatch = func(token string) string { return p.Subjects.Stage(name, subjects.KindProposal, token) }
+		}
+	}
 	p.recon = &reconciliation.Stage{
+		JS: p.JS, Seal: p.Seal, Redispatch: redispatch,
 		Journal: p.Journal, Adapters: p.Adapters, Route: r, Clock: p.Clock, Metrics: p.Metrics, Activity: p.Activity,
 		Log:      p.stageLog(r.Self),
 		Interval: p.Config.Reconciliation.Interval, MaxAttempts: p.Config.Reconciliation.MaxAttempts,

@@ -109,6 +109,14 @@ func StreamConfigs(s subjects.Subjects, c *config.Config, pipeline []Spec) []jet
 		history(mk(s.OutcomesStream(), "Portcullis outcomes, one subject per proposal", lim.HistoryMaxBytes, jetstream.DiscardOld, s.Outcomes())),
 		history(mk(s.IncidentsStream(), "Portcullis value-free incident events", lim.HistoryMaxBytes, jetstream.DiscardOld, s.Incidents())))
 	for _, st := range internalStages(pipeline) {
+		if st.Name == subjects.StageDispatch {
+			// The envelope of each dispatch whose effect is unknown for
+			// want of an answer, until reconciliation knows (one per
+			// intent: history of a kind, read back by subject).
+			held := mk(s.HeldStream(), "Portcullis envelopes of dispatches whose effect is unknown", lim.StageMaxBytes, jetstream.DiscardNew, s.HeldAll())
+			held.Retention, held.MaxMsgsPerSubject = jetstream.LimitsPolicy, 1
+			out = append(out, held)
+		}
 		if !st.Scheduled {
 			out = append(out, mk(s.StageStream(st.Name), "Portcullis hand-off to the "+st.Name+" stage", lim.StageMaxBytes, jetstream.DiscardNew, s.StageAll(st.Name)))
 			continue

@@ -24,6 +24,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"slices"
+	"strconv"
 
 	"github.com/portcullis/portcullis/schema"
 )
@@ -44,6 +45,13 @@ const (
 	StateNotInvoked State = "not_invoked"
 	// StateDone: a receipt is recorded; it is the answer from now on.
 	StateDone State = "done"
+	// StateLost: reconciliation learnt that the last dispatch never
+	// reached the provider (its reconcile answered failed_before_dispatch)
+	// after that request's not_after_ms and the clock skew had passed, so
+	// no connector can act on it any more: the request was lost in flight
+	// (a server restarting, a processor paused past its lease). The intent
+	// is dispatched again (Reopen), under a new in-flight record and lease.
+	StateLost State = "lost"
 )
 
 // Identity is what a fingerprint binds, as providers and receipts see it.
@@ -108,11 +116,23 @@ type Record struct {
 	// Reconciliation progress: the last attempt number started, whether
 	// attempts are exhausted, and when the next poll is due.
 	ReconcileAttempt   int   `json:"reconcile_attempt,omitempty"`
+	// UnansweredPolls counts the attempts nobody received (NATS no
+	// responders: the provider's connector away): they are not answers,
+	// and never count toward reconciliation.max_attempts.
+	UnansweredPolls int `json:"unanswered_polls,omitempty"`
 	ReconcileExhausted bool  `json:"reconcile_exhausted,omitempty"`
 	ReconcileNextAtMs  int64 `json:"reconcile_next_at_ms,omitempty"`
 	// Resolution says who settled a reconciliation: ResolvedByProvider or
 	// ResolvedByOperator.
 	Resolution string `json:"resolution,omitempty"`
+	// DispatchCode is the closed code of the last dispatch's receipt, when
+	// it left the effect unknown (ADAPTER_TIMEOUT, ADAPTER_ERROR,
+	// DISPATCH_INTERRUPTED, …): reconciliation dispatches again only an
+	// intent whose request may have been lost on the way (LostInFlight).
+	DispatchCode schema.Code `json:"dispatch_code,omitempty"`
+	// Redispatches counts the dispatches sent again after one was lost
+	// (Reopen), at most MaxRedispatches.
+	Redispatches int `json:"redispatches,omitempty"`
 	// Ended are the proposals of this intent that dispatch ended without
 	// dispatching them (a denial at its re-check, a give-up), the newest
 	// MaxEnded. They are written with the record's compare-and-set, so
@@ -125,6 +145,48 @@ type Record struct {
 
 // MaxEnded bounds Record.Ended.
 const MaxEnded = 64
+
+// MaxRedispatches bounds how often an intent whose request was lost in
+// flight is dispatched again; after that reconciliation's finding stands
+// (FAILED_BEFORE_DISPATCH).
+const MaxRedispatches = 5
+
+// LostInFlight reports whether the record's last dispatch left its effect
+// unknown for want of an answer — a timeout, a transport error, a
+// processor stopped or paused between its in-flight record and the reply —
+// so that a provider that says it never received the request may simply
+// not have: the request was lost on the way, not refused.
+func (r *Record) LostInFlight() bool {
+	switch r.DispatchCode {
+	case schema.CodeAdapterTimeout, schema.CodeAdapterError, schema.CodeDispatchInterrupted:
+		return r.Redispatches < MaxRedispatches
+	}
+	return false
+}
+
+// Reopen makes the intent dispatchable again after reconciliation found
+// its request lost in flight (StateLost): the latest receipt stays in the
+// history, but no longer answers new proposals; the next dispatch writes
+// a new in-flight record, with a new lease, and a new receipt.
+func (r *Record) Reopen(nowMs int64) {
+	r.State = StateLost
+	r.Receipt = nil
+	r.ReconcileExhausted = false
+	r.ReconcileNextAtMs = 0
+	r.Redispatches++
+	r.UpdatedAtMs = nowMs
+}
+
+// DispatchStep is the ReceiptID step of a receipt of the intent's current
+// dispatch, named base ("dispatch", "interrupted"): base itself, then
+// "<base>-<n>" after n redispatches, so that every receipt has an id of
+// its own.
+func (r *Record) DispatchStep(base string) string {
+	if r.Redispatches == 0 {
+		return base
+	}
+	return base + "-" + strconv.Itoa(r.Redispatches)
+}
 
 // Latest is the outcome an intent's latest receipt gives its proposals.
 type Latest struct {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -331,7 +332,14 @@ func (s *Stage) dispatch(ctx context.Context, env *schema.Envelope, f Facts, dis
 func (s *Stage) result(env *schema.Envelope, d Decision) stages.Result {
 	res := stages.Result{Events: d.Events, RetryAfter: d.Retry}
 	if d.Outcome != nil {
-		res.Outcomes = []schema.Outcome{*d.Outcome}
+		res.Outcomes = append([]schema.Outcome{*d.Outcome}, d.Others...)
+	}
+	if d.Hold {
+		// Kept (sealed, under the intent's own subject) for a redispatch,
+		// should reconciliation learn the request never arrived.
+		hex := journal.Hex(env.Grounded.Fingerprint)
+		res.Next = append(res.Next, stages.Message{Subject: s.Route.Subjects.Held(hex), Data: schema.MustMarshal(*env),
+			MsgID: "held/" + hex + "/" + env.Proposal.ProposalID + "/" + strconv.Itoa(d.Writes.Record.Redispatches)})
 	}
 	if rc := d.Writes.Receipt; rc != nil {
 		fault.Hit(fault.DispatchAfterReceipt)

@@ -72,9 +72,14 @@ const (
 // Writes (Sync), make Call, or else publish Outcome (and Events), then
 // apply Activity to the intent's snapshot, or redeliver after Retry.
 type Decision struct {
-	Writes   journal.Writes
-	Call     Call
-	Outcome  *schema.Outcome
+	Writes  journal.Writes
+	Call    Call
+	Outcome *schema.Outcome
+	// Others are the outcomes of the intent's other proposals (a dispatch
+	// sent again after a lost one).
+	Others []schema.Outcome
+	// Hold: keep the envelope for a redispatch (see finish).
+	Hold     bool
 	Events   []schema.Incident
 	Activity func(a *schema.Activity)
 	Retry    time.Duration
@@ -251,21 +256,44 @@ func LeaseWait(rec journal.Record, self string, nowMs int64) time.Duration {
 
 // finish settles verdict v as the fingerprint's receipt, with its first
 // poll when the effect still needs checking and the indeterminate index.
+//
+// A dispatch sent again after reconciliation found the last one lost in
+// flight (the record was StateLost) tells every proposal of the intent:
+// they heard only RECONCILIATION_REQUIRED of the lost one. A verdict that
+// leaves the effect unknown for want of an answer keeps the envelope
+// (Decision.Hold), so that reconciliation can have it dispatched again if
+// the provider turns out never to have received it.
 func finish(f Facts, rec journal.Record, v journal.Verdict, step string, r Rules) Decision {
-	rc := rec.Settle(v, step, nil, f.Disclosed, f.Now)
+	reopened := rec.Redispatches > 0 && rec.ReceiptSeq > 0 && rec.Receipt == nil
+	rc := rec.Settle(v, rec.DispatchStep(step), nil, f.Disclosed, f.Now)
+	rec.DispatchCode = ""
+	if v.NextAction == schema.NextReconcile && len(v.Incidents) > 0 {
+		rec.DispatchCode = v.Incidents[0].Code
+	}
 	w := journal.Writes{Record: &rec, Receipt: &rc}
 	if rc.NextAction != schema.NextNone {
+		// Attempt numbers go on across redispatches: each id is used once.
 		rec.ReconcileNextAtMs = f.Now + r.ReconcileInterval.Milliseconds()
-		t := journal.PollTimer(r.PollSubject(journal.Hex(rec.Fingerprint)), rec.Fingerprint, 1, rec.ReconcileNextAtMs)
+		t := journal.PollTimer(r.PollSubject(journal.Hex(rec.Fingerprint)), rec.Fingerprint, rec.ReconcileAttempt+1, rec.ReconcileNextAtMs)
 		w.Timer = &t
 	}
 	if journal.Indeterminate(&rc) {
 		w.Indeterminate, w.SinceMs = 1, f.Now
 	}
 	disclosed := f.Disclosed
+	var others []schema.Outcome
+	if reopened {
+		for _, o := range rec.Outcomes(f.Now) {
+			if o.To() != f.Env.Ref() {
+				others = append(others, o)
+			}
+		}
+	}
 	return Decision{
 		Writes:  w,
 		Outcome: outcome(rec.Outcome(f.Env.Ref(), f.Now)),
+		Others:  others,
+		Hold:    rec.LostInFlight(),
 		Verdict: &v,
 		Activity: func(a *schema.Activity) {
 			rec.Project(a)

@@ -241,14 +241,14 @@ func TestExhaustionThenOperator(t *testing.T) {
 	timeoutDispatch(fake)
 	asked := script(fake,
 		fail(adapters.ErrTimeout),
-		fail(adapters.ErrNotInvoked),
+		fail(errors.New("connection reset")),
 		func() (schema.AdapterReply, error) { return schema.AdapterReply{Outcome: "maybe"}, nil }, // malformed
 	)
 	fp := propose(t, env, clock, "prop-ex")
 	env.Recorder.Wait(t, "prop-ex", last(schema.KindReconciliationRequired))
 	wantIncidents := [][]string{
 		{"reconciliation/RECONCILE_ERROR"},
-		{"reconciliation/RECONCILE_UNAVAILABLE"},
+		{"reconciliation/RECONCILE_ERROR"},
 		{"reconciliation/MALFORMED_ADAPTER_RESULT", "reconciliation/RECONCILE_EXHAUSTED"},
 	}
 	for n := 1; n <= maxAttempts; n++ {
@@ -266,9 +266,9 @@ func TestExhaustionThenOperator(t *testing.T) {
 	if !sameStrings(ids(asked.requests()), journal.AttemptID(fp, 1), journal.AttemptID(fp, 2), journal.AttemptID(fp, 3)) {
 		t.Error("attempt ids repeated or missing")
 	}
-	for _, s := range []string{metrics.AttemptError, metrics.AttemptUnavailable, metrics.AttemptMalformed} {
-		if attempts(env, s) != 1 {
-			t.Errorf("attempts{%s} = %v", s, attempts(env, s))
+	for s, want := range map[string]float64{metrics.AttemptError: 2, metrics.AttemptMalformed: 1} {
+		if attempts(env, s) != want {
+			t.Errorf("attempts{%s} = %v, want %v", s, attempts(env, s), want)
 		}
 	}
 	clock.Advance(24 * time.Hour)

@@ -6,12 +6,16 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/internal/activity"
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/fault"
 	"github.com/portcullis/portcullis/internal/journal"
+	"github.com/portcullis/portcullis/internal/seal"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
@@ -41,6 +45,13 @@ type Stage struct {
 	MaxAttempts int
 	// ClockSkew is approval.clock_skew (Rules.ClockSkew).
 	ClockSkew time.Duration
+	// JS and Seal read the envelope dispatch held for an intent whose
+	// request is found lost in flight (nil JS: never dispatched again);
+	// Redispatch is the subject dispatch receives a proposal's hand-off on
+	// (its token: "<h>.<proposal_id>").
+	JS         jetstream.JetStream
+	Seal       *seal.Sealer
+	Redispatch func(token string) string
 }
 
 var _ stages.Handler = (*Stage)(nil)
@@ -155,8 +166,17 @@ func (s *Stage) run(ctx context.Context, tr journal.Trigger, mayQuery bool) (sta
 			// started and unfinished and records it without asking again.
 			return stages.Result{}, fmt.Errorf("reconciliation: %w", err)
 		}
+		if d.ReadHeld {
+			held, err := s.held(ctx, fp)
+			if err != nil {
+				return stages.Result{}, err
+			}
+			f.Held = held
+			f.HeldRead = true
+			continue
+		}
 		if !d.Call {
-			return s.result(d), nil
+			return s.result(d, fp), nil
 		}
 		fault.Hit(fault.ReconcileAfterCheckpoint)
 		f.Record, f.Checkpoint, f.CheckpointFound = *d.Writes.Record, *d.Writes.Attempt, true
@@ -211,12 +231,48 @@ func (s *Stage) query(ctx context.Context, rec *journal.Record, attemptID string
 	})
 }
 
+// held reads the envelope dispatch kept for fingerprint fp (nil: none, or
+// one without a valid seal).
+func (s *Stage) held(ctx context.Context, fp string) ([]byte, error) {
+	if s.JS == nil {
+		return nil, nil
+	}
+	hex := journal.Hex(fp)
+	subject := s.Route.Subjects.Held(hex)
+	st, err := s.JS.Stream(ctx, s.Route.Subjects.HeldStream())
+	if err != nil {
+		return nil, fmt.Errorf("reconciliation: held stream: %w", err)
+	}
+	m, err := st.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reconciliation: read the held envelope: %w", err)
+	}
+	if !s.Seal.Check(subject, m.Data, m.Header) {
+		s.log().Error("reconciliation: a held envelope without a valid seal; ignored", "fingerprint", fp)
+		return nil, nil
+	}
+	return m.Data, nil
+}
+
 // result turns a publishing decision into what the runner does.
-func (s *Stage) result(d Decision) stages.Result {
-	if d.Note != "" {
+func (s *Stage) result(d Decision, fp string) stages.Result {
+	switch {
+	case d.Alarm:
+		s.log().Error("reconciliation: "+d.Note, "fingerprint", fp)
+	case d.Redispatch != nil:
+		s.log().Info("reconciliation: "+d.Note, "fingerprint", fp)
+	case d.Note != "":
 		s.log().Debug("reconciliation trigger: nothing to do", "why", d.Note)
 	}
 	res := stages.Result{Outcomes: d.Outcomes, Events: d.Events, RetryAfter: d.Retry}
+	if d.Redispatch != nil {
+		if m, ok := s.redispatchMessage(d.Redispatch, fp, d.Writes.Record); ok {
+			res.Next = append(res.Next, m)
+		}
+	}
 	if v, rc := d.Verdict, d.Writes.Receipt; v != nil && rc != nil {
 		s.Metrics.ReconcileAttempts.WithLabelValues(rc.Provider, v.AttemptStatus).Inc()
 		s.log().Info("reconciliation recorded", "fingerprint", rc.Fingerprint, "attempt_id", d.Writes.Attempt.AttemptID,
@@ -227,6 +283,24 @@ func (s *Stage) result(d Decision) stages.Result {
 		res.Done = func(ctx context.Context) error { return s.updateActivity(ctx, fp) }
 	}
 	return res
+}
+
+// redispatchMessage is the hand-off of a held envelope back to dispatch,
+// under a message id of the intent's redispatch (a second one, after a
+// crash, is a duplicate).
+func (s *Stage) redispatchMessage(data []byte, fp string, rec *journal.Record) (stages.Message, bool) {
+	var env schema.Envelope
+	if err := schema.DecodeEnvelope(data, &env); err != nil || env.Grounded == nil || env.Grounded.Fingerprint != fp {
+		s.log().Error("reconciliation: a held envelope that is not the intent's; not dispatched again", "fingerprint", fp)
+		return stages.Message{}, false
+	}
+	n := 0
+	if rec != nil {
+		n = rec.Redispatches
+	}
+	token := subjects.ProposalToken(env.Host, env.Proposal.ProposalID)
+	return stages.Message{Subject: s.Redispatch(token), Data: data,
+		MsgID: "redispatch/" + journal.Hex(fp) + "/" + strconv.Itoa(n)}, true
 }
 
 // updateActivity writes the intent's latest state into its snapshot. It

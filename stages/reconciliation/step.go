@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/portcullis/portcullis/internal/journal"
+	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
 )
@@ -53,6 +54,9 @@ type Facts struct {
 	Queried bool
 	Reply   schema.AdapterReply
 	CallErr error
+	// After ReadHeld: the intent's held envelope (nil: none is held).
+	HeldRead bool
+	Held     []byte
 }
 
 // Rules are what every step decides with.
@@ -78,12 +82,20 @@ type Decision struct {
 	Activity bool
 	// Verdict is the attempt's verdict when Writes holds its receipt.
 	Verdict *Verdict
-	// Note is a value-free reason when the step does nothing.
-	Note string
+	// Note is a value-free reason when the step does nothing (an error
+	// when Alarm).
+	Note  string
+	Alarm bool
 	// Retry > 0 asks to see the trigger again after this wait: it came
 	// before the journal step that armed it was recorded (a shared
 	// journal arms a timer before its commit).
 	Retry time.Duration
+	// ReadHeld asks the shell to read the intent's held envelope (the one
+	// its dispatch kept, the subjects' Held) and to step again.
+	ReadHeld bool
+	// Redispatch is the held envelope to hand to dispatch again: the
+	// request was lost in flight (see Lost).
+	Redispatch []byte
 }
 
 // Step decides one trigger: an announcement republishes the latest
@@ -101,6 +113,9 @@ type Decision struct {
 // a timer is committed with its step.
 func Step(f Facts, r Rules) Decision {
 	rec := f.Record
+	if f.Found && rec.State == journal.StateLost {
+		return stepLost(f)
+	}
 	if !f.Found || rec.Receipt == nil {
 		if f.Found && rec.State == journal.StateInFlight && !f.Trigger.Announce {
 			return Decision{Note: "dispatch not recorded yet", Retry: r.early(rec, f.Now)}
@@ -156,13 +171,72 @@ func Step(f Facts, r Rules) Decision {
 		return Decision{Writes: journal.Writes{Attempt: &cp, Record: &rec}, Call: true}
 	case n == rec.ReconcileAttempt && f.Queried:
 		cp := f.Checkpoint
-		v := Decide(rec.Receipt, f.Reply, f.CallErr, n, r.MaxAttempts)
+		answered := n - rec.UnansweredPolls
+		v := Decide(rec.Receipt, f.Reply, f.CallErr, answered, r.MaxAttempts)
+		if v.AttemptStatus == metrics.AttemptUnavailable {
+			// Nobody received the question (the connector is away, its
+			// server restarting): not an answer, so never the last one —
+			// an outage never ends a proposal (SPEC §6).
+			v = Decide(rec.Receipt, f.Reply, f.CallErr, answered, answered+1)
+			rec.UnansweredPolls++
+		}
 		if after := r.AbsentAfter(rec); Absent(v) && !Verifying(rec.Receipt) && f.Now <= after {
 			v = Early(rec.Receipt, f.Reply, n, after+1)
+		}
+		if Lost(v, rec) {
+			switch {
+			case !f.HeldRead:
+				return Decision{ReadHeld: true}
+			case f.Held != nil:
+				return redispatch(f, rec, cp, v)
+			}
+			// The envelope is gone (its stream's max_age): the finding
+			// stands.
 		}
 		return finish(f, rec, cp, v, r)
 	}
 	return Decision{Note: "stale trigger"}
+}
+
+// Lost reports whether verdict v, about rec's reconciliation receipt, finds
+// the dispatch's request lost in flight: the provider says it never
+// received it (failed_before_dispatch), believed only after the request's
+// not_after_ms and the clock skew (an earlier answer is Early), and the
+// dispatch had no answer (record.LostInFlight: a timeout, a transport
+// error, an interruption). Nothing can act on that request any more, so
+// the intent is dispatched again instead of ending FAILED_BEFORE_DISPATCH:
+// an outage never ends a proposal (SPEC §6).
+func Lost(v Verdict, rec journal.Record) bool {
+	return v.Settled && v.Status == schema.StatusFailedBeforeDispatch && v.Resolution == journal.ResolvedByProvider &&
+		!Verifying(rec.Receipt) && rec.LostInFlight()
+}
+
+// redispatch records attempt cp's finding — the request was lost — and
+// reopens the intent for dispatch (journal.Record.Reopen): no receipt (the
+// latest stays in the history), polling stops, the intent leaves the
+// indeterminate index, and the held envelope goes back to dispatch.
+func redispatch(f Facts, rec journal.Record, cp journal.Attempt, v Verdict) Decision {
+	cp.Status, cp.FinishedAtMs = v.AttemptStatus, f.Now
+	rec.Reopen(f.Now)
+	w := journal.Writes{Record: &rec, Attempt: &cp, CancelTimer: true, Indeterminate: -1, SinceMs: f.Now}
+	return Decision{Writes: w, Redispatch: f.Held, Activity: true, Note: "request lost in flight: dispatched again"}
+}
+
+// stepLost decides a trigger of an intent reconciliation reopened: the
+// poll that found the request lost hands the held envelope to dispatch
+// again (its hand-off may not have gone out before a crash: the same
+// message id makes a second one a duplicate); any other trigger is stale.
+func stepLost(f Facts) Decision {
+	if f.Trigger.Announce || f.Trigger.Attempt != f.Record.ReconcileAttempt {
+		return Decision{Note: "stale trigger of a reopened intent"}
+	}
+	if !f.HeldRead {
+		return Decision{ReadHeld: true}
+	}
+	if f.Held == nil {
+		return Decision{Note: "reopened intent without its envelope", Alarm: true}
+	}
+	return Decision{Redispatch: f.Held, Note: "request lost in flight: dispatched again"}
 }
 
 // AbsentAfter is the moment after which reconciliation may conclude that

@@ -260,3 +260,66 @@ func TestAbsenceWaitsForTheFence(t *testing.T) {
 		})
 	}
 }
+
+// A provider that says it never received a request the dispatch had no
+// answer to (the request lost in flight), believed after the fence: the
+// held envelope is read, and the intent reopened and handed to dispatch
+// again — or, without the envelope, the finding stands. A dispatch that
+// had an answer, or an intent sent again too often, keeps the finding.
+func TestStepLostRequest(t *testing.T) {
+	rc := schema.StatusReconciliationRequired
+	lost := func(code schema.Code, redispatches int) journal.Record {
+		r := waiting(rc, 1)
+		r.DispatchCode, r.Redispatches = code, redispatches
+		return r
+	}
+	never := schema.AdapterReply{Outcome: schema.ReplyFailedBeforeDispatch}
+	at := func(rec journal.Record, held []byte, read bool) reconciliation.Facts {
+		return reconciliation.Facts{Trigger: journal.Trigger{Fingerprint: fpA, Attempt: 1}, Record: rec, Found: true,
+			Checkpoint: journal.Attempt{AttemptID: journal.AttemptID(fpA, 1), Number: 1, StartedAtMs: 900}, CheckpointFound: true,
+			MayQuery: true, Queried: true, Reply: never, Now: 1000, HeldRead: read, Held: held}
+	}
+	envelope := []byte(`{"held":true}`)
+	for _, c := range []struct {
+		name       string
+		f          reconciliation.Facts
+		read       bool
+		redispatch bool
+		receipt    schema.Status
+	}{
+		{"lost: the held envelope is read first", at(lost(schema.CodeAdapterTimeout, 0), nil, false), true, false, ""},
+		{"lost, held: dispatched again", at(lost(schema.CodeDispatchInterrupted, 0), envelope, true), false, true, ""},
+		{"lost, nothing held: the finding stands", at(lost(schema.CodeAdapterError, 0), nil, true), false, false, schema.StatusFailedBeforeDispatch},
+		{"the dispatch had an answer: the finding stands", at(lost(schema.CodeProviderIndeterminate, 0), envelope, true), false, false, schema.StatusFailedBeforeDispatch},
+		{"sent again too often: the finding stands", at(lost(schema.CodeAdapterTimeout, journal.MaxRedispatches), envelope, true), false, false, schema.StatusFailedBeforeDispatch},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := reconciliation.Step(c.f, rules())
+			if d.ReadHeld != c.read || (d.Redispatch != nil) != c.redispatch {
+				t.Fatalf("decision %+v", d)
+			}
+			if got := d.Writes.Receipt; (got == nil) != (c.receipt == "") || (got != nil && got.Status != c.receipt) {
+				t.Fatalf("receipt %+v, want %q", got, c.receipt)
+			}
+			if c.redispatch {
+				w := d.Writes
+				if w.Record == nil || w.Record.State != journal.StateLost || w.Record.Receipt != nil || w.Record.Redispatches != 1 ||
+					w.Attempt == nil || w.Attempt.Status != schema.ReplyFailedBeforeDispatch || !w.CancelTimer || w.Indeterminate != -1 || len(d.Outcomes) != 0 {
+					t.Fatalf("reopening writes %+v, record %+v", w, w.Record)
+				}
+			}
+		})
+	}
+	// The poll's trigger again (its hand-off lost in a crash): the same
+	// hand-off, nothing else; any other trigger is stale.
+	reopened := lost(schema.CodeAdapterTimeout, 0)
+	reopened.Reopen(1000)
+	f := at(reopened, envelope, true)
+	if d := reconciliation.Step(f, rules()); d.Redispatch == nil || !d.Writes.Empty() {
+		t.Errorf("redelivered trigger of a reopened intent: %+v", d)
+	}
+	f.Trigger.Attempt = 2
+	if d := reconciliation.Step(f, rules()); d.Redispatch != nil || d.Note == "" {
+		t.Errorf("stale trigger of a reopened intent: %+v", d)
+	}
+}
