@@ -115,11 +115,11 @@ type Record struct {
 	Latest Latest `json:"latest"`
 	// Reconciliation progress: the last attempt number started, whether
 	// attempts are exhausted, and when the next poll is due.
-	ReconcileAttempt   int   `json:"reconcile_attempt,omitempty"`
+	ReconcileAttempt int `json:"reconcile_attempt,omitempty"`
 	// UnansweredPolls counts the attempts nobody received (NATS no
 	// responders: the provider's connector away): they are not answers,
 	// and never count toward reconciliation.max_attempts.
-	UnansweredPolls int `json:"unanswered_polls,omitempty"`
+	UnansweredPolls    int   `json:"unanswered_polls,omitempty"`
 	ReconcileExhausted bool  `json:"reconcile_exhausted,omitempty"`
 	ReconcileNextAtMs  int64 `json:"reconcile_next_at_ms,omitempty"`
 	// Resolution says who settled a reconciliation: ResolvedByProvider or
