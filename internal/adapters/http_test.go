@@ -299,13 +299,14 @@ func TestHTTPRedirectNotFollowed(t *testing.T) {
 }
 
 // A server that honours Actions-Not-After refuses a dispatch that reaches
-// it late (here: its clock runs an hour ahead) with schema.LateReply's
+// it late (here: its clock runs two hours ahead, past dispatchReq's
+// not_after_ms an hour from now) with schema.LateReply's
 // body; a 4xx with a valid reply body is a reply, so the processor learns
 // that nothing was done.
 func TestHTTPLateRefusal(t *testing.T) {
 	c := newConnector(t, func(w http.ResponseWriter, r *http.Request) {
 		notAfter, err := strconv.ParseInt(r.Header.Get(schema.HeaderNotAfter), 10, 64)
-		if err != nil || schema.Late(notAfter, time.Now().Add(time.Hour).UnixMilli()) {
+		if err != nil || schema.Late(notAfter, time.Now().Add(2*time.Hour).UnixMilli()) {
 			reply(w, http.StatusConflict, string(schema.MustMarshal(schema.LateReply())))
 			return
 		}

@@ -112,11 +112,11 @@ func TestClusterKillMidDispatch(t *testing.T) {
 		final     schema.Kind
 	}
 	cases := []killCase{
-		{fault.DispatchAfterInFlight, true, 0, schema.KindFailedBeforeDispatch},
+		{fault.DispatchAfterInFlight, true, 1, schema.KindConfirmed}, // lost in flight: sent again
 		{fault.DispatchAfterReply, false, 1, schema.KindConfirmed},
 	}
 	if long(t) {
-		cases = append(cases, killCase{fault.DispatchAfterInFlight, false, 0, schema.KindFailedBeforeDispatch},
+		cases = append(cases, killCase{fault.DispatchAfterInFlight, false, 1, schema.KindConfirmed},
 			killCase{fault.DispatchAfterReply, true, 1, schema.KindConfirmed})
 		for _, p := range []string{fault.DispatchBeforeInFlight, fault.DispatchAfterReceipt, fault.DispatchAfterOutcome} {
 			cases = append(cases, killCase{p, false, 1, schema.KindConfirmed}, killCase{p, true, 1, schema.KindConfirmed})

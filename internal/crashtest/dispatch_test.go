@@ -67,7 +67,10 @@ func killedAt(t *testing.T, p *testenv.Process) {
 // SIGKILL at each boundary of SPEC §3 Dispatch, restart, and check: the
 // provider saw the fingerprint at most once, and the proposal ended with
 // the outcome the journal allows — DISPATCH_INTERRUPTED wherever the
-// provider may have been reached before a receipt.
+// provider may have been reached before a receipt. Killed after the
+// in-flight write, the request never left: reconciliation hears "never
+// received" past the fence and dispatch sends it again (a second dispatch
+// receipt), so the provider receives it once.
 func TestDispatchBoundaries(t *testing.T) {
 	cases := []struct {
 		point     string
@@ -75,13 +78,14 @@ func TestDispatchBoundaries(t *testing.T) {
 		kind      schema.Kind // dispatch's outcome after the restart
 		code      schema.Code // its incident, if any
 		final     schema.Kind // the outcome once reconciliation settled it
+		receipts  int         // distinct dispatch receipts: 2 after a redispatch
 	}{
-		{fault.DispatchBeforeInFlight, 1, schema.KindConfirmed, "", schema.KindConfirmed},
-		{fault.DispatchAfterInFlight, 0, schema.KindReconciliationRequired, schema.CodeDispatchInterrupted, schema.KindFailedBeforeDispatch},
-		{fault.DispatchAfterReply, 1, schema.KindReconciliationRequired, schema.CodeDispatchInterrupted, schema.KindConfirmed},
-		{fault.DispatchAfterReceipt, 1, schema.KindConfirmed, "", schema.KindConfirmed},
-		{fault.DispatchAfterOutcome, 1, schema.KindConfirmed, "", schema.KindConfirmed},
-		{fault.RunnerAfterPublish + "#4", 1, schema.KindConfirmed, "", schema.KindConfirmed}, // the 4th publish-then-ack is dispatch's
+		{fault.DispatchBeforeInFlight, 1, schema.KindConfirmed, "", schema.KindConfirmed, 1},
+		{fault.DispatchAfterInFlight, 1, schema.KindReconciliationRequired, schema.CodeDispatchInterrupted, schema.KindConfirmed, 2},
+		{fault.DispatchAfterReply, 1, schema.KindReconciliationRequired, schema.CodeDispatchInterrupted, schema.KindConfirmed, 1},
+		{fault.DispatchAfterReceipt, 1, schema.KindConfirmed, "", schema.KindConfirmed, 1},
+		{fault.DispatchAfterOutcome, 1, schema.KindConfirmed, "", schema.KindConfirmed, 1},
+		{fault.RunnerAfterPublish + "#4", 1, schema.KindConfirmed, "", schema.KindConfirmed, 1}, // the 4th publish-then-ack is dispatch's
 	}
 	for _, tc := range cases {
 		t.Run(tc.point, func(t *testing.T) {
@@ -117,12 +121,17 @@ func TestDispatchBoundaries(t *testing.T) {
 			if tc.code != "" && (len(first.Incidents) != 1 || first.Incidents[0].Code != tc.code) {
 				t.Errorf("incidents %+v, want %s", first.Incidents, tc.code)
 			}
-			// A replay republishes the one dispatch receipt, never another.
+			// A replay republishes a dispatch receipt, never another verdict
+			// under its id; only a redispatch makes a new receipt.
+			kinds := map[string]schema.Kind{}
 			for _, o := range fromDispatch {
-				if o.Kind != first.Kind || o.Receipt.ReceiptID != first.Receipt.ReceiptID {
+				if k, ok := kinds[o.Receipt.ReceiptID]; ok && k != o.Kind {
 					t.Errorf("dispatch outcomes disagree: %+v", fromDispatch)
-					break
 				}
+				kinds[o.Receipt.ReceiptID] = o.Kind
+			}
+			if len(kinds) != tc.receipts {
+				t.Errorf("%d dispatch receipts, want %d: %+v", len(kinds), tc.receipts, fromDispatch)
 			}
 			if final.Kind != tc.final {
 				t.Errorf("settled as %s, want %s: %+v", final.Kind, tc.final, final)

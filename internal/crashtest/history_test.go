@@ -18,11 +18,6 @@ type truth struct {
 	keys map[string]string
 	// received counts the dispatches the provider received for a key.
 	received func(key string) int
-	// notDispatched lets a proposal the provider never received end
-	// FAILED_BEFORE_DISPATCH: the truth in a test that freezes a
-	// processor mid-dispatch past its lease (an interrupted dispatch is
-	// never sent again, SPEC §3).
-	notDispatched bool
 }
 
 // check returns every violation in history (testenv.Env.StoredHistory):
@@ -50,7 +45,7 @@ func (tr truth) check(history map[string][]schema.Outcome) []string {
 					bad = append(bad, fmt.Sprintf("%s: PROCESSING_FAILED in %s (%s)", id, in.Phase, o.Kind))
 				}
 			}
-			if o.Kind == schema.KindFailedBeforeDispatch && (!tr.notDispatched || n != 0) {
+			if o.Kind == schema.KindFailedBeforeDispatch {
 				bad = append(bad, fmt.Sprintf("%s: FAILED_BEFORE_DISPATCH %v (the provider received it %d times)", id, codes(o), n))
 			}
 			if o.Terminal && !slices.Contains(terminal, o.Kind) {
@@ -114,14 +109,6 @@ func TestTruthCheckerFailsOnBadHistories(t *testing.T) {
 		tr := truth{keys: map[string]string{"p": "k"}, received: func(string) int { return tc.received }}
 		if got := tr.check(map[string][]schema.Outcome{"p": tc.outs}); (len(got) > 0) != tc.bad {
 			t.Errorf("%s: violations %v, want bad=%v", tc.name, got, tc.bad)
-		}
-	}
-	// notDispatched allows FAILED_BEFORE_DISPATCH only for what the
-	// provider never received.
-	for received, bad := range map[int]bool{0: false, 1: true} {
-		tr := truth{keys: map[string]string{"p": "k"}, received: func(string) int { return received }, notDispatched: true}
-		if got := tr.check(map[string][]schema.Outcome{"p": {pending, fbd}}); (len(got) > 0) != bad {
-			t.Errorf("not dispatched, received %d times: violations %v, want bad=%v", received, got, bad)
 		}
 	}
 }

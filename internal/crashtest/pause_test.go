@@ -50,8 +50,10 @@ func hasIncident(outs []schema.Outcome, phase schema.Phase, code schema.Code) bo
 // in-flight record and its provider request, for longer than the lease
 // (SPEC §4, §6). The other processor concludes DISPATCH_INTERRUPTED once
 // the lease has ended, and reconciliation asks the provider, which never
-// heard of the intent: FAILED_BEFORE_DISPATCH. Then the frozen processor
-// is thawed and carries on:
+// heard of the intent; past the fence (not_after_ms plus the skew) that is
+// the truth, so the request was lost in flight and dispatch sends it again
+// under a new lease: CONFIRMED. Then the frozen processor is thawed and
+// carries on:
 //
 //   - paused after checking its lease, just before sending
 //     (dispatch.before_send): it sends the request late, and the
@@ -59,9 +61,10 @@ func hasIncident(outs []schema.Outcome, phase schema.Phase, code schema.Code) bo
 //   - paused right after the in-flight write (dispatch.after_inflight):
 //     it finds its lease ended and does not send at all.
 //
-// Either way the provider never acts, the thawed processor's record loses
-// to the other's, and the proposal's outcomes agree with the provider: no
-// CONFIRMED, never a second terminal answer.
+// Either way the provider acts once (on the redispatch, never on the
+// frozen request), the thawed processor's record loses to the other's,
+// and the proposal's outcomes agree with the provider: CONFIRMED, never a
+// second terminal answer.
 func TestClusterPauseMidDispatch(t *testing.T) {
 	cases := []struct {
 		point string
@@ -83,9 +86,10 @@ func TestClusterPauseMidDispatch(t *testing.T) {
 			b.start(t)
 			// B takes the proposal over once A's delivery times out, waits
 			// out A's lease, records the dispatch interrupted; reconciliation
-			// finds nothing done, and believes it after the fence.
+			// finds nothing done, believes it after the fence, and dispatch
+			// sends the request again.
 			outs := env.Recorder.WaitAllWithin(t, "prop-p", testenv.Terminal, 2*time.Minute)
-			if o := outs[len(outs)-1]; o.Kind != schema.KindFailedBeforeDispatch ||
+			if o := outs[len(outs)-1]; o.Kind != schema.KindConfirmed ||
 				!hasIncident(outs, schema.PhaseDispatch, schema.CodeDispatchInterrupted) {
 				t.Fatalf("while A was frozen: %v", kindsOf(outs))
 			}
@@ -104,12 +108,12 @@ func TestClusterPauseMidDispatch(t *testing.T) {
 			env.Recorder.Wait(t, "prop-q", testenv.Terminal)
 			env.QuiesceWithin(t, time.Minute)
 
-			if n := far.DeliveredFor(key); n != 0 || far.LateFor(key) != tc.late {
-				t.Errorf("the provider acted %d times; %d late requests refused, want %d", n, far.LateFor(key), tc.late)
+			if n := far.DeliveredFor(key); n != 1 || far.LateFor(key) != tc.late {
+				t.Errorf("the provider acted %d times, want 1; %d late requests refused, want %d", n, far.LateFor(key), tc.late)
 			}
-			checkTruth(t, env, truth{keys: map[string]string{"prop-p": key, "prop-q": key}, received: far.DeliveredFor, notDispatched: true})
+			checkTruth(t, env, truth{keys: map[string]string{"prop-p": key, "prop-q": key}, received: far.DeliveredFor})
 			for _, id := range []string{"prop-p", "prop-q"} {
-				if outs := env.Recorder.Outcomes(id); outs[len(outs)-1].Kind != schema.KindFailedBeforeDispatch {
+				if outs := env.Recorder.Outcomes(id); outs[len(outs)-1].Kind != schema.KindConfirmed {
 					t.Errorf("%s: %v", id, kindsOf(outs))
 				}
 			}
