@@ -66,12 +66,16 @@ func (f *farSide) check(t *testing.T) {
 // node is one processor binary of a cluster deployment: its configuration
 // (own store.dir, shared key file) and its current process.
 type node struct {
-	cfg *config.Config
-	p   *testenv.Process
+	cfg  *config.Config
+	p    *testenv.Process
+	past []*testenv.Process // the processes before p, for their logs
 }
 
 func (n *node) start(t *testing.T, env ...string) {
 	t.Helper()
+	if n.p != nil {
+		n.past = append(n.past, n.p)
+	}
 	n.p = testenv.StartProcess(t, n.cfg, env...)
 	n.p.WaitLog(t, "processor started")
 }

@@ -116,7 +116,7 @@ func TestClusterPauseSoak(t *testing.T) {
 		}
 		ended[string(outs[len(outs)-1].Kind)]++
 		if outs[len(outs)-1].Kind != schema.KindConfirmed {
-			traceIntent(t, nodes, keys[id])
+			traceIntent(t, nodes, keys[id], id)
 		}
 		if hasIncident(outs, schema.PhaseDispatch, schema.CodeDispatchInterrupted) {
 			interrupted++
@@ -147,17 +147,20 @@ func TestClusterPauseSoak(t *testing.T) {
 	}
 }
 
-// traceIntent logs what the processors logged about an intent (its
-// fingerprint's hex digits; value-free lines), at most 20 lines, to tell
-// how a proposal ended as it did.
-func traceIntent(t *testing.T, nodes []*node, key string) {
+// traceIntent logs what the processors — those running and those killed
+// before them — logged about a proposal: lines naming its intent (the
+// fingerprint's hex digits) or its id, at most 40, to tell how it ended as
+// it did.
+func traceIntent(t *testing.T, nodes []*node, key, id string) {
 	t.Helper()
 	n := 0
 	for _, nd := range nodes {
-		for _, l := range strings.Split(string(nd.p.Logs.Bytes()), "\n") {
-			if strings.Contains(l, key) && n < 20 {
-				n++
-				t.Logf("%s: %.600s", filepath.Base(filepath.Dir(nd.cfg.Store.Dir)), l)
+		for i, p := range append(slices.Clone(nd.past), nd.p) {
+			for _, l := range strings.Split(string(p.Logs.Bytes()), "\n") {
+				if (strings.Contains(l, key) || strings.Contains(l, `"`+id+`"`)) && n < 40 {
+					n++
+					t.Logf("%s#%d: %.600s", filepath.Base(filepath.Dir(nd.cfg.Store.Dir)), i, l)
+				}
 			}
 		}
 	}

@@ -194,11 +194,16 @@ func (s *Stage) run(ctx context.Context, f Facts) (stages.Result, error) {
 			// first); a redelivery loads what won.
 			return stages.Result{}, fmt.Errorf("authorization: record decision: %w", err)
 		}
-		if d.Writes.From == approvals.StateParked && d.Writes.Record != nil && !d.Writes.Record.Parked() {
-			s.unpark(ctx, f.Ref)
-		}
 		if !d.ReadEnvelope {
-			return s.result(f.Ref, d), nil
+			res := s.result(f.Ref, d)
+			// A decided proposal's envelope goes only once what the decision
+			// publishes is stored: a redelivery before then (a crash, an
+			// unanswered publish) reads it again to republish the hand-off.
+			decided := d.Writes.From == approvals.StateParked && d.Writes.Record != nil && !d.Writes.Record.Parked()
+			if decided || (f.Read && f.Env != nil && f.Found && !f.Record.Parked()) {
+				res.Done = s.thenUnpark(res.Done, f.Ref)
+			}
+			return res, nil
 		}
 		env, err := s.parkedEnvelope(ctx, f.Record)
 		switch {
@@ -252,6 +257,19 @@ func (s *Stage) park(ctx context.Context, ref schema.ProposalRef, env *schema.En
 		return fmt.Errorf("authorization: park the envelope: %w", err)
 	}
 	return nil
+}
+
+// thenUnpark runs done, then unparks ref's envelope.
+func (s *Stage) thenUnpark(done func(context.Context) error, ref schema.ProposalRef) func(context.Context) error {
+	return func(ctx context.Context) error {
+		if done != nil {
+			if err := done(ctx); err != nil {
+				return err
+			}
+		}
+		s.unpark(ctx, ref)
+		return nil
+	}
 }
 
 // unpark drops a decided proposal's envelope. A failure only leaves it

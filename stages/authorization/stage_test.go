@@ -312,6 +312,42 @@ func TestParkedEnvelopeGone(t *testing.T) {
 	}
 }
 
+// A grant decided, its hand-off not yet stored (the processor died, or
+// the publish got no answer, before Done): the redelivered grant finds the
+// envelope still parked and hands the same on. Unparked before the
+// hand-off was stored, the proposal would stay NEEDS_APPROVAL forever
+// (found by TestClusterSoak: "cannot republish a permitted hand-off").
+func TestGrantRedeliveredBeforeItsHandOffWasStored(t *testing.T) {
+	h := newHarness(t)
+	e := grounded(t, "prop-crash", nil)
+	in := h.proposal(t, e)
+	h.handle(t, h.stage, in)
+	ctx := context.Background()
+	// The stage stream holds work: the hand-off goes once acked.
+	if stream, err := h.env.JS.Stream(ctx, in.Stream); err != nil {
+		t.Fatal(err)
+	} else if err := stream.DeleteMsg(ctx, in.StreamSeq); err != nil {
+		t.Fatal(err)
+	}
+	gin := h.grant(t, grantFor(e, h.clock))
+	first, err := h.stage.Grants().Handle(ctx, gin) // decided; Done never runs
+	if err != nil || len(first.Next) != 1 {
+		t.Fatalf("grant: %s, %v", published(first), err)
+	}
+	again := h.handle(t, h.stage.Grants(), gin)
+	if published(again) != published(first) {
+		t.Fatalf("redelivered grant: %s, want %s", published(again), published(first))
+	}
+	// Once the hand-off is out, the envelope goes.
+	parked, err := h.env.JS.Stream(ctx, h.env.Subjects.ParkedStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parked.GetLastMsgForSubject(ctx, h.env.Subjects.ParkedEnvelope(subjects.ProposalToken(e.Host, "prop-crash"))); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Errorf("the envelope stays parked after the hand-off: %v", err)
+	}
+}
+
 // TestGrantAndExpiryRace: a grant and the expiry handled at once, at the
 // deadline, decide the approval once: one publishes the end, the other
 // changes nothing.
