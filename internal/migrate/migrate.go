@@ -496,39 +496,34 @@ func (r *run) proposalSeq(seq uint64, same func(host string, body []byte) bool) 
 	return 0, nil
 }
 
-// msg reads message seq of a stream; nil when there is none.
 // lastMsg reads the last message on subject in stream; nil if none (or no
 // such stream).
 func (r *run) lastMsg(stream, subject string) (*jetstream.RawStreamMsg, error) {
-	var m *jetstream.RawStreamMsg
-	err := leaderkv.Budget{}.Do(func(ctx context.Context) error {
-		st, err := r.js.Stream(ctx, stream)
-		if err != nil {
-			return err
-		}
-		m, err = st.GetLastMsgForSubject(ctx, subject)
-		return err
+	return r.read(stream, func(ctx context.Context, st jetstream.Stream) (*jetstream.RawStreamMsg, error) {
+		return st.GetLastMsgForSubject(ctx, subject)
 	})
-	if errors.Is(err, jetstream.ErrMsgNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("migrate: read %s: %w", stream, err)
-	}
-	return m, nil
 }
 
+// msg reads message seq of a stream; nil when there is none.
 func (r *run) msg(stream string, seq uint64) (*jetstream.RawStreamMsg, error) {
 	if seq == 0 {
 		return nil, nil
 	}
+	return r.read(stream, func(ctx context.Context, st jetstream.Stream) (*jetstream.RawStreamMsg, error) {
+		return st.GetMsg(ctx, seq)
+	})
+}
+
+// read gets one message of stream, within leaderkv's retry budget; nil if
+// there is no such message or stream.
+func (r *run) read(stream string, get func(context.Context, jetstream.Stream) (*jetstream.RawStreamMsg, error)) (*jetstream.RawStreamMsg, error) {
 	var m *jetstream.RawStreamMsg
 	err := leaderkv.Budget{}.Do(func(ctx context.Context) error {
 		st, err := r.js.Stream(ctx, stream)
 		if err != nil {
 			return err
 		}
-		m, err = st.GetMsg(ctx, seq)
+		m, err = get(ctx, st)
 		return err
 	})
 	if errors.Is(err, jetstream.ErrMsgNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
