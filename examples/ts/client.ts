@@ -1,5 +1,6 @@
 // What the host and the connector share: subject names, logging in with an
 // nkey, signing bodies, reading outcomes.
+import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 
 import { fromSeed, type KeyPair } from "@nats-io/nkeys";
@@ -41,16 +42,35 @@ export class Subjects {
   outcomesStream(): string {
     return this.prefix.replace(/[.-]/g, "_").toUpperCase() + "_OUTCOMES";
   }
-  proposalsStream(): string {
-    return this.prefix.replace(/[.-]/g, "_").toUpperCase() + "_PROPOSALS";
+  /**
+   * The streams that may store host h's proposals: its own ingress stream
+   * (its budget; ACTIONS_PROPOSALS_<h>), or the shared one a processor with
+   * allow_unsigned keeps for local development.
+   */
+  proposalsStreams(h: string): string[] {
+    const base = this.prefix.replace(/[.-]/g, "_").toUpperCase() + "_PROPOSALS";
+    return [`${base}_${nameToken(h)}`, base];
   }
-  grantsStream(): string {
-    return this.prefix.replace(/[.-]/g, "_").toUpperCase() + "_GRANTS";
+  /** The same for host h's grants and declines. */
+  grantsStreams(h: string): string[] {
+    const base = this.prefix.replace(/[.-]/g, "_").toUpperCase() + "_GRANTS";
+    return [`${base}_${nameToken(h)}`, base];
   }
   /** The direct get of the last message on a subject: an empty request to this. */
   directGetLast(subject: string): string {
     return `$JS.API.DIRECT.GET.${this.outcomesStream()}.${subject}`;
   }
+}
+
+/**
+ * A host name as a stream name token (subjects.NameToken): itself when it
+ * is lower case, else lower-cased with 8 hex digits of its SHA-256, so that
+ * names differing only in case do not share a stream.
+ */
+export function nameToken(h: string): string {
+  const low = h.toLowerCase();
+  if (low === h) return h;
+  return low + "_" + createHash("sha256").update(h).digest("hex").slice(0, 8);
 }
 
 export const HOST_PATTERN = /^[A-Za-z0-9_-]{1,64}$/;

@@ -250,7 +250,7 @@ async function propose(): Promise<number> {
   console.log(`subscribed to ${outcomeSubject}`);
 
   const js = jetstream(nc);
-  await publish(js, subj.proposal(h), proposal, subj.proposalsStream(), `proposal ${proposalID}`);
+  await publish(js, subj.proposal(h), proposal, subj.proposalsStreams(h), `proposal ${proposalID}`);
 
   const seen = new Set<string>();
   const key = (o: Outcome) => `${o.kind}|${o.at_ms}|${o.receipt?.receipt_id ?? ""}`;
@@ -302,7 +302,7 @@ async function propose(): Promise<number> {
       const actor = proposal.context.actor.actor_ref;
       if (args.decline) {
         const decline = { schema: "actions.decline.v1", proposal_id: proposalID, intent_fingerprint: mine.fingerprint, declined_by: actor };
-        await publish(js, subj.grant(h), decline, subj.grantsStream(), `decline by ${actor}`);
+        await publish(js, subj.grant(h), decline, subj.grantsStreams(h), `decline by ${actor}`);
       } else {
         const now = Date.now();
         const grant = {
@@ -316,7 +316,7 @@ async function propose(): Promise<number> {
           expires_at_ms: now + 5 * 60 * 1000,
           max_external_spend: proposal.intent.external_spend,
         };
-        await publish(js, subj.grant(h), grant, subj.grantsStream(), `grant by ${actor} (manual, biometric, 5 min)`);
+        await publish(js, subj.grant(h), grant, subj.grantsStreams(h), `grant by ${actor} (manual, biometric, 5 min)`);
       }
       continue;
     }
@@ -338,7 +338,7 @@ async function propose(): Promise<number> {
 }
 
 /** Publishes body with JetStream: the PubAck proves the stream stored it. */
-async function publish(js: JetStreamClient, subject: string, message: object, stream: string, what: string): Promise<void> {
+async function publish(js: JetStreamClient, subject: string, message: object, streams: string[], what: string): Promise<void> {
   const body = new TextEncoder().encode(JSON.stringify(message));
   const hdrs = sign(body);
   // Nats-Msg-Id: a hash of the (signed) body, which nobody else can guess;
@@ -346,7 +346,7 @@ async function publish(js: JetStreamClient, subject: string, message: object, st
   const msgID = createHash("sha256").update(body).digest("hex");
   try {
     const ack = await js.publish(subject, body, { msgID, timeout: 5000, ...(hdrs === undefined ? {} : { headers: hdrs }) });
-    if (ack.stream !== stream) throw new Error(`stored in ${ack.stream}, expected ${stream}`);
+    if (!streams.includes(ack.stream)) throw new Error(`stored in ${ack.stream}, expected ${streams.join(" or ")}`);
     console.log(`sent ${what} on ${subject}${hdrs === undefined ? " (unsigned)" : " (signed)"}: stored in ${ack.stream} sequence ${ack.seq}${ack.duplicate ? " (duplicate)" : ""}`);
   } catch (err) {
     const refused = refusal(err, mayNot);
