@@ -358,3 +358,52 @@ func (p mcpProblem) String() string {
 	}
 	return where + ": " + p.msg
 }
+
+// DevMCPHost is the host name `processor mcp --dev` proposes as. A --dev
+// processor admits its unsigned messages and attributes them to it.
+const DevMCPHost = "mcp-agent"
+
+// DevMCP is the catalogue of `processor mcp --dev`, on the providers of
+// Dev: adjust_stock (the fake provider "demo", approved by this
+// configuration, so an unambiguous call ends CONFIRMED; "Lumber: Pine-8ft"
+// is two records, so it asks which), and restart_service (the same
+// provider, approved by the user: "payments API" is two services, "search
+// API" one, whose restart asks the user to approve).
+func DevMCP() *MCP {
+	return &MCP{
+		Host: DevMCPHost, TenantRef: "tenant:demo", SecurityDomainRef: "security-domain:demo", ActorRef: "actor:demo",
+		ActorAssurance: DefaultMCPActorAssurance, ScopeRef: DefaultMCPScopeRef, PolicyRevision: DefaultMCPPolicyRevision,
+		ApproverAssurance: DefaultMCPApproverAssurance, GrantLifetime: DefaultMCPGrantLifetime, Wait: DefaultMCPWait,
+		Tools: []MCPTool{{
+			Name: "adjust_stock",
+			Description: "Adjust the stock count of one lumber item in the demo inventory by a quantity. " +
+				`The items are "Lumber: Cedar-8ft-GradeA", "Lumber: Cedar-8ft-GradeB" and "Lumber: Pine-8ft" (two records). ` +
+				"Approved in advance by the server's configuration.",
+			Provider: "demo", Capability: "inventory.adjust", Operation: "adjust_stock", Environment: "test", AccountRef: "inventory:demo",
+			Approval: MCPApprovePolicy,
+			Candidates: []MCPCandidate{
+				{Referent: "sku-1001", Resource: "Lumber: Cedar-8ft-GradeA", Summary: "Cedar board, 8 ft, grade A (sku-1001)"},
+				{Referent: "sku-1002", Resource: "Lumber: Cedar-8ft-GradeB", Summary: "Cedar board, 8 ft, grade B (sku-1002)"},
+				{Referent: "sku-2001", Resource: "Lumber: Pine-8ft", Summary: "Pine board, 8 ft, aisle 4 (sku-2001)"},
+				{Referent: "sku-2002", Resource: "Lumber: Pine-8ft", Summary: "Pine board, 8 ft, lumber yard (sku-2002)"},
+			},
+			PayloadSchema: `{"type": "object", "properties": {"quantity": {"type": "integer", "minimum": -1000, "maximum": 1000, ` +
+				`"description": "boards to add (negative: remove)"}}, "required": ["quantity"], "additionalProperties": false}`,
+			Summary: "Adjust stock", SummaryFields: []string{"quantity"},
+		}, {
+			Name: "restart_service",
+			Description: "Restart one service of the demo deployment. " +
+				`The services are "payments API" (a production and a staging service) and "search API". The user approves every restart.`,
+			Provider: "demo", Capability: "ops.restart", Operation: "restart", Environment: "test", AccountRef: "ops:demo",
+			Approval: MCPApproveUser,
+			Candidates: []MCPCandidate{
+				{Referent: "svc:payments-prod", Resource: "payments API", Summary: "payments API — production (svc:payments-prod)"},
+				{Referent: "svc:payments-staging", Resource: "payments API", Summary: "payments API — staging (svc:payments-staging)"},
+				{Referent: "svc:search", Resource: "search API", Summary: "search API — production (svc:search)"},
+			},
+			PayloadSchema: `{"type": "object", "properties": {"reason": {"type": "string", "minLength": 1, "maxLength": 200, ` +
+				`"description": "why, in a few words"}}, "required": ["reason"], "additionalProperties": false}`,
+			Summary: "Restart", SummaryFields: []string{"reason"},
+		}},
+	}
+}
