@@ -3,6 +3,7 @@ package mcp_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -100,6 +101,14 @@ type agent struct {
 
 func (f *fixture) connect(t *testing.T, answer func(*sdk.ElicitParams) *sdk.ElicitResult) *agent {
 	t.Helper()
+	return f.connectVersion(t, "", answer)
+}
+
+// connectVersion connects a client of an MCP protocol version ("": the
+// latest, with multi round-trip requests; "2025-11-25": elicitation
+// requests within the call).
+func (f *fixture) connectVersion(t *testing.T, version string, answer func(*sdk.ElicitParams) *sdk.ElicitResult) *agent {
+	t.Helper()
 	ctx := context.Background()
 	ct, st := sdk.NewInMemoryTransports()
 	ss, err := f.srv.MCP().Connect(ctx, st, nil)
@@ -122,7 +131,7 @@ func (f *fixture) connect(t *testing.T, answer func(*sdk.ElicitParams) *sdk.Elic
 			return answer(req.Params), nil
 		}
 	}
-	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test-agent", Version: "1"}, opts).Connect(ctx, ct, nil)
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test-agent", Version: "1"}, opts).Connect(ctx, ct, &sdk.ClientSessionOptions{ProtocolVersion: version})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,23 +217,31 @@ func TestConfirmedAndRepeated(t *testing.T) {
 // matching candidates' summaries; the user's choice becomes the next
 // proposal's one candidate, which needs the user's approval, and ends
 // CONFIRMED.
+// Both ways of eliciting are served: multi round-trip requests (protocol
+// 2026-07-28) and elicitation requests within the call (older clients).
 func TestClarificationThenApproval(t *testing.T) {
 	f := start(t)
-	a := f.connect(t, func(p *sdk.ElicitParams) *sdk.ElicitResult {
+	for i, version := range []string{"", "2025-11-25"} {
+		t.Run("protocol "+version, func(t *testing.T) { clarifyThenApprove(t, f, version, i+1) })
+	}
+}
+
+func clarifyThenApprove(t *testing.T, f *fixture, version string, dispatched int) {
+	a := f.connectVersion(t, version, func(p *sdk.ElicitParams) *sdk.ElicitResult {
 		if strings.Contains(p.Message, "Which one") {
 			return &sdk.ElicitResult{Action: "accept", Content: map[string]any{"target": "Pine board, 8 ft, yard"}}
 		}
 		return &sdk.ElicitResult{Action: "accept", Content: map[string]any{"approve": true}}
 	})
-	r, _ := a.call(t, "adjust_stock_asking", map[string]any{"target": "Lumber: Pine-8ft", "payload": map[string]any{"quantity": 3}})
+	r, _ := a.call(t, "adjust_stock_asking", map[string]any{"target": "Lumber: Pine-8ft", "payload": map[string]any{"quantity": dispatched}})
 	if r.Status != "confirmed" || r.ReceiptID == "" {
 		t.Fatalf("after choosing and approving: %+v", r)
 	}
-	if a.asked.Load() != 2 || !strings.Contains(a.questions[0], "Which one") || !strings.Contains(a.questions[1], "Adjust stock: Lumber: Pine-8ft — quantity: 3") {
+	if a.asked.Load() != 2 || !strings.Contains(a.questions[0], "Which one") || !strings.Contains(a.questions[1], fmt.Sprintf("Adjust stock: Lumber: Pine-8ft — quantity: %d", dispatched)) {
 		t.Errorf("questions: %q", a.questions)
 	}
 	f.env.Quiesce(t)
-	if k := f.env.Fakes["demo"].Delivered(); len(k) != 1 {
+	if k := f.env.Fakes["demo"].Delivered(); len(k) != dispatched {
 		t.Errorf("delivered: %v", k)
 	}
 }

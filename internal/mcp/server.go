@@ -160,12 +160,12 @@ func (s *Server) answer(ctx context.Context, req *sdk.CallToolRequest, t *tool, 
 			if chosen != nil {
 				st.Chosen = chosen.Referent
 			}
-			return s.ask(st, inputApprove, approvalQuestion(o))
+			return s.ask(ctx, req, t, a, st, approvalQuestion(o))
 		}
 	case schema.KindNeedsClarification:
 		if t.hasChoices && chosen == nil && a.Choice == "" && elicit {
 			st := state{Tool: t.Name, Digest: a.digest, Session: sessionID(req), ProposalID: o.ProposalID, Stage: inputChoose}
-			return s.ask(st, inputChoose, choiceQuestion(a.Target, t.choices(a.Target)))
+			return s.ask(ctx, req, t, a, st, choiceQuestion(a.Target, t.choices(a.Target)))
 		}
 	}
 	return s.render(t, a, o, elicit)
@@ -320,11 +320,30 @@ func sessionID(req *sdk.CallToolRequest) string {
 	return req.Session.ID()
 }
 
-// ask returns an input-required result: the SDK asks the user (directly,
-// for clients before protocol 2026-07-28) and calls the tool again with the
-// answer and the sealed state.
-func (s *Server) ask(st state, id string, q *sdk.ElicitParams) *sdk.CallToolResult {
-	return &sdk.CallToolResult{InputRequests: sdk.InputRequestMap{id: q}, RequestState: s.seal(st)}
+// ask asks the user. A client of protocol 2026-07-28 or later gets an
+// input-required result (multi round-trip requests): it asks the user and
+// calls the tool again with the answer and the sealed state. An older
+// client is asked here, by an elicitation request within the call, and the
+// call goes on with its answer (the SDK would relay only one round).
+func (s *Server) ask(ctx context.Context, req *sdk.CallToolRequest, t *tool, a args, st state, q *sdk.ElicitParams) *sdk.CallToolResult {
+	if multiRoundTrip(req) {
+		return &sdk.CallToolResult{InputRequests: sdk.InputRequestMap{st.Stage: q}, RequestState: s.seal(st)}
+	}
+	ans, err := req.Session.Elicit(ctx, q)
+	if err != nil {
+		s.log.Warn("mcp: elicitation failed", "tool", t.Name, "proposal_id", st.ProposalID, "error", err)
+		ans = &sdk.ElicitResult{Action: "cancel"}
+	}
+	next := *req.Params
+	next.InputResponses = sdk.InputResponseMap{st.Stage: ans}
+	return s.resume(ctx, &sdk.CallToolRequest{Session: req.Session, Params: &next, Extra: req.Extra}, t, a, st)
+}
+
+// multiRoundTrip reports whether the client speaks multi round-trip
+// requests (SEP-2322, protocol 2026-07-28 and later).
+func multiRoundTrip(req *sdk.CallToolRequest) bool {
+	p := req.Session.InitializeParams()
+	return p != nil && p.ProtocolVersion >= "2026-07-28"
 }
 
 func approvalQuestion(o schema.Outcome) *sdk.ElicitParams {
