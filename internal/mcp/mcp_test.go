@@ -56,6 +56,7 @@ func catalogue() *config.MCP {
 type fixture struct {
 	env *testenv.Env
 	srv *mcp.Server
+	log *testenv.LogBuffer // the MCP server's log
 }
 
 // start runs testenv with authentication on (the MCP server logs in as the
@@ -82,11 +83,17 @@ func start(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := mcp.New(env.Config.MCP, host, mcp.Options{Log: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	logs := &testenv.LogBuffer{}
+	srv, err := mcp.New(env.Config.MCP, host, mcp.Options{Log: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{env: env, srv: srv}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the MCP server's log:\n%s", logs.Bytes())
+		}
+	})
+	return &fixture{env: env, srv: srv, log: logs}
 }
 
 // agent is an MCP client session; answer, when not nil, plays the user

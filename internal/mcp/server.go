@@ -214,7 +214,7 @@ func (s *Server) resume(ctx context.Context, req *sdk.CallToolRequest, t *tool, 
 		pick, _ := content["target"].(string)
 		i := slices.IndexFunc(t.Candidates, func(c config.MCPCandidate) bool { return c.Summary == pick })
 		if action != "accept" || i < 0 {
-			return s.render(t, a, clarificationOf(st.ProposalID), false)
+			return s.render(t, a, clarificationOf(st.ProposalID), true)
 		}
 		return s.propose(ctx, req, t, a, &t.Candidates[i])
 	case inputApprove:
