@@ -62,7 +62,7 @@ type fixture struct {
 // start runs testenv with authentication on (the MCP server logs in as the
 // host), a provider "slow" that times out, and a managed policy that
 // forbids live actions.
-func start(t *testing.T) *fixture {
+func start(t testing.TB) *fixture {
 	t.Helper()
 	env := testenv.New(t, testenv.WithAuth(), testenv.WithConfig(func(c *config.Config) {
 		c.Providers = append(c.Providers, config.Provider{Name: "slow", Adapter: adapters.KindFake, Timeout: 2 * time.Second,
@@ -106,7 +106,7 @@ type agent struct {
 	progress  atomic.Int32
 }
 
-func (f *fixture) connect(t *testing.T, answer func(*sdk.ElicitParams) *sdk.ElicitResult) *agent {
+func (f *fixture) connect(t testing.TB, answer func(*sdk.ElicitParams) *sdk.ElicitResult) *agent {
 	t.Helper()
 	return f.connectVersion(t, "", answer)
 }
@@ -114,7 +114,7 @@ func (f *fixture) connect(t *testing.T, answer func(*sdk.ElicitParams) *sdk.Elic
 // connectVersion connects a client of an MCP protocol version ("": the
 // latest, with multi round-trip requests; "2025-11-25": elicitation
 // requests within the call).
-func (f *fixture) connectVersion(t *testing.T, version string, answer func(*sdk.ElicitParams) *sdk.ElicitResult) *agent {
+func (f *fixture) connectVersion(t testing.TB, version string, answer func(*sdk.ElicitParams) *sdk.ElicitResult) *agent {
 	t.Helper()
 	ctx := context.Background()
 	ct, st := sdk.NewInMemoryTransports()
@@ -410,4 +410,21 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
+}
+
+// BenchmarkToolCall measures one tool call end to end: MCP over the
+// in-memory transport, a signed proposal through every stage to the fake
+// provider (approved by the catalogue: NEEDS_APPROVAL, the host's grant,
+// CONFIRMED), the outcome mapped. Distinct intents for the first 1000
+// iterations, then repeats answered from their receipts.
+func BenchmarkToolCall(b *testing.B) {
+	f := start(b)
+	a := f.connect(b, nil)
+	b.ResetTimer()
+	for i := range b.N {
+		res, err := a.cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "adjust_stock", Arguments: cedar(i%1000 + 1)})
+		if err != nil || res.IsError {
+			b.Fatalf("call: %v %+v", err, res)
+		}
+	}
 }

@@ -153,7 +153,7 @@ func denied(c schema.Code) string {
 	}
 }
 
-func errorResult(r result, detail string) *sdk.CallToolResult {
+func errorResult(r result) *sdk.CallToolResult {
 	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: r.Status + ": " + r.WhatToDo}}, StructuredContent: r, IsError: true}
 }
 
@@ -176,7 +176,7 @@ func (s *Server) sendFailed(id string, err error) *sdk.CallToolResult {
 			Content: []sdk.Content{&sdk.TextContent{Text: "unknown: the proposal " + id + " may or may not have been received. Do not call again; check with " + statusTool + "."}}}
 	}
 	r := result{Status: StatusFailed, ProposalID: id, WhatToDo: "The proposal could not be sent; nothing was done. Tell the user Portcullis is unavailable."}
-	return errorResult(r, err.Error())
+	return errorResult(r)
 }
 
 // waitFailed answers a call whose proposal was sent but whose outcome this

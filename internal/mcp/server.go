@@ -108,12 +108,12 @@ func (s *Server) call(ctx context.Context, req *sdk.CallToolRequest, t *tool) *s
 	if err != nil {
 		s.log.Info("mcp: bad arguments", "tool", t.Name)
 		return errorResult(result{Status: "bad_arguments", WhatToDo: strings.TrimPrefix(err.Error(), ErrBadArguments.Error()+": ") +
-			" Nothing was sent."}, err.Error())
+			" Nothing was sent."})
 	}
 	if req.Params.RequestState != "" {
 		st, err := s.open(req.Params.RequestState, t.Name, a.digest, sessionID(req))
 		if err != nil {
-			return errorResult(result{Status: "bad_request_state", WhatToDo: "Call the tool again with its arguments only."}, err.Error())
+			return errorResult(result{Status: "bad_request_state", WhatToDo: "Call the tool again with its arguments only."})
 		}
 		return s.resume(ctx, req, t, a, st)
 	}
@@ -250,7 +250,7 @@ func (s *Server) resume(ctx context.Context, req *sdk.CallToolRequest, t *tool, 
 				"Ask the user; calling this tool again with the same arguments asks again.")
 		}
 	}
-	return errorResult(result{Status: "bad_request_state", WhatToDo: "Call the tool again with its arguments only."}, "unknown stage")
+	return errorResult(result{Status: "bad_request_state", WhatToDo: "Call the tool again with its arguments only."})
 }
 
 // follow waits for the proposal to come to rest: a terminal outcome,
@@ -443,12 +443,12 @@ func (s *Server) status(ctx context.Context, req *sdk.CallToolRequest) (*sdk.Cal
 		ProposalID string `json:"proposal_id"`
 	}
 	if err := json.Unmarshal(req.Params.Arguments, &in); err != nil || !proposalIDPattern.MatchString(in.ProposalID) {
-		return errorResult(result{Status: "bad_arguments", WhatToDo: "proposal_id: give the proposal_id a result of this server returned (mcp-…)."}, "bad proposal_id"), nil
+		return errorResult(result{Status: "bad_arguments", WhatToDo: "proposal_id: give the proposal_id a result of this server returned (mcp-…)."}), nil
 	}
 	o, err := s.host.Last(ctx, in.ProposalID)
 	if errors.Is(err, client.ErrNoOutcome) {
 		return errorResult(result{Status: "unknown", ProposalID: in.ProposalID,
-			WhatToDo: "No outcome is stored for this proposal (none yet, or it is too old)."}, "no outcome"), nil
+			WhatToDo: "No outcome is stored for this proposal (none yet, or it is too old)."}), nil
 	}
 	if err != nil {
 		return s.waitFailed(in.ProposalID, err), nil
