@@ -216,8 +216,9 @@ func cmdRun(c *cmdline, args []string, _ io.Reader) int {
 		subj := p.Subjects()
 		fmt.Fprintf(stdout, "Portcullis is running (development mode: no NATS authentication, unsigned input admitted).\n"+
 			"  NATS JetStream: %s\n  metrics:        %s\n  data:           %s\n  providers:      %s\n"+
+			"  agents (MCP):   processor mcp --dev --url %s (docs/agents.md)\n"+
 			"Publish proposals as any host <h> on %s; outcomes arrive on %s. Ctrl-C stops.\n",
-			p.NATSURL(), metricsURL, *data, config.DevProviders, subj.Proposal("<h>"), subj.Outcome("<h>", "<proposal_id>"))
+			p.NATSURL(), metricsURL, *data, config.DevProviders, p.NATSURL(), subj.Proposal("<h>"), subj.Outcome("<h>", "<proposal_id>"))
 	}
 	select {
 	case <-ctx.Done():
