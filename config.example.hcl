@@ -222,3 +222,59 @@ retention {
   receipts       = "720h"
   sweep_interval = "1m"
 }
+
+# `processor mcp --config FILE --nkey HOST_SEED` (PROTOCOL.md §7): an MCP
+# server for agents that is the host named here. It logs in and signs with
+# that host's key (--nkey; the public key of its host block) and reads only
+# its outcomes. Every proposal it sends carries the context below, never
+# anything a model says. A model's tool call gives only `target` (the
+# user's words for the target; not for a tool with a fixed referent),
+# `payload` (checked against payload_schema) and, after a clarification,
+# the `choice` the user picked. A clarification and an approval are asked
+# of the user by MCP elicitation; no tool approves.
+mcp {
+  host                = "frontdesk"           # required: a host block
+  tenant_ref          = "tenant:demo"         # required: one of the host's tenants
+  security_domain_ref = "security-domain:demo" # required: one of the tenant's domains
+  actor_ref           = "actor:demo"          # required: who the user is to Portcullis (grants' authorized_by)
+  actor_assurance     = "mcp-session"         # context.actor.assurance
+  scope_ref           = "policy-scope:mcp"    # context.authorization.scope_ref
+  policy_revision     = "policy:mcp"          # context.authorization.policy_revision
+  approver_assurance  = "session"             # a grant's authentication_assurance when the user approves by elicitation
+  grant_lifetime      = "5m"                  # that grant's validity
+  wait                = "1m0s"                # one call follows its proposal this long, then answers "pending"
+
+  # One tool per action. The model sees its name, description and an input
+  # schema built from payload_schema.
+  tool "adjust_stock" {
+    description = "Adjust the stock count of one lumber item by a quantity (negative: remove)." # required: written for a model
+    provider    = "inventory"        # required: a provider block
+    capability  = "inventory.adjust" # required
+    operation   = "adjust_stock"     # required
+    environment = "test"             # required: mock, test or live
+    account_ref = "inventory:demo"   # required: context.provider.account_ref
+    approval    = "user"             # "user": ask the user by elicitation; "policy": this file's standing approval (a grant with method policy; managed policies may forbid it)
+    # The target is grounded in exactly one way: candidate blocks (the host's
+    # own list; a clarification shows their summaries), candidate_source (the
+    # processor asks that source; a clarification cannot list candidates), or
+    # referent (a fixed target; the model names none).
+    # candidate_source = "catalog"
+    # referent         = "svc:payments-prod"
+    candidate "sku-1001" {
+      resource = "Lumber: Cedar-8ft-GradeA"   # required: attributes.resource, what the target must match
+      summary  = "Cedar board, 8 ft, grade A" # required: unique; what the user chooses by
+    }
+    candidate "sku-1002" {
+      resource = "Lumber: Cedar-8ft-GradeB"
+      summary  = "Cedar board, 8 ft, grade B"
+    }
+    # required: JSON Schema (2020-12) of intent.payload, an object
+    payload_schema = <<-EOT
+      {"type": "object",
+       "properties": {"quantity": {"type": "integer", "minimum": -1000, "maximum": 1000}},
+       "required": ["quantity"], "additionalProperties": false}
+    EOT
+    summary        = "Adjust stock" # required: starts display.summary, "Adjust stock: <target> — quantity: 20"
+    summary_fields = ["quantity"]   # payload members appended to it
+  }
+}

@@ -29,6 +29,7 @@ var strayArgs = map[string][]string{
 	"check":             {"a.json", "stray", "-o", "json"},
 	"demo":              {"stray"},
 	"console":           {"--dev", "stray"},
+	"mcp":               {"--dev", "stray"},
 	"receipts get":      {"sha256:" + strings.Repeat("ab", 32), "stray"},
 	"activity get":      {"frontdesk/prop-1", "stray"},
 	"activity list":     {"stray"},

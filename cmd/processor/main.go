@@ -14,6 +14,7 @@
 //	processor reconcile list            actions whose effect is unknown
 //	processor reconcile resolve FP|H/ID --present|--absent --evidence REF
 //	processor console --nkey FILE       the operator's web console (--dev: unsigned, beside run --dev)
+//	processor mcp --dev | --config FILE --nkey FILE   an MCP server for agents, as a host (stdio, or --http ADDR)
 //	processor keygen KIND --out FILE    a new nkey for a role (or internal: the HMAC key file)
 //	processor nats-permissions --config FILE   the accounts block for external servers
 //	processor version                   the build's module version and VCS revision (also --version)
@@ -84,6 +85,8 @@ func commands() []command {
 		}},
 		{name: "console", synopsis: "(--nkey FILE | --dev) [--listen ADDR] [--tls-cert FILE --tls-key FILE --token-file FILE] [flags]", summary: "serve the operator's web console (overview, indeterminate queue, approvals, timelines, search)", run: cmdConsole,
 			about: consoleAbout},
+		{name: "mcp", synopsis: "(--dev | --config FILE --nkey FILE) [--url URL] [--http ADDR [--tls-cert FILE --tls-key FILE --token-file FILE] [--allow-origin ORIGINS]]", summary: "serve agents through MCP as a host: the mcp block's tools, clarifications and approvals asked of the user", run: cmdMCP,
+			about: mcpAbout},
 		{name: "keygen", synopsis: "host|connector|resolver|source|operator|processor --out FILE | --stdout\n       processor keygen internal --out FILE", summary: "a new nkey for a role, or the internal HMAC key file", run: cmdKeygen, maxArgs: 1,
 			about: "Makes a user nkey: the seed goes to --out FILE (mode 0600, never overwritten), the public key to standard\noutput for the role block's public_key. `keygen internal --out FILE` makes an internal HMAC key file."},
 		{name: "nats-permissions", synopsis: "--config FILE", summary: "print the nats-server accounts block for an external server", run: cmdNATSPermissions},
@@ -213,8 +216,9 @@ func cmdRun(c *cmdline, args []string, _ io.Reader) int {
 		subj := p.Subjects()
 		fmt.Fprintf(stdout, "Portcullis is running (development mode: no NATS authentication, unsigned input admitted).\n"+
 			"  NATS JetStream: %s\n  metrics:        %s\n  data:           %s\n  providers:      %s\n"+
+			"  agents (MCP):   processor mcp --dev --url %s (docs/agents.md)\n"+
 			"Publish proposals as any host <h> on %s; outcomes arrive on %s. Ctrl-C stops.\n",
-			p.NATSURL(), metricsURL, *data, config.DevProviders, subj.Proposal("<h>"), subj.Outcome("<h>", "<proposal_id>"))
+			p.NATSURL(), metricsURL, *data, config.DevProviders, p.NATSURL(), subj.Proposal("<h>"), subj.Outcome("<h>", "<proposal_id>"))
 	}
 	select {
 	case <-ctx.Done():

@@ -81,6 +81,8 @@ type Config struct {
 	Approval       Approval
 	Reconciliation Reconciliation
 	Retention      Retention
+	// MCP configures `processor mcp`; nil without an mcp block.
+	MCP *MCP
 }
 
 // NATS says where JetStream is: an embedded server (default) or a URL.
@@ -523,6 +525,11 @@ func (c *Config) Validate() error {
 	}
 	if attr, msg := c.retentionProblem(); msg != "" {
 		add("retention.%s: %s", attr, msg)
+	}
+	if c.MCP != nil {
+		for _, p := range append(c.MCP.problems(), c.mcpRoleProblems()...) {
+			add("%s", p)
+		}
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))

@@ -152,5 +152,44 @@ func Format(c *Config) []byte {
 		dur(ret, "receipts", c.Retention.Receipts)
 	}
 	dur(ret, "sweep_interval", c.Retention.SweepInterval)
+	if m := c.MCP; m != nil {
+		b := root.AppendNewBlock("mcp", nil).Body()
+		str(b, "host", m.Host)
+		str(b, "tenant_ref", m.TenantRef)
+		str(b, "security_domain_ref", m.SecurityDomainRef)
+		str(b, "actor_ref", m.ActorRef)
+		str(b, "actor_assurance", m.ActorAssurance)
+		str(b, "scope_ref", m.ScopeRef)
+		str(b, "policy_revision", m.PolicyRevision)
+		str(b, "approver_assurance", m.ApproverAssurance)
+		dur(b, "grant_lifetime", m.GrantLifetime)
+		dur(b, "wait", m.Wait)
+		for _, t := range m.Tools {
+			tb := b.AppendNewBlock("tool", []string{t.Name}).Body()
+			str(tb, "description", t.Description)
+			str(tb, "provider", t.Provider)
+			str(tb, "capability", t.Capability)
+			str(tb, "operation", t.Operation)
+			str(tb, "environment", t.Environment)
+			str(tb, "account_ref", t.AccountRef)
+			str(tb, "approval", t.Approval)
+			if t.CandidateSource != "" {
+				str(tb, "candidate_source", t.CandidateSource)
+			}
+			if t.Referent != "" {
+				str(tb, "referent", t.Referent)
+			}
+			str(tb, "payload_schema", t.PayloadSchema)
+			str(tb, "summary", t.Summary)
+			if t.SummaryFields != nil {
+				list(tb, "summary_fields", t.SummaryFields)
+			}
+			for _, c := range t.Candidates {
+				cb := tb.AppendNewBlock("candidate", []string{c.Referent}).Body()
+				str(cb, "resource", c.Resource)
+				str(cb, "summary", c.Summary)
+			}
+		}
+	}
 	return hclwrite.Format(f.Bytes())
 }

@@ -38,6 +38,7 @@ type fileHCL struct {
 	Approval       *approvalHCL       `hcl:"approval,block"`
 	Reconciliation *reconciliationHCL `hcl:"reconciliation,block"`
 	Retention      *retentionHCL      `hcl:"retention,block"`
+	MCP            *mcpHCL            `hcl:"mcp,block"`
 }
 
 type retentionHCL struct {
@@ -459,6 +460,10 @@ func (f *fileHCL) build() (*Config, hcl.Diagnostics) {
 		if attr, msg := c.retentionProblem(); msg != "" {
 			d.at(r.Body, attr, "%s", msg)
 		}
+	}
+	if m := f.MCP; m != nil {
+		c.MCP = m.build(&d)
+		m.report(&d, c.mcpRoleProblems())
 	}
 	return c, d.Diagnostics
 }
