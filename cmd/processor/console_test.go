@@ -4,14 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"io"
-	"math/big"
 	"net/http"
 	"os"
 	"os/exec"
@@ -36,7 +29,7 @@ func TestConsoleFlags(t *testing.T) {
 	if code := run([]string{"keygen", "operator", "--out", seed}, nil, io.Discard, io.Discard); code != 0 {
 		t.Fatal("keygen")
 	}
-	cert, key := selfSigned(t, dir)
+	cert, key := testenv.SelfSignedCert(t, dir, "console", "console.example")
 	good := filepath.Join(dir, "token")
 	if err := os.WriteFile(good, []byte(strings.Repeat("t", 40)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -76,32 +69,6 @@ func TestConsoleFlags(t *testing.T) {
 	if !ok || opts.TLS == nil || opts.Token != strings.Repeat("t", 40) {
 		t.Errorf("TLS and a token elsewhere: %+v %v", opts, ok)
 	}
-}
-
-// selfSigned writes a self-signed certificate and its key.
-func selfSigned(t *testing.T, dir string) (certFile, keyFile string) {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "console"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), DNSNames: []string{"console.example"}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, err := x509.MarshalECPrivateKey(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return certFile, keyFile
 }
 
 // TestConsoleCommand runs the built `processor console` beside a processor

@@ -1,49 +1,18 @@
 package config_test
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nkeys"
 
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/keyfile"
+	"github.com/portcullis/portcullis/testenv"
 )
-
-// writePEM writes a self-signed certificate and its key, and returns
-// their paths.
-func writePEM(t *testing.T, dir, name string) (cert, key string) {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), DNSNames: []string{"localhost"}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, key = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
-	write(t, cert, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))
-	write(t, key, string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})))
-	return cert, key
-}
 
 func write(t *testing.T, path, content string) string {
 	t.Helper()
@@ -70,8 +39,8 @@ func TestCheckFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	badInternal := write(t, filepath.Join(dir, "bad.key"), "not hex\n")
-	cert, key := writePEM(t, dir, "server")
-	_, otherKey := writePEM(t, dir, "other")
+	cert, key := testenv.SelfSignedCert(t, dir, "server", "localhost")
+	_, otherKey := testenv.SelfSignedCert(t, dir, "other", "localhost")
 	notPEM := write(t, filepath.Join(dir, "ca.txt"), "hello\n")
 	missing := filepath.Join(dir, "missing")
 	remote := func(creds string) string {
