@@ -1,0 +1,286 @@
+package sim
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/portcullis/portcullis/internal/journal"
+	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/schema"
+)
+
+// sharedJournal is the simulated shared journal: what a JetStream KV
+// bucket holds for the processors of a cluster. Each processor reaches it
+// through its own handle (journalHandle), as each reaches the bucket
+// through its own journal.Replicated.
+//
+// What it models, faithfully to journal.Store's contract (and checked by
+// the journaltest conformance suite, TestJournalConformance): a record per
+// fingerprint with a revision; Commit is a compare-and-set against the
+// revision the first Load under Lock returned (none: expects no record),
+// and a commit that loses changes nothing but what is harmless on its own
+// — like journal.Replicated, it arms its timer before the compare-and-set,
+// so a poll can fire for a commit that never happened; the rest lands
+// only with the record. What it does not
+// model: the replicated journal's After writes (receipt, attempt, index)
+// being repaired by the next commit when they fail — here they land with
+// the record, as in the Pebble batch — and storage errors or
+// ErrUncertain (every write answers).
+//
+// It is safe for concurrent use only so that the conformance suite can
+// race handles; the simulation itself is single-threaded.
+type sharedJournal struct {
+	mu       sync.Mutex
+	records  map[string]storedRecord
+	receipts map[string][]schema.Receipt
+	attempts map[string]journal.Attempt // fingerprint + "\x00" + attempt id
+	ended    map[schema.ProposalRef]kv.Ended
+	indet    map[string]int64
+	timers   map[string]kv.Timer // by timer id
+	// noCAS plants a bug: Commit writes whatever was loaded last, without
+	// comparing (read-then-write instead of compare-and-set).
+	noCAS bool
+	// commits counts successful record writes (trace and stats).
+	commits int
+}
+
+type storedRecord struct {
+	rev  uint64
+	data []byte // the record as JSON: a reader never shares memory with a writer
+}
+
+func newSharedJournal() *sharedJournal {
+	return &sharedJournal{
+		records:  map[string]storedRecord{},
+		receipts: map[string][]schema.Receipt{},
+		attempts: map[string]journal.Attempt{},
+		ended:    map[schema.ProposalRef]kv.Ended{},
+		indet:    map[string]int64{},
+		timers:   map[string]kv.Timer{},
+	}
+}
+
+// handle is a new processor's view of the journal (its own lock table and
+// sessions).
+func (j *sharedJournal) handle() *journalHandle {
+	return &journalHandle{j: j, locks: map[string]*sync.Mutex{}, sessions: map[string]*session{}}
+}
+
+// record reads a fingerprint's record (for the checks).
+func (j *sharedJournal) record(fp string) (journal.Record, bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	s, ok := j.records[fp]
+	if !ok {
+		return journal.Record{}, false
+	}
+	var r journal.Record
+	mustUnmarshal(s.data, &r)
+	return r, true
+}
+
+// journalHandle is one processor's journal.Store over the shared journal.
+type journalHandle struct {
+	j        *sharedJournal
+	mu       sync.Mutex
+	locks    map[string]*sync.Mutex
+	sessions map[string]*session
+}
+
+// session is what Commit compares against: the revision of the first Load
+// under Lock (0: no record), as journal.Replicated's session.
+type session struct {
+	loaded bool
+	rev    uint64
+}
+
+var _ journal.Store = (*journalHandle)(nil)
+
+func (h *journalHandle) Lock(fp string) func() {
+	h.mu.Lock()
+	l := h.locks[fp]
+	if l == nil {
+		l = &sync.Mutex{}
+		h.locks[fp] = l
+	}
+	h.mu.Unlock()
+	l.Lock()
+	h.mu.Lock()
+	h.sessions[fp] = &session{}
+	h.mu.Unlock()
+	return func() {
+		h.mu.Lock()
+		delete(h.sessions, fp)
+		h.mu.Unlock()
+		l.Unlock()
+	}
+}
+
+func (h *journalHandle) Load(fp string) (journal.Record, bool, error) {
+	if !schema.ValidFingerprint(fp) {
+		return journal.Record{}, false, fmt.Errorf("sim journal: load: not a fingerprint")
+	}
+	h.j.mu.Lock()
+	s, found := h.j.records[fp]
+	h.j.mu.Unlock()
+	h.mu.Lock()
+	if sess := h.sessions[fp]; sess != nil && (!sess.loaded || h.j.noCAS) {
+		sess.loaded, sess.rev = true, s.rev
+	}
+	h.mu.Unlock()
+	if !found {
+		return journal.Record{}, false, nil
+	}
+	var r journal.Record
+	mustUnmarshal(s.data, &r)
+	return r, true, nil
+}
+
+func (h *journalHandle) Commit(fp string, w journal.Writes) error {
+	if err := checkWrites(w); err != nil {
+		return err
+	}
+	if w.Empty() {
+		return nil
+	}
+	j := h.j
+	h.mu.Lock()
+	sess := h.sessions[fp]
+	if sess == nil {
+		sess = &session{} // not under Lock: expects no record
+	}
+	h.mu.Unlock()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	// Harmless if the commit never happens, and written before it (as
+	// journal.Replicated arms its timer before the compare-and-set).
+	if w.Timer != nil {
+		j.timers[w.Timer.ID] = *w.Timer
+	}
+	if w.Record != nil {
+		cur := j.records[fp]
+		if cur.rev != sess.rev && !j.noCAS {
+			h.mu.Lock()
+			sess.loaded, sess.rev = false, 0
+			h.mu.Unlock()
+			return journal.ErrConflict
+		}
+		data, err := json.Marshal(w.Record)
+		if err != nil {
+			return fmt.Errorf("sim journal: %w", err)
+		}
+		next := cur.rev + 1
+		j.records[fp] = storedRecord{rev: next, data: data}
+		j.commits++
+		h.mu.Lock()
+		sess.loaded, sess.rev = true, next
+		h.mu.Unlock()
+	}
+	if w.Receipt != nil {
+		rs := j.receipts[fp]
+		// Numbered by the record: a replayed receipt replaces its number.
+		n := int(w.Record.ReceiptSeq)
+		for len(rs) < n {
+			rs = append(rs, schema.Receipt{})
+		}
+		rs[n-1] = cloneReceipt(*w.Receipt)
+		j.receipts[fp] = rs
+	}
+	if w.Attempt != nil {
+		j.attempts[fp+"\x00"+w.Attempt.AttemptID] = *w.Attempt
+	}
+	if w.CancelTimer {
+		delete(j.timers, journal.TimerID(fp))
+	}
+	switch {
+	case w.Indeterminate > 0:
+		j.indet[fp] = w.SinceMs
+	case w.Indeterminate < 0:
+		delete(j.indet, fp)
+	}
+	if w.Ended != nil {
+		j.ended[w.Ended.Ref] = w.Ended.Ended
+	}
+	return nil
+}
+
+// checkWrites refuses what journal.Writes.check refuses (unexported there).
+func checkWrites(w journal.Writes) error {
+	switch {
+	case w.Receipt != nil && w.Record == nil:
+		return fmt.Errorf("%w: a receipt without its record", journal.ErrBadWrites)
+	case w.Receipt != nil && w.Record.ReceiptSeq == 0:
+		return fmt.Errorf("%w: a receipt numbered 0", journal.ErrBadWrites)
+	case w.Timer != nil && w.CancelTimer:
+		return fmt.Errorf("%w: a timer both added and cancelled", journal.ErrBadWrites)
+	}
+	return nil
+}
+
+func (h *journalHandle) Receipts(fp string) ([]schema.Receipt, error) {
+	h.j.mu.Lock()
+	defer h.j.mu.Unlock()
+	out := make([]schema.Receipt, 0, len(h.j.receipts[fp]))
+	for _, r := range h.j.receipts[fp] {
+		out = append(out, cloneReceipt(r))
+	}
+	return out, nil
+}
+
+func (h *journalHandle) Attempt(fp, attemptID string) (journal.Attempt, bool, error) {
+	h.j.mu.Lock()
+	defer h.j.mu.Unlock()
+	a, ok := h.j.attempts[fp+"\x00"+attemptID]
+	return a, ok, nil
+}
+
+func (h *journalHandle) Ended(ref schema.ProposalRef) (kv.Ended, bool, error) {
+	h.j.mu.Lock()
+	defer h.j.mu.Unlock()
+	e, ok := h.j.ended[ref]
+	return e, ok, nil
+}
+
+func (h *journalHandle) Indeterminates() ([]kv.Indeterminate, error) {
+	h.j.mu.Lock()
+	defer h.j.mu.Unlock()
+	out := make([]kv.Indeterminate, 0, len(h.j.indet))
+	for fp, since := range h.j.indet {
+		out = append(out, kv.Indeterminate{Fingerprint: fp, SinceMs: since})
+	}
+	slices.SortFunc(out, func(a, b kv.Indeterminate) int {
+		if a.Fingerprint < b.Fingerprint {
+			return -1
+		}
+		return 1
+	})
+	return out, nil
+}
+
+func (h *journalHandle) CountIndeterminate() (int, error) {
+	h.j.mu.Lock()
+	defer h.j.mu.Unlock()
+	return len(h.j.indet), nil
+}
+
+func cloneReceipt(r schema.Receipt) schema.Receipt {
+	var out schema.Receipt
+	mustUnmarshal(mustMarshal(r), &out)
+	return out
+}
+
+func mustMarshal(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func mustUnmarshal(b []byte, v any) {
+	if err := json.Unmarshal(b, v); err != nil {
+		panic(err)
+	}
+}
