@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/portcullis/portcullis/internal/journal"
@@ -21,9 +22,9 @@ import (
 // fingerprint with a revision; Commit is a compare-and-set against the
 // revision the first Load under Lock returned (none: expects no record),
 // and a commit that loses changes nothing but what is harmless on its own
-// — like journal.Replicated, it arms its timer before the compare-and-set,
-// so a poll can fire for a commit that never happened; the rest lands
-// only with the record. What it does not
+// — like journal.Replicated, it arms its timer before the compare-and-set
+// (keyed as timers.Schedules keys it, never cancelled), so a poll can fire
+// for a commit that never happened; the rest lands only with the record. What it does not
 // model: the replicated journal's After writes (receipt, attempt, index)
 // being repaired by the next commit when they fail — here they land with
 // the record, as in the Pebble batch — and storage errors or
@@ -38,7 +39,11 @@ type sharedJournal struct {
 	attempts map[string]journal.Attempt // fingerprint + "\x00" + attempt id
 	ended    map[schema.ProposalRef]kv.Ended
 	indet    map[string]int64
-	timers   map[string]kv.Timer // by timer id
+	// timers are the armed timers by ID and MsgID, as timers.Schedules
+	// keeps them for the replicated journal: arming the same poll again
+	// replaces it, another poll of the fingerprint is another timer, and
+	// nothing cancels one (a stale poll is ignored by the stage).
+	timers map[string]kv.Timer
 	// noCAS plants a bug: Commit writes whatever was loaded last, without
 	// comparing (read-then-write instead of compare-and-set).
 	noCAS bool
@@ -157,7 +162,7 @@ func (h *journalHandle) Commit(fp string, w journal.Writes) error {
 	// Harmless if the commit never happens, and written before it (as
 	// journal.Replicated arms its timer before the compare-and-set).
 	if w.Timer != nil {
-		j.timers[w.Timer.ID] = *w.Timer
+		j.timers[w.Timer.ID+"\x00"+w.Timer.MsgID] = *w.Timer
 	}
 	if w.Record != nil {
 		cur := j.records[fp]
@@ -191,9 +196,7 @@ func (h *journalHandle) Commit(fp string, w journal.Writes) error {
 	if w.Attempt != nil {
 		j.attempts[fp+"\x00"+w.Attempt.AttemptID] = *w.Attempt
 	}
-	if w.CancelTimer {
-		delete(j.timers, journal.TimerID(fp))
-	}
+	// w.CancelTimer: timers.Schedules has no cancel (see timers).
 	switch {
 	case w.Indeterminate > 0:
 		j.indet[fp] = w.SinceMs
@@ -283,4 +286,37 @@ func mustUnmarshal(b []byte, v any) {
 	if err := json.Unmarshal(b, v); err != nil {
 		panic(err)
 	}
+}
+
+// armed lists the armed timers, in due order (deterministic).
+func (j *sharedJournal) armed() []kv.Timer {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	out := make([]kv.Timer, 0, len(j.timers))
+	for _, t := range j.timers {
+		out = append(out, t)
+	}
+	slices.SortFunc(out, func(a, b kv.Timer) int {
+		if a.DueMs != b.DueMs {
+			return int(a.DueMs - b.DueMs)
+		}
+		return strings.Compare(a.MsgID, b.MsgID)
+	})
+	return out
+}
+
+// due removes and returns the timers due at nowMs, in due order.
+func (j *sharedJournal) due(nowMs int64) []kv.Timer {
+	var out []kv.Timer
+	for _, t := range j.armed() {
+		if t.DueMs <= nowMs {
+			out = append(out, t)
+		}
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, t := range out {
+		delete(j.timers, t.ID+"\x00"+t.MsgID)
+	}
+	return out
 }

@@ -1,0 +1,376 @@
+package sim
+
+import (
+	"errors"
+	"strconv"
+
+	"github.com/portcullis/portcullis/internal/journal"
+	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/stages"
+	"github.com/portcullis/portcullis/stages/dispatch"
+	"github.com/portcullis/portcullis/stages/reconciliation"
+)
+
+// task is one delivery of one message at one processor: the simulated
+// shell. Its actions mirror Stage.run of stages/dispatch and
+// stages/reconciliation (the real shells block in their calls, so they
+// cannot be interleaved without goroutines); between any two actions the
+// processor may crash or pause, and other processors run.
+type task struct {
+	w      *World
+	p      *proc
+	m      *message
+	gen    int
+	epoch  int
+	unlock func()
+
+	df        dispatch.Facts
+	lease     journal.Record // the in-flight record this task's call was made under
+	rf        reconciliation.Facts
+	conflicts int
+}
+
+// next runs fn as the task's next action, after a little processing time,
+// unless the processor crashed meanwhile (or crashes now); a paused
+// processor runs it when it resumes.
+func (t *task) next(where string, fn func()) {
+	w := t.w
+	var run func()
+	run = func() {
+		if !t.p.alive || t.p.epoch != t.epoch {
+			return // the run that started this task is gone
+		}
+		if t.p.pausedUntil > w.now {
+			w.at(t.p.pausedUntil, run)
+			return
+		}
+		if !w.fault(t.p, where) {
+			return
+		}
+		if t.p.pausedUntil > w.now {
+			w.at(t.p.pausedUntil, run) // paused right here: the action runs on resume
+			return
+		}
+		fn()
+	}
+	w.at(w.now+1+w.rng.Int64N(20), run)
+}
+
+func (t *task) now() int64 { return t.w.procNow(t.p) }
+
+// fail ends the delivery with a handler error: the runner redelivers it
+// with a backoff and, after runnerRetries failures, asks GiveUp.
+func (t *task) fail(err error) {
+	t.w.tracef("p%d %s: handler error: %v", t.p.id, t.m.msgID, err)
+	t.release()
+	if t.m.gen == t.gen && t.m.owner == t.p {
+		t.m.failures++
+		t.m.owner = nil
+		t.m.availableAt = t.w.now + stages.Backoff(250e6, 5e9, t.m.failures).Milliseconds()
+		t.w.at(t.m.availableAt, t.w.deliver)
+	}
+}
+
+func (t *task) release() {
+	if t.unlock != nil {
+		t.unlock()
+		t.unlock = nil
+	}
+	t.p.busy = false
+	t.w.at(t.w.now, t.w.deliver)
+}
+
+// finish publishes the outcomes (and hand-offs), then acks or asks for
+// a redelivery after retry — two actions, so that a crash can come
+// between the publication and the ack.
+func (t *task) finish(outcomes []schema.Outcome, publish func(), retry int64) {
+	w := t.w
+	for _, o := range outcomes {
+		ref := o.To()
+		w.outcomes[ref] = append(w.outcomes[ref], o)
+		w.tracef("p%d outcome %s: %s terminal=%v %s", t.p.id, ref.ProposalID, o.Kind, o.Terminal, codes(o))
+	}
+	if publish != nil {
+		publish()
+	}
+	t.next("before ack", func() {
+		t.release()
+		m := t.m
+		if m.gen != t.gen || m.owner != t.p {
+			w.tracef("p%d: stale ack of %s ignored", t.p.id, m.msgID)
+			return
+		}
+		m.owner = nil
+		if retry > 0 {
+			m.requested++
+			m.availableAt = w.now + retry
+			w.tracef("p%d: %s again in %dms", t.p.id, m.msgID, retry)
+			w.at(m.availableAt, w.deliver)
+			return
+		}
+		m.done = true
+		w.tracef("p%d: ack %s", t.p.id, m.msgID)
+	})
+}
+
+func codes(o schema.Outcome) string {
+	s := ""
+	for _, i := range o.Incidents {
+		s += string(i.Code) + " "
+	}
+	return s
+}
+
+// ---- dispatch: Stage.run ----
+
+func (t *task) startDispatch(givingUp bool) {
+	t.next("dispatch start", func() {
+		t.unlock = t.p.store.Lock(fp)
+		// facts
+		env := t.m.env
+		f := dispatch.Facts{Env: env, Now: t.now(), GivingUp: givingUp, Self: t.p.self}
+		if e, found, _ := t.p.store.Ended(env.Ref()); found {
+			f.Ended = &e
+		}
+		rec, found, err := t.p.store.Load(fp)
+		if err != nil {
+			t.fail(err)
+			return
+		}
+		f.Provider, f.Known, f.Adapter = provConfig, true, "sim"
+		if !found {
+			rec = journal.New(journal.IdentityOf(env), f.Adapter, f.Now)
+		}
+		f.Record, f.Found = rec, found
+		t.df = f
+		t.next("dispatch step", t.dispatchStep)
+	})
+}
+
+func (t *task) dispatchStep() {
+	w, f := t.w, &t.df
+	d := dispatch.Step(*f, dispatchRules())
+	if d.Call == dispatch.CallProvider && f.Dispatched {
+		w.violate("dispatch: a step asked to call the provider twice")
+		t.fail(errTwice)
+		return
+	}
+	err := t.p.store.Commit(fp, d.Writes)
+	w.armed() // a losing commit armed its timer too
+	if err != nil {
+		if errors.Is(err, journal.ErrConflict) && t.conflicts < maxConflicts {
+			t.conflicts++
+			w.tracef("p%d dispatch %s: conflict, reload", t.p.id, f.Env.Proposal.ProposalID)
+			t.dispatchReload()
+			return
+		}
+		t.fail(err)
+		return
+	}
+	if rec := d.Writes.Record; rec != nil {
+		w.tracef("p%d dispatch %s: committed state=%s receipt=%v redispatches=%d", t.p.id, f.Env.Proposal.ProposalID, rec.State, d.Writes.Receipt != nil, rec.Redispatches)
+	}
+	switch d.Call {
+	case dispatch.CallDisclosure:
+		w.violate("dispatch asked for a disclosure the simulation's proposals do not plan")
+		t.fail(errTwice)
+	case dispatch.CallProvider:
+		f.Record = *d.Writes.Record
+		t.lease = f.Record
+		t.next("dispatch after in-flight", t.dispatchSend)
+	default:
+		var outs []schema.Outcome
+		if d.Outcome != nil {
+			outs = append([]schema.Outcome{*d.Outcome}, d.Others...)
+		}
+		env := f.Env
+		var hold func()
+		if d.Hold {
+			hold = func() {
+				id := "held/" + journal.Hex(fp) + "/" + env.Proposal.ProposalID + "/" + strconv.Itoa(d.Writes.Record.Redispatches)
+				if !w.msgIDs[id] {
+					w.msgIDs[id] = true
+					w.held[journal.Hex(fp)] = schema.MustMarshal(*env)
+					w.tracef("p%d holds %s", t.p.id, id)
+				}
+			}
+		}
+		t.finish(outs, hold, d.Retry.Milliseconds())
+	}
+}
+
+// dispatchSend is Stage.dispatch: the processor's own not_after_ms check,
+// then (a separate action: a stall can come between) the send.
+func (t *task) dispatchSend() {
+	w, f := t.w, &t.df
+	if schema.Late(f.Record.InFlightUntilMs, t.now()) {
+		w.tracef("p%d: lease ended before the send; not sent", t.p.id)
+		f.Reply, f.CallErr, f.Dispatched, f.Now = schema.LateReply(), nil, true, t.now()
+		t.next("dispatch after reply", t.dispatchStep)
+		return
+	}
+	req := schema.DispatchRequest{
+		Schema: schema.SchemaDispatch, Fingerprint: f.Record.Fingerprint, IdempotencyKey: f.Record.IdempotencyKey,
+		Provider: f.Env.Proposal.Intent.Provider, Referent: f.Record.Referent, NotAfterMs: f.Record.InFlightUntilMs,
+	}
+	t.next("dispatch before send", func() {
+		w.tracef("p%d sends %s (not_after %d)", t.p.id, f.Env.Proposal.ProposalID, req.NotAfterMs-start)
+		w.call(t, "dispatch", func() schema.AdapterReply { return w.prov.dispatch(req) }, func(r schema.AdapterReply, err error) {
+			f.Reply, f.CallErr, f.Dispatched, f.Now = r, err, true, t.now()
+			w.tracef("p%d dispatch reply %q err=%v", t.p.id, r.Outcome, err)
+			t.dispatchStep()
+		})
+	})
+}
+
+// dispatchReload is Stage.reload.
+func (t *task) dispatchReload() {
+	f := &t.df
+	rec, found, err := t.p.store.Load(fp)
+	if err != nil {
+		t.fail(err)
+		return
+	}
+	f.Now = t.now()
+	if !found {
+		rec = journal.New(journal.IdentityOf(f.Env), f.Adapter, f.Now)
+	}
+	f.Record, f.Found = rec, found
+	if f.Ended == nil {
+		if e, found, _ := t.p.store.Ended(f.Env.Ref()); found {
+			f.Ended = &e
+		}
+	}
+	if t.w.cfg.GuardStaleReply && f.Dispatched && dispatch.NotInvoked(f.Reply, f.CallErr) && !sameLease(t.lease, rec) {
+		// Finding 1 (see doc.go): the reply proves only that this call's
+		// request was not acted on; the record is another dispatch's now.
+		t.w.tracef("p%d: not-invoked reply of an older lease dropped (guard)", t.p.id)
+		f.Dispatched, f.Reply, f.CallErr = false, schema.AdapterReply{}, nil
+	}
+	if t.w.cfg.Bug == BugForgetCall {
+		f.Dispatched, f.Reply, f.CallErr = false, schema.AdapterReply{}, nil
+	}
+	t.next("dispatch step after reload", t.dispatchStep)
+}
+
+// ---- reconciliation: Stage.run ----
+
+func (t *task) startReconcile(mayQuery bool) {
+	t.next("reconcile start", func() {
+		t.unlock = t.p.store.Lock(fp)
+		t.rf = reconciliation.Facts{Trigger: t.m.trigger, MayQuery: mayQuery}
+		t.reconcileLoad()
+	})
+}
+
+// reconcileLoad is Stage.load.
+func (t *task) reconcileLoad() {
+	f := &t.rf
+	n := f.Trigger.Attempt
+	rec, found, err := t.p.store.Load(fp)
+	if err != nil {
+		t.fail(err)
+		return
+	}
+	f.Record, f.Found, f.Now = rec, found, t.now()
+	f.Checkpoint, f.CheckpointFound, f.Previous, f.PreviousFound = journal.Attempt{}, false, journal.Attempt{}, false
+	if found && !f.Trigger.Announce {
+		switch {
+		case n == rec.ReconcileAttempt:
+			f.Checkpoint, f.CheckpointFound, _ = t.p.store.Attempt(fp, journal.AttemptID(fp, n))
+		case n == rec.ReconcileAttempt+1 && rec.ReconcileAttempt > 0:
+			f.Previous, f.PreviousFound, _ = t.p.store.Attempt(fp, journal.AttemptID(fp, rec.ReconcileAttempt))
+		}
+	}
+	t.next("reconcile step", t.reconcileStep)
+}
+
+func (t *task) reconcileStep() {
+	w, f := t.w, &t.rf
+	d := reconciliation.Step(*f, reconcileRules())
+	if d.Call && f.Queried {
+		w.violate("reconciliation: a step asked to query twice")
+		t.fail(errTwice)
+		return
+	}
+	err := t.p.store.Commit(fp, d.Writes)
+	w.armed() // a losing commit armed its timer too
+	if err != nil {
+		if errors.Is(err, journal.ErrConflict) && t.conflicts < maxConflicts {
+			t.conflicts++
+			w.tracef("p%d reconcile %d: conflict, reload", t.p.id, f.Trigger.Attempt)
+			t.reconcileLoad()
+			return
+		}
+		t.fail(err)
+		return
+	}
+	if rec := d.Writes.Record; rec != nil {
+		w.tracef("p%d reconcile %d: committed state=%s receipt=%v attempt=%d", t.p.id, f.Trigger.Attempt, rec.State, d.Writes.Receipt != nil, rec.ReconcileAttempt)
+	}
+	switch {
+	case d.ReadHeld:
+		f.Held, f.HeldRead = nil, true
+		if h, ok := w.held[journal.Hex(fp)]; ok {
+			f.Held = append([]byte(nil), h...)
+		}
+		t.next("reconcile after held", t.reconcileStep)
+	case d.Call:
+		f.Record, f.Checkpoint, f.CheckpointFound = *d.Writes.Record, *d.Writes.Attempt, true
+		id := d.Writes.Attempt.AttemptID
+		prev := f.Record.Receipt
+		req := schema.ReconcileRequest{Schema: schema.SchemaReconcile, Fingerprint: fp, IdempotencyKey: f.Record.IdempotencyKey,
+			AttemptID: id, ProviderActionID: prev.ProviderActionID, PreviousReceiptID: prev.ReceiptID}
+		t.next("reconcile after checkpoint", func() {
+			w.call(t, "reconcile "+id, func() schema.AdapterReply { return w.prov.reconcile(req) }, func(r schema.AdapterReply, err error) {
+				f.Reply, f.CallErr, f.Queried, f.Now = r, err, true, t.now()
+				w.tracef("p%d reconcile reply %q err=%v", t.p.id, r.Outcome, err)
+				t.reconcileStep()
+			})
+		})
+	default:
+		if d.Note != "" {
+			w.tracef("p%d reconcile %d: %s", t.p.id, f.Trigger.Attempt, d.Note)
+		}
+		var hand func()
+		if d.Redispatch != nil {
+			n := 0
+			if d.Writes.Record != nil {
+				n = d.Writes.Record.Redispatches
+			}
+			data := d.Redispatch
+			hand = func() {
+				var env schema.Envelope
+				if err := schema.DecodeEnvelope(data, &env); err != nil || env.Grounded == nil || env.Grounded.Fingerprint != fp {
+					w.violate("a held envelope that is not the intent's")
+					return
+				}
+				w.publish(&message{stage: stageDispatch, env: &env, msgID: "redispatch/" + journal.Hex(fp) + "/" + strconv.Itoa(n)})
+			}
+		}
+		t.finish(d.Outcomes, hand, d.Retry.Milliseconds())
+	}
+}
+
+// armed schedules the firing of the journal's timers (the scheduler).
+func (w *World) armed() {
+	for _, tm := range w.j.armed() {
+		w.at(tm.DueMs, w.fireTimers)
+	}
+}
+
+// fireTimers publishes every due timer, in due order, and removes it; a
+// message id the stream saw is a duplicate.
+func (w *World) fireTimers() {
+	for _, tm := range w.j.due(w.now) {
+		var tr journal.Trigger
+		mustUnmarshal(tm.Data, &tr)
+		w.publish(&message{stage: stageReconcile, trigger: tr, msgID: tm.MsgID})
+	}
+}
+
+// sameLease reports whether rec is still the in-flight record a call was
+// made under (same writer, same lease).
+func sameLease(lease, rec journal.Record) bool {
+	return rec.InFlightBy == lease.InFlightBy && rec.InFlightUntilMs == lease.InFlightUntilMs && rec.DispatchAttempts == lease.DispatchAttempts
+}

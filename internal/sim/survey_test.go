@@ -1,0 +1,32 @@
+package sim
+
+import (
+	"os"
+	"regexp"
+	"strconv"
+	"testing"
+)
+
+// TestSurvey (PORTCULLIS_SIM_SURVEY=n) runs seeds 1..n without stopping
+// and counts the violations by kind, with the first seed of each: a long
+// search that maps what the simulation finds.
+func TestSurvey(t *testing.T) {
+	n, _ := strconv.ParseUint(os.Getenv("PORTCULLIS_SIM_SURVEY"), 10, 64)
+	if n == 0 {
+		t.Skip("PORTCULLIS_SIM_SURVEY=n runs seeds 1..n and counts the violations")
+	}
+	digits := regexp.MustCompile(`p-\d|\d+`)
+	first, count := map[string]uint64{}, map[string]int{}
+	for seed := uint64(1); seed <= n; seed++ {
+		for _, v := range New(Config{Seed: seed, GuardStaleReply: os.Getenv("PORTCULLIS_SIM_UNGUARDED") == ""}).Run() {
+			k := digits.ReplaceAllString(v, "#")
+			if count[k] == 0 {
+				first[k] = seed
+			}
+			count[k]++
+		}
+	}
+	for k, c := range count {
+		t.Logf("%6d× %s (first: seed %d)", c, k, first[k])
+	}
+}
