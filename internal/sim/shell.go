@@ -141,6 +141,9 @@ func (t *task) startDispatch(givingUp bool) {
 		if !found {
 			rec = journal.New(journal.IdentityOf(env), f.Adapter, f.Now)
 		}
+		if t.w.cfg.Bug == BugResendOwn && rec.State == journal.StateInFlight && rec.InFlightBy == t.p.self {
+			rec.State = journal.StateNotInvoked // planted: "my own, so never sent"
+		}
 		f.Record, f.Found = rec, found
 		t.df = f
 		t.next("dispatch step", t.dispatchStep)
@@ -247,9 +250,6 @@ func (t *task) dispatchReload() {
 		t.w.tracef("p%d: not-invoked reply of an older lease dropped (guard)", t.p.id)
 		f.Dispatched, f.Reply, f.CallErr = false, schema.AdapterReply{}, nil
 	}
-	if t.w.cfg.Bug == BugForgetCall {
-		f.Dispatched, f.Reply, f.CallErr = false, schema.AdapterReply{}, nil
-	}
 	t.next("dispatch step after reload", t.dispatchStep)
 }
 
@@ -345,7 +345,7 @@ func (t *task) reconcileStep() {
 					w.violate("a held envelope that is not the intent's")
 					return
 				}
-				w.publish(&message{stage: stageDispatch, env: &env, msgID: "redispatch/" + journal.Hex(fp) + "/" + strconv.Itoa(n)})
+				w.publish(&message{stage: stageDispatch, env: &env, msgID: "redispatch/" + journal.Hex(fp) + "/" + strconv.Itoa(n), dedup: true})
 			}
 		}
 		t.finish(d.Outcomes, hand, d.Retry.Milliseconds())
@@ -359,8 +359,8 @@ func (w *World) armed() {
 	}
 }
 
-// fireTimers publishes every due timer, in due order, and removes it; a
-// message id the stream saw is a duplicate.
+// fireTimers publishes every due timer, in due order, and removes it
+// (without a message id: see message.dedup).
 func (w *World) fireTimers() {
 	for _, tm := range w.j.due(w.now) {
 		var tr journal.Trigger

@@ -15,10 +15,11 @@ func TestSurvey(t *testing.T) {
 	if n == 0 {
 		t.Skip("PORTCULLIS_SIM_SURVEY=n runs seeds 1..n and counts the violations")
 	}
+	bug, _ := strconv.Atoi(os.Getenv("PORTCULLIS_SIM_BUG"))
 	digits := regexp.MustCompile(`p-\d|\d+`)
 	first, count := map[string]uint64{}, map[string]int{}
 	for seed := uint64(1); seed <= n; seed++ {
-		for _, v := range New(Config{Seed: seed, GuardStaleReply: os.Getenv("PORTCULLIS_SIM_UNGUARDED") == ""}).Run() {
+		for _, v := range New(Config{Seed: seed, Bug: Bug(bug), GuardStaleReply: guarded()}).Run() {
 			k := digits.ReplaceAllString(v, "#")
 			if count[k] == 0 {
 				first[k] = seed

@@ -1,24 +1,3 @@
-// Package sim is a deterministic simulation of the dispatch fence (issue
-// 26, item 2): two or three simulated processors run the real
-// dispatch.Step and reconciliation.Step, in shells that mirror
-// stages/dispatch and stages/reconciliation's (lock, load, step, commit,
-// call, step again), against a simulated shared journal (compare-and-set
-// per fingerprint), a simulated work queue with ack waits and
-// redelivery, a simulated timer scheduler, held-envelope stream and
-// provider. Everything is driven by one seed: no real time (a simulated
-// clock in ms), no goroutines, one event at a time.
-//
-// Faults the seed injects: a processor crashing before any action of its
-// shell (losing its in-memory state; its input is redelivered after the
-// ack wait), a processor pausing past its lease (its input redelivered to
-// another while it is frozen; it resumes where it stopped), a provider
-// reply lost (the call times out, the result unknown), a request delayed
-// in the network, a provider outage (no responders), and clock skew
-// between every processor and the provider within approval.clock_skew.
-//
-// After every run, Check verifies the invariants (check.go). Bug plants a
-// known bug into the simulation's own parts (never into the real code),
-// to show that the checks catch it.
 package sim
 
 import (
@@ -47,17 +26,17 @@ const (
 	// BugNoCAS: the journal writes what a processor loaded without
 	// comparing (read-then-write instead of compare-and-set).
 	BugNoCAS
-	// BugForgetCall: the dispatch shell, reloading after a conflict,
-	// forgets that it already called the provider (the rule "a caller that
-	// has called a provider since its Load never calls it again" broken).
-	BugForgetCall
+	// BugResendOwn: a processor that restarts and finds its own in-flight
+	// record without a receipt takes it for a request never sent and sends
+	// it again (instead of DISPATCH_INTERRUPTED).
+	BugResendOwn
 	// BugLateAccepted: the provider's connector acts on requests past
 	// their not_after_ms (the fence's far side missing).
 	BugLateAccepted
 )
 
 func (b Bug) String() string {
-	return [...]string{"none", "read-then-write journal", "shell forgets its call after a conflict", "connector ignores not_after_ms"}[b]
+	return [...]string{"none", "read-then-write journal", "resend after its own interruption", "connector ignores not_after_ms"}[b]
 }
 
 // Config is one run.
@@ -185,7 +164,7 @@ func New(cfg Config) *World {
 		w.envs[ref] = env
 		w.proposals = append(w.proposals, ref)
 		w.at(start+w.rng.Int64N(3000), func() {
-			w.publish(&message{stage: stageDispatch, env: env, msgID: "proposal/" + ref.ProposalID})
+			w.publish(&message{stage: stageDispatch, env: env, msgID: "proposal/" + ref.ProposalID, dedup: true})
 		})
 	}
 	return w
@@ -276,6 +255,10 @@ type message struct {
 	env     *schema.Envelope // dispatch
 	trigger journal.Trigger  // reconciliation
 	msgID   string
+	// dedup: the stream drops a message whose id it saw. Timer messages
+	// have none: timers.Schedules publishes schedules without
+	// Nats-Msg-Id, so a poll armed twice may fire twice.
+	dedup bool
 
 	availableAt int64
 	owner       *proc // the processor holding the current delivery
@@ -287,7 +270,7 @@ type message struct {
 
 // publish stores a message unless its id was seen (a duplicate).
 func (w *World) publish(m *message) {
-	if w.msgIDs[m.msgID] {
+	if m.dedup && w.msgIDs[m.msgID] {
 		w.tracef("publish %s: duplicate", m.msgID)
 		return
 	}

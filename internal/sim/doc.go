@@ -1,0 +1,63 @@
+// Package sim is a deterministic simulation of the dispatch fence (issue
+// 26, item 2): two or three simulated processors run the real
+// dispatch.Step and reconciliation.Step, in shells that mirror
+// stages/dispatch and stages/reconciliation's Stage.run (lock, load, step,
+// commit, call, step again, reload on a conflict), against a simulated
+// shared journal (compare-and-set per fingerprint, held to the journaltest
+// conformance suite), a simulated work queue (ack wait, redelivery,
+// RetryAfter, give-up after the runner's limits), timers armed before the
+// commit and never cancelled (timers.Schedules), the held-envelope stream
+// and a provider. Everything is driven by one seed (math/rand/v2 PCG): no
+// real time (a simulated clock in ms), no goroutines, one event at a time.
+//
+// Faults the seed injects: a processor crashing before any action of its
+// shell (losing its memory, locks and journal sessions; its input is
+// redelivered after the ack wait; it restarts with the same instance id), a
+// processor pausing past its lease (no heartbeat: its input goes to
+// another; it resumes where it stopped), a provider reply lost (the call
+// times out, the result unknown), a request delayed in the network, a
+// provider outage (no responders), and clock skew between every processor
+// and the provider within approval.clock_skew.
+//
+// Real: dispatch.Step, reconciliation.Step, dispatch.LeaseWait and
+// NotInvoked, journal.Record and its transitions, schema.Late. Modelled:
+// the shells (the real ones block in their calls, so they cannot be
+// interleaved without goroutines; each action of the model is one of
+// theirs, and the crash points are between any two), the journal store,
+// JetStream, the scheduler, the provider. Not modelled: disclosure, the
+// activity snapshot, operator settlement, the grant and policy beyond a
+// valid grant, the replicated journal's after-writes being repaired by a
+// later commit, storage errors and ErrUncertain, the runner's retry counts
+// being per process (here per message), JetStream's duplicate window
+// (unbounded here), more than one intent per run.
+//
+// Findings (in the real code, on main when this was written):
+//
+// Finding 1 — dispatch.Step applies a not-invoked reply to another
+// dispatch's record. A processor pauses past its lease between its
+// in-flight record and the send; meanwhile the dispatch is declared
+// interrupted, reconciliation finds the request lost and the intent is
+// dispatched again by another processor, whose request reaches the
+// provider. The paused processor resumes, its request is refused as late
+// (by its own check or the connector's), its commit conflicts, it reloads
+// and steps again with its reply: Step marks the OTHER processor's
+// in-flight record not-invoked, and the next delivery sends the intent
+// again — the provider acts twice (seed 5175; 13 of 50,000 seeds without
+// the guard, plus 7 that end FAILED_BEFORE_DISPATCH although the provider
+// acted). A not-invoked reply proves only that its own lease's request was
+// not acted on. Config.GuardStaleReply models the fix in the simulated
+// shell (drop the reply when the reloaded record is not the in-flight
+// record the call was made under; Step then waits for the other lease,
+// answers from its receipt, or declares it interrupted); the fix belongs
+// in dispatch.Step (compare InFlightBy/InFlightUntilMs/DispatchAttempts of
+// the reloaded record with those the call was made under).
+//
+// Finding 2 — a stale outcome after the terminal one. A processor that
+// loaded the record (receipt RECONCILIATION_REQUIRED), paused, and resumed
+// after reconciliation confirmed the effect publishes the stale
+// non-terminal outcome after CONFIRMED: Step decided on a record that no
+// commit compared (it wrote nothing). The stale outcome carries the older
+// receipt (recorded_at_ms earlier than the terminal one's), so a client
+// that orders by receipt can tell; the check accepts exactly that. SPEC
+// does not say whether outcomes may arrive out of order.
+package sim
