@@ -52,6 +52,21 @@
 // in dispatch.Step (compare InFlightBy/InFlightUntilMs/DispatchAttempts of
 // the reloaded record with those the call was made under).
 //
+// Finding 3 — reconciliation judges an answer of absence by the time
+// after it came back. reconciliation.Step believes failed_before_dispatch
+// only once f.Now is past the request's not_after_ms plus the clock skew
+// (AbsentAfter), but the shell reads f.Now after the reply returns. A
+// processor that stalls between the provider's answer and that read (the
+// simulation pauses it there) turns an answer given before the fence
+// into one believed after it: the request still in the network reaches
+// the provider in time and is acted on, the intent is dispatched again,
+// and the provider acts twice (seed 55056; 2 of 100,000 seeds with
+// finding 1 guarded). The moment that makes an answer trustworthy is when
+// the question was asked: the attempt's checkpoint (StartedAtMs, written
+// before the call). Config.GuardAskTime models that fix in the shell. (By
+// reasoning, not shown here: a slow reply path alone could do the same
+// when approval.clock_skew is shorter than the provider's timeout.)
+//
 // Finding 2 — a stale outcome after the terminal one. A processor that
 // loaded the record (receipt RECONCILIATION_REQUIRED), paused, and resumed
 // after reconciliation confirmed the effect publishes the stale

@@ -324,6 +324,9 @@ func (t *task) reconcileStep() {
 		t.next("reconcile after checkpoint", func() {
 			w.call(t, "reconcile "+id, func() schema.AdapterReply { return w.prov.reconcile(req) }, func(r schema.AdapterReply, err error) {
 				f.Reply, f.CallErr, f.Queried, f.Now = r, err, true, t.now()
+				if w.cfg.GuardAskTime {
+					f.Now = min(f.Now, f.Checkpoint.StartedAtMs) // finding 3 (doc.go)
+				}
 				w.tracef("p%d reconcile reply %q err=%v", t.p.id, r.Outcome, err)
 				t.reconcileStep()
 			})

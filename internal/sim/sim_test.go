@@ -47,7 +47,7 @@ func TestSimulation(t *testing.T) {
 	kinds := map[schema.Kind]int{}
 	var acts, steps int
 	for seed := first; seed < first+n; seed++ {
-		w := New(Config{Seed: seed, Trace: replay, GuardStaleReply: guarded()})
+		w := New(Config{Seed: seed, Trace: replay, GuardStaleReply: guarded(), GuardAskTime: guarded()})
 		if v := w.Run(); len(v) > 0 {
 			report(t, seed, NoBug, v)
 			return
@@ -69,7 +69,7 @@ func TestSimulation(t *testing.T) {
 // report fails t with seed's violations and its trace, replayed.
 func report(t *testing.T, seed uint64, bug Bug, v []string) {
 	t.Helper()
-	w := New(Config{Seed: seed, Bug: bug, Trace: true, GuardStaleReply: guarded()})
+	w := New(Config{Seed: seed, Bug: bug, Trace: true, GuardStaleReply: guarded(), GuardAskTime: guarded()})
 	w.Run()
 	tr := w.Trace()
 	const keep = 400
@@ -88,7 +88,7 @@ func TestSimulationCatchesPlantedBug(t *testing.T) {
 	for _, bug := range []Bug{BugNoCAS, BugResendOwn, BugLateAccepted} {
 		t.Run(bug.String(), func(t *testing.T) {
 			for seed := uint64(1); seed <= k; seed++ {
-				w := New(Config{Seed: seed, Bug: bug, GuardStaleReply: true})
+				w := New(Config{Seed: seed, Bug: bug, GuardStaleReply: true, GuardAskTime: true})
 				if v := w.Run(); len(v) > 0 {
 					t.Logf("planted bug %q caught by seed %d (the %d. seed tried): %s", bug, seed, seed, v[0])
 					return
@@ -111,22 +111,33 @@ func TestDeterministic(t *testing.T) {
 	}
 }
 
-// TestFinding1StaleNotInvokedReply replays the seed that found finding 1
-// (doc.go) in the real dispatch.Step: without the simulated shell's guard,
-// a processor paused past its lease hears its own request refused as late,
-// reloads after the conflict, and marks another dispatch's in-flight record
-// not-invoked; the intent is sent again and the provider acts twice. With
-// the guard (the fix proposed for Step), the same seed holds.
-// When dispatch.Step is fixed, the guard goes and this test is turned
-// around: the seed must hold unguarded.
-func TestFinding1StaleNotInvokedReply(t *testing.T) {
-	const seed = 5175 // found by PORTCULLIS_SIM_UNGUARDED=1 PORTCULLIS_SIM_SURVEY=50000
-	v := New(Config{Seed: seed}).Run()
-	if !slices.ContainsFunc(v, func(s string) bool { return strings.Contains(s, "the provider acted 2 times") }) {
-		t.Fatalf("seed %d no longer shows finding 1 unguarded (violations %q): the simulation changed (search again: PORTCULLIS_SIM_UNGUARDED=1 PORTCULLIS_SIM_SURVEY=50000 go test ./internal/sim -run TestSurvey -v) or dispatch.Step was fixed", seed, v)
-	}
-	t.Logf("seed %d unguarded: %s", seed, strings.Join(v, "; "))
-	if v := New(Config{Seed: seed, GuardStaleReply: true}).Run(); len(v) > 0 {
-		t.Fatalf("seed %d guarded: %q", seed, v)
+// TestFindings replays the seeds that found bugs in the real Step
+// functions (doc.go): without the simulated shell's guard for a finding,
+// its seed makes the provider act twice; with every guard (the fixes
+// proposed), the same seed holds. When a Step is fixed, its guard goes
+// and its case here is turned around: the seed must hold unguarded.
+// A change to the simulation moves its seeds: search again with
+// PORTCULLIS_SIM_UNGUARDED=1 PORTCULLIS_SIM_SURVEY=100000 go test ./internal/sim -run TestSurvey -v.
+func TestFindings(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		seed uint64
+		cfg  Config // the guards left on
+	}{
+		{"1 a late reply reopens another dispatch", 5175, Config{}},
+		{"3 an answer judged by the time after it came back", 55056, Config{GuardStaleReply: true}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := c.cfg
+			cfg.Seed = c.seed
+			v := New(cfg).Run()
+			if !slices.ContainsFunc(v, func(s string) bool { return strings.Contains(s, "the provider acted 2 times") }) {
+				t.Fatalf("seed %d no longer shows the finding unguarded (violations %q): the simulation changed or the Step was fixed", c.seed, v)
+			}
+			t.Logf("seed %d unguarded: %s", c.seed, strings.Join(v, "; "))
+			if v := New(Config{Seed: c.seed, GuardStaleReply: true, GuardAskTime: true}).Run(); len(v) > 0 {
+				t.Fatalf("seed %d guarded: %q", c.seed, v)
+			}
+		})
 	}
 }

@@ -48,6 +48,10 @@ type Config struct {
 	// a not-invoked reply is dropped after a reload that found another
 	// dispatch's record (see doc.go).
 	GuardStaleReply bool
+	// GuardAskTime models the fix of finding 3: reconciliation judges an
+	// answer of absence by the time the question was asked (the attempt's
+	// checkpoint), not by the time after the reply came back.
+	GuardAskTime bool
 }
 
 // Settings of every run (the configuration the processors share).
