@@ -158,16 +158,7 @@ func (t *task) dispatchStep() {
 		t.fail(errTwice)
 		return
 	}
-	err := t.p.store.Commit(fp, d.Writes)
-	w.armed() // a losing commit armed its timer too
-	if err != nil {
-		if errors.Is(err, journal.ErrConflict) && t.conflicts < maxConflicts {
-			t.conflicts++
-			w.tracef("p%d dispatch %s: conflict, reload", t.p.id, f.Env.Proposal.ProposalID)
-			t.dispatchReload()
-			return
-		}
-		t.fail(err)
+	if !t.commit(d.Writes, "dispatch "+f.Env.Proposal.ProposalID, t.dispatchReload) {
 		return
 	}
 	if rec := d.Writes.Record; rec != nil {
@@ -293,16 +284,7 @@ func (t *task) reconcileStep() {
 		t.fail(errTwice)
 		return
 	}
-	err := t.p.store.Commit(fp, d.Writes)
-	w.armed() // a losing commit armed its timer too
-	if err != nil {
-		if errors.Is(err, journal.ErrConflict) && t.conflicts < maxConflicts {
-			t.conflicts++
-			w.tracef("p%d reconcile %d: conflict, reload", t.p.id, f.Trigger.Attempt)
-			t.reconcileLoad()
-			return
-		}
-		t.fail(err)
+	if !t.commit(d.Writes, "reconcile "+strconv.Itoa(f.Trigger.Attempt), t.reconcileLoad) {
 		return
 	}
 	if rec := d.Writes.Record; rec != nil {
@@ -376,4 +358,23 @@ func (w *World) fireTimers() {
 // made under (same writer, same lease).
 func sameLease(lease, rec journal.Record) bool {
 	return rec.InFlightBy == lease.InFlightBy && rec.InFlightUntilMs == lease.InFlightUntilMs && rec.DispatchAttempts == lease.DispatchAttempts
+}
+
+// commit commits a step's writes; on a conflict (at most maxConflicts
+// times) it reloads and steps again, on another error the delivery fails.
+// It reports whether the step goes on.
+func (t *task) commit(ws journal.Writes, what string, reload func()) bool {
+	err := t.p.store.Commit(fp, ws)
+	t.w.armed() // a losing commit armed its timer too
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, journal.ErrConflict) && t.conflicts < maxConflicts:
+		t.conflicts++
+		t.w.tracef("p%d %s: conflict, reload", t.p.id, what)
+		reload()
+	default:
+		t.fail(err)
+	}
+	return false
 }
