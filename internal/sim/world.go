@@ -50,7 +50,9 @@ type Config struct {
 	GuardStaleReply bool
 	// GuardAskTime models the fix of finding 3: reconciliation judges an
 	// answer of absence by the time the question was asked (the attempt's
-	// checkpoint), not by the time after the reply came back.
+	// checkpoint), not by the time after the reply came back. (The model
+	// passes the ask time as Facts.Now, so the attempt's receipt time and
+	// its next poll are counted from the ask too.)
 	GuardAskTime bool
 }
 
