@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/stages/dispatch"
+	"github.com/portcullis/portcullis/stages/reconciliation"
 )
 
 // seeds is the search: PORTCULLIS_SIM_SEED=s replays seed s alone (with
@@ -140,4 +143,45 @@ func TestFindings(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFindingsInStep shows findings 1 and 3 on the real Step functions
+// alone, from the facts the simulation reached them with.
+func TestFindingsInStep(t *testing.T) {
+	env := envelope("p-1")
+	now := start + 60_000
+	t.Run("1 a late reply marks another dispatch not-invoked", func(t *testing.T) {
+		// Another processor's in-flight record, its lease running, what this
+		// processor reloaded after its own late request lost the commit.
+		rec := journal.New(journal.IdentityOf(env), "sim", now-1000)
+		rec.AddProposal(env.Ref())
+		rec.State, rec.DispatchAttempts, rec.InFlightAtMs = journal.StateInFlight, 2, now-1000
+		rec.InFlightBy, rec.InFlightUntilMs = "p_other", now+6000
+		f := dispatch.Facts{Env: env, Record: rec, Found: true, Now: now, Self: "p_self", Provider: provConfig, Adapter: "sim", Known: true,
+			Dispatched: true, Reply: schema.LateReply()}
+		d := dispatch.Step(f, dispatchRules())
+		if d.Writes.Record == nil || d.Writes.Record.State != journal.StateNotInvoked {
+			t.Skipf("fixed: Step no longer marks another's in-flight record not-invoked (%+v): drop GuardStaleReply", d)
+		}
+		t.Logf("Step wrote %s over p_other's in-flight record and asks for a retry in %v: the next delivery sends again", d.Writes.Record.State, d.Retry)
+	})
+	t.Run("3 absence judged by the time after the reply", func(t *testing.T) {
+		rec := journal.New(journal.IdentityOf(env), "sim", now-10_000)
+		rec.AddProposal(env.Ref())
+		rec.InFlightBy, rec.InFlightUntilMs = "p_other", now-1000
+		rec.Settle(dispatch.Interrupted(), "interrupted", nil, nil, now-9000)
+		rec.DispatchCode = schema.CodeDispatchInterrupted
+		rec.ReconcileAttempt = 1
+		r := reconcileRules()
+		asked := r.AbsentAfter(rec) - 500 // asked before the fence: the request may still arrive
+		cp := journal.Attempt{AttemptID: journal.AttemptID(fp, 1), Number: 1, StartedAtMs: asked}
+		f := reconciliation.Facts{Trigger: journal.Trigger{Fingerprint: fp, Attempt: 1}, Record: rec, Found: true,
+			Checkpoint: cp, CheckpointFound: true, Now: r.AbsentAfter(rec) + 1, MayQuery: true,
+			Queried: true, Reply: schema.AdapterReply{Outcome: schema.ReplyFailedBeforeDispatch}}
+		d := reconciliation.Step(f, r)
+		if !d.ReadHeld {
+			t.Skipf("fixed: Step no longer believes an answer asked before the fence (%+v): drop GuardAskTime", d)
+		}
+		t.Logf("asked %dms before the fence, answered absent, read after it: Step finds the request lost and reads the held envelope to dispatch again", r.AbsentAfter(rec)-asked)
+	})
 }
