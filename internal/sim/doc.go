@@ -31,7 +31,8 @@
 // being per process (here per message), JetStream's duplicate window
 // (unbounded here), more than one intent per run.
 //
-// Findings (in the real code, on main when this was written):
+// Findings (in the real code; findings 1 and 3 are fixed, their seeds
+// replayed by TestFindings and their facts by TestFindingsInStep):
 //
 // Finding 1 — dispatch.Step applies a not-invoked reply to another
 // dispatch's record. A processor pauses past its lease between its
@@ -45,12 +46,9 @@
 // again — the provider acts twice (seed 5175; 13 of 50,000 seeds without
 // the guard, plus 7 that end FAILED_BEFORE_DISPATCH although the provider
 // acted). A not-invoked reply proves only that its own lease's request was
-// not acted on. Config.GuardStaleReply models the fix in the simulated
-// shell (drop the reply when the reloaded record is not the in-flight
-// record the call was made under; Step then waits for the other lease,
-// answers from its receipt, or declares it interrupted); the fix belongs
-// in dispatch.Step (compare InFlightBy/InFlightUntilMs/DispatchAttempts of
-// the reloaded record with those the call was made under).
+// not acted on. Fixed: dispatch.Facts.Lease names the in-flight record a
+// call was made under (dispatch.LeaseOf), and Step records a not-invoked
+// reply only on that record; over another it writes nothing and waits.
 //
 // Finding 3 — reconciliation judges an answer of absence by the time
 // after it came back. reconciliation.Step believes failed_before_dispatch
@@ -63,9 +61,10 @@
 // and the provider acts twice (seed 55056; 2 of 100,000 seeds with
 // finding 1 guarded). The moment that makes an answer trustworthy is when
 // the question was asked: the attempt's checkpoint (StartedAtMs, written
-// before the call). Config.GuardAskTime models that fix in the shell. (By
-// reasoning, not shown here: a slow reply path alone could do the same
-// when approval.clock_skew is shorter than the provider's timeout.)
+// before the call). Fixed: reconciliation.Step judges absence by the
+// checkpoint's StartedAtMs (which also covers a slow reply path, found by
+// reasoning: an answer that takes longer than approval.clock_skew to come
+// back).
 //
 // Finding 2 — a stale outcome after the terminal one. A processor that
 // loaded the record (receipt RECONCILIATION_REQUIRED), paused, and resumed

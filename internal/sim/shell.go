@@ -25,7 +25,6 @@ type task struct {
 	unlock func()
 
 	df        dispatch.Facts
-	lease     journal.Record // the in-flight record this task's call was made under
 	rf        reconciliation.Facts
 	conflicts int
 }
@@ -170,7 +169,7 @@ func (t *task) dispatchStep() {
 		t.fail(errTwice)
 	case dispatch.CallProvider:
 		f.Record = *d.Writes.Record
-		t.lease = f.Record
+		f.Lease = dispatch.LeaseOf(f.Record)
 		t.next("dispatch after in-flight", t.dispatchSend)
 	default:
 		var outs []schema.Outcome
@@ -234,12 +233,6 @@ func (t *task) dispatchReload() {
 		if e, found, _ := t.p.store.Ended(f.Env.Ref()); found {
 			f.Ended = &e
 		}
-	}
-	if t.w.cfg.GuardStaleReply && f.Dispatched && dispatch.NotInvoked(f.Reply, f.CallErr) && !sameLease(t.lease, rec) {
-		// Finding 1 (see doc.go): the reply proves only that this call's
-		// request was not acted on; the record is another dispatch's now.
-		t.w.tracef("p%d: not-invoked reply of an older lease dropped (guard)", t.p.id)
-		f.Dispatched, f.Reply, f.CallErr = false, schema.AdapterReply{}, nil
 	}
 	t.next("dispatch step after reload", t.dispatchStep)
 }
@@ -306,9 +299,6 @@ func (t *task) reconcileStep() {
 		t.next("reconcile after checkpoint", func() {
 			w.call(t, "reconcile "+id, func() schema.AdapterReply { return w.prov.reconcile(req) }, func(r schema.AdapterReply, err error) {
 				f.Reply, f.CallErr, f.Queried, f.Now = r, err, true, t.now()
-				if w.cfg.GuardAskTime {
-					f.Now = min(f.Now, f.Checkpoint.StartedAtMs) // finding 3 (doc.go)
-				}
 				w.tracef("p%d reconcile reply %q err=%v", t.p.id, r.Outcome, err)
 				t.reconcileStep()
 			})
@@ -352,12 +342,6 @@ func (w *World) fireTimers() {
 		mustUnmarshal(tm.Data, &tr)
 		w.publish(&message{stage: stageReconcile, trigger: tr, msgID: tm.MsgID})
 	}
-}
-
-// sameLease reports whether rec is still the in-flight record a call was
-// made under (same writer, same lease).
-func sameLease(lease, rec journal.Record) bool {
-	return rec.InFlightBy == lease.InFlightBy && rec.InFlightUntilMs == lease.InFlightUntilMs && rec.DispatchAttempts == lease.DispatchAttempts
 }
 
 // commit commits a step's writes; on a conflict (at most maxConflicts

@@ -2,7 +2,6 @@ package sim
 
 import (
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,7 +15,6 @@ import (
 
 // seeds is the search: PORTCULLIS_SIM_SEED=s replays seed s alone (with
 // its trace); PORTCULLIS_SIM_SEEDS=n runs seeds 1..n (default 4000).
-// PORTCULLIS_SIM_UNGUARDED=1 runs them without the guard of finding 1.
 func seeds(t *testing.T) (first, n uint64) {
 	if s := os.Getenv("PORTCULLIS_SIM_SEED"); s != "" {
 		v, err := strconv.ParseUint(s, 10, 64)
@@ -36,10 +34,6 @@ func seeds(t *testing.T) (first, n uint64) {
 	return 1, n
 }
 
-// guarded is false with PORTCULLIS_SIM_UNGUARDED set: the simulated
-// dispatch shell then does not guard against finding 1 (doc.go).
-func guarded() bool { return os.Getenv("PORTCULLIS_SIM_UNGUARDED") == "" }
-
 // TestSimulation runs the fence under the faults of each seed and checks
 // the invariants after every run. A failure prints the seed, the
 // violations, the step trace and the command that replays it.
@@ -50,7 +44,7 @@ func TestSimulation(t *testing.T) {
 	kinds := map[schema.Kind]int{}
 	var acts, steps int
 	for seed := first; seed < first+n; seed++ {
-		w := New(Config{Seed: seed, Trace: replay, GuardStaleReply: guarded(), GuardAskTime: guarded()})
+		w := New(Config{Seed: seed, Trace: replay})
 		if v := w.Run(); len(v) > 0 {
 			report(t, seed, NoBug, v)
 			return
@@ -72,7 +66,7 @@ func TestSimulation(t *testing.T) {
 // report fails t with seed's violations and its trace, replayed.
 func report(t *testing.T, seed uint64, bug Bug, v []string) {
 	t.Helper()
-	w := New(Config{Seed: seed, Bug: bug, Trace: true, GuardStaleReply: guarded(), GuardAskTime: guarded()})
+	w := New(Config{Seed: seed, Bug: bug, Trace: true})
 	w.Run()
 	tr := w.Trace()
 	const keep = 400
@@ -91,7 +85,7 @@ func TestSimulationCatchesPlantedBug(t *testing.T) {
 	for _, bug := range []Bug{BugNoCAS, BugResendOwn, BugLateAccepted} {
 		t.Run(bug.String(), func(t *testing.T) {
 			for seed := uint64(1); seed <= k; seed++ {
-				w := New(Config{Seed: seed, Bug: bug, GuardStaleReply: true, GuardAskTime: true})
+				w := New(Config{Seed: seed, Bug: bug})
 				if v := w.Run(); len(v) > 0 {
 					t.Logf("planted bug %q caught by seed %d (the %d. seed tried): %s", bug, seed, seed, v[0])
 					return
@@ -114,32 +108,21 @@ func TestDeterministic(t *testing.T) {
 	}
 }
 
-// TestFindings replays the seeds that found bugs in the real Step
-// functions (doc.go): without the simulated shell's guard for a finding,
-// its seed makes the provider act twice; with every guard (the fixes
-// proposed), the same seed holds. When a Step is fixed, its guard goes
-// and its case here is turned around: the seed must hold unguarded.
-// A change to the simulation moves its seeds: search again with
-// PORTCULLIS_SIM_UNGUARDED=1 PORTCULLIS_SIM_SURVEY=100000 go test ./internal/sim -run TestSurvey -v.
+// TestFindings replays the seeds that found findings 1 and 3 (doc.go):
+// a double send each, before dispatch.Step and reconciliation.Step were
+// fixed; now they hold every invariant.
 func TestFindings(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		seed uint64
-		cfg  Config // the guards left on
 	}{
-		{"1 a late reply reopens another dispatch", 5175, Config{}},
-		{"3 an answer judged by the time after it came back", 55056, Config{GuardStaleReply: true}},
+		{"1 a late reply reopens another dispatch", 5175},
+		{"3 an answer judged by the time after it came back", 55056},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := c.cfg
-			cfg.Seed = c.seed
-			v := New(cfg).Run()
-			if !slices.ContainsFunc(v, func(s string) bool { return strings.Contains(s, "the provider acted 2 times") }) {
-				t.Fatalf("seed %d no longer shows the finding unguarded (violations %q): the simulation changed or the Step was fixed", c.seed, v)
-			}
-			t.Logf("seed %d unguarded: %s", c.seed, strings.Join(v, "; "))
-			if v := New(Config{Seed: c.seed, GuardStaleReply: true, GuardAskTime: true}).Run(); len(v) > 0 {
-				t.Fatalf("seed %d guarded: %q", c.seed, v)
+			w := New(Config{Seed: c.seed, Trace: true})
+			if v := w.Run(); len(v) > 0 {
+				t.Fatalf("seed %d: %q\n%s", c.seed, v, strings.Join(w.Trace(), "\n"))
 			}
 		})
 	}
@@ -159,11 +142,16 @@ func TestFindingsInStep(t *testing.T) {
 		rec.InFlightBy, rec.InFlightUntilMs = "p_other", now+6000
 		f := dispatch.Facts{Env: env, Record: rec, Found: true, Now: now, Self: "p_self", Provider: provConfig, Adapter: "sim", Known: true,
 			Dispatched: true, Reply: schema.LateReply()}
+		f.Lease = dispatch.Lease{By: "p_self", UntilMs: now - 500, Attempts: 1} // the call's own, ended lease
 		d := dispatch.Step(f, dispatchRules())
-		if d.Writes.Record == nil || d.Writes.Record.State != journal.StateNotInvoked {
-			t.Skipf("fixed: Step no longer marks another's in-flight record not-invoked (%+v): drop GuardStaleReply", d)
+		if !d.Writes.Empty() || d.Call != dispatch.NoCall || d.Outcome != nil || d.Retry <= 0 {
+			t.Fatalf("a late reply of an older lease over p_other's in-flight record: %+v; want nothing written, a retry", d)
 		}
-		t.Logf("Step wrote %s over p_other's in-flight record and asks for a retry in %v: the next delivery sends again", d.Writes.Record.State, d.Retry)
+		// The reply of the record's own lease is still recorded not-invoked.
+		f.Self, f.Lease = "p_other", dispatch.LeaseOf(rec)
+		if d := dispatch.Step(f, dispatchRules()); d.Writes.Record == nil || d.Writes.Record.State != journal.StateNotInvoked {
+			t.Errorf("a late reply of the record's own lease: %+v; want not-invoked", d)
+		}
 	})
 	t.Run("3 absence judged by the time after the reply", func(t *testing.T) {
 		rec := journal.New(journal.IdentityOf(env), "sim", now-10_000)
@@ -179,9 +167,9 @@ func TestFindingsInStep(t *testing.T) {
 			Checkpoint: cp, CheckpointFound: true, Now: r.AbsentAfter(rec) + 1, MayQuery: true,
 			Queried: true, Reply: schema.AdapterReply{Outcome: schema.ReplyFailedBeforeDispatch}}
 		d := reconciliation.Step(f, r)
-		if !d.ReadHeld {
-			t.Skipf("fixed: Step no longer believes an answer asked before the fence (%+v): drop GuardAskTime", d)
+		if d.ReadHeld || d.Redispatch != nil || d.Writes.Record == nil || d.Writes.Record.Receipt == nil ||
+			d.Writes.Record.Receipt.Status != schema.StatusReconciliationRequired {
+			t.Fatalf("asked %dms before the fence, answered absent, read after it: %+v; want still indeterminate", r.AbsentAfter(rec)-asked, d)
 		}
-		t.Logf("asked %dms before the fence, answered absent, read after it: Step finds the request lost and reads the held envelope to dispatch again", r.AbsentAfter(rec)-asked)
 	})
 }

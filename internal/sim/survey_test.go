@@ -19,7 +19,7 @@ func TestSurvey(t *testing.T) {
 	digits := regexp.MustCompile(`p-\d|\d+`)
 	first, count := map[string]uint64{}, map[string]int{}
 	for seed := uint64(1); seed <= n; seed++ {
-		for _, v := range New(Config{Seed: seed, Bug: Bug(bug), GuardStaleReply: guarded(), GuardAskTime: guarded()}).Run() {
+		for _, v := range New(Config{Seed: seed, Bug: Bug(bug)}).Run() {
 			k := digits.ReplaceAllString(v, "#")
 			if count[k] == 0 {
 				first[k] = seed

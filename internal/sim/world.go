@@ -44,16 +44,6 @@ type Config struct {
 	Seed  uint64
 	Bug   Bug
 	Trace bool
-	// GuardStaleReply models the fix of finding 1 in the simulated shell:
-	// a not-invoked reply is dropped after a reload that found another
-	// dispatch's record (see doc.go).
-	GuardStaleReply bool
-	// GuardAskTime models the fix of finding 3: reconciliation judges an
-	// answer of absence by the time the question was asked (the attempt's
-	// checkpoint), not by the time after the reply came back. (The model
-	// passes the ask time as Facts.Now, so the attempt's receipt time and
-	// its next poll are counted from the ask too.)
-	GuardAskTime bool
 }
 
 // Settings of every run (the configuration the processors share).

@@ -208,6 +208,7 @@ func (s *Stage) run(ctx context.Context, env *schema.Envelope, givingUp bool) (s
 		case CallProvider:
 			fault.Hit(fault.DispatchAfterInFlight)
 			f.Record = *d.Writes.Record
+			f.Lease = LeaseOf(f.Record)
 			f.Reply, f.CallErr = s.dispatch(ctx, env, f, disc)
 			f.Dispatched = true
 			fault.Hit(fault.DispatchAfterReply)

@@ -52,10 +52,25 @@ type Facts struct {
 	DisclosureCode schema.Code
 	// After the in-flight write of CallProvider failed.
 	CheckpointErr error
-	// After CallProvider: the provider's reply or the call's error.
+	// After CallProvider: the provider's reply or the call's error, and
+	// the in-flight record the call was made under.
 	Dispatched bool
 	Reply      schema.AdapterReply
 	CallErr    error
+	Lease      Lease
+}
+
+// Lease names one in-flight record: its writer, its end and the attempt it
+// counts. A provider call belongs to the lease it was made under.
+type Lease struct {
+	By       string
+	UntilMs  int64
+	Attempts int
+}
+
+// LeaseOf is rec's lease.
+func LeaseOf(rec journal.Record) Lease {
+	return Lease{By: rec.InFlightBy, UntilMs: rec.InFlightUntilMs, Attempts: rec.DispatchAttempts}
 }
 
 // Call is the external call a step asks for, after its writes.
@@ -200,6 +215,19 @@ func Step(f Facts, r Rules) Decision {
 		rec.Adapter = f.Adapter
 		rec.UpdatedAtMs = f.Now
 		return Decision{Writes: journal.Writes{Record: &rec}, Call: CallProvider}
+	}
+	if NotInvoked(f.Reply, f.CallErr) && (rec.State != journal.StateInFlight || LeaseOf(rec) != f.Lease) {
+		// Refused as late, or it reached nobody — and meanwhile the record
+		// moved on without this call: another processor found the lease
+		// ended, and the intent may be in flight again under its lease (a
+		// request lost in flight is sent again). This call did nothing and
+		// has nothing to record; marking that other dispatch not-invoked
+		// would send the intent a second time. A redelivery decides afresh
+		// from the record (found by the simulation, internal/sim).
+		if wait := LeaseWait(rec, f.Self, f.Now); wait > 0 {
+			return Decision{Retry: wait}
+		}
+		return Decision{Retry: time.Second}
 	}
 	if NotInvoked(f.Reply, f.CallErr) {
 		// Nobody received it, or nobody acted on it because it came after

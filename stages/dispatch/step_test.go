@@ -48,6 +48,14 @@ func facts(mod func(f *Facts)) Facts {
 	if mod != nil {
 		mod(&f)
 	}
+	if f.Dispatched && f.Lease == (Lease{}) {
+		// As the shell: the call was made under this run's in-flight record.
+		if f.Record.State != journal.StateInFlight && f.Record.Receipt == nil {
+			f.Record.State, f.Record.InFlightBy, f.Record.InFlightUntilMs = journal.StateInFlight, f.Self, now+35_000
+			f.Record.DispatchAttempts++
+		}
+		f.Lease = LeaseOf(f.Record)
+	}
 	return f
 }
 
@@ -125,6 +133,22 @@ func TestStep(t *testing.T) {
 			f.Dispatched, f.Reply = true, schema.LateReply()
 			f.Record.State, f.Record.NotInvokedSinceMs, f.Found = journal.StateNotInvoked, now-30_000, true
 		}), want{record: journal.StateDone, receipt: schema.StatusFailedBeforeDispatch, kind: schema.KindFailedBeforeDispatch, code: schema.CodeProviderFailedBeforeDispatch, proposals: 1}},
+		// A reply of an older lease, reloaded over the record another
+		// processor wrote since (it found that lease ended; the intent may
+		// be in flight again): nothing of this call is recorded — marking
+		// the other dispatch not-invoked would send the intent twice
+		// (internal/sim, finding 1).
+		{"refused as late, while another processor's lease runs: wait, write nothing", facts(func(f *Facts) {
+			f.Dispatched, f.Reply, f.Self = true, schema.LateReply(), "p_me"
+			f.Lease = Lease{By: "p_me", UntilMs: now - 1, Attempts: 1}
+			f.Record.State, f.Found, f.Record.DispatchAttempts = journal.StateInFlight, true, 2
+			f.Record.InFlightBy, f.Record.InFlightUntilMs = "p_other", now+10_000
+		}), want{retry: true}},
+		{"nobody received it, and the record was reopened since: wait, write nothing", facts(func(f *Facts) {
+			f.Dispatched, f.CallErr, f.Self = true, notInvoked, "p_me"
+			f.Lease = Lease{By: "p_me", UntilMs: now - 1, Attempts: 1}
+			f.Record.State, f.Found, f.Record.DispatchAttempts = journal.StateLost, true, 1
+		}), want{retry: true}},
 		{"not invoked again: a new in-flight record", facts(func(f *Facts) {
 			f.Record.State, f.Record.NotInvokedSinceMs, f.Found = journal.StateNotInvoked, now-1000, true
 		}), want{call: CallProvider, record: journal.StateInFlight, proposals: 1}},
@@ -279,9 +303,12 @@ func TestNotInvokedRetryFitsTheWindow(t *testing.T) {
 			}
 			tries++
 			elapsed += d.Retry
-			f.Record = *d.Writes.Record
-			f.Record.DispatchAttempts++
 			f.Now = now + elapsed.Milliseconds()
+			// The next delivery's in-flight record, and its call.
+			f.Record = *d.Writes.Record
+			f.Record.State, f.Record.InFlightUntilMs = journal.StateInFlight, f.Now+35_000
+			f.Record.DispatchAttempts++
+			f.Lease = LeaseOf(f.Record)
 		}
 		if tries == 0 || tries > 40 || elapsed > window+time.Millisecond {
 			t.Errorf("window %s: %d retries over %s", window, tries, elapsed)

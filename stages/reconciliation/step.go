@@ -180,7 +180,15 @@ func Step(f Facts, r Rules) Decision {
 			v = Decide(rec.Receipt, f.Reply, f.CallErr, answered, answered+1)
 			rec.UnansweredPolls++
 		}
-		if after := r.AbsentAfter(rec); Absent(v) && !Verifying(rec.Receipt) && f.Now <= after {
+		// Absence is judged by when the question was asked, not when the
+		// answer was read: an answer given before the fence is not believed
+		// however late it is read (the request may still have arrived
+		// after it; found by the simulation, internal/sim).
+		asked := f.Now
+		if f.CheckpointFound && cp.StartedAtMs > 0 {
+			asked = min(asked, cp.StartedAtMs)
+		}
+		if after := r.AbsentAfter(rec); Absent(v) && !Verifying(rec.Receipt) && asked <= after {
 			v = Early(rec.Receipt, f.Reply, n, after+1)
 		}
 		if Lost(v, rec) {

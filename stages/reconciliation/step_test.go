@@ -323,3 +323,30 @@ func TestStepLostRequest(t *testing.T) {
 		t.Errorf("stale trigger of a reopened intent: %+v", d)
 	}
 }
+
+// An absence is judged by when the question was asked (the attempt's
+// checkpoint), not when the answer was read: asked before the fence, the
+// request may still have reached the provider after it answered, however
+// late this processor reads the answer (it stalled; internal/sim,
+// finding 3). Asked after the fence, it is believed.
+func TestAbsenceJudgedByWhenItWasAsked(t *testing.T) {
+	const notAfter, skew = int64(10_000), 2 * time.Second
+	fence := notAfter + skew.Milliseconds()
+	r := rules()
+	r.ClockSkew = skew
+	for _, c := range []struct {
+		asked int64
+		kind  schema.Kind
+	}{{11_000, schema.KindReconciliationRequired}, {fence + 1, schema.KindFailedBeforeDispatch}} {
+		rec := waiting(schema.StatusReconciliationRequired, 1)
+		rec.InFlightUntilMs = notAfter
+		cp := journal.Attempt{AttemptID: journal.AttemptID(fpA, 1), Number: 1, StartedAtMs: c.asked}
+		f := reconciliation.Facts{Trigger: journal.Trigger{Fingerprint: fpA, Attempt: 1}, Record: rec, Found: true,
+			Checkpoint: cp, CheckpointFound: true, MayQuery: true, Queried: true,
+			Reply: schema.AdapterReply{Outcome: schema.ReplyFailedBeforeDispatch}, Now: fence + 5_000}
+		d := reconciliation.Step(f, r)
+		if len(d.Outcomes) == 0 || d.Outcomes[0].Kind != c.kind {
+			t.Errorf("asked at %d, read at %d: %+v, want %s", c.asked, f.Now, d.Outcomes, c.kind)
+		}
+	}
+}
