@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/portcullis/portcullis/internal/leaderkv"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 )
@@ -138,7 +139,7 @@ func (s *Store) Update(ctx context.Context, fingerprint string, edit func(a *sch
 			return nil
 		}
 		s.forget(key)
-		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongSequence(err) {
+		if !leaderkv.Lost(err) {
 			return fmt.Errorf("activity: write: %w", err)
 		}
 		// Someone else wrote it: read what is there and edit that.
@@ -153,14 +154,4 @@ func (s *Store) Update(ctx context.Context, fingerprint string, edit func(a *sch
 		}
 	}
 	return errors.New("activity: too many concurrent updates")
-}
-
-// isWrongSequence matches JetStream's "wrong last sequence" (10071) and its
-// clustered variant.
-func isWrongSequence(err error) bool {
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) {
-		return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == 10164
-	}
-	return false
 }

@@ -151,7 +151,7 @@ func (n *ReplicatedNonces) ClaimNonce(nonce string, requestedAtMs int64) (kv.Non
 		if err == nil {
 			break
 		}
-		if !errors.Is(err, jetstream.ErrKeyExists) {
+		if !leaderkv.Lost(err) {
 			return 0, fmt.Errorf("admin: claim nonce: %w", err)
 		}
 		// A replay, or this claim's own earlier try, stored.

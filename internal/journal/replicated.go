@@ -384,7 +384,7 @@ func (r *Replicated) create(key string, v any) error {
 		return fmt.Errorf("journal: encode: %w", err)
 	}
 	err = r.do(func(ctx context.Context) error { _, err := r.kv.Create(ctx, key, data); return err })
-	if err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+	if err != nil && !leaderkv.Lost(err) {
 		return fmt.Errorf("journal: create %s: %w", key, err)
 	}
 	return nil

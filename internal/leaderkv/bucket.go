@@ -170,8 +170,19 @@ func (b Budget) NextMsg(js jetstream.JetStream, stream string, seq uint64, filte
 // or purged rather than holding a value.
 func Marker(m *jetstream.RawStreamMsg) bool { return m.Header.Get("KV-Operation") != "" }
 
-// Lost reports a compare-and-set refused because the key changed since the
-// revision it named (both forms JetStream answers with).
+// Lost reports a compare-and-set (or a create) refused because the key
+// changed since the revision it named, or exists: every form JetStream
+// answers with — ErrKeyExists, ErrKeyRevisionMismatch, and the clustered
+// "wrong last sequence" (10164) that a stream leader answers a racing
+// write with, which nats.go's ErrKeyExists does not match.
 func Lost(err error) bool {
-	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == errCodeWrongLastSequenceClustered)
 }
+
+// errCodeWrongLastSequenceClustered is nats-server's
+// JSStreamWrongLastSequenceConstantErr.
+const errCodeWrongLastSequenceClustered jetstream.ErrorCode = 10164

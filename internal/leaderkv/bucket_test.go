@@ -3,6 +3,7 @@ package leaderkv_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -125,4 +126,26 @@ func bucket(t *testing.T, name string) jetstream.KeyValue {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// Every form of "the key changed or exists" JetStream answers a racing
+// write with is a lost compare-and-set — the clustered 10164 included,
+// which nats.go's ErrKeyExists does not match (a racing nonce claim on a
+// three-server cluster got it, and a replay would have been an error).
+func TestLostMatchesEveryForm(t *testing.T) {
+	for _, err := range []error{
+		jetstream.ErrKeyExists,
+		jetstream.ErrKeyRevisionMismatch,
+		&jetstream.APIError{Code: 400, ErrorCode: 10164, Description: "wrong last sequence"},
+		fmt.Errorf("create: %w", &jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamWrongLastSequence}),
+	} {
+		if !leaderkv.Lost(err) {
+			t.Errorf("%v is not a lost write", err)
+		}
+	}
+	for _, err := range []error{nil, context.DeadlineExceeded, &jetstream.APIError{Code: 503, ErrorCode: 10008}} {
+		if leaderkv.Lost(err) {
+			t.Errorf("%v is a lost write", err)
+		}
+	}
 }

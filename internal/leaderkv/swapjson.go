@@ -85,7 +85,7 @@ func ImportJSON[T any](b Budget, store jetstream.KeyValue, key string, v *T, sam
 		if err == nil {
 			return Created, nil
 		}
-		if !errors.Is(err, jetstream.ErrKeyExists) {
+		if !Lost(err) {
 			return 0, fmt.Errorf("leaderkv: import %s: %w", key, err)
 		}
 		// Exists: this import's own earlier try, another record, or ours

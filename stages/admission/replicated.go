@@ -150,7 +150,7 @@ func (r *Replicated) claimN(key string, v, out any, depth int) (rev uint64, won 
 	if err == nil {
 		return rev, true, nil
 	}
-	if !errors.Is(err, jetstream.ErrKeyExists) {
+	if !leaderkv.Lost(err) {
 		return 0, false, fmt.Errorf("admission: claim %s: %w", key, err)
 	}
 	rev, found, err := r.get(key, out)
@@ -206,7 +206,7 @@ func (r *Replicated) Admit(ref schema.ProposalRef, a kv.Admitted, deliveryID str
 		// republishes the first proposal's outcome on its own subject.
 		if err := r.do(func(ctx context.Context) error {
 			return r.kv.Delete(ctx, dkey, jetstream.LastRevision(drev))
-		}); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		}); err != nil && !leaderkv.Lost(err) {
 			return Claim{}, fmt.Errorf("admission: withdraw delivery: %w", err)
 		}
 	}
