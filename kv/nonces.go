@@ -32,10 +32,11 @@ const MaxNonceSweep = 64
 // NonceClaim is what ClaimNonce found.
 type NonceClaim int
 
-// ClaimNonce's answers.
+// ClaimNonce's answers. The zero value is none of them: a claim returned
+// with an error never reads as fresh.
 const (
 	// NonceFresh: claimed now; the request may act.
-	NonceFresh NonceClaim = iota
+	NonceFresh NonceClaim = iota + 1
 	// NonceReplayed: the nonce was claimed before.
 	NonceReplayed
 	// NonceTooOld: the request is stamped more than the window before the
