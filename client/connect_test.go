@@ -14,7 +14,7 @@ import (
 
 	"github.com/portcullis/portcullis/client"
 	"github.com/portcullis/portcullis/internal/keyfile"
-	"github.com/portcullis/portcullis/testenv"
+	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 // fast bounds a refusal that must come at once: well under the waits it

@@ -8,7 +8,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/portcullis/portcullis/schema"
-	"github.com/portcullis/portcullis/testenv"
+	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 // exampleProcessor starts a test deployment with NATS authentication on

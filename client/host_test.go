@@ -15,7 +15,7 @@ import (
 	"github.com/portcullis/portcullis/client"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/schema"
-	"github.com/portcullis/portcullis/testenv"
+	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 // The whole host flow with authentication on: a signed proposal parks for

@@ -16,7 +16,7 @@ import (
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages/grounding"
 	"github.com/portcullis/portcullis/subjects"
-	"github.com/portcullis/portcullis/testenv"
+	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 func cedar(referent string) schema.Candidate {

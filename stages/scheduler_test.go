@@ -8,7 +8,7 @@ import (
 
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/stages"
-	"github.com/portcullis/portcullis/testenv"
+	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 // The scheduler sleeps until the earliest timer is due on its clock, wakes

@@ -53,7 +53,7 @@ func ExampleEnv_Quiesce() {
 	o := env.Recorder.Wait(t, "prop-2", testenv.Kind(schema.KindNeedsApproval))
 	fmt.Println(o.Kind, o.Incidents[0].Code)
 
-	clock.Advance(env.Config.Approval.TTL - time.Second)
+	clock.Advance(env.ApprovalTTL - time.Second)
 	env.Quiesce(t)
 	fmt.Println("after TTL-1s:", len(env.Recorder.Outcomes("prop-2")), "outcome")
 

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/portcullis/portcullis/testenv"
+	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 // TestConsoleFlags: the console's safety rules are usage errors before

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/portcullis/portcullis/internal/demo"
-	"github.com/portcullis/portcullis/testenv"
+	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 // TestDemo runs `processor demo` in process: it must tell the whole story,

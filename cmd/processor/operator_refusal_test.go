@@ -8,7 +8,7 @@ import (
 
 	"github.com/nats-io/nkeys"
 
-	"github.com/portcullis/portcullis/testenv"
+	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 // TestOperatorRefusalsFailFast: against a processor whose NATS server

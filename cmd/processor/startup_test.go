@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/portcullis/portcullis/testenv"
+	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 // runBinary runs the processor binary with args in dir until it exits (or

@@ -27,7 +27,7 @@ import (
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/stages/reconciliation"
 	"github.com/portcullis/portcullis/subjects"
-	"github.com/portcullis/portcullis/testenv"
+	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 // srv asks a $SRV subject of the admin service and decodes the first answer.

@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/portcullis/portcullis/subjects"
-	"github.com/portcullis/portcullis/testenv"
+	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 // On a cluster (SPEC §6, §2.8) the shared buckets — journal, approvals,

@@ -10,7 +10,7 @@ import (
 
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/subjects"
-	"github.com/portcullis/portcullis/testenv"
+	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 // nested is an array nested depth deep ([[…]]).

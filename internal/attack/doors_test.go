@@ -14,7 +14,7 @@ import (
 
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/subjects"
-	"github.com/portcullis/portcullis/testenv"
+	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 // Issue "Close every door": tried with nothing but a NATS connection

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/portcullis/portcullis/subjects"
-	"github.com/portcullis/portcullis/testenv"
+	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 // TestProposalIDsArePerHost (finding 1): proposal ids were global, so B

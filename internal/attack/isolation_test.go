@@ -13,7 +13,7 @@ import (
 	"github.com/portcullis/portcullis/internal/engine"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/subjects"
-	"github.com/portcullis/portcullis/testenv"
+	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 // SPEC §3, Isolation: "a provider, candidate source or resolver that is

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/portcullis/portcullis/schema"
-	"github.com/portcullis/portcullis/testenv"
+	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 // TestAttacksLeakNothing (finding 10): values B plants in its attacks —

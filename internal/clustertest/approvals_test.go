@@ -10,7 +10,7 @@ import (
 
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/schema"
-	"github.com/portcullis/portcullis/testenv"
+	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 // ungranted is a lumber proposal for "demo" without a grant (it parks),

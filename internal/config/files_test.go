@@ -11,7 +11,7 @@ import (
 
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/keyfile"
-	"github.com/portcullis/portcullis/testenv"
+	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 func write(t *testing.T, path, content string) string {

@@ -15,7 +15,7 @@ import (
 	"github.com/portcullis/portcullis/internal/demo"
 	"github.com/portcullis/portcullis/internal/keyfile"
 	"github.com/portcullis/portcullis/subjects"
-	"github.com/portcullis/portcullis/testenv"
+	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 var (

@@ -13,7 +13,7 @@ import (
 	"github.com/portcullis/portcullis/internal/fault"
 	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/schema"
-	"github.com/portcullis/portcullis/testenv"
+	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 // EnvLong runs the long versions of the cluster crash tests: every kill

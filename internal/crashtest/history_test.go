@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/portcullis/portcullis/schema"
-	"github.com/portcullis/portcullis/testenv"
+	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 // truth is what every proposal's outcomes must agree on under faults

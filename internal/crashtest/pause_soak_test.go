@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/portcullis/portcullis/schema"
-	"github.com/portcullis/portcullis/testenv"
+	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 // pauseLength draws how long pause n lasts: every third well past the

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/portcullis/portcullis/schema"
-	"github.com/portcullis/portcullis/testenv"
+	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 // errSilent makes the far side send no reply: the processor's call times

@@ -16,7 +16,7 @@ import (
 	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/subjects"
-	"github.com/portcullis/portcullis/testenv"
+	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 // store.journal decides the streams: a replicated journal adds its bucket

@@ -14,7 +14,7 @@ import (
 	"github.com/portcullis/portcullis/internal/leaderkv/leaderkvtest"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
-	"github.com/portcullis/portcullis/testenv"
+	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 // sweepJournals opens n processors' replicated journals on one fresh

@@ -12,7 +12,7 @@ import (
 
 	"github.com/portcullis/portcullis/internal/leaderkv"
 	"github.com/portcullis/portcullis/kv"
-	"github.com/portcullis/portcullis/testenv"
+	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 // A bucket's stream serves reads from its leader only, and stays so when a

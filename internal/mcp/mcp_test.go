@@ -20,7 +20,7 @@ import (
 	"github.com/portcullis/portcullis/internal/mcp"
 	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/schema"
-	"github.com/portcullis/portcullis/testenv"
+	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

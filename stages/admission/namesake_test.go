@@ -8,7 +8,7 @@ import (
 
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/subjects"
-	"github.com/portcullis/portcullis/testenv"
+	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 // A message refused before it could take its proposal id (malformed) gets

@@ -21,7 +21,7 @@ import (
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/stages/authorization"
 	"github.com/portcullis/portcullis/subjects"
-	"github.com/portcullis/portcullis/testenv"
+	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 // harness drives the stage's handlers directly, as the runner would, against

@@ -12,7 +12,7 @@ import (
 	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
-	"github.com/portcullis/portcullis/testenv"
+	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 // TestCrashDuringAttempt SIGKILLs a real processor in the middle of a

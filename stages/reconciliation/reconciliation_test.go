@@ -18,7 +18,7 @@ import (
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/stages/reconciliation"
 	"github.com/portcullis/portcullis/subjects"
-	"github.com/portcullis/portcullis/testenv"
+	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 // TestTimeoutThenReconcileConfirms: the provider times out, the effect is

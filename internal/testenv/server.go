@@ -1,8 +1,12 @@
-// Package testenv runs Portcullis in tests: an embedded nats-server with
-// JetStream on a temporary directory, a processor in-process against it,
-// signing hosts, proposal fixtures, and a recorder of every outcome and
-// incident event. Portcullis's own tests use it; so can integration tests of
-// a host or a provider connector.
+// Package testenv is Portcullis's own test harness: an embedded
+// nats-server with JetStream (or a three-server cluster), processors in
+// process or as binaries to SIGKILL, signing hosts, proposal fixtures, a
+// recorder of every outcome and incident event, and hooks into the
+// processor's internals (its configuration, engine, sealer, operator
+// client). Its exported API names internal types, so it lives under
+// internal/: integration tests of a host or a connector use the public
+// package github.com/portcullis/portcullis/testenv, a facade over this one
+// with types of its own.
 //
 //	env := testenv.New(t)
 //	env.PublishSigned(t, testenv.Lumber("prop-1"), env.Host)
