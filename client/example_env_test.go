@@ -7,8 +7,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
 
-	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/internal/testenv"
+	"github.com/portcullis/portcullis/schema"
 )
 
 // exampleProcessor starts a test deployment with NATS authentication on

@@ -14,8 +14,8 @@ import (
 
 	"github.com/portcullis/portcullis/client"
 	"github.com/portcullis/portcullis/internal/config"
-	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/internal/testenv"
+	"github.com/portcullis/portcullis/schema"
 )
 
 // The whole host flow with authentication on: a signed proposal parks for

@@ -11,8 +11,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/portcullis/portcullis/client"
-	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/internal/testenv"
+	"github.com/portcullis/portcullis/schema"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

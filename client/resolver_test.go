@@ -15,9 +15,9 @@ import (
 
 	"github.com/portcullis/portcullis/client"
 	"github.com/portcullis/portcullis/internal/disclosure"
+	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/subjects"
-	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 // withDisclosure is an inventory proposal that needs two protected classes

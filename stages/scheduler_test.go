@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/stages"
-	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 // The scheduler sleeps until the earliest timer is due on its clock, wakes

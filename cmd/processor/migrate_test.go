@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/portcullis/portcullis/internal/config"
-	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/internal/testenv"
+	"github.com/portcullis/portcullis/schema"
 )
 
 // processor migrate moves a stopped single node's store into the buckets

@@ -13,9 +13,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/portcullis/portcullis/internal/adapters"
+	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/subjects"
-	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -12,8 +12,8 @@ import (
 
 	"github.com/portcullis/portcullis/internal/admin"
 	"github.com/portcullis/portcullis/internal/leaderkv/leaderkvtest"
-	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/internal/testenv"
+	"github.com/portcullis/portcullis/kv"
 )
 
 var nonceBuckets atomic.Int64

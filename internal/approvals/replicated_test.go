@@ -12,9 +12,9 @@ import (
 	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/approvals/approvalstest"
 	"github.com/portcullis/portcullis/internal/leaderkv/leaderkvtest"
+	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/internal/timers"
 	"github.com/portcullis/portcullis/schema"
-	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 var buckets atomic.Int64

@@ -8,8 +8,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
-	"github.com/portcullis/portcullis/subjects"
 	"github.com/portcullis/portcullis/internal/testenv"
+	"github.com/portcullis/portcullis/subjects"
 )
 
 // On a cluster (SPEC §6, §2.8) the shared buckets — journal, approvals,

@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 
-	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/internal/testenv"
+	"github.com/portcullis/portcullis/schema"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/portcullis/portcullis/subjects"
 	"github.com/portcullis/portcullis/internal/testenv"
+	"github.com/portcullis/portcullis/subjects"
 )
 
 // TestProposalIDsArePerHost (finding 1): proposal ids were global, so B

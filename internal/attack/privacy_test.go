@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/internal/testenv"
+	"github.com/portcullis/portcullis/schema"
 )
 
 // TestAttacksLeakNothing (finding 10): values B plants in its attacks —

@@ -6,11 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/portcullis/portcullis/internal/config"
-	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/internal/testenv"
+	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/subjects"
 )
 
 // ungranted is a lumber proposal for "demo" without a grant (it parks),
@@ -95,9 +97,25 @@ func TestApprovalTimesOutWithoutItsProcessor(t *testing.T) {
 	if o.Kind != schema.KindDenied || len(o.Incidents) != 1 || o.Incidents[0].Code != schema.CodeApprovalTimedOut {
 		t.Fatalf("outcome = %+v", o)
 	}
-	// A third processor joins; nothing fires again.
+	// A third processor joins; nothing fires again: once the pipeline is
+	// idle, no schedule is left in the timers stream (a fired schedule is
+	// purged, and no processor armed the expiry again).
 	addProcessor(t, env, "third")
-	time.Sleep(2 * time.Second)
+	env.Quiesce(t)
+	testenv.Retry(t, func(ctx context.Context) error {
+		stream, err := env.JS.Stream(ctx, env.Subjects.TimersStream(subjects.StageAuthorization))
+		if err != nil {
+			return err
+		}
+		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(env.Subjects.Schedules(subjects.StageAuthorization)))
+		if err != nil {
+			return err
+		}
+		if len(info.State.Subjects) != 0 {
+			t.Errorf("schedules left to fire: %v", info.State.Subjects)
+		}
+		return nil
+	})
 	if n := timeouts(env, "expire-1"); n != 1 {
 		t.Errorf("%d APPROVAL_TIMED_OUT outcomes, want 1", n)
 	}

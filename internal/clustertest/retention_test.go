@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
-	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 // The replicated journal is swept like Pebble's: once the receipts horizon

@@ -16,8 +16,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/internal/testenv"
+	"github.com/portcullis/portcullis/schema"
 )
 
 // The browser tests drive the console in headless Chromium (Debian's

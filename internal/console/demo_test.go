@@ -14,8 +14,8 @@ import (
 	"github.com/portcullis/portcullis/internal/console"
 	"github.com/portcullis/portcullis/internal/demo"
 	"github.com/portcullis/portcullis/internal/keyfile"
-	"github.com/portcullis/portcullis/subjects"
 	"github.com/portcullis/portcullis/internal/testenv"
+	"github.com/portcullis/portcullis/subjects"
 )
 
 var (

@@ -12,8 +12,8 @@ import (
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/fault"
 	"github.com/portcullis/portcullis/internal/journal"
-	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/internal/testenv"
+	"github.com/portcullis/portcullis/schema"
 )
 
 // EnvLong runs the long versions of the cluster crash tests: every kill

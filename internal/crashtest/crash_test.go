@@ -12,8 +12,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/portcullis/portcullis/internal/fault"
-	"github.com/portcullis/portcullis/subjects"
 	"github.com/portcullis/portcullis/internal/testenv"
+	"github.com/portcullis/portcullis/subjects"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -5,8 +5,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/internal/testenv"
+	"github.com/portcullis/portcullis/schema"
 )
 
 // truth is what every proposal's outcomes must agree on under faults

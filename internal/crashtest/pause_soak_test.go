@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/internal/testenv"
+	"github.com/portcullis/portcullis/schema"
 )
 
 // pauseLength draws how long pause n lasts: every third well past the

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/internal/testenv"
+	"github.com/portcullis/portcullis/schema"
 )
 
 // errSilent makes the far side send no reply: the processor's call times

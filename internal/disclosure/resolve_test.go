@@ -10,9 +10,9 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/portcullis/portcullis/internal/disclosure"
+	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/subjects"
-	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 type resolverFixture struct {

@@ -14,10 +14,10 @@ import (
 
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/engine"
+	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/subjects"
-	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 // fastLag reads consumer info often, so that tests see it move quickly.

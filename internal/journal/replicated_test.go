@@ -16,9 +16,9 @@ import (
 	"github.com/portcullis/portcullis/internal/journal/journaltest"
 	"github.com/portcullis/portcullis/internal/leaderkv/leaderkvtest"
 	"github.com/portcullis/portcullis/internal/seal"
+	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/internal/timers"
 	"github.com/portcullis/portcullis/subjects"
-	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 var buckets atomic.Int64

@@ -12,9 +12,9 @@ import (
 
 	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/leaderkv/leaderkvtest"
+	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
-	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 // sweepJournals opens n processors' replicated journals on one fresh

@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/internal/leaderkv"
-	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/internal/testenv"
+	"github.com/portcullis/portcullis/kv"
 )
 
 // A bucket's stream serves reads from its leader only, and stays so when a

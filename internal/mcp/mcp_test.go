@@ -19,8 +19,8 @@ import (
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/mcp"
 	"github.com/portcullis/portcullis/internal/policy"
-	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/internal/testenv"
+	"github.com/portcullis/portcullis/schema"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -16,9 +16,9 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/schema/jsonschema"
-	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 // The end-to-end tests below run a real processor (testenv) and validate

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/subjects"
-	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 // A message refused before it could take its proposal id (malformed) gets

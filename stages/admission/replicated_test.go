@@ -12,13 +12,13 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/portcullis/portcullis/internal/leaderkv/leaderkvtest"
+	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/stages/admission"
 	"github.com/portcullis/portcullis/subjects"
-	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 var buckets atomic.Int64

@@ -13,9 +13,9 @@ import (
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/policy"
+	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/schema"
-	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 // Planted values: none may appear in anything Portcullis stores or emits
