@@ -50,6 +50,8 @@ type rig struct {
 	rec     *testenv.Recorder
 	// runner is the one run started last.
 	runner *stages.Runner
+	// clocks numbers ackWaitsPass's consumers.
+	clocks atomic.Int32
 }
 
 func newRig(t *testing.T) *rig {
@@ -130,6 +132,38 @@ func (r *rig) streamMsgs(t *testing.T, stream string) uint64 {
 	return info.State.Msgs
 }
 
+// ackWaitsPass returns once ackWait has run out n times on the server's
+// clock: it holds a message of its own on a consumer with that ack wait,
+// unacknowledged, until the server has redelivered it n times. A test that
+// must show nothing happened "for longer than the ack wait" waits for this
+// event, not for a sleep.
+func (r *rig) ackWaitsPass(t *testing.T, ackWait time.Duration, n int) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := r.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "CLOCK", Subjects: []string{"clock.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	name := fmt.Sprintf("clock%d", r.clocks.Add(1))
+	cons, err := r.js.CreateConsumer(ctx, "CLOCK", jetstream.ConsumerConfig{
+		Durable: name, FilterSubject: "clock." + name, AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.publish(t, "clock."+name, "tick")
+	delivered := uint64(0)
+	testenv.WaitFor(t, fmt.Sprintf("%v of ack wait to run out %d times", ackWait, n), func() bool {
+		msg, err := cons.Next(jetstream.FetchMaxWait(ackWait))
+		if err != nil {
+			return false
+		}
+		if md, err := msg.Metadata(); err == nil {
+			delivered = md.NumDelivered
+		}
+		return delivered > uint64(n)
+	})
+}
+
 // quiesce waits until the runner's consumer has handled and acked
 // everything in IN, and the recorder everything published.
 func (r *rig) quiesce(t *testing.T) {
@@ -160,6 +194,21 @@ func (r *rig) pendingAcks(t *testing.T) int {
 		return -1
 	}
 	return info.NumAckPending
+}
+
+// deliveries is how many times the server has delivered IN's messages to
+// the runner's consumer, redeliveries included (the consumer sequence).
+func (r *rig) deliveries(t *testing.T) uint64 {
+	t.Helper()
+	c, err := r.js.Consumer(context.Background(), "IN", subjects.StageGrounding)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.Delivered.Consumer
 }
 
 // waitPendingAcks waits until the consumer has want inputs unacked and
@@ -387,15 +436,26 @@ func TestRunnerDrainFinishesInFlight(t *testing.T) {
 func TestRunnerHeartbeatPreventsRedelivery(t *testing.T) {
 	r := newRig(t)
 	var calls atomic.Int32
+	started, release := make(chan struct{}), make(chan struct{})
 	r.run(t, funcHandler{handle: func(_ context.Context, in *stages.Input) (stages.Result, error) {
-		calls.Add(1)
-		time.Sleep(1500 * time.Millisecond) // real work, three ack waits long: only heartbeats keep it
+		if calls.Add(1) == 1 {
+			close(started)
+		}
+		<-release // real work, three ack waits long: only heartbeats keep it
 		return stages.Result{}, nil
 	}}, stages.RunnerConfig{MaxInFlight: 2, AckWait: 500 * time.Millisecond})
 	r.publish(t, "in.1", "x")
+	<-started
+	r.ackWaitsPass(t, 500*time.Millisecond, 3)
+	close(release)
 	r.quiesce(t) // a redelivery would be handled by the second worker before this returns
 	if calls.Load() != 1 {
 		t.Errorf("handled %d times", calls.Load())
+	}
+	// Not only handled once: never redelivered (a redelivery of a held
+	// input is absorbed by the runner, but another processor's would not).
+	if n := r.deliveries(t); n != 1 {
+		t.Errorf("delivered %d times, want 1", n)
 	}
 }
 
@@ -545,19 +605,27 @@ func TestRunnerBulkheadIsolatesKeys(t *testing.T) {
 func TestRunnerBulkheadQueueHeartbeats(t *testing.T) {
 	r := newRig(t)
 	var calls atomic.Int32
+	release := make(chan struct{})
 	h := keyed{limit: 1, funcHandler: funcHandler{handle: func(_ context.Context, in *stages.Input) (stages.Result, error) {
 		calls.Add(1)
-		time.Sleep(700 * time.Millisecond)
+		<-release
 		return stages.Result{}, nil
 	}}}
 	r.run(t, h, stages.RunnerConfig{AckWait: 500 * time.Millisecond})
 	for i := range 3 {
 		r.publish(t, fmt.Sprintf("in.%d", i), "k/x")
 	}
+	// One handled, two queued behind it, for two ack waits.
+	testenv.WaitFor(t, "one handled, two queued", func() bool { return calls.Load() == 1 && r.pendingAcks(t) == 3 })
+	r.ackWaitsPass(t, 500*time.Millisecond, 2)
+	close(release)
 	testenv.WaitFor(t, "all handled", func() bool { return calls.Load() >= 3 })
 	r.waitPendingAcks(t, 0)
 	if n := calls.Load(); n != 3 {
 		t.Errorf("handled %d times, want 3 (a queued input was redelivered)", n)
+	}
+	if n := r.deliveries(t); n != 3 {
+		t.Errorf("delivered %d times, want 3 (a queued input was redelivered)", n)
 	}
 }
 
@@ -587,8 +655,12 @@ func TestRunnerBulkheadOverflowDefers(t *testing.T) {
 	for i := range 3 {
 		r.publish(t, fmt.Sprintf("in.%d", i+1), "k/later")
 	}
-	// One queued, two deferred, redelivered more often than MaxAttempts.
-	time.Sleep(1500 * time.Millisecond)
+	// One queued, two deferred, redelivered more often than MaxAttempts
+	// (each deferral is counted as a retry).
+	retries := r.metrics.StageMessages.WithLabelValues(subjects.StageGrounding, metrics.ResultRetry)
+	testenv.WaitFor(t, "both deferred inputs redelivered more than MaxAttempts times", func() bool {
+		return testutil.ToFloat64(retries) >= 2*(2+1)
+	})
 	close(release)
 	testenv.WaitFor(t, "all handled", func() bool { return handled.Load() == 4 })
 	r.waitPendingAcks(t, 0)
@@ -617,20 +689,15 @@ func TestRunnerDrainRedeliversQueued(t *testing.T) {
 	testenv.WaitFor(t, "queued", func() bool { return started.Load() == 1 && r.pendingAcks(t) == 3 })
 	stopped := make(chan struct{})
 	go func() { stop(); close(stopped) }()
-	time.Sleep(100 * time.Millisecond)
+	testenv.WaitFor(t, "the drain to begin", func() bool { return !r.runner.Consuming() })
 	close(release)
 	<-stopped
 	if n := started.Load(); n != 1 {
 		t.Errorf("%d inputs handled while stopping, want only the one in flight", n)
 	}
 	r.run(t, h, cfg)
-	deadline := time.Now().Add(5 * time.Second) // far below the minute of ack wait
-	for r.pendingAcks(t) != 0 || started.Load() != 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("queued inputs not redelivered at once: %d handled, %d pending", started.Load(), r.pendingAcks(t))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	// WaitFor's bound is far below the minute of ack wait.
+	testenv.WaitFor(t, "queued inputs redelivered at once", func() bool { return r.pendingAcks(t) == 0 && started.Load() == 3 })
 }
 
 // An outage never ends an input: transient errors (JetStream not
