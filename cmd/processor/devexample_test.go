@@ -54,10 +54,8 @@ func TestRunDevTakesTheSpecExample(t *testing.T) {
 	}()
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("no %s:\n%s", what, out.Bytes())
-			}
+		if !testenv.Poll(30*time.Second, cond) {
+			t.Fatalf("no %s:\n%s", what, out.Bytes())
 		}
 	}
 	waitFor("banner", func() bool { return bytes.Contains(out.Bytes(), []byte("Ctrl-C stops")) })

@@ -55,12 +55,16 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-// `processor run --dev` answers JetStream on 127.0.0.1:4222, serves /metrics
-// on 127.0.0.1:9464, and drains on SIGTERM.
+// `processor run --dev` answers JetStream on its --listen address, serves
+// /metrics on its --metrics-listen address, and drains on SIGTERM. (The
+// defaults, 127.0.0.1:4222 and :9464, are the config package's constants;
+// the test takes free ports so that it never meets a processor already
+// running on this machine.)
 func TestRunDev(t *testing.T) {
 	bin := testenv.ProcessorBinary(t)
 	dir := t.TempDir()
-	cmd := exec.Command(bin, "run", "--dev")
+	natsAddr, metricsAddr := freeAddr(t), freeAddr(t)
+	cmd := exec.Command(bin, "run", "--dev", "--listen", natsAddr, "--metrics-listen", metricsAddr)
 	cmd.Dir = dir
 	var out testenv.LogBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -72,7 +76,7 @@ func TestRunDev(t *testing.T) {
 	if !bytes.Contains(out.Bytes(), []byte("UNSIGNED PROPOSALS")) {
 		t.Error("--dev does not warn about unsigned proposals")
 	}
-	nc, err := nats.Connect("nats://127.0.0.1:4222")
+	nc, err := nats.Connect("nats://" + natsAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +87,7 @@ func TestRunDev(t *testing.T) {
 	if _, err := js.Stream(ctx, "ACTIONS_PROPOSALS"); err != nil {
 		t.Errorf("proposals stream: %v", err)
 	}
-	resp, err := http.Get("http://127.0.0.1:9464/metrics")
+	resp, err := http.Get("http://" + metricsAddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

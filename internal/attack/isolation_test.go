@@ -99,10 +99,8 @@ func (h *held) release() {
 // waitCount waits until h has received n requests.
 func waitCount(t *testing.T, h *held, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(testenv.WaitTimeout); h.count() < n; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d requests reached the held subject", h.count(), n)
-		}
+	if !testenv.Poll(testenv.WaitTimeout, func() bool { return h.count() >= n }) {
+		t.Fatalf("%d of %d requests reached the held subject", h.count(), n)
 	}
 }
 
@@ -127,9 +125,8 @@ func TestDownProviderCannotStarveAnother(t *testing.T) {
 		env.PublishSigned(t, testenv.Granted(t, p, "sku-1001", now), env.OtherHost)
 	}
 	// Every one of them has reached dispatch and is being retried.
-	ctx, cancel := context.WithTimeout(context.Background(), testenv.WaitTimeout)
-	defer cancel()
-	for {
+	ctx := context.Background()
+	testenv.WaitFor(t, "every one of B's proposals retried in dispatch", func() bool {
 		cons, err := env.JS.Consumer(ctx, env.Subjects.StageStream(subjects.StageDispatch), subjects.HostConsumer(subjects.StageDispatch, hostB))
 		if err != nil {
 			t.Fatal(err)
@@ -138,11 +135,8 @@ func TestDownProviderCannotStarveAnother(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if info.NumAckPending >= dispatchWorkers {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return info.NumAckPending >= dispatchWorkers
+	})
 	a := grantedA(t, "not-starved", 71, now)
 	start := time.Now()
 	env.PublishSigned(t, a, env.Host)

@@ -106,32 +106,30 @@ func terminal(t *testing.T, env *testenv.Env, ids []string) map[string]schema.Ou
 	deadline := time.Now().Add(60 * time.Second)
 	for _, id := range ids {
 		subject := env.Subjects.Outcome(testenv.HostName, id)
-		for {
-			var o schema.Outcome
+		var o schema.Outcome
+		if !testenv.Poll(time.Until(deadline), func() bool {
 			ctx, cancel := context.WithTimeout(context.Background(), testenv.APITimeout)
+			defer cancel()
 			st, err := env.JS.Stream(ctx, env.Subjects.OutcomesStream())
 			var m *jetstream.RawStreamMsg
 			if err == nil {
 				m, err = st.GetLastMsgForSubject(ctx, subject)
 			}
-			cancel()
-			if err == nil {
-				if err := schema.Decode(m.Data, &o); err != nil {
-					t.Fatalf("outcome of %s: %v", id, err)
+			if err != nil {
+				if !errors.Is(err, jetstream.ErrMsgNotFound) && !errors.Is(err, context.DeadlineExceeded) {
+					t.Logf("reading the outcome of %s: %v", id, err)
 				}
-				if o.Terminal {
-					out[id] = o
-					break
-				}
-			} else if !errors.Is(err, jetstream.ErrMsgNotFound) && !errors.Is(err, context.DeadlineExceeded) {
-				t.Logf("reading the outcome of %s: %v", id, err)
+				return false
 			}
-			if time.Now().After(deadline) {
-				dumpLogs(t, env)
-				t.Fatalf("%s: no terminal outcome within 60s (last: %+v)", id, o)
+			if err := schema.Decode(m.Data, &o); err != nil {
+				t.Fatalf("outcome of %s: %v", id, err)
 			}
-			time.Sleep(50 * time.Millisecond)
+			return o.Terminal
+		}) {
+			dumpLogs(t, env)
+			t.Fatalf("%s: no terminal outcome within 60s (last: %+v)", id, o)
 		}
+		out[id] = o
 	}
 	return out
 }

@@ -150,11 +150,12 @@ func TestClusterSoak(t *testing.T) {
 	ended := map[schema.Kind]int{}
 	deadline := time.Now().Add(2 * time.Minute)
 	for _, id := range ids {
-		o, found := env.StoredOutcome(t, id)
-		for (!found || !o.Terminal) && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
+		var o schema.Outcome
+		testenv.Poll(time.Until(deadline), func() bool {
+			var found bool
 			o, found = env.StoredOutcome(t, id)
-		}
+			return found && o.Terminal
+		})
 		ended[o.Kind]++
 		if !o.Terminal {
 			t.Errorf("%s: no terminal outcome (last: %s)", id, o.Kind)

@@ -48,16 +48,9 @@ func get(t *testing.T, method, url string) (int, string, http.Header) {
 // testenv.WaitTimeout with what was last seen.
 func waitFor(t *testing.T, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(testenv.WaitTimeout)
-	for {
-		ok, seen := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s; last seen: %s", testenv.WaitTimeout, seen)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var seen string
+	if !testenv.Poll(testenv.WaitTimeout, func() (ok bool) { ok, seen = cond(); return ok }) {
+		t.Fatalf("timed out after %s; last seen: %s", testenv.WaitTimeout, seen)
 	}
 }
 

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -109,13 +110,9 @@ func (c *Cluster) Start(t testing.TB, i int) {
 	if err := c.core.Start(i); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(WaitTimeout)
-	for !c.Server(i).JetStreamIsCurrent() || !c.core.HasMetaLeader() {
-		if time.Now().After(deadline) {
-			t.Fatalf("testenv: server n%d not current with a meta leader within %s", i, WaitTimeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	WaitFor(t, fmt.Sprintf("server n%d current with a meta leader", i), func() bool {
+		return c.Server(i).JetStreamIsCurrent() && c.core.HasMetaLeader()
+	})
 }
 
 // WaitJetStream waits until some running server is the JetStream meta
@@ -133,18 +130,17 @@ func (c *Cluster) WaitJetStream(t testing.TB) {
 // account ("$G" without accounts), waiting for one (at most WaitTimeout).
 func (c *Cluster) StreamLeader(t testing.TB, account, stream string) int {
 	t.Helper()
-	deadline := time.Now().Add(WaitTimeout)
-	for {
+	leader := -1
+	WaitFor(t, "a leader of stream "+stream, func() bool {
 		for i := range ClusterSize {
 			if s := c.Server(i); s != nil && s.JetStreamIsStreamLeader(account, stream) {
-				return i
+				leader = i
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("testenv: stream %s has no leader within %s", stream, WaitTimeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return false
+	})
+	return leader
 }
 
 // StepDownStream makes stream's leader step down and waits until another

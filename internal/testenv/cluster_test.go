@@ -65,14 +65,7 @@ func TestCluster(t *testing.T) {
 		})
 	}
 	// The restarted server has everything once it caught up.
-	deadline := time.Now().Add(testenv.WaitTimeout)
-	for {
-		if c.Server(leader).JetStreamIsStreamCurrent("$G", "KV_cluster_test") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the restarted server did not catch up")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.WaitFor(t, "the restarted server to catch up", func() bool {
+		return c.Server(leader).JetStreamIsStreamCurrent("$G", "KV_cluster_test")
+	})
 }

@@ -73,6 +73,12 @@ func QuiesceConsumers(t testing.TB, js jetstream.JetStream, rec *Recorder, consu
 	quiesce(t, WaitTimeout, js, consumers, nil, rec)
 }
 
+// QuiesceConsumersWithin is QuiesceConsumers with its own timeout.
+func QuiesceConsumersWithin(t testing.TB, timeout time.Duration, js jetstream.JetStream, rec *Recorder, consumers ...StageConsumer) {
+	t.Helper()
+	quiesce(t, timeout, js, consumers, nil, rec)
+}
+
 // quiesce polls until timers (nil: none) and every consumer are idle twice
 // in a row, then flushes rec.
 func quiesce(t testing.TB, timeout time.Duration, js jetstream.JetStream, consumers []StageConsumer, timers func() (string, bool), rec *Recorder) {

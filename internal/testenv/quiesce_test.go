@@ -110,8 +110,6 @@ func TestQuiesceSeesMessagesTheConsumerDoesNotKnowYet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func(d time.Duration) { testenv.WaitTimeout = d }(testenv.WaitTimeout)
-	testenv.WaitTimeout = 30 * time.Millisecond
 	for i := range 40 {
 		if _, err := js.Publish(ctx, "in.x", []byte("x")); err != nil {
 			t.Fatal(err)
@@ -121,7 +119,7 @@ func TestQuiesceSeesMessagesTheConsumerDoesNotKnowYet(t *testing.T) {
 			tb, stop := testenv.Standalone()
 			defer stop()
 			defer func() { msg = fmt.Sprint(recover()) }()
-			testenv.QuiesceConsumers(tb, js, nil, testenv.StageConsumer{Name: "d", Stream: "IN"})
+			testenv.QuiesceConsumersWithin(tb, 30*time.Millisecond, js, nil, testenv.StageConsumer{Name: "d", Stream: "IN"})
 			return ""
 		}()
 		if !strings.Contains(msg, "consumer d (stream IN)") {

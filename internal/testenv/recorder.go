@@ -165,8 +165,9 @@ func Kind(kind schema.Kind) Cond {
 // Count is met once n outcomes arrived.
 func Count(n int) Cond { return func(outs []schema.Outcome) bool { return len(outs) >= n } }
 
-// WaitTimeout bounds every Wait.
-var WaitTimeout = 20 * time.Second
+// WaitTimeout bounds every Wait, WaitFor and Quiesce (the *Within
+// variants take their own bound).
+const WaitTimeout = 20 * time.Second
 
 // Ref names a proposal for the Recorder: "<h>/<proposal_id>", or a bare
 // proposal id of the default host (HostName).

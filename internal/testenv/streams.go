@@ -1,9 +1,9 @@
 package testenv
 
 import (
+	"fmt"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -22,28 +22,20 @@ import (
 // ever.
 func (e *Env) StageEnvelopes(t testing.TB, stage string, want int) []schema.Envelope {
 	t.Helper()
-	deadline := time.Now().Add(WaitTimeout)
-	for {
-		msgs := e.handOffs.of(stage)
-		if len(msgs) >= want {
-			out := make([]schema.Envelope, 0, len(msgs))
-			for _, m := range msgs {
-				var env schema.Envelope
-				if err := schema.DecodeEnvelope(m.Data, &env); err != nil {
-					t.Fatalf("%s hand-off does not decode strictly: %v", stage, err)
-				}
-				if want := e.Subjects.Stage(stage, subjects.KindProposal, subjects.ProposalToken(env.Host, env.Proposal.ProposalID)); m.Subject != want {
-					t.Errorf("hand-off for %s on %s", env.Proposal.ProposalID, m.Subject)
-				}
-				out = append(out, env)
-			}
-			return out
+	WaitFor(t, fmt.Sprintf("%d hand-offs published to %s", want, stage), func() bool { return len(e.handOffs.of(stage)) >= want })
+	msgs := e.handOffs.of(stage)
+	out := make([]schema.Envelope, 0, len(msgs))
+	for _, m := range msgs {
+		var env schema.Envelope
+		if err := schema.DecodeEnvelope(m.Data, &env); err != nil {
+			t.Fatalf("%s hand-off does not decode strictly: %v", stage, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d hand-offs published to %s, want %d", len(msgs), stage, want)
+		if want := e.Subjects.Stage(stage, subjects.KindProposal, subjects.ProposalToken(env.Host, env.Proposal.ProposalID)); m.Subject != want {
+			t.Errorf("hand-off for %s on %s", env.Proposal.ProposalID, m.Subject)
 		}
-		time.Sleep(20 * time.Millisecond)
+		out = append(out, env)
 	}
+	return out
 }
 
 // handOffLog records every hand-off published to a stage, once per
