@@ -32,7 +32,7 @@ func ProcessorBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		_, file, _, _ := runtime.Caller(0)
-		root := filepath.Dir(filepath.Dir(file))
+		root := filepath.Dir(filepath.Dir(filepath.Dir(file))) // internal/testenv/process.go
 		sum := sha256.Sum256([]byte(root))
 		dir := filepath.Join(os.TempDir(), "portcullis-test-bin")
 		if buildErr = os.MkdirAll(dir, 0o755); buildErr != nil {
