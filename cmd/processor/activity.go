@@ -94,21 +94,9 @@ func cmdActivityList(c *cmdline, args []string, _ io.Reader) int {
 	if *limit < 1 || *limit > admin.MaxActivityLimit {
 		return c.usageError("--limit must be between 1 and %d", admin.MaxActivityLimit)
 	}
-	cl, ctx, closeFn, code, done := c.ask(cn)
-	if done {
-		return code
-	}
-	defer closeFn()
-	l, err := cl.Activity(ctx, *limit, *before)
-	if err != nil {
-		return c.fail(err)
-	}
-	if asJSON {
-		writeJSON(c.stdout, l)
-		return 0
-	}
-	writeActivityList(c.stdout, l, *limit)
-	return 0
+	return answer(c, cn, asJSON, func(ctx context.Context, cl *admin.Client) (*admin.ActivityList, error) {
+		return cl.Activity(ctx, *limit, *before)
+	}, func(w io.Writer, l *admin.ActivityList) { writeActivityList(w, l, *limit) })
 }
 
 func writeActivityList(w io.Writer, l *admin.ActivityList, limit int) {

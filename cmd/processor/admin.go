@@ -403,6 +403,27 @@ func (c *cmdline) operator(args []string) (cn *conn, asJSON bool, pos []string, 
 // API and the context of its requests, which ends at once when NATS
 // refuses the login something (the client's errors then say so). done:
 // return code (the failure is reported).
+// answer is how every operator command ends: ask the running processor
+// once (call), then print its answer as JSON (--json) or for a person
+// (render). A refusal or no answer is one line on stderr (c.fail).
+func answer[T any](c *cmdline, cn *conn, asJSON bool, call func(context.Context, *admin.Client) (T, error), render func(io.Writer, T)) int {
+	cl, ctx, closeFn, code, done := c.ask(cn)
+	if done {
+		return code
+	}
+	defer closeFn()
+	v, err := call(ctx, cl)
+	if err != nil {
+		return c.fail(err)
+	}
+	if asJSON {
+		writeJSON(c.stdout, v)
+		return 0
+	}
+	render(c.stdout, v)
+	return 0
+}
+
 func (c *cmdline) ask(cn *conn) (cl *admin.Client, ctx context.Context, closeFn func(), code int, done bool) {
 	if err := cn.resolve(c.fs); err != nil {
 		return nil, nil, nil, c.fail(err), true

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -21,21 +22,9 @@ func cmdApprovalsList(c *cmdline, args []string, _ io.Reader) int {
 	if *limit < 1 || *limit > admin.MaxApprovalsLimit {
 		return c.usageError("--limit must be between 1 and %d", admin.MaxApprovalsLimit)
 	}
-	cl, ctx, closeFn, code, done := c.ask(cn)
-	if done {
-		return code
-	}
-	defer closeFn()
-	a, err := cl.Approvals(ctx, *limit)
-	if err != nil {
-		return c.fail(err)
-	}
-	if asJSON {
-		writeJSON(c.stdout, a)
-		return 0
-	}
-	writeApprovals(c.stdout, a)
-	return 0
+	return answer(c, cn, asJSON, func(ctx context.Context, cl *admin.Client) (*admin.Approvals, error) {
+		return cl.Approvals(ctx, *limit)
+	}, writeApprovals)
 }
 
 func writeApprovals(w io.Writer, a *admin.Approvals) {

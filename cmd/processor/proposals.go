@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -35,21 +36,7 @@ func cmdProposalsGet(c *cmdline, args []string, _ io.Reader) int {
 	default:
 		return c.usageError("give the host and the proposal id")
 	}
-	cl, ctx, closeFn, code, done := c.ask(cn)
-	if done {
-		return code
-	}
-	defer closeFn()
-	p, err := cl.Proposal(ctx, ref)
-	if err != nil {
-		return c.fail(err)
-	}
-	if asJSON {
-		writeJSON(c.stdout, p)
-		return 0
-	}
-	writeProposal(c.stdout, p)
-	return 0
+	return answer(c, cn, asJSON, func(ctx context.Context, cl *admin.Client) (*admin.Proposal, error) { return cl.Proposal(ctx, ref) }, writeProposal)
 }
 
 func writeProposal(w io.Writer, p *admin.Proposal) {

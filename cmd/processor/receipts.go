@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -21,21 +22,9 @@ func cmdReceiptsGet(c *cmdline, args []string, _ io.Reader) int {
 	if !ok {
 		return code
 	}
-	cl, ctx, closeFn, code, done := c.ask(cn)
-	if done {
-		return code
-	}
-	defer closeFn()
-	r, err := cl.ReceiptsOf(ctx, target)
-	if err != nil {
-		return c.fail(err)
-	}
-	if asJSON {
-		writeJSON(c.stdout, r)
-		return 0
-	}
-	writeReceipts(c.stdout, r)
-	return 0
+	return answer(c, cn, asJSON, func(ctx context.Context, cl *admin.Client) (*admin.Receipts, error) {
+		return cl.ReceiptsOf(ctx, target)
+	}, writeReceipts)
 }
 
 func writeReceipts(w io.Writer, r *admin.Receipts) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -18,21 +19,7 @@ func cmdReconcileList(c *cmdline, args []string, _ io.Reader) int {
 	if done {
 		return code
 	}
-	cl, ctx, closeFn, code, done := c.ask(cn)
-	if done {
-		return code
-	}
-	defer closeFn()
-	l, err := cl.List(ctx)
-	if err != nil {
-		return c.fail(err)
-	}
-	if asJSON {
-		writeJSON(c.stdout, l)
-		return 0
-	}
-	writeList(c.stdout, l)
-	return 0
+	return answer(c, cn, asJSON, func(ctx context.Context, cl *admin.Client) (*admin.List, error) { return cl.List(ctx) }, writeList)
 }
 
 func age(d time.Duration) string {
@@ -88,21 +75,9 @@ func cmdReconcileResolve(c *cmdline, args []string, _ io.Reader) int {
 	if !schema.ValidEvidenceRef(*evidence) {
 		return c.usageError("--evidence must be one line of at most 512 characters containing ':' (e.g. ticket:OPS-1234)")
 	}
-	cl, ctx, closeFn, code, done := c.ask(cn)
-	if done {
-		return code
-	}
-	defer closeFn()
-	r, err := cl.ResolveTarget(ctx, target, *present, *evidence)
-	if err != nil {
-		return c.fail(err)
-	}
-	if asJSON {
-		writeJSON(c.stdout, r)
-		return 0
-	}
-	writeResolved(c.stdout, r)
-	return 0
+	return answer(c, cn, asJSON, func(ctx context.Context, cl *admin.Client) (*admin.Resolved, error) {
+		return cl.ResolveTarget(ctx, target, *present, *evidence)
+	}, writeResolved)
 }
 
 func writeResolved(w io.Writer, r *admin.Resolved) {
