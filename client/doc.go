@@ -73,4 +73,10 @@
 // outcome ever arrived, says so: its error wraps ErrTimeout and
 // ErrNoOutcome and names the likely cause (sent unsigned, or signed by a
 // key that is not the host block's).
+//
+// It owns the integrator's side of the wire: signing, subjects, decoding of
+// outcomes and of the processor's requests. It imports the wire packages
+// (schema, subjects, fingerprint) and the key, trust and disclosure helpers
+// only: never a stage, a store, the engine or the configuration — an
+// integrator's binary carries none of the processor.
 package client

@@ -22,6 +22,10 @@
 // it to every payload (ADMISSION_MALFORMED), so each admitted payload has
 // exactly one canonical form, and every language that parses JSON numbers
 // as doubles agrees on it.
+//
+// It owns the fingerprint and the canonical JSON it is computed over, and
+// imports only schema: the client and the grounding stage compute the same
+// bytes from the same code.
 package fingerprint
 
 import (

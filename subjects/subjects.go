@@ -22,6 +22,9 @@
 //
 // Every identity receives replies under its own inbox prefix
 // _INBOX.<public key> (Inbox).
+//
+// It imports nothing of Portcullis: every other package names subjects
+// through it.
 package subjects
 
 import (

@@ -18,6 +18,8 @@
 // stages' Clock, nats.go, nats-server, nkeys): nothing a user cannot name.
 // Portcullis's own tests use a larger harness with hooks into the
 // processor's internals, internal/testenv, which this package wraps.
+//
+// It owns only this facade; the harness is internal/testenv.
 package testenv
 
 import (

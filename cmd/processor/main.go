@@ -21,6 +21,10 @@
 //	processor help [COMMAND]            a command's usage (so does COMMAND -h)
 //
 // See docs/running.md for every subcommand.
+//
+// It owns flags, exit codes and what a person reads; the work is the
+// internal packages'. It is the top of the layering (internal/rules):
+// nothing imports it.
 package main
 
 import (

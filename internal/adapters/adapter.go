@@ -27,6 +27,11 @@
 //
 // Error texts name only the provider, the method and a category: never the
 // request (payload, protected values) nor any part of a reply body.
+//
+// It owns the provider seam and each adapter's own configuration. It
+// imports only the wire packages (schema, subjects): a stage calls an
+// adapter through its interface, and an adapter knows no stage, store or
+// journal.
 package adapters
 
 import (

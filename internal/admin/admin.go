@@ -34,6 +34,10 @@
 // carries the micro error headers, so $SRV.STATS counts it). Nothing here
 // carries a payload or protected value: receipts, outcomes, approvals and
 // activity are value-free.
+//
+// It owns the operator's requests and their signatures, nonces and answers.
+// Operator code imports no stage (internal/rules): it reads and settles
+// state through the stores, never by running a stage's logic itself.
 package admin
 
 import (

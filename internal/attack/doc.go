@@ -14,4 +14,6 @@
 // every stage's consumer has nothing pending and nothing unacknowledged,
 // and the outcomes and incidents streams (not only what a subscriber
 // happened to see) are read back.
+//
+// It imports what a test needs; no production package imports it.
 package attack

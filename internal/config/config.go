@@ -2,6 +2,10 @@
 //
 // Every key has a documented default (see config.example.hcl); unknown keys
 // and bad values are errors that carry the file:line of the offending text.
+//
+// It owns the configuration's types, defaults and checks (with file:line).
+// It imports the wire packages and the adapter, policy, trust and key
+// helpers whose blocks it decodes; never a store, a stage or the engine.
 package config
 
 import (

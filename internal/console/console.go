@@ -18,6 +18,10 @@
 // events. Safety (security.go): loopback by default with a Host check
 // against DNS rebinding; another address only with TLS and a login token;
 // a CSRF token on every form; a strict Content-Security-Policy.
+//
+// It owns the console's pages, sessions and live events. Operator code
+// imports no stage (internal/rules): every read and settlement goes through
+// the operator API (internal/admin).
 package console
 
 import (

@@ -3,6 +3,9 @@
 // authentication on, narrated as a timeline. cmd/processor parses the flags
 // and calls Run; the proposal fixtures it shares with testenv live in
 // internal/fixtures.
+//
+// It owns the demo's scenarios and narration; it assembles a processor
+// through internal/engine and imports no stage.
 package demo
 
 import (

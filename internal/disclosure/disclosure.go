@@ -8,6 +8,10 @@
 // Every failure is an *Error carrying one closed disclosure code; its text is
 // the code alone. Nothing here logs, and no error, record or formatted value
 // ever carries a protected value.
+//
+// It owns the resolver request, its checks and the value contracts. It
+// imports only schema: the values it returns live in memory for one
+// provider call and are never written down.
 package disclosure
 
 import (

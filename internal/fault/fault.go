@@ -12,6 +12,8 @@
 // or a partition would freeze it, until the test sends SIGCONT and it
 // carries on where it stopped. Tests inside one process can arm a function
 // instead with Set.
+//
+// It imports nothing of Portcullis: every layer may mark a point.
 package fault
 
 import (

@@ -8,6 +8,8 @@
 // a reader never sees half of one.
 //
 // Errors name the file and what is wrong with it, never its content.
+//
+// It imports nothing of Portcullis.
 package keyfile
 
 import (

@@ -7,6 +7,10 @@
 // an approval is asked of the user by MCP elicitation, and only the user's
 // answer becomes the next proposal's chosen candidate or the host's grant or
 // decline. No tool grants.
+//
+// It owns the MCP tools, their schemas and what the model is told. It
+// speaks to the processor as a host does, through the client package, and
+// imports no store and no engine.
 package mcp
 
 import (

@@ -29,6 +29,9 @@
 // proposals stream holds that very message (the same NATS), otherwise
 // cleared, so that another message that happens to have that sequence in
 // the cluster's stream is never taken for it.
+//
+// It owns the move and its checks; it reads and writes state through the
+// stores' backends.
 package migrate
 
 import (

@@ -69,7 +69,7 @@
 //   - JetStream lives in the processor's account only; no client role can
 //     create consumers (a consumer's deliver subject would escape every
 //     publish permission) or streams.
-
+//
 // Constraints that follow: each provider has at most one connector block
 // and there is at most one resolver block (config enforces both), because
 // two imports of one subject hand every request to both accounts (queue
@@ -86,6 +86,9 @@
 // server's own catch-all gives the usual "not enabled" answer. (Importing
 // it from the processor's account would hand its account statistics to
 // the roles' accounts.)
+//
+// It owns the NATS accounts, users and permissions of SPEC §2.8, derived
+// from the configuration; it imports config and subjects only.
 package natsauth
 
 import (

@@ -2,6 +2,8 @@
 // nats-servers on loopback. testenv.Cluster wraps it for tests;
 // `processor bench -cluster` uses it directly (testenv needs a testing.TB
 // and would link package testing into the binary).
+//
+// It imports nothing of Portcullis.
 package natscluster
 
 import (

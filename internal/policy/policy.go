@@ -5,6 +5,9 @@
 // dispatch stage uses it again just before calling a provider (SPEC §3
 // Dispatch step 3), so that a grant that expired or a policy that tightened
 // meanwhile still stops the call.
+//
+// It owns grant checks and managed policies, pure functions over schema
+// types: it imports only schema.
 package policy
 
 import (

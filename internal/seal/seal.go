@@ -4,6 +4,9 @@
 // key. NATS permissions keep clients off internal subjects; the seal makes
 // a message that got there anyway (a misconfigured external server, a
 // leaked credential) harmless: stages terminate it unread.
+//
+// It imports nothing of Portcullis: the runner, the timers and the tests
+// seal and check with it.
 package seal
 
 import (

@@ -74,4 +74,7 @@
 // receipt (recorded_at_ms earlier than the terminal one's), so a client
 // that orders by receipt can tell; the check accepts exactly that. SPEC
 // does not say whether outcomes may arrive out of order.
+//
+// It imports the stages whose pure steps it drives and the records of
+// state; it runs no NATS server, touches no disk and reads no real clock.
 package sim

@@ -28,6 +28,9 @@
 //	env.AddProcessor(t, "second")
 //	env.Cluster.Stop(t, 1)
 //	env.StepDownStream(t, "KV_"+env.Subjects.JournalBucket())
+//
+// It imports what a test needs of every layer; no production package
+// imports it.
 package testenv
 
 import (

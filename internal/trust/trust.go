@@ -2,6 +2,9 @@
 // configured host signs the exact body with its ed25519 key (NATS nkey
 // form), publishes on its own subjects, and may speak only for its tenants
 // and their security domains (SPEC §2.7).
+//
+// It imports nothing of Portcullis: admission and the client check and make
+// signatures with it.
 package trust
 
 import (

@@ -1,6 +1,8 @@
 // Package version reports what build of Portcullis is running, from the
 // build information the Go toolchain embeds (debug.ReadBuildInfo): the
 // main module's version and the VCS revision and commit time.
+//
+// It imports nothing of Portcullis.
 package version
 
 import (

@@ -25,6 +25,9 @@
 // and "date" values are checked by pattern and by format "date": a
 // validator in another language should assert formats (Ajv: ajv-formats)
 // to refuse 2023-02-29.
+//
+// It imports nothing of Portcullis: the schemas are data, checked against
+// the Go types by tests.
 package jsonschema
 
 import (
