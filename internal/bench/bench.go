@@ -326,3 +326,55 @@ func peakRSS(proc string) (int64, error) {
 	}
 	return 0, errNoRSS
 }
+
+// runSide runs a side's two phases — throughput (o.Count messages, at
+// most o.Window in flight) and latency (o.Rate per second for o.Duration)
+// — and measures its peaks. id names the i-th message of a phase
+// (latency false: throughput); publish sends it. A message ends through
+// the tracker cur holds, which the side's listener calls.
+func (o Options) runSide(ctx context.Context, label string, cur *atomic.Pointer[tracker], onPeak func(),
+	id func(latency bool, i int) string, publish func(latency bool, i int, id string) error) (Side, error) {
+	var side Side
+	side.RSSReset = o.resetPeaks()
+	stopMem := sampleMemory(onPeak)
+	defer func() { stopMem() }()
+	t := o.tracker(o.Count, o.Window)
+	cur.Store(t)
+	t.start()
+	for i := range o.Count {
+		id := id(false, i)
+		if err := t.send(ctx, id); err != nil {
+			return Side{}, err
+		}
+		if err := publish(false, i, id); err != nil {
+			return Side{}, err
+		}
+	}
+	var err error
+	if side.Throughput, err = t.wait(ctx, label+" throughput", o.Progress); err != nil {
+		return Side{}, err
+	}
+	n := o.latencyCount()
+	t = o.tracker(n, n)
+	cur.Store(t)
+	t.start()
+	if err := paced(ctx, n, o.Rate, func(i int) error {
+		id := id(true, i)
+		if err := t.send(ctx, id); err != nil {
+			return err
+		}
+		return publish(true, i, id)
+	}); err != nil {
+		return Side{}, err
+	}
+	if side.Latency, err = t.wait(ctx, label+" latency", o.Progress); err != nil {
+		return Side{}, err
+	}
+	side.PeakRSS, side.ServerPeakRSS = o.peaks()
+	side.GoMemory = stopMem()
+	stopMem = func() GoMemory { return GoMemory{} }
+	return side, nil
+}
+
+// latencyCount is the latency phase's number of messages.
+func (o Options) latencyCount() int { return max(1, int(float64(o.Rate)*o.Duration.Seconds())) }

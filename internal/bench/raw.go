@@ -42,16 +42,7 @@ func Raw(ctx context.Context, url string, bodyBytes int, o Options) (Side, error
 	stream := func(i int) string { return fmt.Sprintf("BENCH_RAW_%d", i) }
 	subject := func(i int) string { return fmt.Sprintf("%s.%d", rawPrefix, i) }
 	for i := 1; i <= Hops; i++ {
-		// A cluster that just elected its meta leader may not place a
-		// replicated stream at once: a few tries.
-		err := retry(ctx, func(ctx context.Context) error {
-			_, err := hopJS.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-				Name: stream(i), Subjects: []string{subject(i)}, Retention: jetstream.LimitsPolicy,
-				Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute, Replicas: max(1, o.Replicas),
-			})
-			return err
-		})
-		if err != nil {
+		if err := createStream(ctx, hopJS, stream(i), subject(i), o); err != nil {
 			return Side{}, fmt.Errorf("bench: raw stream: %w", err)
 		}
 		defer hopJS.DeleteStream(context.Background(), stream(i))
@@ -73,14 +64,7 @@ func Raw(ctx context.Context, url string, bodyBytes int, o Options) (Side, error
 	}
 
 	for i := 1; i <= Hops; i++ {
-		var cons jetstream.Consumer
-		err := retry(ctx, func(ctx context.Context) (err error) {
-			cons, err = hopJS.CreateOrUpdateConsumer(ctx, stream(i), jetstream.ConsumerConfig{
-				Durable: "hop", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 4 * o.Window,
-				DeliverPolicy: jetstream.DeliverAllPolicy, Replicas: max(1, o.Replicas),
-			})
-			return err
-		})
+		cons, err := retryConsumer(ctx, hopJS, stream(i), o)
 		if err != nil {
 			return Side{}, fmt.Errorf("bench: raw consumer: %w", err)
 		}
@@ -131,47 +115,26 @@ func Raw(ctx context.Context, url string, bodyBytes int, o Options) (Side, error
 		return err
 	}
 
-	var side Side
-	side.RSSReset = o.resetPeaks()
-	stopMem := sampleMemory(nil)
-	defer func() { stopMem() }()
-	// Throughput.
-	t := o.tracker(o.Count, o.Window)
-	cur.Store(t)
-	t.start()
-	for i := range o.Count {
-		id := "t" + strconv.Itoa(i)
-		if err := t.send(ctx, id); err != nil {
-			return Side{}, err
+	return o.runSide(ctx, "raw", &cur, nil, func(latency bool, i int) string {
+		if latency {
+			return "l" + strconv.Itoa(i)
 		}
-		if err := publish(id); err != nil {
-			return Side{}, err
-		}
-	}
-	if side.Throughput, err = t.wait(ctx, "raw throughput", o.Progress); err != nil {
-		return Side{}, err
-	}
-	// Latency at a fixed rate.
-	n := max(1, int(float64(o.Rate)*o.Duration.Seconds()))
-	t = o.tracker(n, n)
-	cur.Store(t)
-	t.start()
-	if err := paced(ctx, n, o.Rate, func(i int) error {
-		id := "l" + strconv.Itoa(i)
-		if err := t.send(ctx, id); err != nil {
-			return err
-		}
-		return publish(id)
-	}); err != nil {
-		return Side{}, err
-	}
-	if side.Latency, err = t.wait(ctx, "raw latency", o.Progress); err != nil {
-		return Side{}, err
-	}
-	side.PeakRSS, side.ServerPeakRSS = o.peaks()
-	side.GoMemory = stopMem()
-	stopMem = func() GoMemory { return GoMemory{} }
-	return side, nil
+		return "t" + strconv.Itoa(i)
+	}, func(_ bool, _ int, id string) error { return publish(id) })
+}
+
+// createStream makes a stream of the raw chain's settings (and the
+// floor's): limits retention on file, a two-minute duplicate window.
+func createStream(ctx context.Context, js jetstream.JetStream, name, subject string, o Options) error {
+	// A cluster that just elected its meta leader may not place a
+	// replicated stream at once: a few tries.
+	return retry(ctx, func(ctx context.Context) error {
+		_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+			Name: name, Subjects: []string{subject}, Retention: jetstream.LimitsPolicy,
+			Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute, Replicas: max(1, o.Replicas),
+		})
+		return err
+	})
 }
 
 // retry calls f with a 5s context up to 10 times while it fails.
