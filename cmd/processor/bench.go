@@ -43,6 +43,7 @@ func cmdBench(c *cmdline, args []string, _ io.Reader) int {
 	payload := fs.Int("payload", 0, "bytes of padding in each proposal's payload")
 	ackShare := fs.Float64("ack-share", 0.1, "share of dispatches the connector acknowledges (reconciliation verifies them)")
 	syncAlways := fs.Bool("sync-always", false, "nats-servers fsync every write (nats.sync_always)")
+	floorOnly := fs.Bool("floor", false, "run only the contract floor (the least work the contract needs, package bench) and the raw chain its CPU is checked against, without the Portcullis side: -cpuprofile then profiles the floor")
 	queued := fs.Int("queued", 0, "publish this many proposals (the issue's case: 100000) before the processor starts, then measure their drain and peak RSS; no raw side")
 	cluster := fs.Int("cluster", 0, "run both sides on an in-process three-server JetStream cluster (replicas 3, replicated journal) with this many processors, 1–3, sharing the stage consumers")
 	natsProcess := fs.Bool("nats-process", false, "run the nats-server in a child process (this binary with -serve-nats) instead of in this one, so that the processor's peak RSS and CPU are measured apart from the server's, as on a deployment with an external NATS")
@@ -57,8 +58,8 @@ func cmdBench(c *cmdline, args []string, _ io.Reader) int {
 	if *n < 1 || *window < 1 || *rate < 1 || *duration <= 0 || *payload < 0 || *ackShare < 0 || *ackShare > 1 {
 		return c.usageError("-n, -inflight, -rate and -duration must be positive, -payload ≥ 0, -ack-share in [0, 1]")
 	}
-	if *queued < 0 || *cluster < 0 || *cluster > natscluster.Size || (*queued > 0 && *cluster > 0) || (*natsProcess && *cluster > 0) {
-		return c.usageError("-queued ≥ 0, -cluster 0–3, not both; -nats-process not with -cluster")
+	if *queued < 0 || *cluster < 0 || *cluster > natscluster.Size || (*queued > 0 && *cluster > 0) || (*natsProcess && *cluster > 0) || (*floorOnly && *queued > 0) {
+		return c.usageError("-queued ≥ 0, -cluster 0–3, not both; -nats-process not with -cluster; -floor not with -queued")
 	}
 	if *serveNATS != "" {
 		cfg := config.Dev(*serveNATS)
@@ -199,9 +200,22 @@ func cmdBench(c *cmdline, args []string, _ io.Reader) int {
 	if err != nil {
 		return fail(err)
 	}
-	// On the cluster the processors start after the raw side, so that they
-	// idle through none of it.
+	floorSide := func() (bench.Side, error) { return bench.Floor(ctx, url, *dir, o) }
+	var floor bench.Side
+	if *floorOnly {
+		err = prof.run(func() (err error) { floor, err = floorSide(); return err })
+	} else {
+		floor, err = floorSide()
+	}
+	if err != nil {
+		return fail(err)
+	}
+	// On the cluster the processors start after the raw side and the
+	// floor, so that they idle through none of it.
 	for i := range *cluster {
+		if *floorOnly {
+			break
+		}
 		cfg := devConfig(fmt.Sprintf("p%d", i))
 		cfg.NATS.Embedded, cfg.NATS.URL, cfg.NATS.Replicas = false, url, 3
 		cfg.Store.Journal = config.JournalReplicated
@@ -214,32 +228,45 @@ func cmdBench(c *cmdline, args []string, _ io.Reader) int {
 		subj = p.Subjects()
 	}
 	var pc bench.Side
-	if err := prof.run(func() (err error) {
-		pc, _, err = bench.Pipeline(ctx, url, subj, o)
-		return err
-	}); err != nil || profErr != nil {
-		return fail(errors.Join(err, profErr))
+	if !*floorOnly {
+		if err := prof.run(func() (err error) {
+			pc, _, err = bench.Pipeline(ctx, url, subj, o)
+			return err
+		}); err != nil || profErr != nil {
+			return fail(errors.Join(err, profErr))
+		}
 	}
 	fmt.Fprintf(stderr, "\r%-60s\r", "")
 	fmt.Fprintf(stdout, "setup        %s; %d-byte messages; %d in throughput (≤ %d in flight), %d/s for %s in latency\n",
 		setup, len(size), *n, *window, *rate, *duration)
 	fmt.Fprintf(stdout, "raw          %d-hop chain: pull, republish async with Nats-Msg-Id, ack after the PubAck\n", bench.Hops)
-	fmt.Fprintf(stdout, "portcullis   5 stages, inline grants, connector over NATS, %.0f%% acknowledged then verified\n", *ackShare*100)
+	fmt.Fprintf(stdout, "floor        the contract's least work: %d stages, %d sealed hand-offs, ed25519 check, 2 synced Pebble writes around a connector request, outcome + KV put\n", bench.Hops, bench.Hops-1)
+	sides := []struct {
+		name string
+		side bench.Side
+	}{{"raw", raw}, {"floor", floor}}
+	if !*floorOnly {
+		fmt.Fprintf(stdout, "portcullis   5 stages, inline grants, connector over NATS, %.0f%% acknowledged then verified\n", *ackShare*100)
+		sides = append(sides, struct {
+			name string
+			side bench.Side
+		}{"portcullis", pc})
+	}
 	fmt.Fprintf(stdout, "%-12s %12s %10s %10s %10s %10s %10s\n", "", "msg/s", "CPU/msg", "p50", "p99", "max", "peak RSS")
 	row := func(name string, s bench.Side) {
 		fmt.Fprintf(stdout, "%-12s %12.0f %10s %10s %10s %10s %10s\n", name, s.Throughput.Throughput(), s.Throughput.CPUPerMsg().Round(time.Microsecond),
 			s.Latency.Percentile(0.5).Round(10*time.Microsecond), s.Latency.Percentile(0.99).Round(10*time.Microsecond),
 			s.Latency.Percentile(1).Round(10*time.Microsecond), mib(s.PeakRSS))
 	}
-	row("raw", raw)
-	row("portcullis", pc)
-	fmt.Fprintln(stdout, rssNote(o.Server != nil)+resetNote(raw.RSSReset && pc.RSSReset))
+	reset := true
+	for _, s := range sides {
+		row(s.name, s.side)
+		reset = reset && s.side.RSSReset
+	}
+	fmt.Fprintln(stdout, rssNote(o.Server != nil)+resetNote(reset))
 	if o.Server != nil {
 		fmt.Fprintf(stdout, "%-12s %12s %10s %10s %10s %10s %10s %10s\n", "nats-server", "", "CPU/msg", "peak RSS", "in/msg", "out/msg", "in B/msg", "out B/msg")
-		for _, s := range []struct {
-			name string
-			side bench.Side
-		}{{"raw", raw}, {"portcullis", pc}} {
+		for _, s := range sides {
 			t := s.side.Throughput
 			per := func(v int64) float64 { return float64(v) / float64(t.Count) }
 			fmt.Fprintf(stdout, "%-12s %12s %10s %10s %10.1f %10.1f %10.0f %10.0f\n", " "+s.name, "", t.ServerCPUPerMsg().Round(time.Microsecond), mib(s.side.ServerPeakRSS),
@@ -247,11 +274,13 @@ func cmdBench(c *cmdline, args []string, _ io.Reader) int {
 		}
 		fmt.Fprintln(stdout, "             in, out: messages (and their bytes) the server took from clients and delivered to them per message of the throughput phase (JetStream API calls, acks and replies included)")
 	}
-	for _, s := range []struct {
-		name string
-		m    bench.GoMemory
-	}{{"raw", raw.GoMemory}, {"portcullis", pc.GoMemory}} {
-		fmt.Fprintf(stdout, "Go memory    %s peak: %s heap objects, %s mapped in all\n", s.name, mib(int64(s.m.HeapObjects)), mib(int64(s.m.Total)))
+	for _, s := range sides {
+		m := s.side.GoMemory
+		fmt.Fprintf(stdout, "Go memory    %s peak: %s heap objects, %s mapped in all\n", s.name, mib(int64(m.HeapObjects)), mib(int64(m.Total)))
+	}
+	floorBound(stdout, raw, floor, o.Server != nil)
+	if *floorOnly {
+		return 0
 	}
 	fmt.Fprintf(stdout, "ratio %.3f\n", pc.Throughput.Throughput()/raw.Throughput.Throughput())
 	if c := pc.Throughput.CPUPerMsg(); c > 0 {
@@ -261,11 +290,46 @@ func cmdBench(c *cmdline, args []string, _ io.Reader) int {
 		fmt.Fprintf(stdout, "p50 ratio %.2f\n", float64(pc.Latency.Percentile(0.5))/float64(raw.Latency.Percentile(0.5)))
 		fmt.Fprintf(stdout, "p99 ratio %.2f\n", float64(pc.Latency.Percentile(0.99))/float64(r))
 	}
+	fmt.Fprintf(stdout, "floor_ratio %.3f\n", pc.Throughput.Throughput()/floor.Throughput.Throughput())
+	if c := cpuPerUnit(pc); c > 0 {
+		fmt.Fprintf(stdout, "floor_cpu_ratio %.3f\n", float64(cpuPerUnit(floor))/float64(c))
+	}
+	if f := floor.Latency.Percentile(0.99); f > 0 {
+		fmt.Fprintf(stdout, "floor_p50_ratio %.2f\n", float64(pc.Latency.Percentile(0.5))/float64(floor.Latency.Percentile(0.5)))
+		fmt.Fprintf(stdout, "floor_p99_ratio %.2f\n", float64(pc.Latency.Percentile(0.99))/float64(f))
+	}
 	if f := pc.Throughput.Failed + pc.Latency.Failed; f > 0 {
 		fmt.Fprintf(stdout, "NOT CONFIRMED %d\n", f)
 		return 1
 	}
 	return 0
+}
+
+// cpuPerUnit is a side's CPU per message or proposal in the throughput
+// phase, the nats-server's included when it runs apart.
+func cpuPerUnit(s bench.Side) time.Duration {
+	return s.Throughput.CPUPerMsg() + s.Throughput.ServerCPUPerMsg()
+}
+
+// floorBound prints the floor's CPU per proposal against the raw chain's
+// per message in the same run (server included) and warns when it exceeds
+// bench.FloorBound: the floor would then not be the least work. It never
+// fails the bench: the figure depends on the machine.
+func floorBound(w io.Writer, raw, floor bench.Side, apart bool) {
+	r, f := cpuPerUnit(raw), cpuPerUnit(floor)
+	if r <= 0 || f <= 0 {
+		fmt.Fprintln(w, "floor_bound  n/a: CPU time not available on this platform")
+		return
+	}
+	what := "this process"
+	if apart {
+		what = "this process + nats-server"
+	}
+	x := float64(f) / float64(r)
+	fmt.Fprintf(w, "floor_bound  floor CPU/proposal %s = %.2f× raw CPU/msg %s (%s; bound %.1f×)\n", f.Round(time.Microsecond), x, r.Round(time.Microsecond), what, bench.FloorBound)
+	if x > bench.FloorBound {
+		fmt.Fprintf(w, "WARNING      the floor costs more than %.1f× a raw chain message: it is not the least work, or the run was disturbed\n", bench.FloorBound)
+	}
 }
 
 // resetNote flags a peak that could not be reset per phase.
