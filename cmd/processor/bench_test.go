@@ -1,23 +1,63 @@
 package main
 
 import (
+	"math"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
 
-// TestBench runs a small side-by-side bench: both sides complete, every
-// proposal is CONFIRMED (a verified share included), and the report has
-// its rows and ratio. Numbers are not judged: timing never fails a test.
+// TestBench runs a small side-by-side bench: the three columns complete
+// (raw chain, contract floor, Portcullis), every proposal is CONFIRMED (a
+// verified share included), and the report has a row per column and the
+// ratio lines, each a positive finite number. Numbers are not judged:
+// timing never fails a test.
 func TestBench(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the pipeline")
 	}
-	benchOutput(t, []string{
-		`^raw +\d+ +\S+ +\S+ +\S+ +`,
-		`^portcullis +\d+ +\S+ +\S+ +\S+ +`,
-		`^ratio \d+\.\d{3}$`,
-	}, "bench", "-n", "60", "-inflight", "20", "-rate", "100", "-duration", "300ms", "-ack-share", "0.5")
+	out := benchOutput(t, []string{
+		`^raw +[1-9]\d* +\S+ +\S+ +\S+ +`,
+		`^floor +[1-9]\d* +\S+ +\S+ +\S+ +`,
+		`^portcullis +[1-9]\d* +\S+ +\S+ +\S+ +`,
+		`^floor_bound +floor CPU/proposal \S+ = \d+\.\d\d× raw CPU/msg`,
+	}, "bench", "-n", "300", "-inflight", "50", "-rate", "100", "-duration", "500ms", "-ack-share", "0.5")
+	saneLines(t, out, "ratio", "floor_ratio", "floor_cpu_ratio")
+}
+
+// TestBenchFloor runs the contract floor alone beside the raw chain
+// (-floor): both rows and the floor's CPU against the raw chain's, and no
+// Portcullis side.
+func TestBenchFloor(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the floor")
+	}
+	out := benchOutput(t, []string{
+		`^raw +[1-9]\d* +\S+ +\S+ +\S+ +`,
+		`^floor +[1-9]\d* +\S+ +\S+ +\S+ +`,
+		`^floor_bound +floor CPU/proposal \S+ = \d+\.\d\d× raw CPU/msg`,
+	}, "bench", "-floor", "-n", "300", "-inflight", "50", "-rate", "100", "-duration", "500ms")
+	if regexp.MustCompile(`(?m)^(portcullis|floor_ratio|ratio) `).MatchString(out) {
+		t.Errorf("-floor ran the Portcullis side:\n%s", out)
+	}
+}
+
+// saneLines checks that out has each line "<name> <number>" with a
+// positive, finite number.
+func saneLines(t *testing.T, out string, names ...string) {
+	t.Helper()
+	for _, name := range names {
+		m := regexp.MustCompile(`(?m)^` + name + ` (\S+)$`).FindStringSubmatch(out)
+		if m == nil {
+			t.Errorf("output lacks the line %q:\n%s", name, out)
+			continue
+		}
+		v, err := strconv.ParseFloat(m[1], 64)
+		if err != nil || v <= 0 || math.IsInf(v, 0) || math.IsNaN(v) {
+			t.Errorf("%s %s: not a positive finite number", name, m[1])
+		}
+	}
 }
 
 // TestBenchQueued queues a small backlog before the processor starts and
@@ -45,8 +85,12 @@ func TestBenchNATSProcess(t *testing.T) {
 		`^setup .*in a process of its own`,
 		`^portcullis +\d+ +\S+ +\S+ +\S+ +\S+ +\d+ MiB$`,
 		`^ raw +\S+ +\d+ MiB +[1-9]\d*\.\d +[1-9]\d*\.\d +\d+ +\d+$`,
+		`^ floor +\S+ +\d+ MiB +[1-9]\d*\.\d +[1-9]\d*\.\d +\d+ +\d+$`,
 		`^ portcullis +\S+ +\d+ MiB +[1-9]\d*\.\d +[1-9]\d*\.\d +\d+ +\d+$`,
+		`^floor_bound .*\(this process \+ nats-server;`,
 		`^ratio \d+\.\d{3}$`,
+		`^floor_ratio \d+\.\d{3}$`,
+		`^floor_cpu_ratio \d+\.\d{3}$`,
 	}, "bench", "-nats-process", "-n", "60", "-inflight", "20", "-rate", "100", "-duration", "300ms", "-ack-share", "0.5")
 	benchOutput(t, []string{
 		`^drain +200 in \S+: \d+ proposals/s`,
@@ -63,15 +107,17 @@ func TestBenchCluster(t *testing.T) {
 	benchOutput(t, []string{
 		`^setup .*cluster.*2 processor`,
 		`^raw +\d+ +\S+ +\S+ +\S+ +`,
+		`^floor +\d+ +\S+ +\S+ +\S+ +`,
 		`^portcullis +\d+ +\S+ +\S+ +\S+ +`,
 		`^ratio \d+\.\d{3}$`,
+		`^floor_ratio \d+\.\d{3}$`,
 	}, "bench", "-cluster", "2", "-n", "40", "-inflight", "20", "-rate", "50", "-duration", "400ms", "-ack-share", "0.5")
 }
 
 // benchOutput runs `processor` with args, which must exit 0 with every
 // proposal CONFIRMED and an output matching each of wants (multi-line
-// regular expressions).
-func benchOutput(t *testing.T, wants []string, args ...string) {
+// regular expressions), and returns the output.
+func benchOutput(t *testing.T, wants []string, args ...string) string {
 	t.Helper()
 	code, out, errOut := runArgs(args...)
 	if code != 0 {
@@ -85,4 +131,5 @@ func benchOutput(t *testing.T, wants []string, args ...string) {
 	if strings.Contains(out, "NOT CONFIRMED") {
 		t.Errorf("some proposals did not end CONFIRMED:\n%s", out)
 	}
+	return out
 }
