@@ -279,6 +279,11 @@ func cmdBench(c *cmdline, args []string, _ io.Reader) int {
 		fmt.Fprintf(stdout, "Go memory    %s peak: %s heap objects, %s mapped in all\n", s.name, mib(int64(m.HeapObjects)), mib(int64(m.Total)))
 	}
 	floorBound(stdout, raw, floor, o.Server != nil)
+	if f := floor.Throughput.Failed + floor.Latency.Failed; f > 0 {
+		// Never, unless the floor is broken: it signs and seals its own.
+		fmt.Fprintf(stdout, "FLOOR REFUSED %d\n", f)
+		return 1
+	}
 	if *floorOnly {
 		return 0
 	}
