@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -202,17 +203,35 @@ func Floor(ctx context.Context, url, dir string, o Options) (Side, error) {
 	if _, err := rand.Read(f.sealKey); err != nil {
 		return Side{}, err
 	}
+	// The stages stop, and the messages they hold are done with, before
+	// the store closes (deferred earlier): a late redelivery must not
+	// write to a closed Pebble.
+	var handling sync.WaitGroup
+	var consuming []jetstream.ConsumeContext
+	defer func() {
+		for _, cc := range consuming {
+			cc.Stop()
+			select {
+			case <-cc.Closed():
+			case <-time.After(5 * time.Second):
+			}
+		}
+		handling.Wait()
+	}()
 	for i := range floorStages {
 		cons, err := retryConsumer(ctx, js, floorStream(i), o)
 		if err != nil {
 			return Side{}, fmt.Errorf("bench: floor consumer: %w", err)
 		}
 		stage := i + 1
-		cc, err := cons.Consume(func(m jetstream.Msg) { go f.handle(stage, m) }, jetstream.PullMaxMessages(256))
+		cc, err := cons.Consume(func(m jetstream.Msg) {
+			handling.Add(1)
+			go func() { defer handling.Done(); f.handle(stage, m) }()
+		}, jetstream.PullMaxMessages(256))
 		if err != nil {
 			return Side{}, err
 		}
-		defer cc.Stop()
+		consuming = append(consuming, cc)
 	}
 
 	// The host's proposals, signed, before the phases: the host's work.
