@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -135,41 +134,23 @@ func (n *ReplicatedNonces) window() time.Duration {
 	return n.Window
 }
 
-func (n *ReplicatedNonces) budget() leaderkv.Budget { return leaderkv.Budget{Op: n.OpTimeout} }
+func (n *ReplicatedNonces) handle() leaderkv.Handle {
+	return leaderkv.Handle{KV: n.KV, JS: n.JS, Name: "admin", Timeouts: leaderkv.Timeouts{OpTimeout: n.OpTimeout}}
+}
 
 // ClaimNonce claims nonce for a request stamped requestedAtMs, as the
 // ReplicatedNonces doc comment describes.
 func (n *ReplicatedNonces) ClaimNonce(nonce string, requestedAtMs int64) (kv.NonceClaim, error) {
 	c := nonceClaim{RequestedAtMs: requestedAtMs, Claim: leaderkv.CommitID()}
-	data, err := json.Marshal(c, json.Deterministic(true))
-	if err != nil {
-		return 0, err
-	}
-	key := nonceKey(nonce)
-	for range 3 {
-		err = n.budget().Do(func(ctx context.Context) error { _, err := n.KV.Create(ctx, key, data); return err })
-		if err == nil {
-			break
-		}
-		if !leaderkv.Lost(err) {
-			return 0, fmt.Errorf("admin: claim nonce: %w", err)
-		}
-		// A replay, or this claim's own earlier try, stored.
-		var got nonceClaim
-		_, found, gerr := leaderkv.GetJSON(n.budget(), n.KV, key, &got)
-		switch {
-		case gerr != nil && !errors.Is(gerr, kv.ErrCorrupt):
-			return 0, fmt.Errorf("admin: claim nonce: %w", gerr)
-		case !found:
-			continue // removed meanwhile: claim again (newest decides)
-		case got.Claim != c.Claim:
-			return kv.NonceReplayed, nil
-		}
-		err = nil
-		break
-	}
-	if err != nil {
+	// A key that exists holds a replay's claim, or this claim's own
+	// earlier try that timed out but was stored.
+	var got nonceClaim
+	_, won, err := n.handle().Claim(nonceKey(nonce), c, &got)
+	switch {
+	case err != nil:
 		return 0, fmt.Errorf("admin: claim nonce: %w", err)
+	case !won && got.Claim != c.Claim:
+		return kv.NonceReplayed, nil
 	}
 	newest, rev, err := n.newest()
 	if err != nil {
@@ -184,7 +165,7 @@ func (n *ReplicatedNonces) ClaimNonce(nonce string, requestedAtMs int64) (kv.Non
 	// nonces longer: the request is accepted all the same.
 	for requestedAtMs > newest {
 		data, _ := json.Marshal(newestStamp{RequestedAtMs: requestedAtMs})
-		_, err := leaderkv.Budget{Op: n.OpTimeout}.Swap(n.KV, newestKey, data, rev, 0, func([]byte) bool { return false })
+		_, err := n.handle().Budget().Swap(n.KV, newestKey, data, rev, 0, func([]byte) bool { return false })
 		if err == nil || !errors.Is(err, leaderkv.ErrConflict) {
 			break
 		}
@@ -198,7 +179,7 @@ func (n *ReplicatedNonces) ClaimNonce(nonce string, requestedAtMs int64) (kv.Non
 // newest reads the newest stamp accepted and its revision (0, 0: none).
 func (n *ReplicatedNonces) newest() (int64, uint64, error) {
 	var v newestStamp
-	rev, _, err := leaderkv.GetJSON(n.budget(), n.KV, newestKey, &v)
+	rev, _, err := n.handle().Get(newestKey, &v)
 	if err != nil {
 		return 0, 0, fmt.Errorf("admin: read the newest stamp: %w", err)
 	}
@@ -221,31 +202,21 @@ func (n *ReplicatedNonces) Sweep(ctx context.Context) (int, error) {
 	floor := newest - n.window().Milliseconds()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	stream := "KV_" + n.KV.Bucket()
-	filter := "$KV." + n.KV.Bucket() + "." + nonceKeyPrefix + ">"
+	h := n.handle()
 	removed := 0
-	for ctx.Err() == nil {
-		m, err := n.budget().NextMsg(n.JS, stream, max(n.cursor, 1), filter)
-		if err != nil || m == nil {
-			return removed, err
+	err = h.Scan(ctx, nonceKeyPrefix, &n.cursor, func(key string, m *jetstream.RawStreamMsg) (bool, error) {
+		var c nonceClaim
+		if json.Unmarshal(m.Data, &c) == nil && c.stamp() >= floor {
+			return false, nil // kept: read again next time
 		}
-		key := strings.TrimPrefix(m.Subject, "$KV."+n.KV.Bucket()+".")
-		if !leaderkv.Marker(m) {
-			var c nonceClaim
-			if json.Unmarshal(m.Data, &c) == nil && c.stamp() >= floor {
-				return removed, nil // kept: read again next time
-			}
-			err := n.budget().Do(func(ctx context.Context) error {
-				return n.KV.Purge(ctx, key, jetstream.LastRevision(m.Sequence), jetstream.PurgeTTL(markerTTL))
-			})
-			switch {
-			case err == nil:
-				removed++
-			case !leaderkv.Lost(err):
-				return removed, fmt.Errorf("admin: sweep nonce: %w", err)
-			}
+		gone, err := h.Purge(key, m.Sequence, markerTTL)
+		if err != nil {
+			return false, fmt.Errorf("admin: sweep nonce: %w", err)
 		}
-		n.cursor = m.Sequence + 1
-	}
-	return removed, nil
+		if gone {
+			removed++
+		}
+		return true, nil
+	})
+	return removed, err
 }

@@ -16,7 +16,6 @@ import (
 
 	"github.com/portcullis/portcullis/internal/leaderkv"
 	"github.com/portcullis/portcullis/internal/timers"
-	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 )
 
@@ -80,15 +79,11 @@ var ErrUncertain = errors.New("approvals: the write's outcome is unknown")
 // a parked one outlives its expiry — unless no processor at all runs for
 // that long. The processor's retention sweep (Pebble) does not touch it.
 type Replicated struct {
-	kv       jetstream.KeyValue
-	timers   timers.Timers
-	writer   string
-	log      *slog.Logger
-	timeouts leaderkv.Timeouts
-
-	locks    kv.KeyedMutex
-	mu       sync.Mutex
-	sessions map[string]*session
+	// cas is the bucket and the sessions Lock starts, by record key.
+	cas    leaderkv.CAS[stored]
+	timers timers.Timers
+	writer string
+	log    *slog.Logger
 
 	// The watcher's state (watch.go's part of Replicated), under cmu.
 	cmu sync.Mutex
@@ -136,7 +131,9 @@ type ReplicatedOptions struct {
 // the parked proposals (so that Count is right from the start), or ctx's
 // error. Close stops the watcher.
 func NewReplicated(ctx context.Context, o ReplicatedOptions) (*Replicated, error) {
-	r := &Replicated{kv: o.KV, timers: o.Timers, writer: o.Writer, log: o.Log, timeouts: o.Timeouts, sessions: map[string]*session{},
+	r := &Replicated{timers: o.Timers, writer: o.Writer, log: o.Log,
+		cas: leaderkv.CAS[stored]{Handle: leaderkv.Handle{KV: o.KV, Name: "approvals", Timeouts: o.Timeouts},
+			ID: (*stored).commit, Conflict: ErrConflict, Uncertain: ErrUncertain},
 		parked: map[string]parkedEntry{}, local: map[string]localEntry{}, initialized: make(chan struct{}), stopped: make(chan struct{})}
 	if r.log == nil {
 		r.log = slog.Default()
@@ -182,11 +179,12 @@ type stored struct {
 
 func (s *stored) commit() string { return s.Commit }
 
-// session is what the first Load under one Lock read.
-type session struct {
-	loaded bool
-	rev    uint64 // 0: nothing was found
-	state  State
+// state is the state of a stored version (StateNone for none).
+func (s *stored) state() State {
+	if s == nil {
+		return StateNone
+	}
+	return s.Record.State
 }
 
 // recordKey is the proposal's key: hashed, since hosts and proposal ids
@@ -199,61 +197,31 @@ func recordKey(ref schema.ProposalRef) string {
 // short names a key in errors and logs: a prefix of its hash.
 func short(key string) string { return key[:16] + "…" }
 
-// do runs an idempotent operation f, each try with an AttemptTimeout
-// context, until it succeeds, fails for another reason than JetStream not
-// answering, or OpTimeout has passed.
-func (r *Replicated) do(f func(ctx context.Context) error) error { return r.budget().Do(f) }
-
-func (r *Replicated) budget() leaderkv.Budget { return r.timeouts.Budget() }
+func (r *Replicated) do(f func(ctx context.Context) error) error { return r.cas.Do(f) }
 
 // Lock serializes this process's work on the proposal and starts the
 // session that remembers what Load read.
-func (r *Replicated) Lock(ref schema.ProposalRef) func() {
-	key := recordKey(ref)
-	unlock := r.locks.Lock(key)
-	r.mu.Lock()
-	r.sessions[key] = &session{}
-	r.mu.Unlock()
-	return func() {
-		r.mu.Lock()
-		delete(r.sessions, key)
-		r.mu.Unlock()
-		unlock()
-	}
-}
+func (r *Replicated) Lock(ref schema.ProposalRef) func() { return r.cas.Lock(recordKey(ref)) }
 
 // get reads a record from the stream's leader: nil, 0 if there is none.
 func (r *Replicated) get(key string) (*stored, uint64, error) {
 	var s stored
-	rev, found, err := leaderkv.GetJSON(r.budget(), r.kv, key, &s)
-	if err != nil {
-		return nil, 0, fmt.Errorf("approvals: get %s: %w", short(key), err)
-	}
-	if !found {
-		return nil, 0, nil
+	rev, found, err := r.cas.Get(key, &s)
+	if err != nil || !found {
+		return nil, 0, err
 	}
 	return &s, rev, nil
 }
 
-// Load reads a proposal's record from the stream's leader. The first Load
-// under a Lock is what that session's Commit compares with; a later one
-// (by the caller, or by a reader that does not hold the Lock) never moves
-// it forward: a revision remembered too early only makes the
-// compare-and-set fail.
+// Load reads a proposal's record from the stream's leader; the first Load
+// under a Lock is what that session's Commit compares with
+// (leaderkv.CAS).
 func (r *Replicated) Load(ref schema.ProposalRef) (Record, bool, error) {
 	key := recordKey(ref)
-	s, rev, err := r.get(key)
+	s, _, err := r.cas.Load(key, key)
 	if err != nil {
 		return Record{}, false, fmt.Errorf("approvals: load: %w", err)
 	}
-	r.mu.Lock()
-	if sess := r.sessions[key]; sess != nil && !sess.loaded {
-		sess.loaded, sess.rev, sess.state = true, rev, StateNone
-		if s != nil {
-			sess.state = s.Record.State
-		}
-	}
-	r.mu.Unlock()
 	if s == nil {
 		return Record{}, false, nil
 	}
@@ -269,15 +237,8 @@ func (r *Replicated) Commit(ref schema.ProposalRef, w Writes) error {
 		return nil
 	}
 	key := recordKey(ref)
-	r.mu.Lock()
-	sess := r.sessions[key]
-	var rev uint64
-	var state State
-	loaded := sess != nil && sess.loaded
-	if loaded {
-		rev, state = sess.rev, sess.state
-	}
-	r.mu.Unlock()
+	v, loaded := r.cas.Session(key)
+	rev, state := v.Rev, v.Cur.state()
 	if !loaded {
 		// Not under Lock, or no Load yet: what the leader holds now is
 		// what the compare-and-set compares with.
@@ -285,10 +246,7 @@ func (r *Replicated) Commit(ref schema.ProposalRef, w Writes) error {
 		if err != nil {
 			return fmt.Errorf("approvals: commit: %w", err)
 		}
-		rev, state = got, StateNone
-		if s != nil {
-			state = s.Record.State
-		}
+		rev, state = got, s.state()
 	}
 	if state != w.From {
 		return fmt.Errorf("%w: record %s is %q, the step saw %q", ErrConflict, short(key), state, w.From)
@@ -303,37 +261,14 @@ func (r *Replicated) Commit(ref schema.ProposalRef, w Writes) error {
 		return nil
 	}
 	s := &stored{Record: *w.Record, Writer: r.writer, Commit: leaderkv.CommitID()}
-	newRev, err := r.swap(key, rev, s)
-	r.mu.Lock()
-	if sess != nil && r.sessions[key] == sess {
-		if err != nil {
-			sess.loaded, sess.rev, sess.state = false, 0, StateNone
-		} else {
-			sess.loaded, sess.rev, sess.state = true, newRev, w.Record.State
-		}
-	}
-	r.mu.Unlock()
+	newRev, err := r.cas.Swap(key, short(key), rev, s)
 	if err != nil {
+		r.cas.Forget(key)
 		return err
 	}
+	r.cas.Remember(key, newRev, s)
 	r.applyLocal(key, newRev, w.Record)
 	return nil
-}
-
-// swap is the compare-and-set: Create when nothing was loaded, else Update
-// against rev (leaderkv.Budget.Swap settles a failure that is not a clear
-// conflict by reading the record back).
-func (r *Replicated) swap(key string, rev uint64, s *stored) (uint64, error) {
-	newRev, err := leaderkv.SwapJSON(r.budget(), r.kv, key, s, rev, r.timeouts.Settle(), (*stored).commit)
-	switch {
-	case errors.Is(err, leaderkv.ErrConflict):
-		return 0, fmt.Errorf("%w: record %s changed since it was read", ErrConflict, short(key))
-	case errors.Is(err, leaderkv.ErrUncertain):
-		return 0, fmt.Errorf("%w: record %s: %w", ErrUncertain, short(key), err)
-	case err != nil:
-		return 0, fmt.Errorf("approvals: write %s: %w", short(key), err)
-	}
-	return newRev, nil
 }
 
 // Parked lists the parked proposals the watcher knows, the soonest to

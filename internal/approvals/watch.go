@@ -58,7 +58,7 @@ func (r *Replicated) watchOnce(ctx context.Context) error {
 			cancel()
 		}
 	}()
-	w, err := r.kv.WatchAll(wctx)
+	w, err := r.cas.KV.WatchAll(wctx)
 	close(created)
 	if err != nil {
 		return err

@@ -35,7 +35,7 @@ func (r *Replicated) Import(rec Record, receipts []schema.Receipt, attempts []At
 	}
 	for i := range attempts {
 		a := &attempts[i]
-		res, err := leaderkv.ImportJSON(r.budget(), r.kv, attemptKey(h, a.AttemptID), a, func(got *Attempt) bool {
+		res, err := leaderkv.ImportJSON(r.cas.Handle, attemptKey(h, a.AttemptID), a, func(got *Attempt) bool {
 			return got.AttemptID == a.AttemptID && got.StartedAtMs == a.StartedAtMs
 		})
 		if err != nil || res == leaderkv.Conflict {
@@ -48,13 +48,13 @@ func (r *Replicated) Import(rec Record, receipts []schema.Receipt, attempts []At
 	}
 	for i := range receipts {
 		rc := &receipts[i]
-		got, err := leaderkv.ImportJSON(r.budget(), r.kv, receiptKey(h, uint64(i+1)), rc, func(got *schema.Receipt) bool { return sameJSON(got, rc) })
+		got, err := leaderkv.ImportJSON(r.cas.Handle, receiptKey(h, uint64(i+1)), rc, func(got *schema.Receipt) bool { return sameJSON(got, rc) })
 		if err != nil || got == leaderkv.Conflict {
 			return got, err
 		}
 	}
 	if indeterminateSince > 0 {
-		if _, err := leaderkv.ImportJSON(r.budget(), r.kv, indexKey(h), &indeterminateSince, func(*int64) bool { return true }); err != nil {
+		if _, err := leaderkv.ImportJSON(r.cas.Handle, indexKey(h), &indeterminateSince, func(*int64) bool { return true }); err != nil {
 			return 0, err
 		}
 	}
@@ -120,14 +120,14 @@ func (r *Replicated) descends(h string, b, l *Record) (bool, error) {
 		return sameJSON(b.Receipt, l.Receipt), nil
 	}
 	var rc schema.Receipt
-	_, found, err := r.get(receiptKey(h, l.ReceiptSeq), &rc)
+	_, found, err := r.cas.Get(receiptKey(h, l.ReceiptSeq), &rc)
 	return found && sameJSON(&rc, l.Receipt), err
 }
 
 // ImportEnded writes a proposal's dispatch-time end unless one is there
 // (Present when it is the same).
 func (r *Replicated) ImportEnded(ref schema.ProposalRef, e kv.Ended) (leaderkv.Import, error) {
-	return leaderkv.ImportJSON(r.budget(), r.kv, endedKey(ref), &e, func(got *kv.Ended) bool { return *got == e })
+	return leaderkv.ImportJSON(r.cas.Handle, endedKey(ref), &e, func(got *kv.Ended) bool { return *got == e })
 }
 
 func sameJSON[T any](a, b *T) bool {

@@ -8,12 +8,10 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 
-	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/internal/leaderkv"
@@ -68,16 +66,11 @@ import (
 // back and recognizes its own commit id; if it cannot tell within its
 // budget it returns ErrUncertain.
 type Replicated struct {
-	kv       jetstream.KeyValue
-	js       jetstream.JetStream
-	timers   timers.Timers
-	writer   string
-	log      *slog.Logger
-	timeouts leaderkv.Timeouts
-
-	locks    kv.KeyedMutex
-	mu       sync.Mutex
-	sessions map[string]*session
+	// cas is the bucket and the sessions Lock starts, by fingerprint.
+	cas    leaderkv.CAS[stored]
+	timers timers.Timers
+	writer string
+	log    *slog.Logger
 
 	// Sweep's place in the bucket's stream, by key prefix.
 	sweepMu              sync.Mutex
@@ -105,7 +98,9 @@ type ReplicatedOptions struct {
 
 // NewReplicated returns the journal on o.KV.
 func NewReplicated(o ReplicatedOptions) *Replicated {
-	r := &Replicated{kv: o.KV, js: o.JS, timers: o.Timers, writer: o.Writer, log: o.Log, timeouts: o.Timeouts, sessions: map[string]*session{}}
+	r := &Replicated{timers: o.Timers, writer: o.Writer, log: o.Log,
+		cas: leaderkv.CAS[stored]{Handle: leaderkv.Handle{KV: o.KV, JS: o.JS, Name: "journal", Timeouts: o.Timeouts},
+			ID: (*stored).commit, Conflict: ErrConflict, Uncertain: ErrUncertain}}
 	if r.log == nil {
 		r.log = slog.Default()
 	}
@@ -150,15 +145,6 @@ type after struct {
 	Unindex bool `json:"unindex,omitempty"`
 }
 
-// session is what Load under one Lock remembered.
-type session struct {
-	loaded bool
-	rev    uint64  // 0: nothing was found
-	cur    *stored // the version at rev
-	// clean: this session stored cur's After itself.
-	clean bool
-}
-
 var hexPattern = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 func keyHex(fingerprint string) (string, error) {
@@ -179,71 +165,27 @@ func endedKey(ref schema.ProposalRef) string {
 	return "end." + hex.EncodeToString(s[:])
 }
 
-// do runs an idempotent operation f, each try with an AttemptTimeout
-// context, until it succeeds, fails for another reason than JetStream not
-// answering, or OpTimeout has passed.
-func (r *Replicated) do(f func(ctx context.Context) error) error { return r.budget().Do(f) }
-
-func (r *Replicated) budget() leaderkv.Budget { return r.timeouts.Budget() }
+func (r *Replicated) do(f func(ctx context.Context) error) error { return r.cas.Do(f) }
 
 // Lock serializes this process's work on the fingerprint and starts the
 // session that remembers what Load read.
-func (r *Replicated) Lock(fingerprint string) func() {
-	unlock := r.locks.Lock(fingerprint)
-	r.mu.Lock()
-	r.sessions[fingerprint] = &session{}
-	r.mu.Unlock()
-	return func() {
-		r.mu.Lock()
-		delete(r.sessions, fingerprint)
-		r.mu.Unlock()
-		unlock()
-	}
-}
-
-func (r *Replicated) session(fingerprint string) *session {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.sessions[fingerprint]
-}
-
-// get reads and decodes a key; found is false if it does not exist.
-func (r *Replicated) get(key string, v any) (rev uint64, found bool, err error) {
-	if rev, found, err = leaderkv.GetJSON(r.budget(), r.kv, key, v); err != nil {
-		return 0, false, fmt.Errorf("journal: get %s: %w", key, err)
-	}
-	return rev, found, nil
-}
+func (r *Replicated) Lock(fingerprint string) func() { return r.cas.Lock(fingerprint) }
 
 func (r *Replicated) loadStored(fingerprint string) (*stored, uint64, error) {
 	h, err := keyHex(fingerprint)
 	if err != nil {
 		return nil, 0, err
 	}
-	var s stored
-	rev, found, err := r.get(recordKey(h), &s)
-	if err != nil || !found {
-		return nil, 0, err
-	}
-	return &s, rev, nil
+	return r.cas.Load(fingerprint, recordKey(h))
 }
 
-// Load reads the fingerprint's record from the stream's leader.
+// Load reads the fingerprint's record from the stream's leader; the
+// first Load under a Lock is what that session's Commit compares with
+// (leaderkv.CAS).
 func (r *Replicated) Load(fingerprint string) (Record, bool, error) {
-	s, rev, err := r.loadStored(fingerprint)
+	s, _, err := r.loadStored(fingerprint)
 	if err != nil {
 		return Record{}, false, fmt.Errorf("journal: load: %w", err)
-	}
-	if sess := r.session(fingerprint); sess != nil {
-		r.mu.Lock()
-		// The first Load of a session is what its Commit compares with. A
-		// later Load (by this caller, or by a reader that does not hold the
-		// Lock) never moves it forward: a revision remembered too early
-		// only makes the compare-and-set fail.
-		if !sess.loaded {
-			sess.loaded, sess.rev, sess.cur, sess.clean = true, rev, s, false
-		}
-		r.mu.Unlock()
 	}
 	if s == nil || s.Swept {
 		return Record{}, false, nil
@@ -263,13 +205,9 @@ func (r *Replicated) Commit(fingerprint string, w Writes) error {
 	if err != nil {
 		return err
 	}
-	sess := r.session(fingerprint)
-	if sess == nil {
-		sess = &session{} // not under Lock: expects no record
-	}
-	r.mu.Lock()
-	rev, cur, clean := sess.rev, sess.cur, sess.clean
-	r.mu.Unlock()
+	// Not under Lock (or no Load yet): expects no record.
+	v, _ := r.cas.Session(fingerprint)
+	rev, cur, clean := v.Rev, v.Cur, v.Clean
 
 	// The loaded version's After, again: it must be stored before that
 	// version is superseded. A tombstone's record owned keys a new life
@@ -293,7 +231,7 @@ func (r *Replicated) Commit(fingerprint string, w Writes) error {
 		}
 	}
 	if w.Indeterminate > 0 {
-		if err := r.put(indexKey(h), w.SinceMs); err != nil {
+		if err := r.cas.Put(indexKey(h), w.SinceMs); err != nil {
 			return err
 		}
 	}
@@ -306,24 +244,18 @@ func (r *Replicated) Commit(fingerprint string, w Writes) error {
 		newRev, err := r.swap(h, rev, s)
 		if err != nil {
 			if errors.Is(err, ErrConflict) {
-				r.mu.Lock()
-				sess.loaded, sess.rev, sess.cur, sess.clean = false, 0, nil, false
-				r.mu.Unlock()
+				r.cas.Forget(fingerprint)
 			}
 			return err
 		}
-		r.mu.Lock()
-		sess.loaded, sess.rev, sess.cur, sess.clean = true, newRev, s, false
-		r.mu.Unlock()
+		r.cas.Remember(fingerprint, newRev, s)
 		// Committed. The After writes are repaired by the next Commit if
 		// they fail now; reads fill the gap meanwhile.
 		if a != nil {
 			if err := r.apply(h, w.Record, a); err != nil {
 				r.log.Warn("journal: writes after the commit failed; the next commit repeats them", "fingerprint", fingerprint, "err", err)
 			} else {
-				r.mu.Lock()
-				sess.clean = sess.cur == s
-				r.mu.Unlock()
+				r.cas.MarkClean(fingerprint, s)
 			}
 		}
 	} else if a != nil {
@@ -332,7 +264,7 @@ func (r *Replicated) Commit(fingerprint string, w Writes) error {
 		}
 	}
 	if w.Ended != nil {
-		if err := r.put(endedKey(w.Ended.Ref), w.Ended.Ended); err != nil {
+		if err := r.cas.Put(endedKey(w.Ended.Ref), w.Ended.Ended); err != nil {
 			return err
 		}
 	}
@@ -340,60 +272,25 @@ func (r *Replicated) Commit(fingerprint string, w Writes) error {
 }
 
 // swap is the compare-and-set of the record: Create when nothing was
-// loaded, else Update against rev (leaderkv.Budget.Swap settles a failure
-// that is not a clear conflict by reading the record back).
+// loaded, else Update against rev (leaderkv.CAS.Swap).
 func (r *Replicated) swap(h string, rev uint64, s *stored) (uint64, error) {
-	newRev, err := leaderkv.SwapJSON(r.budget(), r.kv, recordKey(h), s, rev, r.timeouts.Settle(), (*stored).commit)
-	switch {
-	case errors.Is(err, leaderkv.ErrConflict):
-		return 0, ErrConflict
-	case errors.Is(err, leaderkv.ErrUncertain):
-		return 0, fmt.Errorf("%w: record %s…: %w", ErrUncertain, h[:12], err)
-	case err != nil:
-		return 0, fmt.Errorf("journal: write record %s…: %w", h[:12], err)
-	}
-	return newRev, nil
+	return r.cas.Swap(recordKey(h), h[:12]+"…", rev, s)
 }
 
-// readBack reads the record and its revision (0, nil when there is none).
+// readBack reads the record and its revision (nil, 0 when there is none).
 func (r *Replicated) readBack(h string) (*stored, uint64, error) {
 	var s stored
-	rev, found, err := r.get(recordKey(h), &s)
+	rev, found, err := r.cas.Get(recordKey(h), &s)
 	if err != nil || !found {
 		return nil, 0, err
 	}
 	return &s, rev, nil
 }
 
-func (r *Replicated) put(key string, v any) error {
-	data, err := json.Marshal(v, json.Deterministic(true))
-	if err != nil {
-		return fmt.Errorf("journal: encode: %w", err)
-	}
-	if err := r.do(func(ctx context.Context) error { _, err := r.kv.Put(ctx, key, data); return err }); err != nil {
-		return fmt.Errorf("journal: put %s: %w", key, err)
-	}
-	return nil
-}
-
-// create writes key unless it exists (an existing key is no error: these
-// writes are repeated by repairs).
-func (r *Replicated) create(key string, v any) error {
-	data, err := json.Marshal(v, json.Deterministic(true))
-	if err != nil {
-		return fmt.Errorf("journal: encode: %w", err)
-	}
-	err = r.do(func(ctx context.Context) error { _, err := r.kv.Create(ctx, key, data); return err })
-	if err != nil && !leaderkv.Lost(err) {
-		return fmt.Errorf("journal: create %s: %w", key, err)
-	}
-	return nil
-}
-
 // apply stores a commit's After writes; each is idempotent.
 func (r *Replicated) apply(h string, rec *Record, a *after) error {
 	if a.Receipt != nil && rec != nil {
-		if err := r.create(receiptKey(h, rec.ReceiptSeq), a.Receipt); err != nil {
+		if err := r.cas.Create(receiptKey(h, rec.ReceiptSeq), a.Receipt); err != nil {
 			return err
 		}
 	}
@@ -401,50 +298,20 @@ func (r *Replicated) apply(h string, rec *Record, a *after) error {
 		var err error
 		if cp.Status == "" {
 			// Started: an attempt id is used once.
-			err = r.create(attemptKey(h, cp.AttemptID), cp)
+			err = r.cas.Create(attemptKey(h, cp.AttemptID), cp)
 		} else {
-			err = r.put(attemptKey(h, cp.AttemptID), cp)
+			err = r.cas.Put(attemptKey(h, cp.AttemptID), cp)
 		}
 		if err != nil {
 			return err
 		}
 	}
 	if a.Unindex {
-		if err := r.do(func(ctx context.Context) error { return r.kv.Purge(ctx, indexKey(h)) }); err != nil {
+		if err := r.do(func(ctx context.Context) error { return r.cas.KV.Purge(ctx, indexKey(h)) }); err != nil {
 			return fmt.Errorf("journal: unindex: %w", err)
 		}
 	}
 	return nil
-}
-
-// keys lists the keys matching a filter (a key pattern), sorted: the
-// subjects of the bucket's stream, from the stream's leader in one request
-// (paged by the client), without creating a consumer. A deleted or purged
-// key may be listed (its marker is a message); get finds it absent.
-func (r *Replicated) keys(filter string) ([]string, error) {
-	prefix := "$KV." + r.kv.Bucket() + "."
-	var subjects map[string]uint64
-	err := r.do(func(ctx context.Context) error {
-		st, err := r.js.Stream(ctx, "KV_"+r.kv.Bucket())
-		if err != nil {
-			return err
-		}
-		info, err := st.Info(ctx, jetstream.WithSubjectFilter(prefix+filter))
-		if err != nil {
-			return err
-		}
-		subjects = info.State.Subjects
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("journal: list %s: %w", filter, err)
-	}
-	out := make([]string, 0, len(subjects))
-	for subj := range subjects {
-		out = append(out, strings.TrimPrefix(subj, prefix))
-	}
-	slices.Sort(out)
-	return out, nil
 }
 
 // Receipts returns the fingerprint's receipts, oldest first: the history's
@@ -458,7 +325,7 @@ func (r *Replicated) Receipts(fingerprint string) ([]schema.Receipt, error) {
 	if err != nil || (s != nil && s.Swept) {
 		return nil, err // a tombstone's history is being removed
 	}
-	keys, err := r.keys("rcpt." + h + ".*")
+	keys, err := r.cas.Keys("rcpt." + h + ".*")
 	if err != nil {
 		return nil, err
 	}
@@ -470,7 +337,7 @@ func (r *Replicated) Receipts(fingerprint string) ([]schema.Receipt, error) {
 			return nil, fmt.Errorf("journal: receipt key %s: %w", k, kv.ErrCorrupt)
 		}
 		var rc schema.Receipt
-		if _, found, err := r.get(k, &rc); err != nil {
+		if _, found, err := r.cas.Get(k, &rc); err != nil {
 			return nil, err
 		} else if found {
 			out = append(out, rc)
@@ -494,7 +361,7 @@ func (r *Replicated) Attempt(fingerprint, attemptID string) (Attempt, bool, erro
 		return Attempt{}, false, err
 	}
 	var a Attempt
-	_, found, err := r.get(attemptKey(h, attemptID), &a)
+	_, found, err := r.cas.Get(attemptKey(h, attemptID), &a)
 	if err != nil || (found && a.Status != "") {
 		return a, found, err
 	}
@@ -511,7 +378,7 @@ func (r *Replicated) Attempt(fingerprint, attemptID string) (Attempt, bool, erro
 // Ended returns a proposal's dispatch-time end.
 func (r *Replicated) Ended(ref schema.ProposalRef) (kv.Ended, bool, error) {
 	var e kv.Ended
-	_, found, err := r.get(endedKey(ref), &e)
+	_, found, err := r.cas.Get(endedKey(ref), &e)
 	return e, found, err
 }
 
@@ -528,14 +395,14 @@ func (r *Replicated) CountIndeterminate() (int, error) {
 // (an entry written for a commit that lost its compare-and-set, or not yet
 // removed, is left out).
 func (r *Replicated) Indeterminates() ([]kv.Indeterminate, error) {
-	keys, err := r.keys("ind.*")
+	keys, err := r.cas.Keys("ind.*")
 	if err != nil {
 		return nil, err
 	}
 	var out []kv.Indeterminate
 	for _, k := range keys {
 		var since int64
-		if _, found, err := r.get(k, &since); err != nil {
+		if _, found, err := r.cas.Get(k, &since); err != nil {
 			return nil, err
 		} else if !found {
 			continue

@@ -108,21 +108,14 @@ func (r *Replicated) Sweep(ctx context.Context, receipts, proposals time.Duratio
 // than cutoff, in stream order from *cursor, and moves *cursor past each
 // one f returned for. It stops at the first newer one.
 func (r *Replicated) scan(ctx context.Context, prefix string, cursor *uint64, cutoff time.Time, f func(key string, m *jetstream.RawStreamMsg) error) error {
-	subjects := "$KV." + r.kv.Bucket() + "."
-	for ctx.Err() == nil {
-		m, err := r.budget().NextMsg(r.js, "KV_"+r.kv.Bucket(), max(*cursor, 1), subjects+prefix+">")
-		if err != nil {
-			return fmt.Errorf("journal: sweep: %w", err)
+	err := r.cas.Scan(ctx, prefix, cursor, func(key string, m *jetstream.RawStreamMsg) (bool, error) {
+		if !m.Time.Before(cutoff) {
+			return false, nil
 		}
-		if m == nil || !m.Time.Before(cutoff) {
-			return nil
-		}
-		if !leaderkv.Marker(m) {
-			if err := f(strings.TrimPrefix(m.Subject, subjects), m); err != nil {
-				return err
-			}
-		}
-		*cursor = m.Sequence + 1
+		return true, f(key, m)
+	})
+	if err != nil {
+		return fmt.Errorf("journal: sweep: %w", err)
 	}
 	return nil
 }
@@ -166,20 +159,14 @@ func (r *Replicated) clean(h string, rec *Record, t uint64) error {
 	}
 	keys = append(keys, attemptKey(h, OperatorAttemptID(fp)))
 	for _, key := range keys {
-		var e jetstream.KeyValueEntry
-		err := r.do(func(ctx context.Context) (err error) {
-			e, err = r.kv.Get(ctx, key)
-			return err
-		})
+		rev, err := r.cas.Revision(key)
 		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-			continue
 		case err != nil:
-			return fmt.Errorf("journal: sweep: get %s: %w", key, err)
-		case e.Revision() > t:
+			return fmt.Errorf("journal: sweep: %w", err)
+		case rev == 0, rev > t:
 			continue
 		}
-		if _, err := r.purge(key, e.Revision()); err != nil {
+		if _, err := r.purge(key, rev); err != nil {
 			return err
 		}
 	}
@@ -189,14 +176,8 @@ func (r *Replicated) clean(h string, rec *Record, t uint64) error {
 // purge removes key if its revision is still rev; removed is false when it
 // changed since.
 func (r *Replicated) purge(key string, rev uint64) (removed bool, err error) {
-	err = r.do(func(ctx context.Context) error {
-		return r.kv.Purge(ctx, key, jetstream.LastRevision(rev), jetstream.PurgeTTL(markerTTL))
-	})
-	switch {
-	case err == nil:
-		return true, nil
-	case leaderkv.Lost(err):
-		return false, nil
+	if removed, err = r.cas.Purge(key, rev, markerTTL); err != nil {
+		return false, fmt.Errorf("journal: sweep: %w", err)
 	}
-	return false, fmt.Errorf("journal: sweep: purge %s: %w", key, err)
+	return removed, nil
 }

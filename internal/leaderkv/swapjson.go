@@ -72,37 +72,21 @@ const (
 	Conflict
 )
 
-// ImportJSON creates key with v unless it exists; an existing value is
-// Present when same says it is v's record, else Conflict (one that does
-// not decode too).
-func ImportJSON[T any](b Budget, store jetstream.KeyValue, key string, v *T, same func(got *T) bool) (Import, error) {
-	data, err := json.Marshal(v, json.Deterministic(true))
-	if err != nil {
-		return 0, fmt.Errorf("leaderkv: encode: %w", err)
-	}
-	for range 3 {
-		err := b.Do(func(ctx context.Context) error { _, err := store.Create(ctx, key, data); return err })
-		if err == nil {
-			return Created, nil
-		}
-		if !Lost(err) {
-			return 0, fmt.Errorf("leaderkv: import %s: %w", key, err)
-		}
-		// Exists: this import's own earlier try, another record, or ours
-		// advanced since.
-		var got T
-		_, found, err := GetJSON(b, store, key, &got)
-		switch {
-		case errors.Is(err, kv.ErrCorrupt):
-			return Conflict, nil
-		case err != nil:
-			return 0, fmt.Errorf("leaderkv: import %s: %w", key, err)
-		case !found:
-			continue // removed meanwhile: create again
-		case same(&got):
-			return Present, nil
-		}
+// ImportJSON creates key with v unless it exists (Handle.Claim); an
+// existing value is Present when same says it is v's record, else
+// Conflict (one that does not decode too).
+func ImportJSON[T any](h Handle, key string, v *T, same func(got *T) bool) (Import, error) {
+	var got T
+	_, won, err := h.Claim(key, v, &got)
+	switch {
+	case won:
+		return Created, nil
+	case errors.Is(err, kv.ErrCorrupt):
 		return Conflict, nil
+	case err != nil:
+		return 0, fmt.Errorf("leaderkv: import: %w", err)
+	case same(&got):
+		return Present, nil
 	}
-	return 0, fmt.Errorf("leaderkv: import %s: created and removed again and again", key)
+	return Conflict, nil
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/internal/leaderkv"
@@ -51,12 +50,9 @@ import (
 // publishes it): a repeat is answered whichever processor handled the
 // proposal.
 type Replicated struct {
-	kv       jetstream.KeyValue
-	js       jetstream.JetStream
+	h        leaderkv.Handle
 	local    *kv.Store
 	subjects subjects.Subjects
-	op       time.Duration
-	attempt  time.Duration
 }
 
 var _ Records = (*Replicated)(nil)
@@ -71,23 +67,15 @@ type ReplicatedOptions struct {
 	// retention sweep), and the outcomes it recorded.
 	Local    *kv.Store
 	Subjects subjects.Subjects
-	// OpTimeout bounds one operation, retries included. Default 5s.
-	OpTimeout time.Duration
-	// AttemptTimeout bounds one try of it (a stream electing a leader
-	// answers nothing). Default 1s.
-	AttemptTimeout time.Duration
+	// Timeouts bound each request (OpTimeout, retries included, default
+	// 5s; AttemptTimeout one try of it, default 1s: a stream electing a
+	// leader answers nothing).
+	leaderkv.Timeouts
 }
 
 // NewReplicated returns the records on o.KV.
 func NewReplicated(o ReplicatedOptions) *Replicated {
-	r := &Replicated{kv: o.KV, js: o.JS, local: o.Local, subjects: o.Subjects, op: o.OpTimeout, attempt: o.AttemptTimeout}
-	if r.op <= 0 {
-		r.op = leaderkv.DefaultOp
-	}
-	if r.attempt <= 0 {
-		r.attempt = leaderkv.DefaultAttempt
-	}
-	return r
+	return &Replicated{h: leaderkv.Handle{KV: o.KV, JS: o.JS, Name: "admission", Timeouts: o.Timeouts}, local: o.Local, subjects: o.Subjects}
 }
 
 // Bucket is the admission records' bucket; every read from the stream's
@@ -115,69 +103,19 @@ func proposalKey(ref schema.ProposalRef) string {
 }
 func deliveryKey(host, id string) string { return "dlv." + hashKey("delivery", host, id) }
 
-// do runs an idempotent operation, each try with an AttemptTimeout
-// context, until it succeeds, fails for another reason than JetStream not
-// answering, or OpTimeout has passed.
-func (r *Replicated) do(f func(ctx context.Context) error) error { return r.budget().Do(f) }
-
-func (r *Replicated) budget() leaderkv.Budget { return leaderkv.Budget{Op: r.op, Attempt: r.attempt} }
-
-// get reads and decodes a key from the stream's leader.
-func (r *Replicated) get(key string, v any) (rev uint64, found bool, err error) {
-	if rev, found, err = leaderkv.GetJSON(r.budget(), r.kv, key, v); err != nil {
-		return 0, false, fmt.Errorf("admission: get %s: %w", key, err)
-	}
-	return rev, found, nil
-}
-
-// claim creates key with v unless it exists. A try that times out may
-// have been stored: the next try then finds the key, and the caller tells
-// its own record from another's by what it holds. won is false when the
-// key existed; out then holds what is stored.
-func (r *Replicated) claim(key string, v, out any) (rev uint64, won bool, err error) {
-	return r.claimN(key, v, out, 0)
-}
-
-func (r *Replicated) claimN(key string, v, out any, depth int) (rev uint64, won bool, err error) {
-	data, err := json.Marshal(v, json.Deterministic(true))
-	if err != nil {
-		return 0, false, fmt.Errorf("admission: encode: %w", err)
-	}
-	err = r.do(func(ctx context.Context) (err error) {
-		rev, err = r.kv.Create(ctx, key, data)
-		return err
-	})
-	if err == nil {
-		return rev, true, nil
-	}
-	if !leaderkv.Lost(err) {
-		return 0, false, fmt.Errorf("admission: claim %s: %w", key, err)
-	}
-	rev, found, err := r.get(key, out)
-	if err != nil {
-		return 0, false, err
-	}
-	if !found {
-		// Taken, then gone (expired, or a withdrawn delivery): claim again.
-		if depth >= 3 {
-			return 0, false, fmt.Errorf("admission: claim %s: taken and gone again and again", key)
-		}
-		return r.claimN(key, v, out, depth+1)
-	}
-	return rev, false, nil
-}
+func (r *Replicated) do(f func(ctx context.Context) error) error { return r.h.Do(f) }
 
 func (r *Replicated) Lock(key string) func() { return r.local.Lock(key) }
 
 func (r *Replicated) Delivery(host, deliveryID string) (kv.Delivery, bool, error) {
 	var d kv.Delivery
-	_, found, err := r.get(deliveryKey(host, deliveryID), &d)
+	_, found, err := r.h.Get(deliveryKey(host, deliveryID), &d)
 	return d, found, err
 }
 
 func (r *Replicated) Admitted(ref schema.ProposalRef) (kv.Admitted, bool, error) {
 	var a kv.Admitted
-	_, found, err := r.get(proposalKey(ref), &a)
+	_, found, err := r.h.Get(proposalKey(ref), &a)
 	return a, found, err
 }
 
@@ -186,7 +124,7 @@ func (r *Replicated) Admitted(ref schema.ProposalRef) (kv.Admitted, bool, error)
 func (r *Replicated) Admit(ref schema.ProposalRef, a kv.Admitted, deliveryID string, d kv.Delivery) (Claim, error) {
 	dkey := deliveryKey(ref.Host, deliveryID)
 	var gotD kv.Delivery
-	drev, won, err := r.claim(dkey, d, &gotD)
+	drev, won, err := r.h.Claim(dkey, d, &gotD)
 	if err != nil {
 		return Claim{}, err
 	}
@@ -194,7 +132,7 @@ func (r *Replicated) Admit(ref schema.ProposalRef, a kv.Admitted, deliveryID str
 		return Claim{Delivery: &gotD}, nil
 	}
 	var gotA kv.Admitted
-	if _, won, err = r.claim(proposalKey(ref), a, &gotA); err != nil {
+	if _, won, err = r.h.Claim(proposalKey(ref), a, &gotA); err != nil {
 		return Claim{}, err
 	}
 	if won {
@@ -205,7 +143,7 @@ func (r *Replicated) Admit(ref schema.ProposalRef, a kv.Admitted, deliveryID str
 		// fails the id stays taken and a repeat of the refused message
 		// republishes the first proposal's outcome on its own subject.
 		if err := r.do(func(ctx context.Context) error {
-			return r.kv.Delete(ctx, dkey, jetstream.LastRevision(drev))
+			return r.h.KV.Delete(ctx, dkey, jetstream.LastRevision(drev))
 		}); err != nil && !leaderkv.Lost(err) {
 			return Claim{}, fmt.Errorf("admission: withdraw delivery: %w", err)
 		}
@@ -217,18 +155,14 @@ func (r *Replicated) Admit(ref schema.ProposalRef, a kv.Admitted, deliveryID str
 // message took meanwhile keeps its record.
 func (r *Replicated) Repeat(host, deliveryID string, d kv.Delivery) error {
 	var got kv.Delivery
-	_, _, err := r.claim(deliveryKey(host, deliveryID), d, &got)
+	_, _, err := r.h.Claim(deliveryKey(host, deliveryID), d, &got)
 	return err
 }
 
 // Forwarded overwrites the proposal's record with a, which this message's
 // own claim wrote (no other message writes a taken key).
 func (r *Replicated) Forwarded(ref schema.ProposalRef, a kv.Admitted) error {
-	data, err := json.Marshal(a, json.Deterministic(true))
-	if err != nil {
-		return fmt.Errorf("admission: encode: %w", err)
-	}
-	return r.do(func(ctx context.Context) error { _, err := r.kv.Put(ctx, proposalKey(ref), data); return err })
+	return r.h.Put(proposalKey(ref), a)
 }
 
 // LastOutcome returns the latest outcome of the proposal that took ref's
@@ -259,7 +193,7 @@ func (r *Replicated) lastOwnOutcome(ref schema.ProposalRef, a kv.Admitted) (sche
 	subject := r.subjects.Outcome(ref.Host, ref.ProposalID)
 	var last *jetstream.RawStreamMsg
 	err := r.do(func(ctx context.Context) error {
-		st, err := r.js.Stream(ctx, r.subjects.OutcomesStream())
+		st, err := r.h.JS.Stream(ctx, r.subjects.OutcomesStream())
 		if err != nil {
 			return err
 		}
@@ -333,7 +267,7 @@ func (r *Replicated) scanOutcomes(subject string, limit int, visit func(*jetstre
 	for range limit {
 		var m *jetstream.RawStreamMsg
 		err := r.do(func(ctx context.Context) error {
-			st, err := r.js.Stream(ctx, r.subjects.OutcomesStream())
+			st, err := r.h.JS.Stream(ctx, r.subjects.OutcomesStream())
 			if err != nil {
 				return err
 			}
@@ -394,7 +328,7 @@ func (r *Replicated) ProposalFingerprint(ref schema.ProposalRef) (string, bool, 
 	if fp, found, err := r.local.ProposalFingerprint(ref); err != nil || found {
 		return fp, found, err
 	}
-	o, found, err := LastStreamOutcome(r.js, r.subjects, ref, r.op, r.attempt)
+	o, found, err := LastStreamOutcome(r.h.JS, r.subjects, ref, r.h.OpTimeout, r.h.AttemptTimeout)
 	if err != nil || !found {
 		return "", false, err
 	}
@@ -423,7 +357,7 @@ const MaxFingerprintScan = 16
 // when it is the same proposal's (its digest and time), otherwise a
 // Conflict, never overwritten.
 func (r *Replicated) ImportAdmitted(ref schema.ProposalRef, a kv.Admitted) (leaderkv.Import, error) {
-	return leaderkv.ImportJSON(r.budget(), r.kv, proposalKey(ref), &a, func(got *kv.Admitted) bool {
+	return leaderkv.ImportJSON(r.h, proposalKey(ref), &a, func(got *kv.Admitted) bool {
 		return got.Digest == a.Digest && got.AtMs == a.AtMs
 	})
 }
@@ -433,7 +367,7 @@ func (r *Replicated) ImportAdmitted(ref schema.ProposalRef, a kv.Admitted) (lead
 // key is made of), unless the key holds one: Present when it names the
 // same proposal at the same time, otherwise a Conflict.
 func (r *Replicated) ImportDelivery(hash []byte, d kv.Delivery) (leaderkv.Import, error) {
-	return leaderkv.ImportJSON(r.budget(), r.kv, "dlv."+hex.EncodeToString(hash), &d, func(got *kv.Delivery) bool {
+	return leaderkv.ImportJSON(r.h, "dlv."+hex.EncodeToString(hash), &d, func(got *kv.Delivery) bool {
 		return got.ProposalID == d.ProposalID && got.AtMs == d.AtMs
 	})
 }
