@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portcullis/portcullis/kv/pebble"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -18,7 +20,6 @@ import (
 
 	"github.com/portcullis/portcullis/internal/seal"
 	"github.com/portcullis/portcullis/internal/testenv"
-	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
@@ -45,7 +46,7 @@ type rig struct {
 	seal    *seal.Sealer
 	js      jetstream.JetStream
 	subj    subjects.Subjects
-	store   *kv.Store
+	store   *pebble.Store
 	metrics *metrics.Metrics
 	rec     *testenv.Recorder
 	// runner is the one run started last.
@@ -74,7 +75,7 @@ func newRig(t *testing.T) *rig {
 			t.Fatal(err)
 		}
 	}
-	store, err := kv.Open(filepath.Join(t.TempDir(), "store"), kv.Options{})
+	store, err := pebble.Open(filepath.Join(t.TempDir(), "store"), pebble.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,11 +6,12 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/portcullis/portcullis/kv/pebble"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/internal/seal"
-	"github.com/portcullis/portcullis/kv"
 )
 
 // Scheduler publishes durable timers (kv.Timer) when they fall due: approval
@@ -19,7 +20,7 @@ import (
 // timer that came due while the processor was down fires at start. Between
 // firings it sleeps until the earliest timer is due or a new one is added.
 type Scheduler struct {
-	Store *kv.Store
+	Store *pebble.Store
 	JS    jetstream.JetStream
 	// Seal seals each timer message: timers fire on internal subjects.
 	Seal  *seal.Sealer
@@ -82,7 +83,7 @@ func (s *Scheduler) FireDue(ctx context.Context) error {
 			_, err := s.JS.PublishMsg(pctx, m, jetstream.WithMsgID(s.Seal.MsgID(tm.MsgID)))
 			cancel()
 			if err != nil {
-				if cerr := b.Commit(kv.NoSync); cerr != nil {
+				if cerr := b.Commit(pebble.NoSync); cerr != nil {
 					return cerr
 				}
 				return fmt.Errorf("timers: publish %s: %w", tm.ID, err)
@@ -91,7 +92,7 @@ func (s *Scheduler) FireDue(ctx context.Context) error {
 		}
 		// NoSync: losing the deletion only republishes a fired timer, which
 		// the stream's duplicate window or the stage's own checks absorb.
-		if err := b.Commit(kv.NoSync); err != nil {
+		if err := b.Commit(pebble.NoSync); err != nil {
 			return err
 		}
 		if len(due) < 256 {

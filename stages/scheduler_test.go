@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portcullis/portcullis/kv/pebble"
+
 	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/stages"
@@ -25,7 +27,7 @@ func TestSchedulerFiresOnItsClock(t *testing.T) {
 	add := func(id string, dueMs int64) {
 		b := r.store.NewBatch()
 		b.AddTimer(kv.Timer{ID: id, DueMs: dueMs, Subject: "in." + id, Data: []byte(id), MsgID: id})
-		if err := b.Commit(kv.Sync); err != nil {
+		if err := b.Commit(pebble.Sync); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portcullis/portcullis/kv/pebble"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
@@ -15,7 +17,6 @@ import (
 	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/journal"
-	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
@@ -159,7 +160,7 @@ func TestAuthenticate(t *testing.T) {
 // code, and never panics the server. Unsigned, it is refused
 // (unauthenticated) unless the server accepts unsigned requests.
 func FuzzRequests(f *testing.F) {
-	st, err := kv.Open(f.TempDir(), kv.Options{FS: vfs.NewMem()})
+	st, err := pebble.Open(f.TempDir(), pebble.Options{FS: vfs.NewMem()})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/portcullis/portcullis/kv/pebble"
+
 	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -43,12 +45,12 @@ func NonceWindow(margin time.Duration) time.Duration { return 2*MaxRequestSkew +
 
 // PebbleNonces are one processor's nonces, in its store.
 type PebbleNonces struct {
-	Store *kv.Store
+	Store *pebble.Store
 	// Window is NonceWindow of the processor's margin.
 	Window time.Duration
 }
 
-// ClaimNonce claims nonce in the store (kv.Store.ClaimNonce).
+// ClaimNonce claims nonce in the store (pebble.Store.ClaimNonce).
 func (p PebbleNonces) ClaimNonce(nonce string, requestedAtMs int64) (kv.NonceClaim, error) {
 	return p.Store.ClaimNonce(nonce, requestedAtMs, p.Window.Milliseconds())
 }

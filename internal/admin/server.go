@@ -27,7 +27,7 @@ import (
 )
 
 // Proposals map a proposal to the fingerprint it was grounded to (found
-// false if unknown): kv.Store on one processor, the replicated admission
+// false if unknown): pebble.Store on one processor, the replicated admission
 // records (admission.Replicated) on a cluster.
 type Proposals interface {
 	ProposalFingerprint(ref schema.ProposalRef) (fingerprint string, found bool, err error)

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portcullis/portcullis/kv/pebble"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -22,7 +24,6 @@ import (
 	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/internal/version"
-	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
@@ -121,7 +122,7 @@ func TestServiceDiscoveryWithAuth(t *testing.T) {
 
 // plainServer starts a nats-server without JetStream and opens an
 // in-memory store, for admin servers built by hand; both end with the test.
-func plainServer(t *testing.T) (*server.Server, *kv.Store) {
+func plainServer(t *testing.T) (*server.Server, *pebble.Store) {
 	t.Helper()
 	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true})
 	if err != nil {
@@ -135,7 +136,7 @@ func plainServer(t *testing.T) (*server.Server, *kv.Store) {
 		ns.Shutdown()
 		ns.WaitForShutdown()
 	})
-	st, err := kv.Open(t.TempDir(), kv.Options{FS: vfs.NewMem()})
+	st, err := pebble.Open(t.TempDir(), pebble.Options{FS: vfs.NewMem()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync/atomic"
 
+	"github.com/portcullis/portcullis/kv/pebble"
+
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 )
@@ -122,7 +124,7 @@ type Store interface {
 // under kv's approval and parked-index keys, with the expiry timers in kv's
 // timer table (the scheduler fires them).
 type Pebble struct {
-	kv *kv.Store
+	kv *pebble.Store
 	// cas makes Commit's check of the stored state and its write one step,
 	// whether or not the caller holds Lock.
 	cas kv.KeyedMutex
@@ -134,7 +136,7 @@ type Pebble struct {
 var _ Store = (*Pebble)(nil)
 
 // NewPebble returns the approvals on s, counting the parked ones.
-func NewPebble(s *kv.Store) (*Pebble, error) {
+func NewPebble(s *pebble.Store) (*Pebble, error) {
 	n, err := s.CountParked()
 	if err != nil {
 		return nil, fmt.Errorf("approvals: count parked: %w", err)
@@ -189,7 +191,7 @@ func (p *Pebble) Commit(ref schema.ProposalRef, w Writes) error {
 	if r := w.Record; r != nil {
 		b.PutApproval(ref, r, r.Parked(), r.ExpiresAtMs)
 	}
-	if err := b.Commit(kv.Sync); err != nil {
+	if err := b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("approvals: commit: %w", err)
 	}
 	p.parked.Add(w.parkedDelta())
@@ -204,7 +206,7 @@ func (p *Pebble) Parked(limit int) ([]Record, int, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("approvals: parked: %w", err)
 	}
-	slices.SortFunc(idx, func(a, b kv.Parked) int {
+	slices.SortFunc(idx, func(a, b pebble.Parked) int {
 		return cmp.Or(cmp.Compare(a.ExpiresAtMs, b.ExpiresAtMs), cmp.Compare(a.Ref.Host, b.Ref.Host), cmp.Compare(a.Ref.ProposalID, b.Ref.ProposalID))
 	})
 	out := []Record{}

@@ -3,19 +3,20 @@ package approvals_test
 import (
 	"testing"
 
+	"github.com/portcullis/portcullis/kv/pebble"
+
 	"go.uber.org/goleak"
 
 	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/approvals/approvalstest"
-	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func openKV(t *testing.T, dir string) *kv.Store {
+func openKV(t *testing.T, dir string) *pebble.Store {
 	t.Helper()
-	s, err := kv.Open(dir, kv.Options{})
+	s, err := pebble.Open(dir, pebble.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

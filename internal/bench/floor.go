@@ -21,7 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
-	"github.com/portcullis/portcullis/kv"
+	kvpebble "github.com/portcullis/portcullis/kv/pebble"
 	"github.com/portcullis/portcullis/schema"
 )
 
@@ -148,8 +148,8 @@ func Floor(ctx context.Context, url, dir string, o Options) (Side, error) {
 
 	pdir := filepath.Join(dir, "floor-pebble")
 	db, err := pebble.Open(pdir, &pebble.Options{
-		Logger: floorLogger{}, FormatMajorVersion: pebble.FormatTableFormatV6, CacheSize: kv.CacheSize,
-		WALMinSyncInterval: func() time.Duration { return kv.WALMinSyncInterval },
+		Logger: floorLogger{}, FormatMajorVersion: pebble.FormatTableFormatV6, CacheSize: kvpebble.CacheSize,
+		WALMinSyncInterval: func() time.Duration { return kvpebble.WALMinSyncInterval },
 	})
 	if err != nil {
 		return Side{}, fmt.Errorf("bench: floor store: %w", err)

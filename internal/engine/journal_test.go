@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portcullis/portcullis/kv/pebble"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -15,7 +17,6 @@ import (
 	"github.com/portcullis/portcullis/internal/engine"
 	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/testenv"
-	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/subjects"
 )
 
@@ -102,7 +103,7 @@ func TestLocalJournalIsNotLeftBehind(t *testing.T) {
 	cfg, st := externalWithStore(t)
 	b := st.NewBatch()
 	b.PutIntent("sha256:"+strings.Repeat("ab", 32), map[string]string{"state": "done"})
-	if err := b.Commit(kv.Sync); err != nil {
+	if err := b.Commit(pebble.Sync); err != nil {
 		t.Fatal(err)
 	}
 	st.Close()
@@ -161,13 +162,13 @@ func TestLocalApprovalsAreNotLeftBehind(t *testing.T) {
 // externalWithStore is a configuration on a server of the test's own (no
 // embedded one) and its store, open for the test to fill before a
 // processor starts on it.
-func externalWithStore(t *testing.T) (*config.Config, *kv.Store) {
+func externalWithStore(t *testing.T) (*config.Config, *pebble.Store) {
 	t.Helper()
 	cfg := config.Defaults()
 	cfg.NATS = config.NATS{URL: testenv.StartServer(t, "").ClientURL(), Replicas: 1}
 	cfg.Store.Dir = t.TempDir()
 	cfg.Metrics.Listen = ""
-	st, err := kv.Open(cfg.Store.Dir, kv.Options{})
+	st, err := pebble.Open(cfg.Store.Dir, pebble.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"slices"
 
+	"github.com/portcullis/portcullis/kv/pebble"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -16,7 +18,6 @@ import (
 	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/internal/seal"
-	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
@@ -161,9 +162,9 @@ type Parts struct {
 	JS       jetstream.JetStream
 	// Seal is the processor's internal-message sealer.
 	Seal *seal.Sealer
-	// Self is the processor's instance id (kv.Store.InstanceID).
+	// Self is the processor's instance id (pebble.Store.InstanceID).
 	Self    string
-	Store   *kv.Store
+	Store   *pebble.Store
 	Journal journal.Store
 	// Admission are the admission stage's records. nil: on Store.
 	Admission admission.Records

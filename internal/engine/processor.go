@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/portcullis/portcullis/kv/pebble"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -28,7 +30,6 @@ import (
 	"github.com/portcullis/portcullis/internal/leaderkv"
 	"github.com/portcullis/portcullis/internal/seal"
 	"github.com/portcullis/portcullis/internal/timers"
-	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/stages/admission"
@@ -77,7 +78,7 @@ type Processor struct {
 	srv      *server.Server
 	nc       *nats.Conn
 	js       jetstream.JetStream
-	store    *kv.Store
+	store    *pebble.Store
 	activity *activity.Store
 	metrics  *metrics.Metrics
 	httpSrv  *http.Server
@@ -190,7 +191,7 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 	// runs on this store.dir, before an embedded server is started on
 	// what would be that processor's NATS store too.
 	var err error
-	p.store, err = kv.Open(cfg.Store.Dir, kv.Options{FS: o.StoreFS, Logger: p.log.With("component", "pebble"), Now: func() int64 { return stages.NowMs(p.clock) }})
+	p.store, err = pebble.Open(cfg.Store.Dir, pebble.Options{FS: o.StoreFS, Logger: p.log.With("component", "pebble"), Now: func() int64 { return stages.NowMs(p.clock) }})
 	if err != nil {
 		return err
 	}
@@ -544,7 +545,7 @@ func (p *Processor) Metrics() *metrics.Metrics { return p.metrics }
 
 // Store returns the processor's Pebble store (for tests and tools running
 // in the same process).
-func (p *Processor) Store() *kv.Store { return p.store }
+func (p *Processor) Store() *pebble.Store { return p.store }
 
 // Approvals returns the authorization stage's approval records (tests).
 func (p *Processor) Approvals() approvals.Store { return p.approvals }
@@ -553,7 +554,7 @@ func (p *Processor) Approvals() approvals.Store { return p.approvals }
 // running in the same process).
 func (p *Processor) Journal() journal.Store { return p.journal }
 
-// InstanceID is the processor's instance id (kv.Store.InstanceID).
+// InstanceID is the processor's instance id (pebble.Store.InstanceID).
 func (p *Processor) InstanceID() string { return p.self }
 
 // Activity returns the activity bucket's store.

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/portcullis/portcullis/kv/pebble"
+
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 )
@@ -110,13 +112,13 @@ type Store interface {
 
 // Pebble is the journal on a processor's own Pebble store (single node).
 type Pebble struct {
-	KV *kv.Store
+	KV *pebble.Store
 }
 
 var _ Store = Pebble{}
 
 // NewPebble returns the journal on s.
-func NewPebble(s *kv.Store) Pebble { return Pebble{KV: s} }
+func NewPebble(s *pebble.Store) Pebble { return Pebble{KV: s} }
 
 // Lock serializes on "fp/<fingerprint>": the only fingerprint lock.
 func (p Pebble) Lock(fingerprint string) func() { return p.KV.Lock("fp/" + fingerprint) }
@@ -164,7 +166,7 @@ func (p Pebble) Commit(fingerprint string, w Writes) error {
 	if w.Ended != nil {
 		b.PutEnded(w.Ended.Ref, w.Ended.Ended)
 	}
-	if err := b.Commit(kv.Sync); err != nil {
+	if err := b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("journal: commit: %w", err)
 	}
 	return nil

@@ -20,7 +20,7 @@
 // conflict otherwise — never overwritten. So a run that stopped anywhere
 // is finished by running it again. Once every record is in, the local
 // timers of what moved are removed (the cluster's schedules fire them now)
-// and the store is marked migrated (kv.Migrated), which the engine
+// and the store is marked migrated (pebble.Migrated), which the engine
 // requires before it starts a store that holds local state on replicated
 // buckets, and which keeps it from starting on its local journal again.
 //
@@ -41,6 +41,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/portcullis/portcullis/kv/pebble"
 
 	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go/jetstream"
@@ -142,7 +144,7 @@ var afterStep func(step int)
 type run struct {
 	o        Options
 	log      *slog.Logger
-	store    *kv.Store
+	store    *pebble.Store
 	js       jetstream.JetStream
 	subj     subjects.Subjects
 	journal  *journal.Replicated
@@ -179,7 +181,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		return Summary{}, err
 	}
 	// The store first: it is locked while its processor runs.
-	if r.store, err = kv.Open(cfg.Store.Dir, kv.Options{Logger: r.log}); errors.Is(err, kv.ErrLocked) {
+	if r.store, err = pebble.Open(cfg.Store.Dir, pebble.Options{Logger: r.log}); errors.Is(err, pebble.ErrLocked) {
 		return Summary{}, fmt.Errorf("%w (%s): %w", ErrStoreInUse, cfg.Store.Dir, err)
 	} else if err != nil {
 		return Summary{}, fmt.Errorf("migrate: %w", err)
@@ -295,7 +297,7 @@ func (r *run) intents() error {
 	for _, i := range ind {
 		since[i.Fingerprint] = i.SinceMs
 	}
-	var c kv.Cursor
+	var c pebble.Cursor
 	for {
 		fps, next, err := r.store.IntentsAfter(c, r.o.Page)
 		if err != nil {
@@ -341,8 +343,8 @@ func (r *run) intents() error {
 }
 
 // eachProposal calls f with every proposal holding a record of kind.
-func (r *run) eachProposal(kind kv.ProposalRecords, f func(ref schema.ProposalRef) error) error {
-	var c kv.Cursor
+func (r *run) eachProposal(kind pebble.ProposalRecords, f func(ref schema.ProposalRef) error) error {
+	var c pebble.Cursor
 	for {
 		refs, next, err := r.store.ProposalsAfter(kind, c, r.o.Page)
 		if err != nil {
@@ -361,7 +363,7 @@ func (r *run) eachProposal(kind kv.ProposalRecords, f func(ref schema.ProposalRe
 }
 
 func (r *run) ends() error {
-	return r.eachProposal(kv.Ends, func(ref schema.ProposalRef) error {
+	return r.eachProposal(pebble.Ends, func(ref schema.ProposalRef) error {
 		e, found, err := r.store.Ended(ref)
 		if err != nil || !found {
 			return err
@@ -372,7 +374,7 @@ func (r *run) ends() error {
 }
 
 func (r *run) approvals() error {
-	return r.eachProposal(kv.Approvals, func(ref schema.ProposalRef) error {
+	return r.eachProposal(pebble.Approvals, func(ref schema.ProposalRef) error {
 		var rec approvals.Record
 		if found, err := r.store.Approval(ref, &rec); err != nil || !found {
 			return err
@@ -421,7 +423,7 @@ func (r *run) envelopeHere(rec approvals.Record) (bool, error) {
 }
 
 func (r *run) admissions() error {
-	return r.eachProposal(kv.Admissions, func(ref schema.ProposalRef) error {
+	return r.eachProposal(pebble.Admissions, func(ref schema.ProposalRef) error {
 		a, found, err := r.store.Admitted(ref)
 		if err != nil || !found {
 			return err
@@ -438,7 +440,7 @@ func (r *run) admissions() error {
 }
 
 func (r *run) deliveries() error {
-	var c kv.Cursor
+	var c pebble.Cursor
 	for {
 		ds, next, err := r.store.DeliveriesAfter(c, r.o.Page)
 		if err != nil {
@@ -454,7 +456,7 @@ func (r *run) deliveries() error {
 					} `json:"context"`
 				}
 				return json.Unmarshal(body, &p) == nil &&
-					bytes.Equal(kv.DeliveryHash(host, p.Context.Delivery.DeliveryID), d.Hash)
+					bytes.Equal(pebble.DeliveryHash(host, p.Context.Delivery.DeliveryID), d.Hash)
 			}); err != nil {
 				return err
 			}
@@ -551,11 +553,11 @@ func (r *run) finish() error {
 		if _, marked, err := r.store.Migrated(); err != nil {
 			return err
 		} else if !marked {
-			b.MarkMigrated(kv.Migrated{AtMs: r.o.Now().UnixMilli(), Prefix: r.subj.Prefix()})
+			b.MarkMigrated(pebble.Migrated{AtMs: r.o.Now().UnixMilli(), Prefix: r.subj.Prefix()})
 		}
 	}
 	if !b.Empty() {
-		if err := b.Commit(kv.Sync); err != nil {
+		if err := b.Commit(pebble.Sync); err != nil {
 			return fmt.Errorf("migrate: %w", err)
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portcullis/portcullis/kv/pebble"
+
 	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/bench"
 	"github.com/portcullis/portcullis/internal/journal"
@@ -27,7 +29,7 @@ func init() { fresh.Store(1 << 40) }
 var (
 	fillDir  string
 	fillMu   sync.Mutex
-	filled   = map[int]*kv.Store{}
+	filled   = map[int]*pebble.Store{}
 	fillTime = map[int]time.Duration{}
 )
 
@@ -49,7 +51,7 @@ func cleanupFilled() {
 // 1000 intents with one Flush at the end, then compacted down (as Pebble
 // would settle by itself) so that no compaction of the fill runs during
 // the measurement.
-func filledStore(b *testing.B, n int) *kv.Store {
+func filledStore(b *testing.B, n int) *pebble.Store {
 	fillMu.Lock()
 	defer fillMu.Unlock()
 	if s, ok := filled[n]; ok {
@@ -63,7 +65,7 @@ func filledStore(b *testing.B, n int) *kv.Store {
 		fillDir = d
 	}
 	c := newClock(t0)
-	s, err := kv.Open(filepath.Join(fillDir, fmt.Sprint(n)), kv.Options{Now: c.Now})
+	s, err := pebble.Open(filepath.Join(fillDir, fmt.Sprint(n)), pebble.Options{Now: c.Now})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -73,7 +75,7 @@ func filledStore(b *testing.B, n int) *kv.Store {
 		for i := base; i < min(base+1000, n); i++ {
 			fill(batch, i, c.Now())
 		}
-		if err := batch.Commit(kv.NoSync); err != nil {
+		if err := batch.Commit(pebble.NoSync); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -88,7 +90,7 @@ func filledStore(b *testing.B, n int) *kv.Store {
 }
 
 // fill adds proposal n's records, as they stand once it is confirmed.
-func fill(b *kv.Batch, n int, now int64) {
+func fill(b *pebble.Batch, n int, now int64) {
 	ref, fp := refOf(n), fingerprintOf(n)
 	b.PutAdmitted(ref, kv.Admitted{Digest: fp[7:], Seq: uint64(n), Forwarded: true, AtMs: now})
 	b.PutDelivery(ref.Host, "delivery:"+ref.ProposalID, kv.Delivery{ProposalID: ref.ProposalID, Seq: uint64(n), AtMs: now})
@@ -113,7 +115,7 @@ func fill(b *kv.Batch, n int, now int64) {
 // dispatch reads the proposal's end and the fingerprint's journal (absent),
 // writes the in-flight record synced, then the receipt synced; the runner
 // records the outcome (NoSync) and flushes before the ack.
-func hotPath(s *kv.Store, ap *approvals.Pebble, n int, now int64) error {
+func hotPath(s *pebble.Store, ap *approvals.Pebble, n int, now int64) error {
 	ref, fp := refOf(n), fingerprintOf(n)
 	if _, _, err := s.Delivery(ref.Host, "delivery:"+ref.ProposalID); err != nil {
 		return err
@@ -124,7 +126,7 @@ func hotPath(s *kv.Store, ap *approvals.Pebble, n int, now int64) error {
 	b := s.NewBatch()
 	b.PutAdmitted(ref, kv.Admitted{Digest: fp[7:], Seq: uint64(n), AtMs: now})
 	b.PutDelivery(ref.Host, "delivery:"+ref.ProposalID, kv.Delivery{ProposalID: ref.ProposalID, Seq: uint64(n), AtMs: now})
-	if err := b.Commit(kv.Sync); err != nil {
+	if err := b.Commit(pebble.Sync); err != nil {
 		return err
 	}
 	if _, _, err := ap.Load(ref); err != nil {
@@ -210,7 +212,7 @@ func BenchmarkHotPathStored(b *testing.B) {
 // however much was written.
 func BenchmarkSteadyStream(b *testing.B) {
 	c := newClock(t0)
-	s, err := kv.Open(b.TempDir(), kv.Options{Now: c.Now})
+	s, err := pebble.Open(b.TempDir(), pebble.Options{Now: c.Now})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -24,7 +24,7 @@
 //     is never removed.
 //
 // Operator nonces are not this sweep's: each claim removes those it no
-// longer needs (kv.Store.ClaimNonce), by the stamps of accepted requests
+// longer needs (pebble.Store.ClaimNonce), by the stamps of accepted requests
 // rather than any clock.
 package retention
 
@@ -34,9 +34,10 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/portcullis/portcullis/kv/pebble"
+
 	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/journal"
-	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 )
 
@@ -51,7 +52,7 @@ type Horizons struct {
 
 // Sweeper removes expired records from a store.
 type Sweeper struct {
-	Store    *kv.Store
+	Store    *pebble.Store
 	Horizons Horizons
 	// LockProposal serializes with the writers of a proposal's records
 	// (admission's and the approvals' locks); LockIntent with the
@@ -100,7 +101,7 @@ func noLock() {}
 // Run sweeps at once and then every interval until ctx is cancelled. A
 // failed sweep is logged and tried again at the next interval. Its first
 // sweep files the records of a store written before the expiry index
-// existed (kv.Store.FileUnfiled).
+// existed (pebble.Store.FileUnfiled).
 func (s *Sweeper) Run(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -134,12 +135,12 @@ func (s *Sweeper) Sweep(ctx context.Context) (Stats, error) {
 	classes := []struct {
 		class   byte
 		horizon time.Duration
-		one     func(f kv.Filed, cutoff, now int64, st *Stats) error
+		one     func(f pebble.Filed, cutoff, now int64, st *Stats) error
 	}{
-		{kv.ClassProposal, s.Horizons.Proposals, s.proposal},
-		{kv.ClassDelivery, s.Horizons.Proposals, s.delivery},
-		{kv.ClassGrounding, s.Horizons.Proposals, s.grounding},
-		{kv.ClassIntent, s.Horizons.Receipts, s.intent},
+		{pebble.ClassProposal, s.Horizons.Proposals, s.proposal},
+		{pebble.ClassDelivery, s.Horizons.Proposals, s.delivery},
+		{pebble.ClassGrounding, s.Horizons.Proposals, s.grounding},
+		{pebble.ClassIntent, s.Horizons.Receipts, s.intent},
 	}
 	for _, c := range classes {
 		cutoff := now - c.horizon.Milliseconds()
@@ -149,7 +150,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (Stats, error) {
 			}
 			// Entries filed in cutoff's own minute may hold records
 			// written after the cutoff: only whole minutes before it.
-			entries, err := s.Store.FiledBefore(c.class, cutoff-kv.FileBucketMs, s.batch())
+			entries, err := s.Store.FiledBefore(c.class, cutoff-pebble.FileBucketMs, s.batch())
 			if err != nil {
 				return st, err
 			}
@@ -164,7 +165,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (Stats, error) {
 			b := s.Store.NewBatch()
 			b.Unfile(entries)
 			// NoSync: a sweep lost in a crash is done again by the next.
-			if err := b.Commit(kv.NoSync); err != nil {
+			if err := b.Commit(pebble.NoSync); err != nil {
 				return st, err
 			}
 			if len(entries) < s.batch() {
@@ -185,17 +186,17 @@ func (s *Sweeper) Sweep(ctx context.Context) (Stats, error) {
 	return st, nil
 }
 
-func commit(b *kv.Batch) error {
+func commit(b *pebble.Batch) error {
 	if b.Empty() {
 		return nil
 	}
-	return b.Commit(kv.NoSync)
+	return b.Commit(pebble.NoSync)
 }
 
 // proposal removes a proposal's records when the newest of them is older
 // than cutoff and it is not parked.
-func (s *Sweeper) proposal(f kv.Filed, cutoff, now int64, st *Stats) error {
-	ref, err := kv.ProposalOf(f)
+func (s *Sweeper) proposal(f pebble.Filed, cutoff, now int64, st *Stats) error {
+	ref, err := pebble.ProposalOf(f)
 	if err != nil {
 		return fmt.Errorf("retention: %w", err)
 	}
@@ -248,7 +249,7 @@ func (s *Sweeper) proposal(f kv.Filed, cutoff, now int64, st *Stats) error {
 	return commit(b)
 }
 
-func (s *Sweeper) delivery(f kv.Filed, cutoff, _ int64, st *Stats) error {
+func (s *Sweeper) delivery(f pebble.Filed, cutoff, _ int64, st *Stats) error {
 	d, found, err := s.Store.DeliveryFiled(f)
 	if err != nil || !found || d.AtMs >= cutoff {
 		return err
@@ -259,7 +260,7 @@ func (s *Sweeper) delivery(f kv.Filed, cutoff, _ int64, st *Stats) error {
 	return commit(b)
 }
 
-func (s *Sweeper) grounding(f kv.Filed, cutoff, _ int64, st *Stats) error {
+func (s *Sweeper) grounding(f pebble.Filed, cutoff, _ int64, st *Stats) error {
 	g, found, err := s.Store.GroundingFiled(f)
 	if err != nil || !found || g.AtMs >= cutoff {
 		return err
@@ -272,8 +273,8 @@ func (s *Sweeper) grounding(f kv.Filed, cutoff, _ int64, st *Stats) error {
 
 // intent removes a finished journal whose last change is older than
 // cutoff, with its receipts and attempts.
-func (s *Sweeper) intent(f kv.Filed, cutoff, now int64, st *Stats) error {
-	fp, err := kv.FingerprintOf(f)
+func (s *Sweeper) intent(f pebble.Filed, cutoff, now int64, st *Stats) error {
+	fp, err := pebble.FingerprintOf(f)
 	if err != nil {
 		return fmt.Errorf("retention: %w", err)
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portcullis/portcullis/kv/pebble"
+
 	"go.uber.org/goleak"
 
 	"github.com/portcullis/portcullis/internal/approvals"
@@ -34,9 +36,9 @@ const (
 	hour = int64(time.Hour / time.Millisecond)
 )
 
-func open(t testing.TB, c *clock) *kv.Store {
+func open(t testing.TB, c *clock) *pebble.Store {
 	t.Helper()
-	s, err := kv.Open(t.TempDir(), kv.Options{Now: c.Now})
+	s, err := pebble.Open(t.TempDir(), pebble.Options{Now: c.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +46,7 @@ func open(t testing.TB, c *clock) *kv.Store {
 	return s
 }
 
-func sweeper(s *kv.Store, c *clock, h retention.Horizons) *retention.Sweeper {
+func sweeper(s *pebble.Store, c *clock, h retention.Horizons) *retention.Sweeper {
 	return &retention.Sweeper{Store: s, Horizons: h, Now: c.Now, Batch: 7}
 }
 
@@ -71,7 +73,7 @@ func TestSweepHorizons(t *testing.T) {
 	// A grounding checkpoint.
 	b := s.NewBatch()
 	b.PutGrounding(kv.GroundingKey("ACTIONS_GROUNDING", 1, []byte("x")), kv.Grounding{Referent: "sku-1001", AtMs: c.Now()})
-	if err := b.Commit(kv.Sync); err != nil {
+	if err := b.Commit(pebble.Sync); err != nil {
 		t.Fatal(err)
 	}
 	// Intent 0 stays unfinished: acknowledged, verification pending.
@@ -86,7 +88,7 @@ func TestSweepHorizons(t *testing.T) {
 	b = s.NewBatch()
 	b.PutApproval(parked, &approvals.Record{Host: parked.Host, ProposalID: parked.ProposalID, State: approvals.StateParked,
 		ArrivedAtMs: c.Now(), ExpiresAtMs: c.Now() + 600_000}, true, c.Now()+600_000)
-	if err := b.Commit(kv.Sync); err != nil {
+	if err := b.Commit(pebble.Sync); err != nil {
 		t.Fatal(err)
 	}
 	sw := sweeper(s, c, h)
@@ -103,7 +105,7 @@ func TestSweepHorizons(t *testing.T) {
 	o.AtMs = c.Now()
 	b = s.NewBatch()
 	b.PutOutcome(o)
-	if err := b.Commit(kv.NoSync); err != nil {
+	if err := b.Commit(pebble.NoSync); err != nil {
 		t.Fatal(err)
 	}
 	rec3, _, _ := journal.NewPebble(s).Load(fingerprintOf(3))
@@ -174,7 +176,7 @@ func TestSweepHorizons(t *testing.T) {
 	}
 }
 
-func receipts(t *testing.T, s *kv.Store, fp string) int {
+func receipts(t *testing.T, s *pebble.Store, fp string) int {
 	t.Helper()
 	rs, err := s.Receipts(fp)
 	if err != nil {

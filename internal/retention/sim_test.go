@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/portcullis/portcullis/kv/pebble"
+
 	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/kv"
@@ -34,10 +36,10 @@ func refOf(n int) schema.ProposalRef {
 // delivery and admission records, the approval decision, the in-flight
 // journal record, the receipt and settled record, the last outcome. sync
 // false commits everything NoSync (bulk filling a store for a benchmark).
-func proposal(s *kv.Store, n int, now int64, sync bool) error {
-	d := kv.NoSync
+func proposal(s *pebble.Store, n int, now int64, sync bool) error {
+	d := pebble.NoSync
 	if sync {
-		d = kv.Sync
+		d = pebble.Sync
 	}
 	ref, fp := refOf(n), fingerprintOf(n)
 	b := s.NewBatch()
@@ -69,5 +71,5 @@ func proposal(s *kv.Store, n int, now int64, sync bool) error {
 	o := rec.Outcome(ref, now)
 	b = s.NewBatch()
 	b.PutOutcome(o)
-	return b.Commit(kv.NoSync) // the runner flushes before the ack
+	return b.Commit(pebble.NoSync) // the runner flushes before the ack
 }

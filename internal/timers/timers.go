@@ -65,6 +65,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/portcullis/portcullis/kv/pebble"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -85,7 +87,7 @@ type Timers interface {
 // Local keeps timers in the processor's Pebble store; stages.Scheduler
 // fires them. A timer with the same ID replaces the pending one.
 type Local struct {
-	Store *kv.Store
+	Store *pebble.Store
 }
 
 var _ Timers = Local{}
@@ -94,7 +96,7 @@ var _ Timers = Local{}
 func (l Local) Arm(_ context.Context, t kv.Timer) error {
 	b := l.Store.NewBatch()
 	b.AddTimer(t)
-	if err := b.Commit(kv.Sync); err != nil {
+	if err := b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("timers: arm %s: %w", t.ID, err)
 	}
 	return nil

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portcullis/portcullis/kv/pebble"
+
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -92,7 +94,7 @@ func TestSchedules(t *testing.T) {
 
 // Local timers are Pebble timers: the scheduler fires them.
 func TestLocal(t *testing.T) {
-	st, err := kv.Open(t.TempDir(), kv.Options{})
+	st, err := pebble.Open(t.TempDir(), pebble.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

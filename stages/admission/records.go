@@ -2,6 +2,7 @@ package admission
 
 import (
 	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/kv/pebble"
 	"github.com/portcullis/portcullis/schema"
 )
 
@@ -55,7 +56,7 @@ type Claim struct {
 }
 
 // Pebble are the records in the processor's own store.
-type Pebble struct{ Store *kv.Store }
+type Pebble struct{ Store *pebble.Store }
 
 var _ Records = Pebble{}
 
@@ -75,19 +76,19 @@ func (p Pebble) Admit(ref schema.ProposalRef, a kv.Admitted, deliveryID string, 
 	b := p.Store.NewBatch()
 	b.PutAdmitted(ref, a)
 	b.PutDelivery(ref.Host, deliveryID, d)
-	return Claim{}, b.Commit(kv.Sync)
+	return Claim{}, b.Commit(pebble.Sync)
 }
 
 func (p Pebble) Repeat(host, deliveryID string, d kv.Delivery) error {
 	b := p.Store.NewBatch()
 	b.PutDelivery(host, deliveryID, d)
-	return b.Commit(kv.NoSync)
+	return b.Commit(pebble.NoSync)
 }
 
 func (p Pebble) Forwarded(ref schema.ProposalRef, a kv.Admitted) error {
 	b := p.Store.NewBatch()
 	b.PutAdmitted(ref, a)
-	return b.Commit(kv.NoSync)
+	return b.Commit(pebble.NoSync)
 }
 
 func (p Pebble) LastOutcome(ref schema.ProposalRef) (schema.Outcome, bool, error) {

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/portcullis/portcullis/kv/pebble"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/internal/leaderkv"
@@ -51,7 +53,7 @@ import (
 // proposal.
 type Replicated struct {
 	h        leaderkv.Handle
-	local    *kv.Store
+	local    *pebble.Store
 	subjects subjects.Subjects
 }
 
@@ -65,7 +67,7 @@ type ReplicatedOptions struct {
 	JS jetstream.JetStream
 	// Local is the processor's store: its locks (shared with the
 	// retention sweep), and the outcomes it recorded.
-	Local    *kv.Store
+	Local    *pebble.Store
 	Subjects subjects.Subjects
 	// Timeouts bound each request (OpTimeout, retries included, default
 	// 5s; AttemptTimeout one try of it, default 1s: a stream electing a
@@ -320,7 +322,7 @@ func LastStreamOutcome(js jetstream.JetStream, subj subjects.Subjects, ref schem
 }
 
 // ProposalFingerprint returns the fingerprint a proposal was grounded to,
-// on any processor: the local store's (kv.Store.ProposalFingerprint), else
+// on any processor: the local store's (pebble.Store.ProposalFingerprint), else
 // the one its outcomes name on the outcome stream — every outcome from
 // grounding on does (its fingerprint, approval or receipt): the last
 // message on its subject, else the first MaxFingerprintScan.
@@ -363,7 +365,7 @@ func (r *Replicated) ImportAdmitted(ref schema.ProposalRef, a kv.Admitted) (lead
 }
 
 // ImportDelivery writes a delivery record of a single node's store, under
-// the hash it is stored by there (kv.DeliveryHash: the same the bucket's
+// the hash it is stored by there (pebble.DeliveryHash: the same the bucket's
 // key is made of), unless the key holds one: Present when it names the
 // same proposal at the same time, otherwise a Conflict.
 func (r *Replicated) ImportDelivery(hash []byte, d kv.Delivery) (leaderkv.Import, error) {

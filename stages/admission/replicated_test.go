@@ -8,13 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portcullis/portcullis/kv/pebble"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
 	"github.com/portcullis/portcullis/internal/leaderkv/leaderkvtest"
 	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/internal/trust"
-	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/stages/admission"
@@ -50,7 +51,7 @@ func cluster(t *testing.T, url string, replicas, n int) ([]processor, nkeys.KeyP
 				return err
 			})
 		}
-		st, err := kv.Open(t.TempDir(), kv.Options{})
+		st, err := pebble.Open(t.TempDir(), pebble.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/portcullis/portcullis/kv/pebble"
+
 	"github.com/portcullis/portcullis/internal/fault"
 	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/kv"
@@ -18,7 +20,7 @@ type Stage struct {
 	Policy Policy
 	// Records remember the ids hosts have used. nil: Pebble on Store.
 	Records Records
-	Store   *kv.Store
+	Store   *pebble.Store
 	// Route: the hosts' proposals stream in, the next stage out.
 	Route stages.Route
 	Clock stages.Clock

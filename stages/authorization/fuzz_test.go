@@ -4,10 +4,11 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/portcullis/portcullis/kv/pebble"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/portcullis/portcullis/internal/approvals"
-	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 )
 
@@ -39,7 +40,7 @@ func FuzzStepSequence(f *testing.F) {
 			return
 		}
 		inline, ops := ops[0]&1 == 1, ops[1:]
-		s, err := kv.Open("", kv.Options{FS: vfs.NewMem()})
+		s, err := pebble.Open("", pebble.Options{FS: vfs.NewMem()})
 		if err != nil {
 			t.Fatal(err)
 		}

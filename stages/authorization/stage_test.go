@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portcullis/portcullis/kv/pebble"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -16,7 +18,6 @@ import (
 	"github.com/portcullis/portcullis/internal/engine"
 	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/internal/testenv"
-	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
@@ -31,7 +32,7 @@ type harness struct {
 	env     *testenv.Env
 	clock   *stages.ManualClock
 	stage   *authorization.Stage
-	store   *kv.Store
+	store   *pebble.Store
 	metrics *metrics.Metrics
 }
 
@@ -47,7 +48,7 @@ func newHarness(t *testing.T) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := kv.Open(t.TempDir(), kv.Options{})
+	store, err := pebble.Open(t.TempDir(), pebble.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

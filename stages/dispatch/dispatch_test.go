@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portcullis/portcullis/kv/pebble"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/go-json-experiment/json/jsontext"
@@ -25,7 +27,6 @@ import (
 	"github.com/portcullis/portcullis/internal/fault"
 	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/testenv"
-	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
@@ -386,7 +387,7 @@ func TestCheckpointFailure(t *testing.T) {
 	case <-time.After(testenv.WaitTimeout):
 		t.Fatal("the processor kept running on a failed store")
 	}
-	if err := env.Processor().Close(); !errors.Is(err, kv.ErrFailed) {
+	if err := env.Processor().Close(); !errors.Is(err, pebble.ErrFailed) {
 		t.Errorf("processor error = %v", err)
 	}
 	env.Forget()

@@ -34,7 +34,7 @@ type Facts struct {
 	// Ended is this proposal's end at an earlier re-check, if any.
 	Ended *kv.Ended
 	Now   int64
-	// Self is this processor's instance id (kv.Store.InstanceID): the
+	// Self is this processor's instance id (pebble.Store.InstanceID): the
 	// writer it names in its in-flight records.
 	Self string
 	// Provider is the intent's configured provider; Known is false when it

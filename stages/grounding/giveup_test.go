@@ -4,8 +4,9 @@ import (
 	"context"
 	"testing"
 
+	"github.com/portcullis/portcullis/kv/pebble"
+
 	"github.com/portcullis/portcullis/internal/approvals"
-	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/stages/grounding"
@@ -18,7 +19,7 @@ import (
 // the give-up publishes nothing and that decision stands; otherwise the
 // give-up's record makes a hand-off that arrives later change nothing.
 func TestGiveUpClaimsTheProposalsEnd(t *testing.T) {
-	store, err := kv.Open(t.TempDir(), kv.Options{})
+	store, err := pebble.Open(t.TempDir(), pebble.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

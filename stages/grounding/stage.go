@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/portcullis/portcullis/kv/pebble"
+
 	"github.com/portcullis/portcullis/fingerprint"
 	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/kv"
@@ -21,7 +23,7 @@ type Stage struct {
 	Route stages.Route
 	Clock stages.Clock
 	// Store keeps the decisions that asked a candidate source.
-	Store *kv.Store
+	Store *pebble.Store
 	// Source asks candidate sources.
 	Source *Source
 	// MaxCandidates is grounding.max_candidates.
@@ -135,7 +137,7 @@ func (s *Stage) fromSource(ctx context.Context, in *stages.Input, p *schema.Prop
 	}
 	b := s.Store.NewBatch()
 	b.PutGrounding(key, rec)
-	if err := b.Commit(kv.Sync); err != nil {
+	if err := b.Commit(pebble.Sync); err != nil {
 		return Verdict{}, "", fmt.Errorf("grounding: record checkpoint: %w", err)
 	}
 	return v, observation, nil

@@ -7,10 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portcullis/portcullis/kv/pebble"
+
 	"github.com/nats-io/nats.go"
 
 	"github.com/portcullis/portcullis/internal/testenv"
-	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/stages/grounding"
@@ -23,7 +24,7 @@ import (
 func TestSourceDecisionIsCheckpointed(t *testing.T) {
 	srv := testenv.StartServer(t, "")
 	nc := testenv.Connect(t, srv)
-	store, err := kv.Open(t.TempDir(), kv.Options{})
+	store, err := pebble.Open(t.TempDir(), pebble.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +125,7 @@ func FuzzHandle(f *testing.F) {
 		f.Add(s[:len(s)/2])
 		f.Add(s[len(s)/2:])
 	}
-	store, err := kv.Open(f.TempDir(), kv.Options{})
+	store, err := pebble.Open(f.TempDir(), pebble.Options{})
 	if err != nil {
 		f.Fatal(err)
 	}

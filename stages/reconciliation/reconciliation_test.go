@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portcullis/portcullis/kv/pebble"
+
 	"github.com/nats-io/nats.go"
 
 	"github.com/portcullis/portcullis/fingerprint"
@@ -13,7 +15,6 @@ import (
 	"github.com/portcullis/portcullis/internal/admin"
 	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/testenv"
-	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
@@ -464,7 +465,7 @@ func TestInterruptedAttemptIsNeverRepeated(t *testing.T) {
 	env.Stop(t)
 
 	// What a crash between the checkpoint and the reply leaves behind.
-	st, err := kv.Open(env.Config.Store.Dir, kv.Options{})
+	st, err := pebble.Open(env.Config.Store.Dir, pebble.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

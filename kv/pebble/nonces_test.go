@@ -1,4 +1,4 @@
-package kv
+package pebble
 
 import (
 	"bytes"
@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/portcullis/portcullis/kv"
 )
 
 // countNonces counts the two kinds of nonce records.
@@ -29,7 +31,7 @@ func countNonces(t *testing.T, s *Store) (byHash, byStamp int) {
 // window is the tests' window between accepted stamps.
 const window = 1000
 
-func claim(t *testing.T, s *Store, nonce string, stamp int64) NonceClaim {
+func claim(t *testing.T, s *Store, nonce string, stamp int64) kv.NonceClaim {
 	t.Helper()
 	c, err := s.ClaimNonce(nonce, stamp, window)
 	if err != nil {
@@ -45,13 +47,13 @@ func TestClaimNonce(t *testing.T) {
 		t.Fatal(err)
 	}
 	const nonce = "n0nce-AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
-	if c := claim(t, s, nonce, 10_000); c != NonceFresh {
+	if c := claim(t, s, nonce, 10_000); c != kv.NonceFresh {
 		t.Fatalf("first claim: %v", c)
 	}
-	if c := claim(t, s, nonce, 10_000); c != NonceReplayed {
+	if c := claim(t, s, nonce, 10_000); c != kv.NonceReplayed {
 		t.Fatalf("replay: %v", c)
 	}
-	if c := claim(t, s, "other", 9_500); c != NonceFresh {
+	if c := claim(t, s, "other", 9_500); c != kv.NonceFresh {
 		t.Fatalf("another nonce, stamped a little earlier: %v", c)
 	}
 	// No record holds the nonce itself.
@@ -70,24 +72,24 @@ func TestClaimNonce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if c := claim(t, s, nonce, 10_000); c != NonceReplayed {
+	if c := claim(t, s, nonce, 10_000); c != kv.NonceReplayed {
 		t.Fatalf("replay after reopening: %v", c)
 	}
 	// A request stamped more than the window after both: the two are
 	// forgotten, and their replays refused as too old.
-	if c := claim(t, s, "later", 11_001); c != NonceFresh {
+	if c := claim(t, s, "later", 11_001); c != kv.NonceFresh {
 		t.Fatalf("later claim: %v", c)
 	}
 	if h, e := countNonces(t, s); h != 1 || e != 1 {
 		t.Errorf("records after the window moved on: %d by hash, %d by stamp", h, e)
 	}
 	for _, n := range []string{nonce, "other", "never-seen"} {
-		if c := claim(t, s, n, 10_000); c != NonceTooOld {
+		if c := claim(t, s, n, 10_000); c != kv.NonceTooOld {
 			t.Errorf("%s stamped 10000 after 11001 was accepted: %v", n, c)
 		}
 	}
 	// At the window's edge: still taken.
-	if c := claim(t, s, "edge", 10_001); c != NonceFresh {
+	if c := claim(t, s, "edge", 10_001); c != kv.NonceFresh {
 		t.Errorf("a claim at the window's edge: %v", c)
 	}
 }
@@ -98,29 +100,29 @@ func TestClaimNonce(t *testing.T) {
 func TestNonceForgottenOnlyByStamps(t *testing.T) {
 	s := open(t)
 	// A request accepted, then nothing for a long time: it stays.
-	if c := claim(t, s, "first", 5_000); c != NonceFresh {
+	if c := claim(t, s, "first", 5_000); c != kv.NonceFresh {
 		t.Fatal(c)
 	}
 	for range 3 {
-		if c := claim(t, s, "first", 5_000); c != NonceReplayed {
+		if c := claim(t, s, "first", 5_000); c != kv.NonceReplayed {
 			t.Fatalf("replay: %v", c)
 		}
 	}
 	// Stamps that go backwards inside the window are taken; the newest
 	// stamp does not move back with them.
 	for i, st := range []int64{5_900, 5_100, 4_950} {
-		if c := claim(t, s, fmt.Sprint("back-", i), st); c != NonceFresh {
+		if c := claim(t, s, fmt.Sprint("back-", i), st); c != kv.NonceFresh {
 			t.Errorf("stamp %d: %v", st, c)
 		}
 	}
-	if c := claim(t, s, "too-far-back", 4_899); c != NonceTooOld {
+	if c := claim(t, s, "too-far-back", 4_899); c != kv.NonceTooOld {
 		t.Errorf("a stamp more than the window before the newest: %v", c)
 	}
 	// Forgotten ones are exactly those more than the window behind.
-	if c := claim(t, s, "ahead", 6_150); c != NonceFresh {
+	if c := claim(t, s, "ahead", 6_150); c != kv.NonceFresh {
 		t.Fatal(c)
 	}
-	for n, want := range map[string]NonceClaim{"first": NonceTooOld, "back-0": NonceReplayed, "back-1": NonceTooOld, "back-2": NonceTooOld, "ahead": NonceReplayed} {
+	for n, want := range map[string]kv.NonceClaim{"first": kv.NonceTooOld, "back-0": kv.NonceReplayed, "back-1": kv.NonceTooOld, "back-2": kv.NonceTooOld, "ahead": kv.NonceReplayed} {
 		st := map[string]int64{"first": 5_000, "back-0": 5_900, "back-1": 5_100, "back-2": 4_950, "ahead": 6_150}[n]
 		if c := claim(t, s, n, st); c != want {
 			t.Errorf("replay of %s: %v, want %v", n, c, want)
@@ -137,12 +139,12 @@ func TestNonceSweepIsBounded(t *testing.T) {
 	s := open(t)
 	const n = MaxNonceSweep*2 + 5
 	for i := range n {
-		if c := claim(t, s, fmt.Sprint("old-", i), int64(100+i)); c != NonceFresh {
+		if c := claim(t, s, fmt.Sprint("old-", i), int64(100+i)); c != kv.NonceFresh {
 			t.Fatalf("fresh nonce refused: %v", c)
 		}
 	}
 	live := int64(100 + n + window)
-	if c := claim(t, s, "live", live); c != NonceFresh {
+	if c := claim(t, s, "live", live); c != kv.NonceFresh {
 		t.Fatal(c)
 	}
 	if h, e := countNonces(t, s); h != n+1-MaxNonceSweep || e != h {
@@ -161,7 +163,7 @@ func TestNonceSweepIsBounded(t *testing.T) {
 	if h, e := countNonces(t, s); h != 1+3 || e != h {
 		t.Errorf("after more claims: %d by hash, %d by stamp", h, e)
 	}
-	if c := claim(t, s, "live", live); c != NonceReplayed {
+	if c := claim(t, s, "live", live); c != kv.NonceReplayed {
 		t.Errorf("a live nonce was swept: %v", c)
 	}
 }
@@ -179,14 +181,14 @@ func TestNonceRecordsOfExpiries(t *testing.T) {
 		t.Fatal(err)
 	}
 	claim(t, s, "x", 60_500)
-	if c := claim(t, s, "legacy", 0); c != NonceReplayed {
+	if c := claim(t, s, "legacy", 0); c != kv.NonceReplayed {
 		t.Errorf("legacy replay: %v", c)
 	}
 	claim(t, s, "y", 61_001)
 	if h, _ := countNonces(t, s); h != 2 {
 		t.Errorf("%d records, want x and y", h)
 	}
-	if c := claim(t, s, "legacy", 0); c != NonceTooOld {
+	if c := claim(t, s, "legacy", 0); c != kv.NonceTooOld {
 		t.Errorf("legacy replay once forgotten: %v", c)
 	}
 }
@@ -201,7 +203,7 @@ func TestClaimNonceConcurrent(t *testing.T) {
 			if err != nil {
 				t.Error(err)
 			}
-			if c == NonceFresh {
+			if c == kv.NonceFresh {
 				fresh.Add(1)
 			}
 		})

@@ -1,10 +1,12 @@
-package kv
+package pebble
 
 import (
 	"errors"
 	"fmt"
 	"sync"
 	"testing"
+
+	"github.com/portcullis/portcullis/kv"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -82,7 +84,7 @@ func TestCompact(t *testing.T) {
 	}
 	ref := schema.ProposalRef{Host: "h", ProposalID: "p-1"}
 	b := s.NewBatch()
-	b.PutAdmitted(ref, Admitted{Digest: "d", Seq: 1})
+	b.PutAdmitted(ref, kv.Admitted{Digest: "d", Seq: 1})
 	if err := b.Commit(Sync); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package kv
+package pebble
 
 import (
 	"bytes"
@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/portcullis/portcullis/kv"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
@@ -77,10 +79,10 @@ func TestDeliveryAdmittedOutcomeEnded(t *testing.T) {
 		t.Fatal(found, err)
 	}
 	b := s.NewBatch()
-	b.PutDelivery("a", "d1", Delivery{ProposalID: "p1", Seq: 7})
-	b.PutAdmitted(a1, Admitted{Digest: "ab", Seq: 7})
+	b.PutDelivery("a", "d1", kv.Delivery{ProposalID: "p1", Seq: 7})
+	b.PutAdmitted(a1, kv.Admitted{Digest: "ab", Seq: 7})
 	b.PutOutcome(schema.NewOutcome(a1, schema.KindDenied, 5))
-	b.PutEnded(a1, Ended{Phase: schema.PhaseAuthorization, Code: schema.CodeGrantExpired, AtMs: 5})
+	b.PutEnded(a1, kv.Ended{Phase: schema.PhaseAuthorization, Code: schema.CodeGrantExpired, AtMs: 5})
 	if err := b.Commit(Sync); err != nil {
 		t.Fatal(err)
 	}
@@ -122,14 +124,14 @@ func TestDeliveryAdmittedOutcomeEnded(t *testing.T) {
 func TestTimers(t *testing.T) {
 	s := open(t)
 	b := s.NewBatch()
-	b.AddTimer(Timer{ID: "b", DueMs: 200, Subject: "x.b"})
-	b.AddTimer(Timer{ID: "a", DueMs: 100, Subject: "x.a"})
-	b.AddTimer(Timer{ID: "c", DueMs: 300, Subject: "x.c"})
+	b.AddTimer(kv.Timer{ID: "b", DueMs: 200, Subject: "x.b"})
+	b.AddTimer(kv.Timer{ID: "a", DueMs: 100, Subject: "x.a"})
+	b.AddTimer(kv.Timer{ID: "c", DueMs: 300, Subject: "x.c"})
 	if err := b.Commit(Sync); err != nil {
 		t.Fatal(err)
 	}
 	b = s.NewBatch()
-	b.AddTimer(Timer{ID: "c", DueMs: 50, Subject: "x.c2"}) // replaces c
+	b.AddTimer(kv.Timer{ID: "c", DueMs: 50, Subject: "x.c2"}) // replaces c
 	if err := b.Commit(Sync); err != nil {
 		t.Fatal(err)
 	}

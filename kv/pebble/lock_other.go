@@ -1,6 +1,6 @@
 //go:build !(darwin || dragonfly || freebsd || linux || netbsd || openbsd || solaris)
 
-package kv
+package pebble
 
 // lockBusy matches no error where Pebble's lock is not a POSIX record
 // lock: a held lock is then reported as Pebble words it.

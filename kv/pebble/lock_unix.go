@@ -1,6 +1,6 @@
 //go:build darwin || dragonfly || freebsd || linux || netbsd || openbsd || solaris
 
-package kv
+package pebble
 
 import (
 	"errors"

@@ -1,9 +1,11 @@
-package kv
+package pebble
 
 import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/portcullis/portcullis/kv"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -161,8 +163,8 @@ func (b *Batch) DeleteProposal(ref schema.ProposalRef, timerID string) {
 }
 
 // DeliveryFiled returns the delivery record of a ClassDelivery entry.
-func (s *Store) DeliveryFiled(f Filed) (Delivery, bool, error) {
-	var d Delivery
+func (s *Store) DeliveryFiled(f Filed) (kv.Delivery, bool, error) {
+	var d kv.Delivery
 	found, err := s.get(append([]byte{prefixDelivery}, f.ID...), &d)
 	return d, found, err
 }
@@ -173,8 +175,8 @@ func (b *Batch) DeleteDeliveryFiled(f Filed) {
 }
 
 // GroundingFiled returns the checkpoint of a ClassGrounding entry.
-func (s *Store) GroundingFiled(f Filed) (Grounding, bool, error) {
-	return s.Grounding(append([]byte{prefixGrounding}, f.ID...))
+func (s *Store) GroundingFiled(f Filed) (kv.Grounding, bool, error) {
+	return s.Grounding(f.ID)
 }
 
 // DeleteGroundingFiled removes the checkpoint of a ClassGrounding entry.

@@ -1,10 +1,12 @@
-package kv
+package pebble
 
 import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+
+	"github.com/portcullis/portcullis/kv"
 
 	"github.com/portcullis/portcullis/schema"
 )
@@ -75,7 +77,7 @@ func (s *Store) ProposalsAfter(kind ProposalRecords, c Cursor, limit int) ([]sch
 // is not stored: DeliveryHash).
 type DeliveryRecord struct {
 	Hash []byte
-	Delivery
+	kv.Delivery
 }
 
 // DeliveriesAfter returns up to limit delivery records after the cursor,
@@ -87,7 +89,7 @@ func (s *Store) DeliveriesAfter(c Cursor, limit int) ([]DeliveryRecord, Cursor, 
 		if len(k) != 1+sha256.Size {
 			return nil, nil, fmt.Errorf("%w: delivery key", ErrCorrupt)
 		}
-		var d Delivery
+		var d kv.Delivery
 		if derr := decode(vals[i], &d); derr != nil {
 			return nil, nil, derr
 		}

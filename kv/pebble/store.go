@@ -1,4 +1,5 @@
-// Package kv is Portcullis's local Pebble store: in-flight records and
+// Package pebble is Portcullis's local Pebble store (the kv records on
+// one processor's disk): in-flight records and
 // receipts of dispatch, delivery dedupe, last outcomes, parked approvals,
 // reconciliation attempts and durable timers.
 //
@@ -7,7 +8,7 @@
 // commit returned, never on state they merely observed. The store holds no
 // payloads, protected values or tenant and actor identifiers: delivery ids
 // are hashed with their tenant, and records are value-free by type.
-package kv
+package pebble
 
 import (
 	"bytes"
@@ -17,6 +18,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/portcullis/portcullis/kv"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -31,8 +34,8 @@ var (
 	// ErrFailed is returned after Pebble reported a fatal error (a failed
 	// WAL write or sync): the store refuses further writes until reopened.
 	ErrFailed = errors.New("kv: store failed")
-	// ErrCorrupt is returned for a record that does not decode.
-	ErrCorrupt = errors.New("kv: corrupt record")
+	// ErrCorrupt is kv.ErrCorrupt: a record that does not decode.
+	ErrCorrupt = kv.ErrCorrupt
 	// ErrLocked is returned by Open for a directory another store holds:
 	// another processor runs with the same store.dir (its error names
 	// the process when the system says which).
@@ -72,7 +75,7 @@ type Store struct {
 	failed  error // set once Pebble reports a fatal error; guarded by fmu
 	log     *slog.Logger
 	now     func() int64
-	locks   KeyedMutex
+	locks   kv.KeyedMutex
 	// timerAdded signals commits that added a timer (TimerAdded).
 	timerAdded chan struct{}
 	// idMu serializes InstanceID's first call.

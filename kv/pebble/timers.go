@@ -1,24 +1,11 @@
-package kv
+package pebble
 
 import (
 	"encoding/binary"
 	"fmt"
-)
 
-// Timer is a durable, value-free message to publish at a time: an approval
-// expiring, a reconciliation poll falling due. The scheduler publishes due
-// timers with their MsgID and then deletes them, so a crash in between
-// publishes again under the same id (a duplicate the stream drops, or a
-// redelivery the stage handles idempotently).
-type Timer struct {
-	// ID names the timer uniquely ("approval/<proposal_id>", …); adding a
-	// timer with an existing ID replaces it.
-	ID      string `json:"id"`
-	DueMs   int64  `json:"due_ms"`
-	Subject string `json:"subject"`
-	Data    []byte `json:"data"`
-	MsgID   string `json:"msg_id"`
-}
+	"github.com/portcullis/portcullis/kv"
+)
 
 func timerKey(dueMs int64, id string) []byte {
 	k := appendUint64([]byte{prefixTimer}, uint64(max(dueMs, 0)))
@@ -29,7 +16,7 @@ func timerIndexKey(id string) []byte { return appendString([]byte{prefixTimerInd
 
 // AddTimer schedules t, replacing a timer with the same ID. Callers
 // serialize timers of one ID (they hold the key lock of what it is for).
-func (b *Batch) AddTimer(t Timer) {
+func (b *Batch) AddTimer(t kv.Timer) {
 	b.addsTimer = true
 	b.CancelTimer(t.ID)
 	b.set(timerKey(t.DueMs, t.ID), t)
@@ -57,16 +44,16 @@ func (b *Batch) CancelTimer(id string) {
 // entry alone: reading the index here and committing later could drop the
 // entry of a timer re-armed in between. A stale index entry points at
 // nothing and goes with the id's next AddTimer or CancelTimer.
-func (b *Batch) DeleteFired(t Timer) {
+func (b *Batch) DeleteFired(t kv.Timer) {
 	b.delete(timerKey(t.DueMs, t.ID))
 }
 
 // DueTimers returns up to limit timers due at or before nowMs, earliest first.
-func (s *Store) DueTimers(nowMs int64, limit int) ([]Timer, error) {
-	var out []Timer
+func (s *Store) DueTimers(nowMs int64, limit int) ([]kv.Timer, error) {
+	var out []kv.Timer
 	upper := appendUint64([]byte{prefixTimer}, uint64(max(nowMs, 0))+1)
 	err := s.scanRange([]byte{prefixTimer}, upper, func(_, val []byte) (bool, error) {
-		var t Timer
+		var t kv.Timer
 		if err := decode(val, &t); err != nil {
 			return false, err
 		}
@@ -94,13 +81,13 @@ func (s *Store) NextTimerDue() (dueMs int64, ok bool, err error) {
 }
 
 // Timer returns the pending timer with this ID.
-func (s *Store) Timer(id string) (Timer, bool, error) {
+func (s *Store) Timer(id string) (kv.Timer, bool, error) {
 	var due int64
 	found, err := s.get(timerIndexKey(id), &due)
 	if err != nil || !found {
-		return Timer{}, false, err
+		return kv.Timer{}, false, err
 	}
-	var t Timer
+	var t kv.Timer
 	found, err = s.get(timerKey(due, id), &t)
 	return t, found, err
 }

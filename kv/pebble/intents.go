@@ -1,8 +1,10 @@
-package kv
+package pebble
 
 import (
 	"encoding/hex"
 	"fmt"
+
+	"github.com/portcullis/portcullis/kv"
 
 	"github.com/portcullis/portcullis/schema"
 )
@@ -134,21 +136,15 @@ func (b *Batch) SetIndeterminate(fingerprint string, sinceMs int64) {
 // CountIndeterminate counts the fingerprints whose effect is unknown.
 func (s *Store) CountIndeterminate() (int, error) { return s.count([]byte{prefixIndeterminate}) }
 
-// Indeterminate is one entry of the indeterminate index.
-type Indeterminate struct {
-	Fingerprint string
-	SinceMs     int64
-}
-
 // Indeterminates lists every fingerprint whose effect is unknown.
-func (s *Store) Indeterminates() ([]Indeterminate, error) {
-	var out []Indeterminate
+func (s *Store) Indeterminates() ([]kv.Indeterminate, error) {
+	var out []kv.Indeterminate
 	err := s.scan([]byte{prefixIndeterminate}, func(key, val []byte) (bool, error) {
 		var since int64
 		if err := decode(val, &since); err != nil {
 			return false, err
 		}
-		out = append(out, Indeterminate{Fingerprint: schema.FingerprintOfKey(hex.EncodeToString(key[1:])), SinceMs: since})
+		out = append(out, kv.Indeterminate{Fingerprint: schema.FingerprintOfKey(hex.EncodeToString(key[1:])), SinceMs: since})
 		return true, nil
 	})
 	return out, err

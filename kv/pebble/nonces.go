@@ -1,8 +1,10 @@
-package kv
+package pebble
 
 import (
 	"crypto/sha256"
 	"fmt"
+
+	"github.com/portcullis/portcullis/kv"
 )
 
 // Nonces of signed operator requests (SPEC §2.8): a nonce claimed once is
@@ -28,22 +30,6 @@ import (
 // MaxNonceSweep bounds the forgotten nonces one claim deletes. It is far
 // above one, so that the sweep keeps up with any rate of claims.
 const MaxNonceSweep = 64
-
-// NonceClaim is what ClaimNonce found.
-type NonceClaim int
-
-// ClaimNonce's answers. The zero value is none of them: a claim returned
-// with an error never reads as fresh.
-const (
-	// NonceFresh: claimed now; the request may act.
-	NonceFresh NonceClaim = iota + 1
-	// NonceReplayed: the nonce was claimed before.
-	NonceReplayed
-	// NonceTooOld: the request is stamped more than the window before the
-	// newest request accepted; its nonce may have been forgotten, so it
-	// is refused whatever it is.
-	NonceTooOld
-)
 
 // nonceLock serializes claims: a claim reads, then writes, and a sweep must
 // not delete a record that a concurrent claim has just written. Operator
@@ -71,7 +57,7 @@ func nonceStampKey(stampMs int64, hash []byte) []byte {
 // before ClaimNonce returns, so the caller may act on it; along the way it
 // raises the newest stamp and deletes up to MaxNonceSweep nonces whose
 // stamps fell more than windowMs behind it.
-func (s *Store) ClaimNonce(nonce string, requestedAtMs, windowMs int64) (NonceClaim, error) {
+func (s *Store) ClaimNonce(nonce string, requestedAtMs, windowMs int64) (kv.NonceClaim, error) {
 	unlock := s.locks.Lock(nonceLock)
 	defer unlock()
 	hash := nonceHash(nonce)
@@ -81,14 +67,14 @@ func (s *Store) ClaimNonce(nonce string, requestedAtMs, windowMs int64) (NonceCl
 		return 0, err
 	}
 	if found {
-		return NonceReplayed, nil
+		return kv.NonceReplayed, nil
 	}
 	var newest int64
 	if _, err := s.get(nonceNewestKey, &newest); err != nil {
 		return 0, err
 	}
 	if requestedAtMs < newest-windowMs {
-		return NonceTooOld, nil
+		return kv.NonceTooOld, nil
 	}
 	b := s.NewBatch()
 	if requestedAtMs > newest {
@@ -106,7 +92,7 @@ func (s *Store) ClaimNonce(nonce string, requestedAtMs, windowMs int64) (NonceCl
 	if err := b.Commit(Sync); err != nil {
 		return 0, fmt.Errorf("kv: claim nonce: %w", err)
 	}
-	return NonceFresh, nil
+	return kv.NonceFresh, nil
 }
 
 // sweepNonces adds to b the deletion of up to MaxNonceSweep nonces stamped

@@ -1,17 +1,19 @@
-package kv
+package pebble
 
 import (
 	"bytes"
 	"testing"
+
+	"github.com/portcullis/portcullis/kv"
 )
 
 func TestGroundingCheckpoint(t *testing.T) {
 	s := open(t)
-	key := GroundingKey("ACTIONS_GROUNDING", 7, []byte("body"))
+	key := kv.GroundingKey("ACTIONS_GROUNDING", 7, []byte("body"))
 	if _, found, err := s.Grounding(key); found || err != nil {
 		t.Fatalf("empty store: found=%v err=%v", found, err)
 	}
-	want := Grounding{Referent: "svc:payments-prod", ObservationRef: "catalog:9", AtMs: 5}
+	want := kv.Grounding{Referent: "svc:payments-prod", ObservationRef: "catalog:9", AtMs: 5}
 	b := s.NewBatch()
 	b.PutGrounding(key, want)
 	if err := b.Commit(Sync); err != nil {
@@ -23,9 +25,9 @@ func TestGroundingCheckpoint(t *testing.T) {
 	}
 	// Another sequence, stream or body is another input.
 	for _, other := range [][]byte{
-		GroundingKey("ACTIONS_GROUNDING", 8, []byte("body")),
-		GroundingKey("OTHER_GROUNDING", 7, []byte("body")),
-		GroundingKey("ACTIONS_GROUNDING", 7, []byte("body2")),
+		kv.GroundingKey("ACTIONS_GROUNDING", 8, []byte("body")),
+		kv.GroundingKey("OTHER_GROUNDING", 7, []byte("body")),
+		kv.GroundingKey("ACTIONS_GROUNDING", 7, []byte("body2")),
 	} {
 		if bytes.Equal(other, key) {
 			t.Fatal("key collision")
@@ -34,7 +36,7 @@ func TestGroundingCheckpoint(t *testing.T) {
 			t.Fatal("checkpoint found under another input's key")
 		}
 	}
-	if key[0] != prefixGrounding || len(key) != 33 {
-		t.Errorf("key layout %x", key)
+	if k := groundingKey(key); k[0] != prefixGrounding || len(k) != 33 {
+		t.Errorf("key layout %x", k)
 	}
 }
