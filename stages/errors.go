@@ -5,11 +5,12 @@ import (
 	"errors"
 	"strings"
 
+	"github.com/portcullis/portcullis/kv"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/internal/approvals"
-	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/leaderkv"
 )
 
@@ -43,7 +44,7 @@ func Transient(err error) bool {
 	}
 	if errors.Is(err, ErrTransient) || leaderkv.Unanswered(err) ||
 		errors.Is(err, leaderkv.ErrConflict) || errors.Is(err, leaderkv.ErrUncertain) ||
-		errors.Is(err, journal.ErrConflict) || errors.Is(err, journal.ErrUncertain) ||
+		errors.Is(err, kv.ErrConflict) || errors.Is(err, kv.ErrUncertain) ||
 		errors.Is(err, approvals.ErrConflict) || errors.Is(err, approvals.ErrUncertain) {
 		return true
 	}

@@ -16,7 +16,6 @@ import (
 
 	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/config"
-	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
@@ -169,13 +168,13 @@ func FuzzRequests(f *testing.F) {
 	opPub, _ := op.PublicKey()
 	const nowMs = 1_700_000_000_000
 	clock := stages.NewManualClock(time.UnixMilli(nowMs))
-	rec := &reconciliation.Stage{Journal: journal.NewPebble(st), Route: stages.Route{Subjects: subjects.Default(), Self: "reconciliation"}, Clock: clock, Metrics: metrics.New(nil, nil), MaxAttempts: 3}
+	rec := &reconciliation.Stage{Journal: pebble.NewJournal(st), Route: stages.Route{Subjects: subjects.Default(), Self: "reconciliation"}, Clock: clock, Metrics: metrics.New(nil, nil), MaxAttempts: 3}
 	ap, err := approvals.NewPebble(st)
 	if err != nil {
 		f.Fatal(err)
 	}
-	signedOnly := &Server{Journal: journal.NewPebble(st), Approvals: ap, Nonces: PebbleNonces{Store: st, Window: NonceWindow(30 * time.Second)}, Store: st, Reconciliation: rec, Subjects: subjects.Default(), Clock: clock, Operators: []config.Role{{Name: "oncall", PublicKey: opPub}}}
-	dev := &Server{Journal: journal.NewPebble(st), Approvals: ap, Nonces: PebbleNonces{Store: st, Window: NonceWindow(30 * time.Second)}, Store: st, Reconciliation: rec, Subjects: subjects.Default(), Clock: clock, AllowUnsigned: true}
+	signedOnly := &Server{Journal: pebble.NewJournal(st), Approvals: ap, Nonces: PebbleNonces{Store: st, Window: NonceWindow(30 * time.Second)}, Store: st, Reconciliation: rec, Subjects: subjects.Default(), Clock: clock, Operators: []config.Role{{Name: "oncall", PublicKey: opPub}}}
+	dev := &Server{Journal: pebble.NewJournal(st), Approvals: ap, Nonces: PebbleNonces{Store: st, Window: NonceWindow(30 * time.Second)}, Store: st, Reconciliation: rec, Subjects: subjects.Default(), Clock: clock, AllowUnsigned: true}
 	fp := "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 	stamp := func(ms int64, nonce string) string { return fmt.Sprintf(`"requested_at_ms":%d,"nonce":%q`, ms, nonce) }
 	n1, n2 := "AAAAAAAAAAAAAAAAAAAAAAAA", "bbbbbbbbbbbbbbbbbbbbbbbb_-"

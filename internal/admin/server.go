@@ -17,7 +17,6 @@ import (
 
 	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/config"
-	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/version"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
@@ -50,7 +49,7 @@ const readTimeout = 10 * time.Second
 
 // Server answers operator requests from the processor's own state.
 type Server struct {
-	Journal journal.Store
+	Journal kv.Journal
 	// Approvals are the authorization stage's records: parked approvals
 	// (approvals.list) and a proposal's decision (proposals.get).
 	Approvals approvals.Store

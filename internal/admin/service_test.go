@@ -21,7 +21,6 @@ import (
 	"github.com/portcullis/portcullis/internal/admin"
 	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/config"
-	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/internal/version"
 	"github.com/portcullis/portcullis/metrics"
@@ -152,7 +151,7 @@ func TestQueueGroup(t *testing.T) {
 	op, _ := nkeys.CreateUser()
 	opPub, _ := op.PublicKey()
 	subj := subjects.Default()
-	rec := &reconciliation.Stage{Journal: journal.NewPebble(st), Route: stages.Route{Subjects: subj, Self: "reconciliation"}, Clock: clock, Metrics: metrics.New(nil, nil), MaxAttempts: 3}
+	rec := &reconciliation.Stage{Journal: pebble.NewJournal(st), Route: stages.Route{Subjects: subj, Self: "reconciliation"}, Clock: clock, Metrics: metrics.New(nil, nil), MaxAttempts: 3}
 	var conns []*nats.Conn
 	for range 2 {
 		nc, err := nats.Connect(ns.ClientURL())
@@ -161,7 +160,7 @@ func TestQueueGroup(t *testing.T) {
 		}
 		defer nc.Close()
 		conns = append(conns, nc)
-		s := &admin.Server{Store: st, Journal: journal.NewPebble(st), Nonces: admin.PebbleNonces{Store: st, Window: window}, Reconciliation: rec, Subjects: subj, Clock: clock, Operators: []config.Role{{Name: "oncall", PublicKey: opPub}}}
+		s := &admin.Server{Store: st, Journal: pebble.NewJournal(st), Nonces: admin.PebbleNonces{Store: st, Window: window}, Reconciliation: rec, Subjects: subj, Clock: clock, Operators: []config.Role{{Name: "oncall", PublicKey: opPub}}}
 		stop, err := s.Serve(nc)
 		if err != nil {
 			t.Fatal(err)

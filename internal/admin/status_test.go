@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portcullis/portcullis/kv/pebble"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
@@ -14,7 +16,6 @@ import (
 	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/engine"
-	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
@@ -119,7 +120,7 @@ func TestStatusEveryProcessor(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer nc.Close()
-		s := &admin.Server{Store: st, Journal: journal.NewPebble(st), Approvals: ap, Nonces: admin.PebbleNonces{Store: st, Window: admin.NonceWindow(0)}, Subjects: subj, Clock: clock,
+		s := &admin.Server{Store: st, Journal: pebble.NewJournal(st), Approvals: ap, Nonces: admin.PebbleNonces{Store: st, Window: admin.NonceWindow(0)}, Subjects: subj, Clock: clock,
 			Operators: []config.Role{{Name: "oncall", PublicKey: opPub}}, Self: func() admin.ProcessorStatus { return selves[id] }}
 		stop, err := s.Serve(nc)
 		if err != nil {

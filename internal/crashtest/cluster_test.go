@@ -8,10 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portcullis/portcullis/kv"
+
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/fault"
-	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/schema"
 )
@@ -255,7 +256,7 @@ func TestClusterKillMidReconciliation(t *testing.T) {
 			}
 			// The interrupted attempt 1 was recorded without an answer; a
 			// later attempt, with a new id, found the effect.
-			first := journal.AttemptID("sha256:"+key, 1)
+			first := kv.AttemptID("sha256:"+key, 1)
 			if rc := o.Receipt; rc == nil || rc.Reconciliation == nil || rc.Reconciliation.AttemptID == first {
 				t.Errorf("settled by %+v, want an attempt after %s", o.Receipt, first)
 			}

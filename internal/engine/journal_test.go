@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	kvjs "github.com/portcullis/portcullis/kv/jetstream"
+
 	"github.com/portcullis/portcullis/kv/pebble"
 
 	"github.com/nats-io/nats.go"
@@ -15,7 +17,6 @@ import (
 	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/engine"
-	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/subjects"
 )
@@ -58,7 +59,7 @@ func TestJournalStreams(t *testing.T) {
 		if err != nil {
 			t.Fatalf("journal %s: %v", step.journal, err)
 		}
-		if _, replicated := p.Journal().(*journal.Replicated); replicated != cfg.ReplicatedJournal() {
+		if _, replicated := p.Journal().(*kvjs.Journal); replicated != cfg.ReplicatedJournal() {
 			t.Errorf("journal %s: a %T", step.journal, p.Journal())
 		}
 		if _, replicated := p.Approvals().(*approvals.Replicated); replicated != cfg.ReplicatedJournal() {

@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"slices"
 
+	"github.com/portcullis/portcullis/kv"
+
 	"github.com/portcullis/portcullis/kv/pebble"
 
 	"github.com/nats-io/nats.go"
@@ -15,7 +17,6 @@ import (
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/config"
-	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/internal/seal"
 	"github.com/portcullis/portcullis/metrics"
@@ -165,7 +166,7 @@ type Parts struct {
 	// Self is the processor's instance id (pebble.Store.InstanceID).
 	Self    string
 	Store   *pebble.Store
-	Journal journal.Store
+	Journal kv.Journal
 	// Admission are the admission stage's records. nil: on Store.
 	Admission admission.Records
 	Approvals approvals.Store

@@ -14,6 +14,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/portcullis/portcullis/kv"
+	kvjs "github.com/portcullis/portcullis/kv/jetstream"
+
 	"github.com/portcullis/portcullis/kv/pebble"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -26,7 +29,6 @@ import (
 	"github.com/portcullis/portcullis/internal/admin"
 	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/config"
-	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/leaderkv"
 	"github.com/portcullis/portcullis/internal/seal"
 	"github.com/portcullis/portcullis/internal/timers"
@@ -98,7 +100,7 @@ type Processor struct {
 	// journal is the dispatch journal: Pebble (store), or the replicated
 	// one on a JetStream bucket (store.journal); self is the processor's
 	// instance id.
-	journal journal.Store
+	journal kv.Journal
 	self    string
 	// admission are the admission records, nonces the operator request
 	// nonces and proposals the proposal-to-fingerprint map the operator
@@ -315,7 +317,7 @@ func (p *Processor) openJournal(ctx context.Context) error {
 		if !p.cfg.NATS.Embedded {
 			p.log.Warn("store.journal is local: the dispatch journal is in this processor's store, so no other processor may use this NATS and subject prefix (set store.journal = \"replicated\" to share it)")
 		}
-		p.journal = journal.NewPebble(p.store)
+		p.journal = pebble.NewJournal(p.store)
 		p.admission, p.proposals = admission.Pebble{Store: p.store}, p.store
 		p.nonces = admin.PebbleNonces{Store: p.store, Window: admin.NonceWindow(p.clockMargin())}
 		return nil
@@ -335,7 +337,7 @@ func (p *Processor) openJournal(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	p.journal = journal.NewReplicated(journal.ReplicatedOptions{
+	p.journal = kvjs.NewJournal(kvjs.JournalOptions{
 		KV: bucket, JS: p.js, Writer: id, Log: p.log.With("component", "journal"),
 		Timers: &timers.Schedules{JS: p.js, Subjects: p.subj, Seal: p.seal, Legacy: p.legacy},
 	})
@@ -552,7 +554,7 @@ func (p *Processor) Approvals() approvals.Store { return p.approvals }
 
 // Journal returns the processor's dispatch journal (for tests and tools
 // running in the same process).
-func (p *Processor) Journal() journal.Store { return p.journal }
+func (p *Processor) Journal() kv.Journal { return p.journal }
 
 // InstanceID is the processor's instance id (pebble.Store.InstanceID).
 func (p *Processor) InstanceID() string { return p.self }

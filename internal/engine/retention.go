@@ -4,7 +4,8 @@ import (
 	"context"
 	"time"
 
-	"github.com/portcullis/portcullis/internal/journal"
+	kvjs "github.com/portcullis/portcullis/kv/jetstream"
+
 	"github.com/portcullis/portcullis/internal/retention"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
@@ -14,7 +15,7 @@ import (
 // sweeper removes the store's records past their retention horizons
 // (config block retention), holding the same locks as their writers; with
 // a replicated journal, also the journal bucket's and the nonces'.
-func (p *Processor) sweeper(jr journal.Store) *retention.Sweeper {
+func (p *Processor) sweeper(jr kv.Journal) *retention.Sweeper {
 	proposals, receipts := p.cfg.RetentionHorizons()
 	return &retention.Sweeper{
 		Shared:   p.sharedSweep(jr),
@@ -33,10 +34,10 @@ func (p *Processor) sweeper(jr journal.Store) *retention.Sweeper {
 
 // sharedSweep sweeps the buckets a cluster shares: the replicated
 // journal's finished records and old dispatch-time ends
-// (journal.Replicated.Sweep), and the operator nonces no claim needs
+// (kvjs.Journal.Sweep), and the operator nonces no claim needs
 // (admin.ReplicatedNonces.Sweep). nil without them.
-func (p *Processor) sharedSweep(jr journal.Store) func(context.Context, retention.Horizons, int64) (retention.Stats, error) {
-	rj, ok := jr.(*journal.Replicated)
+func (p *Processor) sharedSweep(jr kv.Journal) func(context.Context, retention.Horizons, int64) (retention.Stats, error) {
+	rj, ok := jr.(*kvjs.Journal)
 	if !ok {
 		return nil
 	}

@@ -42,6 +42,8 @@ import (
 	"log/slog"
 	"time"
 
+	kvjs "github.com/portcullis/portcullis/kv/jetstream"
+
 	"github.com/portcullis/portcullis/kv/pebble"
 
 	"github.com/go-json-experiment/json"
@@ -50,7 +52,6 @@ import (
 	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/engine"
-	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/keyfile"
 	"github.com/portcullis/portcullis/internal/leaderkv"
 	"github.com/portcullis/portcullis/internal/seal"
@@ -147,7 +148,7 @@ type run struct {
 	store    *pebble.Store
 	js       jetstream.JetStream
 	subj     subjects.Subjects
-	journal  *journal.Replicated
+	journal  *kvjs.Journal
 	approval *approvals.Replicated
 	admitted *admission.Replicated
 	sum      Summary
@@ -241,7 +242,7 @@ func (r *run) open(ctx context.Context, sealer *seal.Sealer) error {
 	if err != nil {
 		return err
 	}
-	r.journal = journal.NewReplicated(journal.ReplicatedOptions{KV: jb, JS: r.js, Timers: sched, Writer: self, Log: r.log})
+	r.journal = kvjs.NewJournal(kvjs.JournalOptions{KV: jb, JS: r.js, Timers: sched, Writer: self, Log: r.log})
 	ab, err := bind(r.subj.ApprovalsBucket())
 	if err != nil {
 		return err
@@ -304,7 +305,7 @@ func (r *run) intents() error {
 			return err
 		}
 		for _, fp := range fps {
-			var rec journal.Record
+			var rec kv.Intent
 			if _, err := r.store.Intent(fp, &rec); err != nil {
 				return err
 			}
@@ -312,20 +313,20 @@ func (r *run) intents() error {
 			if err != nil {
 				return err
 			}
-			var attempts []journal.Attempt
-			ids := []string{journal.OperatorAttemptID(fp)}
+			var attempts []kv.Attempt
+			ids := []string{kv.OperatorAttemptID(fp)}
 			for n := 1; n <= rec.ReconcileAttempt; n++ {
-				ids = append(ids, journal.AttemptID(fp, n))
+				ids = append(ids, kv.AttemptID(fp, n))
 			}
 			for _, id := range ids {
-				var a journal.Attempt
+				var a kv.Attempt
 				if found, err := r.store.Attempt(fp, id, &a); err != nil {
 					return err
 				} else if found {
 					attempts = append(attempts, a)
 				}
 			}
-			timer, err := r.pending(journal.TimerID(fp))
+			timer, err := r.pending(kv.IntentTimerID(fp))
 			if err != nil {
 				return err
 			}

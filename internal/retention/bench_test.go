@@ -13,7 +13,6 @@ import (
 
 	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/bench"
-	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/retention"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
@@ -97,11 +96,11 @@ func fill(b *pebble.Batch, n int, now int64) {
 	b.PutApproval(ref, &approvals.Record{Host: ref.Host, ProposalID: ref.ProposalID, Fingerprint: fp, Referent: "sku-1001", Seq: uint64(n),
 		State: approvals.StatePermitted, ArrivedAtMs: now, DecidedBy: fmt.Sprintf("ACTIONS_AUTHORIZATION/%d", n), DecidedAtMs: now,
 		Evaluations: []schema.PolicyEvaluation{{Layer: "grant", Outcome: "pass"}}}, false, 0)
-	rec := journal.New(journal.Identity{Fingerprint: fp, IdempotencyKey: fp[7:], Provider: "inventory", Capability: "inventory.adjust",
+	rec := kv.NewIntent(kv.Identity{Fingerprint: fp, IdempotencyKey: fp[7:], Provider: "inventory", Capability: "inventory.adjust",
 		Operation: "adjust_stock", Environment: "test", Referent: "sku-1001"}, "nats", now)
 	rec.AddProposal(ref)
 	rec.DispatchAttempts, rec.InFlightAtMs = 1, now
-	rc := rec.Settle(journal.Verdict{Status: schema.StatusConfirmed, NextAction: schema.NextNone, Attempted: true,
+	rc := rec.Settle(kv.Verdict{Status: schema.StatusConfirmed, NextAction: schema.NextNone, Attempted: true,
 		ProviderActionID: "inv:" + fp[7:23]}, "dispatch", nil, nil, now)
 	b.AppendReceipt(rec.ReceiptSeq, rc)
 	b.PutIntent(fp, &rec)
@@ -138,7 +137,7 @@ func hotPath(s *pebble.Store, ap *approvals.Pebble, n int, now int64) error {
 	if err := ap.Commit(ref, approvals.Writes{From: approvals.StateNone, Record: &rec}); err != nil {
 		return err
 	}
-	jr := journal.NewPebble(s)
+	jr := pebble.NewJournal(s)
 	unlock := jr.Lock(fp)
 	defer unlock()
 	if _, _, err := jr.Ended(ref); err != nil {
@@ -148,16 +147,16 @@ func hotPath(s *pebble.Store, ap *approvals.Pebble, n int, now int64) error {
 	if err != nil || found {
 		return fmt.Errorf("journal of a new intent: found %v, %v", found, err)
 	}
-	j = journal.New(journal.Identity{Fingerprint: fp, IdempotencyKey: fp[7:], Provider: "inventory", Capability: "inventory.adjust",
+	j = kv.NewIntent(kv.Identity{Fingerprint: fp, IdempotencyKey: fp[7:], Provider: "inventory", Capability: "inventory.adjust",
 		Operation: "adjust_stock", Environment: "test", Referent: "sku-1001"}, "nats", now)
 	j.AddProposal(ref)
-	j.State, j.DispatchAttempts, j.InFlightAtMs = journal.StateInFlight, 1, now
-	if err := jr.Commit(fp, journal.Writes{Record: &j}); err != nil {
+	j.State, j.DispatchAttempts, j.InFlightAtMs = kv.StateInFlight, 1, now
+	if err := jr.Commit(fp, kv.IntentWrites{Record: &j}); err != nil {
 		return err
 	}
-	rc := j.Settle(journal.Verdict{Status: schema.StatusConfirmed, NextAction: schema.NextNone, Attempted: true,
+	rc := j.Settle(kv.Verdict{Status: schema.StatusConfirmed, NextAction: schema.NextNone, Attempted: true,
 		ProviderActionID: "inv:" + fp[7:23]}, "dispatch", nil, nil, now)
-	if err := jr.Commit(fp, journal.Writes{Record: &j, Receipt: &rc}); err != nil {
+	if err := jr.Commit(fp, kv.IntentWrites{Record: &j, Receipt: &rc}); err != nil {
 		return err
 	}
 	if err := s.RecordOutcomes([]schema.Outcome{j.Outcome(ref, now)}); err != nil {

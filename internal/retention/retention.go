@@ -34,10 +34,11 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/portcullis/portcullis/kv"
+
 	"github.com/portcullis/portcullis/kv/pebble"
 
 	"github.com/portcullis/portcullis/internal/approvals"
-	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/schema"
 )
 
@@ -56,7 +57,7 @@ type Sweeper struct {
 	Horizons Horizons
 	// LockProposal serializes with the writers of a proposal's records
 	// (admission's and the approvals' locks); LockIntent with the
-	// journal's (journal.Store.Lock). Either may be nil (tests).
+	// journal's (kv.Journal.Lock). Either may be nil (tests).
 	LockProposal func(ref schema.ProposalRef) (unlock func())
 	LockIntent   func(fingerprint string) (unlock func())
 	// Now is the processor's clock, in Unix ms.
@@ -283,7 +284,7 @@ func (s *Sweeper) intent(f pebble.Filed, cutoff, now int64, st *Stats) error {
 		unlock = s.LockIntent(fp)
 	}
 	defer unlock()
-	var rec journal.Record
+	var rec kv.Intent
 	found, err := s.Store.Intent(fp, &rec)
 	if err != nil || !found {
 		return err
@@ -297,7 +298,7 @@ func (s *Sweeper) intent(f pebble.Filed, cutoff, now int64, st *Stats) error {
 	if last >= cutoff {
 		return nil // written since: filed again then
 	}
-	pending, err := s.Store.TimerPending(journal.TimerID(fp))
+	pending, err := s.Store.TimerPending(kv.IntentTimerID(fp))
 	if err != nil {
 		return err
 	}
@@ -307,7 +308,7 @@ func (s *Sweeper) intent(f pebble.Filed, cutoff, now int64, st *Stats) error {
 		b.Refile(f, now)
 	} else {
 		st.Intents++
-		b.DeleteIntent(fp, journal.TimerID(fp))
+		b.DeleteIntent(fp, kv.IntentTimerID(fp))
 	}
 	return commit(b)
 }

@@ -12,7 +12,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/portcullis/portcullis/internal/approvals"
-	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/retention"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
@@ -78,9 +77,9 @@ func TestSweepHorizons(t *testing.T) {
 	}
 	// Intent 0 stays unfinished: acknowledged, verification pending.
 	pending := fingerprintOf(0)
-	rec, _, _ := journal.NewPebble(s).Load(pending)
-	rec.Settle(journal.Verdict{Status: schema.StatusAcknowledged, NextAction: schema.NextVerify, Attempted: true}, "dispatch-ack", nil, nil, c.Now())
-	if err := journal.NewPebble(s).Commit(pending, journal.Writes{Record: &rec}); err != nil {
+	rec, _, _ := pebble.NewJournal(s).Load(pending)
+	rec.Settle(kv.Verdict{Status: schema.StatusAcknowledged, NextAction: schema.NextVerify, Attempted: true}, "dispatch-ack", nil, nil, c.Now())
+	if err := pebble.NewJournal(s).Commit(pending, kv.IntentWrites{Record: &rec}); err != nil {
 		t.Fatal(err)
 	}
 	// Proposal 1 is parked (a decision never came).
@@ -108,9 +107,9 @@ func TestSweepHorizons(t *testing.T) {
 	if err := b.Commit(pebble.NoSync); err != nil {
 		t.Fatal(err)
 	}
-	rec3, _, _ := journal.NewPebble(s).Load(fingerprintOf(3))
+	rec3, _, _ := pebble.NewJournal(s).Load(fingerprintOf(3))
 	rec3.AddProposal(schema.ProposalRef{Host: "frontdesk", ProposalID: "late-repeat"})
-	if err := journal.NewPebble(s).Commit(fingerprintOf(3), journal.Writes{Record: &rec3}); err != nil {
+	if err := pebble.NewJournal(s).Commit(fingerprintOf(3), kv.IntentWrites{Record: &rec3}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -149,10 +148,10 @@ func TestSweepHorizons(t *testing.T) {
 	if st.Intents != 18 || st.Proposals != 1 {
 		t.Fatalf("a month on: %+v", st)
 	}
-	if _, found, _ := journal.NewPebble(s).Load(pending); !found {
+	if _, found, _ := pebble.NewJournal(s).Load(pending); !found {
 		t.Error("the unfinished intent went")
 	}
-	if _, found, _ := journal.NewPebble(s).Load(fingerprintOf(3)); !found {
+	if _, found, _ := pebble.NewJournal(s).Load(fingerprintOf(3)); !found {
 		t.Error("intent 3 went, though written a week after the others")
 	}
 	if n := receipts(t, s, fingerprintOf(5)); n != 0 {

@@ -9,7 +9,6 @@ import (
 	"github.com/portcullis/portcullis/kv/pebble"
 
 	"github.com/portcullis/portcullis/internal/approvals"
-	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 )
@@ -56,16 +55,16 @@ func proposal(s *pebble.Store, n int, now int64, sync bool) error {
 	if err := b.Commit(d); err != nil {
 		return err
 	}
-	rec := journal.New(journal.Identity{Fingerprint: fp, IdempotencyKey: fp[7:], Provider: "inventory", Capability: "inventory.adjust",
+	rec := kv.NewIntent(kv.Identity{Fingerprint: fp, IdempotencyKey: fp[7:], Provider: "inventory", Capability: "inventory.adjust",
 		Operation: "adjust_stock", Environment: "test", Referent: "sku-1001"}, "nats", now)
 	rec.AddProposal(ref)
-	rec.State, rec.DispatchAttempts, rec.InFlightAtMs = journal.StateInFlight, 1, now
-	if err := journal.NewPebble(s).Commit(fp, journal.Writes{Record: &rec}); err != nil {
+	rec.State, rec.DispatchAttempts, rec.InFlightAtMs = kv.StateInFlight, 1, now
+	if err := pebble.NewJournal(s).Commit(fp, kv.IntentWrites{Record: &rec}); err != nil {
 		return err
 	}
-	rc := rec.Settle(journal.Verdict{Status: schema.StatusConfirmed, NextAction: schema.NextNone, Attempted: true,
+	rc := rec.Settle(kv.Verdict{Status: schema.StatusConfirmed, NextAction: schema.NextNone, Attempted: true,
 		ProviderActionID: "inv:" + fp[7:23]}, "dispatch", nil, nil, now)
-	if err := journal.NewPebble(s).Commit(fp, journal.Writes{Record: &rec, Receipt: &rc}); err != nil {
+	if err := pebble.NewJournal(s).Commit(fp, kv.IntentWrites{Record: &rec, Receipt: &rc}); err != nil {
 		return err
 	}
 	o := rec.Outcome(ref, now)

@@ -1,7 +1,7 @@
 package sim
 
 import (
-	"github.com/portcullis/portcullis/internal/journal"
+	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 )
 
@@ -66,7 +66,7 @@ func (w *World) check() {
 		}
 		for _, inc := range final.Incidents {
 			if inc.Code == schema.CodeProviderFailedBeforeDispatch && final.Receipt != nil && final.Receipt.Reconciliation != nil &&
-				rec.Redispatches < journal.MaxRedispatches {
+				rec.Redispatches < kv.MaxRedispatches {
 				w.violate("%s: reconciliation ended it FAILED_BEFORE_DISPATCH after %d redispatches: a lost request ended the proposal", ref.ProposalID, rec.Redispatches)
 			}
 		}

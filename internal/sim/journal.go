@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 )
@@ -15,14 +14,14 @@ import (
 // sharedJournal is the simulated shared journal: what a JetStream KV
 // bucket holds for the processors of a cluster. Each processor reaches it
 // through its own handle (journalHandle), as each reaches the bucket
-// through its own journal.Replicated.
+// through its own kvjs.Journal.
 //
-// What it models, faithfully to journal.Store's contract (and checked by
+// What it models, faithfully to kv.Journal's contract (and checked by
 // the journaltest conformance suite, TestJournalConformance): a record per
 // fingerprint with a revision; Commit is a compare-and-set against the
 // revision the first Load under Lock returned (none: expects no record),
 // and a commit that loses changes nothing but what is harmless on its own
-// — like journal.Replicated, it arms its timer before the compare-and-set
+// — like kvjs.Journal, it arms its timer before the compare-and-set
 // (keyed as timers.Schedules keys it, never cancelled), so a poll can fire
 // for a commit that never happened; the rest lands only with the record. What it does not
 // model: the replicated journal's After writes (receipt, attempt, index)
@@ -36,7 +35,7 @@ type sharedJournal struct {
 	mu       sync.Mutex
 	records  map[string]storedRecord
 	receipts map[string][]schema.Receipt
-	attempts map[string]journal.Attempt // fingerprint + "\x00" + attempt id
+	attempts map[string]kv.Attempt // fingerprint + "\x00" + attempt id
 	ended    map[schema.ProposalRef]kv.Ended
 	indet    map[string]int64
 	// timers are the armed timers by ID and MsgID, as timers.Schedules
@@ -60,7 +59,7 @@ func newSharedJournal() *sharedJournal {
 	return &sharedJournal{
 		records:  map[string]storedRecord{},
 		receipts: map[string][]schema.Receipt{},
-		attempts: map[string]journal.Attempt{},
+		attempts: map[string]kv.Attempt{},
 		ended:    map[schema.ProposalRef]kv.Ended{},
 		indet:    map[string]int64{},
 		timers:   map[string]kv.Timer{},
@@ -74,19 +73,19 @@ func (j *sharedJournal) handle() *journalHandle {
 }
 
 // record reads a fingerprint's record (for the checks).
-func (j *sharedJournal) record(fp string) (journal.Record, bool) {
+func (j *sharedJournal) record(fp string) (kv.Intent, bool) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	s, ok := j.records[fp]
 	if !ok {
-		return journal.Record{}, false
+		return kv.Intent{}, false
 	}
-	var r journal.Record
+	var r kv.Intent
 	mustUnmarshal(s.data, &r)
 	return r, true
 }
 
-// journalHandle is one processor's journal.Store over the shared journal.
+// journalHandle is one processor's kv.Journal over the shared journal.
 type journalHandle struct {
 	j        *sharedJournal
 	mu       sync.Mutex
@@ -95,13 +94,13 @@ type journalHandle struct {
 }
 
 // session is what Commit compares against: the revision of the first Load
-// under Lock (0: no record), as journal.Replicated's session.
+// under Lock (0: no record), as kvjs.Journal's session.
 type session struct {
 	loaded bool
 	rev    uint64
 }
 
-var _ journal.Store = (*journalHandle)(nil)
+var _ kv.Journal = (*journalHandle)(nil)
 
 func (h *journalHandle) Lock(fp string) func() {
 	h.mu.Lock()
@@ -123,9 +122,9 @@ func (h *journalHandle) Lock(fp string) func() {
 	}
 }
 
-func (h *journalHandle) Load(fp string) (journal.Record, bool, error) {
+func (h *journalHandle) Load(fp string) (kv.Intent, bool, error) {
 	if !schema.ValidFingerprint(fp) {
-		return journal.Record{}, false, fmt.Errorf("sim journal: load: not a fingerprint")
+		return kv.Intent{}, false, fmt.Errorf("sim journal: load: not a fingerprint")
 	}
 	h.j.mu.Lock()
 	s, found := h.j.records[fp]
@@ -136,14 +135,14 @@ func (h *journalHandle) Load(fp string) (journal.Record, bool, error) {
 	}
 	h.mu.Unlock()
 	if !found {
-		return journal.Record{}, false, nil
+		return kv.Intent{}, false, nil
 	}
-	var r journal.Record
+	var r kv.Intent
 	mustUnmarshal(s.data, &r)
 	return r, true, nil
 }
 
-func (h *journalHandle) Commit(fp string, w journal.Writes) error {
+func (h *journalHandle) Commit(fp string, w kv.IntentWrites) error {
 	if err := checkWrites(w); err != nil {
 		return err
 	}
@@ -160,7 +159,7 @@ func (h *journalHandle) Commit(fp string, w journal.Writes) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	// Harmless if the commit never happens, and written before it (as
-	// journal.Replicated arms its timer before the compare-and-set).
+	// kvjs.Journal arms its timer before the compare-and-set).
 	if w.Timer != nil {
 		j.timers[w.Timer.ID+"\x00"+w.Timer.MsgID] = *w.Timer
 	}
@@ -170,7 +169,7 @@ func (h *journalHandle) Commit(fp string, w journal.Writes) error {
 			h.mu.Lock()
 			sess.loaded, sess.rev = false, 0
 			h.mu.Unlock()
-			return journal.ErrConflict
+			return kv.ErrConflict
 		}
 		data, err := json.Marshal(w.Record)
 		if err != nil {
@@ -209,15 +208,15 @@ func (h *journalHandle) Commit(fp string, w journal.Writes) error {
 	return nil
 }
 
-// checkWrites refuses what journal.Writes.check refuses (unexported there).
-func checkWrites(w journal.Writes) error {
+// checkWrites refuses what kv.IntentWrites.check refuses (unexported there).
+func checkWrites(w kv.IntentWrites) error {
 	switch {
 	case w.Receipt != nil && w.Record == nil:
-		return fmt.Errorf("%w: a receipt without its record", journal.ErrBadWrites)
+		return fmt.Errorf("%w: a receipt without its record", kv.ErrBadWrites)
 	case w.Receipt != nil && w.Record.ReceiptSeq == 0:
-		return fmt.Errorf("%w: a receipt numbered 0", journal.ErrBadWrites)
+		return fmt.Errorf("%w: a receipt numbered 0", kv.ErrBadWrites)
 	case w.Timer != nil && w.CancelTimer:
-		return fmt.Errorf("%w: a timer both added and cancelled", journal.ErrBadWrites)
+		return fmt.Errorf("%w: a timer both added and cancelled", kv.ErrBadWrites)
 	}
 	return nil
 }
@@ -232,7 +231,7 @@ func (h *journalHandle) Receipts(fp string) ([]schema.Receipt, error) {
 	return out, nil
 }
 
-func (h *journalHandle) Attempt(fp, attemptID string) (journal.Attempt, bool, error) {
+func (h *journalHandle) Attempt(fp, attemptID string) (kv.Attempt, bool, error) {
 	h.j.mu.Lock()
 	defer h.j.mu.Unlock()
 	a, ok := h.j.attempts[fp+"\x00"+attemptID]

@@ -3,16 +3,16 @@ package sim
 import (
 	"testing"
 
-	"github.com/portcullis/portcullis/internal/journal"
-	"github.com/portcullis/portcullis/internal/journal/journaltest"
+	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/kv/kvtest"
 )
 
 // TestJournalConformance holds the simulated journal to the contract every
-// journal.Store backend passes: what the simulation relies on is what the
+// kv.Journal backend passes: what the simulation relies on is what the
 // real stores promise.
 func TestJournalConformance(t *testing.T) {
-	journaltest.Run(t, func(t *testing.T) (journal.Store, func() journal.Store) {
+	kvtest.RunJournal(t, func(t *testing.T) (kv.Journal, func() kv.Journal) {
 		j := newSharedJournal()
-		return j.handle(), func() journal.Store { return j.handle() }
+		return j.handle(), func() kv.Journal { return j.handle() }
 	})
 }

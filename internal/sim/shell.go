@@ -4,7 +4,8 @@ import (
 	"errors"
 	"strconv"
 
-	"github.com/portcullis/portcullis/internal/journal"
+	"github.com/portcullis/portcullis/kv"
+
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/stages/dispatch"
@@ -138,10 +139,10 @@ func (t *task) startDispatch(givingUp bool) {
 		}
 		f.Provider, f.Known, f.Adapter = provConfig, true, "sim"
 		if !found {
-			rec = journal.New(journal.IdentityOf(env), f.Adapter, f.Now)
+			rec = kv.NewIntent(kv.IdentityOf(env), f.Adapter, f.Now)
 		}
-		if t.w.cfg.Bug == BugResendOwn && rec.State == journal.StateInFlight && rec.InFlightBy == t.p.self {
-			rec.State = journal.StateNotInvoked // planted: "my own, so never sent"
+		if t.w.cfg.Bug == BugResendOwn && rec.State == kv.StateInFlight && rec.InFlightBy == t.p.self {
+			rec.State = kv.StateNotInvoked // planted: "my own, so never sent"
 		}
 		f.Record, f.Found = rec, found
 		t.df = f
@@ -180,10 +181,10 @@ func (t *task) dispatchStep() {
 		var hold func()
 		if d.Hold {
 			hold = func() {
-				id := "held/" + journal.Hex(fp) + "/" + env.Proposal.ProposalID + "/" + strconv.Itoa(d.Writes.Record.Redispatches)
+				id := "held/" + kv.Hex(fp) + "/" + env.Proposal.ProposalID + "/" + strconv.Itoa(d.Writes.Record.Redispatches)
 				if !w.msgIDs[id] {
 					w.msgIDs[id] = true
-					w.held[journal.Hex(fp)] = schema.MustMarshal(*env)
+					w.held[kv.Hex(fp)] = schema.MustMarshal(*env)
 					w.tracef("p%d holds %s", t.p.id, id)
 				}
 			}
@@ -226,7 +227,7 @@ func (t *task) dispatchReload() {
 	}
 	f.Now = t.now()
 	if !found {
-		rec = journal.New(journal.IdentityOf(f.Env), f.Adapter, f.Now)
+		rec = kv.NewIntent(kv.IdentityOf(f.Env), f.Adapter, f.Now)
 	}
 	f.Record, f.Found = rec, found
 	if f.Ended == nil {
@@ -257,13 +258,13 @@ func (t *task) reconcileLoad() {
 		return
 	}
 	f.Record, f.Found, f.Now = rec, found, t.now()
-	f.Checkpoint, f.CheckpointFound, f.Previous, f.PreviousFound = journal.Attempt{}, false, journal.Attempt{}, false
+	f.Checkpoint, f.CheckpointFound, f.Previous, f.PreviousFound = kv.Attempt{}, false, kv.Attempt{}, false
 	if found && !f.Trigger.Announce {
 		switch {
 		case n == rec.ReconcileAttempt:
-			f.Checkpoint, f.CheckpointFound, _ = t.p.store.Attempt(fp, journal.AttemptID(fp, n))
+			f.Checkpoint, f.CheckpointFound, _ = t.p.store.Attempt(fp, kv.AttemptID(fp, n))
 		case n == rec.ReconcileAttempt+1 && rec.ReconcileAttempt > 0:
-			f.Previous, f.PreviousFound, _ = t.p.store.Attempt(fp, journal.AttemptID(fp, rec.ReconcileAttempt))
+			f.Previous, f.PreviousFound, _ = t.p.store.Attempt(fp, kv.AttemptID(fp, rec.ReconcileAttempt))
 		}
 	}
 	t.next("reconcile step", t.reconcileStep)
@@ -286,7 +287,7 @@ func (t *task) reconcileStep() {
 	switch {
 	case d.ReadHeld:
 		f.Held, f.HeldRead = nil, true
-		if h, ok := w.held[journal.Hex(fp)]; ok {
+		if h, ok := w.held[kv.Hex(fp)]; ok {
 			f.Held = append([]byte(nil), h...)
 		}
 		t.next("reconcile after held", t.reconcileStep)
@@ -320,7 +321,7 @@ func (t *task) reconcileStep() {
 					w.violate("a held envelope that is not the intent's")
 					return
 				}
-				w.publish(&message{stage: stageDispatch, env: &env, msgID: "redispatch/" + journal.Hex(fp) + "/" + strconv.Itoa(n), dedup: true})
+				w.publish(&message{stage: stageDispatch, env: &env, msgID: "redispatch/" + kv.Hex(fp) + "/" + strconv.Itoa(n), dedup: true})
 			}
 		}
 		t.finish(d.Outcomes, hand, d.Retry.Milliseconds())
@@ -338,7 +339,7 @@ func (w *World) armed() {
 // (without a message id: see message.dedup).
 func (w *World) fireTimers() {
 	for _, tm := range w.j.due(w.now) {
-		var tr journal.Trigger
+		var tr kv.Trigger
 		mustUnmarshal(tm.Data, &tr)
 		w.publish(&message{stage: stageReconcile, trigger: tr, msgID: tm.MsgID})
 	}
@@ -347,13 +348,13 @@ func (w *World) fireTimers() {
 // commit commits a step's writes; on a conflict (at most maxConflicts
 // times) it reloads and steps again, on another error the delivery fails.
 // It reports whether the step goes on.
-func (t *task) commit(ws journal.Writes, what string, reload func()) bool {
+func (t *task) commit(ws kv.IntentWrites, what string, reload func()) bool {
 	err := t.p.store.Commit(fp, ws)
 	t.w.armed() // a losing commit armed its timer too
 	switch {
 	case err == nil:
 		return true
-	case errors.Is(err, journal.ErrConflict) && t.conflicts < maxConflicts:
+	case errors.Is(err, kv.ErrConflict) && t.conflicts < maxConflicts:
 		t.conflicts++
 		t.w.tracef("p%d %s: conflict, reload", t.p.id, what)
 		reload()

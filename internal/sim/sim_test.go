@@ -7,7 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/portcullis/portcullis/internal/journal"
+	"github.com/portcullis/portcullis/kv"
+
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages/dispatch"
 	"github.com/portcullis/portcullis/stages/reconciliation"
@@ -136,9 +137,9 @@ func TestFindingsInStep(t *testing.T) {
 	t.Run("1 a late reply marks another dispatch not-invoked", func(t *testing.T) {
 		// Another processor's in-flight record, its lease running, what this
 		// processor reloaded after its own late request lost the commit.
-		rec := journal.New(journal.IdentityOf(env), "sim", now-1000)
+		rec := kv.NewIntent(kv.IdentityOf(env), "sim", now-1000)
 		rec.AddProposal(env.Ref())
-		rec.State, rec.DispatchAttempts, rec.InFlightAtMs = journal.StateInFlight, 2, now-1000
+		rec.State, rec.DispatchAttempts, rec.InFlightAtMs = kv.StateInFlight, 2, now-1000
 		rec.InFlightBy, rec.InFlightUntilMs = "p_other", now+6000
 		f := dispatch.Facts{Env: env, Record: rec, Found: true, Now: now, Self: "p_self", Provider: provConfig, Adapter: "sim", Known: true,
 			Dispatched: true, Reply: schema.LateReply()}
@@ -149,12 +150,12 @@ func TestFindingsInStep(t *testing.T) {
 		}
 		// The reply of the record's own lease is still recorded not-invoked.
 		f.Self, f.Lease = "p_other", dispatch.LeaseOf(rec)
-		if d := dispatch.Step(f, dispatchRules()); d.Writes.Record == nil || d.Writes.Record.State != journal.StateNotInvoked {
+		if d := dispatch.Step(f, dispatchRules()); d.Writes.Record == nil || d.Writes.Record.State != kv.StateNotInvoked {
 			t.Errorf("a late reply of the record's own lease: %+v; want not-invoked", d)
 		}
 	})
 	t.Run("3 absence judged by the time after the reply", func(t *testing.T) {
-		rec := journal.New(journal.IdentityOf(env), "sim", now-10_000)
+		rec := kv.NewIntent(kv.IdentityOf(env), "sim", now-10_000)
 		rec.AddProposal(env.Ref())
 		rec.InFlightBy, rec.InFlightUntilMs = "p_other", now-1000
 		rec.Settle(dispatch.Interrupted(), "interrupted", nil, nil, now-9000)
@@ -162,8 +163,8 @@ func TestFindingsInStep(t *testing.T) {
 		rec.ReconcileAttempt = 1
 		r := reconcileRules()
 		asked := r.AbsentAfter(rec) - 500 // asked before the fence: the request may still arrive
-		cp := journal.Attempt{AttemptID: journal.AttemptID(fp, 1), Number: 1, StartedAtMs: asked}
-		f := reconciliation.Facts{Trigger: journal.Trigger{Fingerprint: fp, Attempt: 1}, Record: rec, Found: true,
+		cp := kv.Attempt{AttemptID: kv.AttemptID(fp, 1), Number: 1, StartedAtMs: asked}
+		f := reconciliation.Facts{Trigger: kv.Trigger{Fingerprint: fp, Attempt: 1}, Record: rec, Found: true,
 			Checkpoint: cp, CheckpointFound: true, Now: r.AbsentAfter(rec) + 1, MayQuery: true,
 			Queried: true, Reply: schema.AdapterReply{Outcome: schema.ReplyFailedBeforeDispatch}}
 		d := reconciliation.Step(f, r)

@@ -8,9 +8,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/portcullis/portcullis/kv"
+
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/config"
-	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages/dispatch"
@@ -249,7 +250,7 @@ const (
 type message struct {
 	stage   stageKind
 	env     *schema.Envelope // dispatch
-	trigger journal.Trigger  // reconciliation
+	trigger kv.Trigger       // reconciliation
 	msgID   string
 	// dedup: the stream drops a message whose id it saw. Timer messages
 	// have none: timers.Schedules publishes schedules without

@@ -7,12 +7,13 @@ import (
 	"log/slog"
 	"strconv"
 
+	"github.com/portcullis/portcullis/kv"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/internal/activity"
 	"github.com/portcullis/portcullis/internal/approvals"
-	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/seal"
 	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/schema"
@@ -98,9 +99,9 @@ func decodeEnvelope(data []byte, ref schema.ProposalRef) (*schema.Envelope, erro
 }
 
 // Intents is what authorization reads of the dispatch journal
-// (journal.Store has it).
+// (kv.Journal has it).
 type Intents interface {
-	Load(fingerprint string) (rec journal.Record, found bool, err error)
+	Load(fingerprint string) (rec kv.Intent, found bool, err error)
 }
 
 // intentBound reads whether env's intent is dispatched already: a
@@ -113,7 +114,7 @@ func (s *Stage) intentBound(env *schema.Envelope) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("authorization: read the intent: %w", err)
 	}
-	return found && (rec.Receipt != nil || rec.State == journal.StateInFlight), nil
+	return found && (rec.Receipt != nil || rec.State == kv.StateInFlight), nil
 }
 
 // Handle decides a grounded proposal or an approval expiry.

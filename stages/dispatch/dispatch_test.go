@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portcullis/portcullis/kv"
+
 	"github.com/portcullis/portcullis/kv/pebble"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -25,7 +27,6 @@ import (
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/fault"
-	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
@@ -330,8 +331,8 @@ func TestDispatchTimeDenial(t *testing.T) {
 	// The denial is recorded on the intent (so that no processor deciding
 	// the same proposal can dispatch it after this answer) but binds
 	// nothing: no in-flight record, no receipt.
-	var rec journal.Record
-	if found, _ := env.Processor().Store().Intent(fp, &rec); found && (rec.State != journal.StateNew || rec.Receipt != nil || len(rec.Proposals) != 0) {
+	var rec kv.Intent
+	if found, _ := env.Processor().Store().Intent(fp, &rec); found && (rec.State != kv.StateNew || rec.Receipt != nil || len(rec.Proposals) != 0) {
 		t.Errorf("the denial bound the fingerprint: %+v", rec)
 	}
 	// The same proposal handed on again (a redelivery after the stream's

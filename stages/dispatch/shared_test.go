@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	kvjs "github.com/portcullis/portcullis/kv/jetstream"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -15,7 +17,6 @@ import (
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/engine"
-	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/leaderkv"
 	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/internal/seal"
@@ -60,7 +61,7 @@ func sharedStages(t *testing.T, timeout, margin time.Duration) (a, b *dispatch.S
 		if err != nil {
 			t.Fatal(err)
 		}
-		j := journal.NewReplicated(journal.ReplicatedOptions{KV: bucket, JS: js, Writer: self,
+		j := kvjs.NewJournal(kvjs.JournalOptions{KV: bucket, JS: js, Writer: self,
 			Timers: &timers.Schedules{JS: js, Subjects: subj, Seal: sealer}})
 		return &dispatch.Stage{
 			Journal: j, Adapters: map[string]adapters.Adapter{"demo": fake}, Providers: []config.Provider{prov},

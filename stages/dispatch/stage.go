@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/portcullis/portcullis/kv"
+
 	"github.com/nats-io/nats.go"
 
 	"github.com/portcullis/portcullis/fingerprint"
@@ -16,7 +18,6 @@ import (
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/disclosure"
 	"github.com/portcullis/portcullis/internal/fault"
-	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
@@ -28,7 +29,7 @@ import (
 // the journal, steps, commits, makes the one call the step asks for, and
 // steps again, until the step publishes.
 type Stage struct {
-	Journal   journal.Store
+	Journal   kv.Journal
 	Adapters  map[string]adapters.Adapter // by provider name
 	Providers []config.Provider
 	// Policy re-checks the grant and managed policy (SPEC §3 step 3).
@@ -171,7 +172,7 @@ func (s *Stage) run(ctx context.Context, env *schema.Envelope, givingUp bool) (s
 			fault.Hit(fault.DispatchBeforeInFlight)
 		}
 		if err := s.Journal.Commit(fp, d.Writes); err != nil {
-			if errors.Is(err, journal.ErrConflict) && conflicts < maxConflicts {
+			if errors.Is(err, kv.ErrConflict) && conflicts < maxConflicts {
 				conflicts++
 				if f.Dispatched {
 					s.Log.Warn("dispatch: another processor recorded this intent while its provider call ran; its record stands and reconciliation settles the effect",
@@ -234,7 +235,7 @@ func (s *Stage) reload(f *Facts) error {
 	}
 	f.Now = stages.NowMs(s.Clock)
 	if !found {
-		rec = journal.New(journal.IdentityOf(f.Env), f.Adapter, f.Now)
+		rec = kv.NewIntent(kv.IdentityOf(f.Env), f.Adapter, f.Now)
 	}
 	f.Record, f.Found = rec, found
 	if f.Ended == nil {
@@ -267,7 +268,7 @@ func (s *Stage) facts(env *schema.Envelope, givingUp bool) (Facts, error) {
 		f.Adapter = a.Kind()
 	}
 	if !found {
-		rec = journal.New(journal.IdentityOf(env), f.Adapter, now)
+		rec = kv.NewIntent(kv.IdentityOf(env), f.Adapter, now)
 	}
 	f.Record, f.Found = rec, found
 	return f, nil
@@ -338,7 +339,7 @@ func (s *Stage) result(env *schema.Envelope, d Decision) stages.Result {
 	if d.Hold {
 		// Kept (sealed, under the intent's own subject) for a redispatch,
 		// should reconciliation learn the request never arrived.
-		hex := journal.Hex(env.Grounded.Fingerprint)
+		hex := kv.Hex(env.Grounded.Fingerprint)
 		res.Next = append(res.Next, stages.Message{Subject: s.Route.Subjects.Held(hex), Data: schema.MustMarshal(*env),
 			MsgID: "held/" + hex + "/" + env.Proposal.ProposalID + "/" + strconv.Itoa(d.Writes.Record.Redispatches)})
 	}

@@ -16,7 +16,6 @@ import (
 
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/config"
-	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
@@ -28,8 +27,8 @@ import (
 // call returned.
 type Facts struct {
 	Env *schema.Envelope
-	// Record is the fingerprint's record (journal.New when Found is false).
-	Record journal.Record
+	// Record is the fingerprint's record (kv.NewIntent when Found is false).
+	Record kv.Intent
 	Found  bool
 	// Ended is this proposal's end at an earlier re-check, if any.
 	Ended *kv.Ended
@@ -69,7 +68,7 @@ type Lease struct {
 }
 
 // LeaseOf is rec's lease.
-func LeaseOf(rec journal.Record) Lease {
+func LeaseOf(rec kv.Intent) Lease {
 	return Lease{By: rec.InFlightBy, UntilMs: rec.InFlightUntilMs, Attempts: rec.DispatchAttempts}
 }
 
@@ -87,7 +86,7 @@ const (
 // Writes (Sync), make Call, or else publish Outcome (and Events), then
 // apply Activity to the intent's snapshot, or redeliver after Retry.
 type Decision struct {
-	Writes  journal.Writes
+	Writes  kv.IntentWrites
 	Call    Call
 	Outcome *schema.Outcome
 	// Others are the outcomes of the intent's other proposals (a dispatch
@@ -99,7 +98,7 @@ type Decision struct {
 	Activity func(a *schema.Activity)
 	Retry    time.Duration
 	// Verdict is the receipt's verdict when Writes holds a receipt.
-	Verdict *journal.Verdict
+	Verdict *kv.Verdict
 }
 
 // Rules are what every step decides with.
@@ -159,7 +158,7 @@ func Step(f Facts, r Rules) Decision {
 			d.Writes.Record = &rec
 		}
 		return d
-	case rec.State == journal.StateInFlight && !f.Dispatched:
+	case rec.State == kv.StateInFlight && !f.Dispatched:
 		if wait := LeaseWait(rec, f.Self, f.Now); wait > 0 && !f.GivingUp {
 			return Decision{Retry: wait}
 		}
@@ -169,7 +168,7 @@ func Step(f Facts, r Rules) Decision {
 		// records swept, or found never dispatched since): nothing
 		// authorizes a dispatch.
 		return end(f, schema.PhaseDispatch, schema.CodeProcessingFailed)
-	case f.GivingUp && rec.State == journal.StateNotInvoked:
+	case f.GivingUp && rec.State == kv.StateNotInvoked:
 		return finish(f, rec, MapDispatch(schema.AdapterReply{}, adapters.ErrNotInvoked), "dispatch", r)
 	case f.GivingUp:
 		// Nothing was sent for it: it ends PROCESSING_FAILED, recorded on
@@ -203,7 +202,7 @@ func Step(f Facts, r Rules) Decision {
 			return Decision{Outcome: &o}
 		}
 		// Step 4: the in-flight record, synced, before the provider call.
-		rec.State = journal.StateInFlight
+		rec.State = kv.StateInFlight
 		rec.DispatchAttempts++
 		rec.InFlightAtMs = f.Now
 		rec.InFlightBy = f.Self
@@ -214,9 +213,9 @@ func Step(f Facts, r Rules) Decision {
 		rec.InFlightUntilMs = f.Now + (f.Provider.Timeout + margin).Milliseconds()
 		rec.Adapter = f.Adapter
 		rec.UpdatedAtMs = f.Now
-		return Decision{Writes: journal.Writes{Record: &rec}, Call: CallProvider}
+		return Decision{Writes: kv.IntentWrites{Record: &rec}, Call: CallProvider}
 	}
-	if NotInvoked(f.Reply, f.CallErr) && (rec.State != journal.StateInFlight || LeaseOf(rec) != f.Lease) {
+	if NotInvoked(f.Reply, f.CallErr) && (rec.State != kv.StateInFlight || LeaseOf(rec) != f.Lease) {
 		// Refused as late, or it reached nobody — and meanwhile the record
 		// moved on without this call: another processor found the lease
 		// ended, and the intent may be in flight again under its lease (a
@@ -235,7 +234,7 @@ func Step(f Facts, r Rules) Decision {
 		// has recorded the dispatch meanwhile: then this commit loses),
 		// then retried inside the window with a new lease (connectors
 		// reconnecting after a restart; a processor that stalled).
-		rec.State = journal.StateNotInvoked
+		rec.State = kv.StateNotInvoked
 		if rec.NotInvokedSinceMs == 0 {
 			rec.NotInvokedSinceMs = f.Now
 		}
@@ -245,7 +244,7 @@ func Step(f Facts, r Rules) Decision {
 			// Sized so that a window of any length takes a bounded number
 			// of redeliveries (stages.MaxRequestedRetries).
 			retry := max(stages.Backoff(250*time.Millisecond, 5*time.Second, rec.DispatchAttempts), window/24)
-			return Decision{Writes: journal.Writes{Record: &rec}, Retry: min(retry, window-elapsed+time.Millisecond)}
+			return Decision{Writes: kv.IntentWrites{Record: &rec}, Retry: min(retry, window-elapsed+time.Millisecond)}
 		}
 	}
 	// Step 5: the receipt, synced; then the outcome.
@@ -274,7 +273,7 @@ func NotInvoked(reply schema.AdapterReply, err error) bool {
 // no connector acts on it (SPEC §4).
 // Otherwise the writer may be in the call right now: a quarter of the
 // lease's rest, between 250ms and 5s, and never past its end.
-func LeaseWait(rec journal.Record, self string, nowMs int64) time.Duration {
+func LeaseWait(rec kv.Intent, self string, nowMs int64) time.Duration {
 	if rec.InFlightBy == "" || rec.InFlightBy == self || nowMs > rec.InFlightUntilMs {
 		return 0
 	}
@@ -291,21 +290,21 @@ func LeaseWait(rec journal.Record, self string, nowMs int64) time.Duration {
 // leaves the effect unknown for want of an answer keeps the envelope
 // (Decision.Hold), so that reconciliation can have it dispatched again if
 // the provider turns out never to have received it.
-func finish(f Facts, rec journal.Record, v journal.Verdict, step string, r Rules) Decision {
+func finish(f Facts, rec kv.Intent, v kv.Verdict, step string, r Rules) Decision {
 	reopened := rec.Redispatches > 0 && rec.ReceiptSeq > 0 && rec.Receipt == nil
 	rc := rec.Settle(v, rec.DispatchStep(step), nil, f.Disclosed, f.Now)
 	rec.DispatchCode = ""
 	if v.NextAction == schema.NextReconcile && len(v.Incidents) > 0 {
 		rec.DispatchCode = v.Incidents[0].Code
 	}
-	w := journal.Writes{Record: &rec, Receipt: &rc}
+	w := kv.IntentWrites{Record: &rec, Receipt: &rc}
 	if rc.NextAction != schema.NextNone {
 		// Attempt numbers go on across redispatches: each id is used once.
 		rec.ReconcileNextAtMs = f.Now + r.ReconcileInterval.Milliseconds()
-		t := journal.PollTimer(r.PollSubject(journal.Hex(rec.Fingerprint)), rec.Fingerprint, rec.ReconcileAttempt+1, rec.ReconcileNextAtMs)
+		t := kv.PollTimer(r.PollSubject(kv.Hex(rec.Fingerprint)), rec.Fingerprint, rec.ReconcileAttempt+1, rec.ReconcileNextAtMs)
 		w.Timer = &t
 	}
-	if journal.Indeterminate(&rc) {
+	if kv.IndeterminateReceipt(&rc) {
 		w.Indeterminate, w.SinceMs = 1, f.Now
 	}
 	disclosed := f.Disclosed
@@ -340,7 +339,7 @@ func finish(f Facts, rec journal.Record, v journal.Verdict, step string, r Rules
 // for the proposal. It never binds the fingerprint: a later proposal of
 // the same intent with a fresh grant is judged afresh.
 func end(f Facts, phase schema.Phase, code schema.Code) Decision {
-	e := journal.EndedProposal{Ref: f.Env.Ref(), Ended: kv.Ended{Phase: phase, Code: code, AtMs: f.Now}}
+	e := kv.EndedProposal{Ref: f.Env.Ref(), Ended: kv.Ended{Phase: phase, Code: code, AtMs: f.Now}}
 	rec := f.Record
 	rec.End(e)
 	rec.UpdatedAtMs = f.Now
@@ -371,22 +370,22 @@ func outcome(o schema.Outcome) *schema.Outcome { return &o }
 // MapDispatch turns an adapter's dispatch answer into a verdict. A timeout
 // or an unknown error after the request may have been sent is
 // indeterminate, never a failure (SPEC §3 Dispatch step 5).
-func MapDispatch(reply schema.AdapterReply, err error) journal.Verdict {
+func MapDispatch(reply schema.AdapterReply, err error) kv.Verdict {
 	if err != nil {
 		code := schema.CodeAdapterError
 		switch {
 		case errors.Is(err, adapters.ErrNotInvoked):
-			return journal.Verdict{Status: schema.StatusFailedBeforeDispatch, NextAction: schema.NextNone,
+			return kv.Verdict{Status: schema.StatusFailedBeforeDispatch, NextAction: schema.NextNone,
 				Incidents: incidents(schema.CodeAdapterUnavailable), ErrorCode: string(schema.CodeAdapterUnavailable)}
 		case errors.Is(err, adapters.ErrTimeout):
 			code = schema.CodeAdapterTimeout
 		case errors.Is(err, adapters.ErrMalformedReply):
 			code = schema.CodeMalformedAdapterResult
 		}
-		return journal.Verdict{Status: schema.StatusReconciliationRequired, NextAction: schema.NextReconcile, Attempted: true,
+		return kv.Verdict{Status: schema.StatusReconciliationRequired, NextAction: schema.NextReconcile, Attempted: true,
 			Incidents: incidents(code), ErrorCode: string(code)}
 	}
-	v := journal.Verdict{Attempted: true, ProviderActionID: reply.ProviderActionID, EvidenceRefs: reply.EvidenceRefs, ErrorCode: reply.ErrorCode}
+	v := kv.Verdict{Attempted: true, ProviderActionID: reply.ProviderActionID, EvidenceRefs: reply.EvidenceRefs, ErrorCode: reply.ErrorCode}
 	var code schema.Code
 	switch reply.Outcome {
 	case schema.ReplyConfirmed:
@@ -413,8 +412,8 @@ func MapDispatch(reply schema.AdapterReply, err error) journal.Verdict {
 // Interrupted is the verdict for an in-flight record without a receipt: the
 // processor stopped between "begin" and "receipt", so the provider may have
 // acted. It is never dispatched again.
-func Interrupted() journal.Verdict {
-	return journal.Verdict{Status: schema.StatusReconciliationRequired, NextAction: schema.NextReconcile, Attempted: true,
+func Interrupted() kv.Verdict {
+	return kv.Verdict{Status: schema.StatusReconciliationRequired, NextAction: schema.NextReconcile, Attempted: true,
 		Incidents: incidents(schema.CodeDispatchInterrupted), ErrorCode: string(schema.CodeDispatchInterrupted)}
 }
 

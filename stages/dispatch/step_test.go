@@ -9,7 +9,6 @@ import (
 
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/config"
-	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
@@ -42,7 +41,7 @@ func envelope(plan bool) *schema.Envelope {
 func facts(mod func(f *Facts)) Facts {
 	env := envelope(false)
 	f := Facts{
-		Env: env, Record: journal.New(journal.IdentityOf(env), "fake", now), Now: now,
+		Env: env, Record: kv.NewIntent(kv.IdentityOf(env), "fake", now), Now: now,
 		Provider: config.Provider{Name: "demo", UnavailableRetry: 30 * time.Second}, Adapter: "fake", Known: true,
 	}
 	if mod != nil {
@@ -50,8 +49,8 @@ func facts(mod func(f *Facts)) Facts {
 	}
 	if f.Dispatched && f.Lease == (Lease{}) {
 		// As the shell: the call was made under this run's in-flight record.
-		if f.Record.State != journal.StateInFlight && f.Record.Receipt == nil {
-			f.Record.State, f.Record.InFlightBy, f.Record.InFlightUntilMs = journal.StateInFlight, f.Self, now+35_000
+		if f.Record.State != kv.StateInFlight && f.Record.Receipt == nil {
+			f.Record.State, f.Record.InFlightBy, f.Record.InFlightUntilMs = kv.StateInFlight, f.Self, now+35_000
 			f.Record.DispatchAttempts++
 		}
 		f.Lease = LeaseOf(f.Record)
@@ -66,22 +65,22 @@ var rules = Rules{
 }
 
 // settled is a record of fp with a receipt of status.
-func settled(status schema.Status) journal.Record {
-	r := journal.New(journal.IdentityOf(envelope(false)), "fake", now-10)
+func settled(status schema.Status) kv.Intent {
+	r := kv.NewIntent(kv.IdentityOf(envelope(false)), "fake", now-10)
 	r.AddProposal(schema.ProposalRef{Host: "frontdesk", ProposalID: "p-0"})
-	r.Settle(journal.Verdict{Status: status, NextAction: schema.NextNone, Attempted: true}, "dispatch", nil, nil, now-10)
+	r.Settle(kv.Verdict{Status: status, NextAction: schema.NextNone, Attempted: true}, "dispatch", nil, nil, now-10)
 	return r
 }
 
 func TestStep(t *testing.T) {
 	type want struct {
 		call      Call
-		record    journal.State // state written ("" none written)
-		receipt   schema.Status // receipt written ("" none)
-		ended     schema.Code   // proposal end written
-		kind      schema.Kind   // outcome kind ("" no outcome)
-		code      schema.Code   // outcome's first incident
-		timer     bool          // a poll scheduled
+		record    kv.IntentState // state written ("" none written)
+		receipt   schema.Status  // receipt written ("" none)
+		ended     schema.Code    // proposal end written
+		kind      schema.Kind    // outcome kind ("" no outcome)
+		code      schema.Code    // outcome's first incident
+		timer     bool           // a poll scheduled
 		indet     int
 		retry     bool
 		proposals int // proposals on the written record
@@ -96,43 +95,43 @@ func TestStep(t *testing.T) {
 			f.Ended = &kv.Ended{Phase: schema.PhaseAuthorization, Code: schema.CodeGrantExpired, AtMs: now - 5}
 		}), want{kind: schema.KindDenied, code: schema.CodeGrantExpired}},
 		{"1: a receipt is the answer", facts(func(f *Facts) { f.Record, f.Found = settled(schema.StatusConfirmed), true }),
-			want{record: journal.StateDone, kind: schema.KindConfirmed, proposals: 2}},
-		{"2: in flight without a receipt", facts(func(f *Facts) { f.Record.State, f.Found = journal.StateInFlight, true }),
-			want{record: journal.StateDone, receipt: schema.StatusReconciliationRequired, kind: schema.KindReconciliationRequired,
+			want{record: kv.StateDone, kind: schema.KindConfirmed, proposals: 2}},
+		{"2: in flight without a receipt", facts(func(f *Facts) { f.Record.State, f.Found = kv.StateInFlight, true }),
+			want{record: kv.StateDone, receipt: schema.StatusReconciliationRequired, kind: schema.KindReconciliationRequired,
 				code: schema.CodeDispatchInterrupted, timer: true, indet: 1, proposals: 1}},
 		{"3: grant expired at the re-check", facts(func(f *Facts) { f.Now = now + 300_000 }),
 			want{ended: schema.CodeGrantExpired, kind: schema.KindDenied, code: schema.CodeGrantExpired}},
 		{"3: grant window within clock skew", facts(func(f *Facts) { f.Env.Authorization.Grant.IssuedAtMs = now + 20_000 }),
-			want{call: CallProvider, record: journal.StateInFlight, proposals: 1}},
+			want{call: CallProvider, record: kv.StateInFlight, proposals: 1}},
 		{"3: an unknown provider is not called", facts(func(f *Facts) { f.Known = false }),
-			want{record: journal.StateDone, receipt: schema.StatusFailedBeforeDispatch, kind: schema.KindFailedBeforeDispatch, code: schema.CodeAdapterUnavailable, proposals: 1}},
+			want{record: kv.StateDone, receipt: schema.StatusFailedBeforeDispatch, kind: schema.KindFailedBeforeDispatch, code: schema.CodeAdapterUnavailable, proposals: 1}},
 		{"3: disclosure first", facts(func(f *Facts) { f.Env = envelope(true) }), want{call: CallDisclosure}},
 		{"3: disclosure refused", facts(func(f *Facts) { f.Env, f.DisclosureCode = envelope(true), schema.CodeDisclosureRefused }),
 			want{ended: schema.CodeDisclosureRefused, kind: schema.KindDenied, code: schema.CodeDisclosureRefused}},
 		{"4: in flight, then the call", facts(func(f *Facts) {
 			f.Env, f.Disclosed = envelope(true), &schema.DisclosureRecord{Recipient: "r"}
-		}), want{call: CallProvider, record: journal.StateInFlight, proposals: 1}},
+		}), want{call: CallProvider, record: kv.StateInFlight, proposals: 1}},
 		{"4: the in-flight write failed", facts(func(f *Facts) { f.CheckpointErr = errors.New("disk") }),
 			want{kind: schema.KindIntegrationFailure, code: schema.CodeCheckpointFailed}},
 		{"5: confirmed", facts(func(f *Facts) { f.Dispatched, f.Reply = true, schema.AdapterReply{Outcome: "confirmed"} }),
-			want{record: journal.StateDone, receipt: schema.StatusConfirmed, kind: schema.KindConfirmed, proposals: 1}},
+			want{record: kv.StateDone, receipt: schema.StatusConfirmed, kind: schema.KindConfirmed, proposals: 1}},
 		{"5: acknowledged, verified later", facts(func(f *Facts) { f.Dispatched, f.Reply = true, schema.AdapterReply{Outcome: "acknowledged"} }),
-			want{record: journal.StateDone, receipt: schema.StatusAcknowledged, kind: schema.KindAcknowledged, timer: true, proposals: 1}},
+			want{record: kv.StateDone, receipt: schema.StatusAcknowledged, kind: schema.KindAcknowledged, timer: true, proposals: 1}},
 		{"5: a timeout is indeterminate", facts(func(f *Facts) { f.Dispatched, f.CallErr = true, adapters.ErrTimeout }),
-			want{record: journal.StateDone, receipt: schema.StatusReconciliationRequired, kind: schema.KindReconciliationRequired,
+			want{record: kv.StateDone, receipt: schema.StatusReconciliationRequired, kind: schema.KindReconciliationRequired,
 				code: schema.CodeAdapterTimeout, timer: true, indet: 1, proposals: 1}},
 		{"nobody received it: retry in the window", facts(func(f *Facts) { f.Dispatched, f.CallErr = true, notInvoked }),
-			want{record: journal.StateNotInvoked, retry: true, proposals: 1}},
+			want{record: kv.StateNotInvoked, retry: true, proposals: 1}},
 		{"nobody received it for the whole window", facts(func(f *Facts) {
 			f.Dispatched, f.CallErr = true, notInvoked
-			f.Record.State, f.Record.NotInvokedSinceMs, f.Found = journal.StateNotInvoked, now-30_000, true
-		}), want{record: journal.StateDone, receipt: schema.StatusFailedBeforeDispatch, kind: schema.KindFailedBeforeDispatch, code: schema.CodeAdapterUnavailable, proposals: 1}},
+			f.Record.State, f.Record.NotInvokedSinceMs, f.Found = kv.StateNotInvoked, now-30_000, true
+		}), want{record: kv.StateDone, receipt: schema.StatusFailedBeforeDispatch, kind: schema.KindFailedBeforeDispatch, code: schema.CodeAdapterUnavailable, proposals: 1}},
 		{"refused as late: retry in the window, with a new lease", facts(func(f *Facts) { f.Dispatched, f.Reply = true, schema.LateReply() }),
-			want{record: journal.StateNotInvoked, retry: true, proposals: 1}},
+			want{record: kv.StateNotInvoked, retry: true, proposals: 1}},
 		{"refused as late for the whole window", facts(func(f *Facts) {
 			f.Dispatched, f.Reply = true, schema.LateReply()
-			f.Record.State, f.Record.NotInvokedSinceMs, f.Found = journal.StateNotInvoked, now-30_000, true
-		}), want{record: journal.StateDone, receipt: schema.StatusFailedBeforeDispatch, kind: schema.KindFailedBeforeDispatch, code: schema.CodeProviderFailedBeforeDispatch, proposals: 1}},
+			f.Record.State, f.Record.NotInvokedSinceMs, f.Found = kv.StateNotInvoked, now-30_000, true
+		}), want{record: kv.StateDone, receipt: schema.StatusFailedBeforeDispatch, kind: schema.KindFailedBeforeDispatch, code: schema.CodeProviderFailedBeforeDispatch, proposals: 1}},
 		// A reply of an older lease, reloaded over the record another
 		// processor wrote since (it found that lease ended; the intent may
 		// be in flight again): nothing of this call is recorded — marking
@@ -141,44 +140,44 @@ func TestStep(t *testing.T) {
 		{"refused as late, while another processor's lease runs: wait, write nothing", facts(func(f *Facts) {
 			f.Dispatched, f.Reply, f.Self = true, schema.LateReply(), "p_me"
 			f.Lease = Lease{By: "p_me", UntilMs: now - 1, Attempts: 1}
-			f.Record.State, f.Found, f.Record.DispatchAttempts = journal.StateInFlight, true, 2
+			f.Record.State, f.Found, f.Record.DispatchAttempts = kv.StateInFlight, true, 2
 			f.Record.InFlightBy, f.Record.InFlightUntilMs = "p_other", now+10_000
 		}), want{retry: true}},
 		{"nobody received it, and the record was reopened since: wait, write nothing", facts(func(f *Facts) {
 			f.Dispatched, f.CallErr, f.Self = true, notInvoked, "p_me"
 			f.Lease = Lease{By: "p_me", UntilMs: now - 1, Attempts: 1}
-			f.Record.State, f.Found, f.Record.DispatchAttempts = journal.StateLost, true, 1
+			f.Record.State, f.Found, f.Record.DispatchAttempts = kv.StateLost, true, 1
 		}), want{retry: true}},
 		{"not invoked again: a new in-flight record", facts(func(f *Facts) {
-			f.Record.State, f.Record.NotInvokedSinceMs, f.Found = journal.StateNotInvoked, now-1000, true
-		}), want{call: CallProvider, record: journal.StateInFlight, proposals: 1}},
+			f.Record.State, f.Record.NotInvokedSinceMs, f.Found = kv.StateNotInvoked, now-1000, true
+		}), want{call: CallProvider, record: kv.StateInFlight, proposals: 1}},
 		{"failed before dispatch with another code is the provider's answer", facts(func(f *Facts) {
 			f.Dispatched, f.Reply = true, schema.AdapterReply{Outcome: "failed_before_dispatch", ErrorCode: "card_blocked"}
-		}), want{record: journal.StateDone, receipt: schema.StatusFailedBeforeDispatch, kind: schema.KindFailedBeforeDispatch, code: schema.CodeProviderFailedBeforeDispatch, proposals: 1}},
+		}), want{record: kv.StateDone, receipt: schema.StatusFailedBeforeDispatch, kind: schema.KindFailedBeforeDispatch, code: schema.CodeProviderFailedBeforeDispatch, proposals: 1}},
 		{"a proposal answered from its intent, which has its receipt", facts(func(f *Facts) {
 			f.Env.Authorization = &schema.AuthorizationRecord{Bound: true}
 			f.Record, f.Found = settled(schema.StatusConfirmed), true
-		}), want{record: journal.StateDone, kind: schema.KindConfirmed, proposals: 2}},
+		}), want{record: kv.StateDone, kind: schema.KindConfirmed, proposals: 2}},
 		{"a proposal answered from its intent, which is no longer bound: never dispatched", facts(func(f *Facts) {
 			f.Env.Authorization = &schema.AuthorizationRecord{Bound: true}
 		}), want{ended: schema.CodeProcessingFailed, kind: schema.KindIntegrationFailure, code: schema.CodeProcessingFailed}},
 		{"giving up before anything was written: the end is recorded on the intent first", facts(func(f *Facts) { f.GivingUp = true }),
 			want{ended: schema.CodeProcessingFailed, kind: schema.KindIntegrationFailure, code: schema.CodeProcessingFailed}},
 		{"a proposal another processor ended on the intent gets that end, never a dispatch", facts(func(f *Facts) {
-			f.Record.End(journal.EndedProposal{Ref: f.Env.Ref(), Ended: kv.Ended{Phase: schema.PhaseDispatch, Code: schema.CodeProcessingFailed, AtMs: now - 5}})
+			f.Record.End(kv.EndedProposal{Ref: f.Env.Ref(), Ended: kv.Ended{Phase: schema.PhaseDispatch, Code: schema.CodeProcessingFailed, AtMs: now - 5}})
 			f.Found = true
 		}), want{kind: schema.KindIntegrationFailure, code: schema.CodeProcessingFailed}},
 		{"a proposal ended after a not-invoked attempt leaves the intent's proposals", facts(func(f *Facts) {
-			f.Record.State, f.Record.NotInvokedSinceMs, f.Found = journal.StateNotInvoked, now-1, true
+			f.Record.State, f.Record.NotInvokedSinceMs, f.Found = kv.StateNotInvoked, now-1, true
 			f.Record.AddProposal(schema.ProposalRef{Host: "frontdesk", ProposalID: "p-0"})
 			f.Record.AddProposal(f.Env.Ref())
 			f.Env.Authorization.Grant.ExpiresAtMs = now - 1
-		}), want{record: journal.StateNotInvoked, ended: schema.CodeGrantExpired, kind: schema.KindDenied, code: schema.CodeGrantExpired, proposals: 1}},
+		}), want{record: kv.StateNotInvoked, ended: schema.CodeGrantExpired, kind: schema.KindDenied, code: schema.CodeGrantExpired, proposals: 1}},
 		{"giving up while not invoked", facts(func(f *Facts) {
-			f.GivingUp, f.Record.State, f.Record.NotInvokedSinceMs, f.Found = true, journal.StateNotInvoked, now-1, true
-		}), want{record: journal.StateDone, receipt: schema.StatusFailedBeforeDispatch, kind: schema.KindFailedBeforeDispatch, code: schema.CodeAdapterUnavailable, proposals: 1}},
-		{"giving up in flight", facts(func(f *Facts) { f.GivingUp, f.Record.State, f.Found = true, journal.StateInFlight, true }),
-			want{record: journal.StateDone, receipt: schema.StatusReconciliationRequired, kind: schema.KindReconciliationRequired, code: schema.CodeDispatchInterrupted, timer: true, indet: 1, proposals: 1}},
+			f.GivingUp, f.Record.State, f.Record.NotInvokedSinceMs, f.Found = true, kv.StateNotInvoked, now-1, true
+		}), want{record: kv.StateDone, receipt: schema.StatusFailedBeforeDispatch, kind: schema.KindFailedBeforeDispatch, code: schema.CodeAdapterUnavailable, proposals: 1}},
+		{"giving up in flight", facts(func(f *Facts) { f.GivingUp, f.Record.State, f.Found = true, kv.StateInFlight, true }),
+			want{record: kv.StateDone, receipt: schema.StatusReconciliationRequired, kind: schema.KindReconciliationRequired, code: schema.CodeDispatchInterrupted, timer: true, indet: 1, proposals: 1}},
 
 		// More than one processor (SPEC §6).
 		{"1: a receipt, the proposal on it already: nothing to write", facts(func(f *Facts) {
@@ -186,32 +185,32 @@ func TestStep(t *testing.T) {
 			f.Record.AddProposal(f.Env.Ref())
 		}), want{kind: schema.KindConfirmed}},
 		{"2: in flight at another processor, its lease running: wait, write nothing", facts(func(f *Facts) {
-			f.Record.State, f.Found, f.Self = journal.StateInFlight, true, "p_me"
+			f.Record.State, f.Found, f.Self = kv.StateInFlight, true, "p_me"
 			f.Record.InFlightBy, f.Record.InFlightUntilMs = "p_other", now+10_000
 		}), want{retry: true}},
 		{"2: in flight at another processor, at the last moment of its lease: wait", facts(func(f *Facts) {
-			f.Record.State, f.Found, f.Self = journal.StateInFlight, true, "p_me"
+			f.Record.State, f.Found, f.Self = kv.StateInFlight, true, "p_me"
 			f.Record.InFlightBy, f.Record.InFlightUntilMs = "p_other", now
 		}), want{retry: true}},
 		{"2: in flight at another processor, its lease ended", facts(func(f *Facts) {
-			f.Record.State, f.Found, f.Self = journal.StateInFlight, true, "p_me"
+			f.Record.State, f.Found, f.Self = kv.StateInFlight, true, "p_me"
 			f.Record.InFlightBy, f.Record.InFlightUntilMs = "p_other", now-1
-		}), want{record: journal.StateDone, receipt: schema.StatusReconciliationRequired, kind: schema.KindReconciliationRequired,
+		}), want{record: kv.StateDone, receipt: schema.StatusReconciliationRequired, kind: schema.KindReconciliationRequired,
 			code: schema.CodeDispatchInterrupted, timer: true, indet: 1, proposals: 1}},
 		{"2: in flight by this processor before a restart, its lease running", facts(func(f *Facts) {
-			f.Record.State, f.Found, f.Self = journal.StateInFlight, true, "p_me"
+			f.Record.State, f.Found, f.Self = kv.StateInFlight, true, "p_me"
 			f.Record.InFlightBy, f.Record.InFlightUntilMs = "p_me", now+10_000
-		}), want{record: journal.StateDone, receipt: schema.StatusReconciliationRequired, kind: schema.KindReconciliationRequired,
+		}), want{record: kv.StateDone, receipt: schema.StatusReconciliationRequired, kind: schema.KindReconciliationRequired,
 			code: schema.CodeDispatchInterrupted, timer: true, indet: 1, proposals: 1}},
 		{"2: giving up during another processor's lease", facts(func(f *Facts) {
-			f.Record.State, f.Found, f.Self, f.GivingUp = journal.StateInFlight, true, "p_me", true
+			f.Record.State, f.Found, f.Self, f.GivingUp = kv.StateInFlight, true, "p_me", true
 			f.Record.InFlightBy, f.Record.InFlightUntilMs = "p_other", now+10_000
-		}), want{record: journal.StateDone, receipt: schema.StatusReconciliationRequired, kind: schema.KindReconciliationRequired,
+		}), want{record: kv.StateDone, receipt: schema.StatusReconciliationRequired, kind: schema.KindReconciliationRequired,
 			code: schema.CodeDispatchInterrupted, timer: true, indet: 1, proposals: 1}},
 		{"5: the reply came after another processor recorded the intent: its receipt stands", facts(func(f *Facts) {
 			f.Record, f.Found = settled(schema.StatusReconciliationRequired), true
 			f.Dispatched, f.Reply = true, schema.AdapterReply{Outcome: "confirmed"}
-		}), want{record: journal.StateDone, kind: schema.KindReconciliationRequired, proposals: 2}},
+		}), want{record: kv.StateDone, kind: schema.KindReconciliationRequired, proposals: 2}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -240,13 +239,13 @@ func TestStep(t *testing.T) {
 			if d.Call != NoCall && (d.Outcome != nil || d.Retry > 0) {
 				t.Error("a call with something to publish")
 			}
-			if d.Call == CallProvider && (w.Record == nil || w.Record.State != journal.StateInFlight) {
+			if d.Call == CallProvider && (w.Record == nil || w.Record.State != kv.StateInFlight) {
 				t.Error("the provider call without its in-flight record")
 			}
 			if d.Outcome != nil && d.Outcome.Fingerprint == nil && tc.want.kind != "" {
 				t.Errorf("outcome without its fingerprint: %+v", d.Outcome)
 			}
-			if tc.want.timer && w.Timer.Subject != "poll."+journal.Hex(fp) {
+			if tc.want.timer && w.Timer.Subject != "poll."+kv.Hex(fp) {
 				t.Errorf("poll on %s", w.Timer.Subject)
 			}
 		})
@@ -282,7 +281,7 @@ func TestInFlightLease(t *testing.T) {
 	if got := LeaseWait(*rec, "p_me", now); got != 0 {
 		t.Errorf("the writer waits for its own lease: %s", got)
 	}
-	if got := LeaseWait(journal.Record{State: journal.StateInFlight}, "p_me", now); got != 0 {
+	if got := LeaseWait(kv.Intent{State: kv.StateInFlight}, "p_me", now); got != 0 {
 		t.Errorf("a record without a writer waits: %s", got)
 	}
 }
@@ -306,7 +305,7 @@ func TestNotInvokedRetryFitsTheWindow(t *testing.T) {
 			f.Now = now + elapsed.Milliseconds()
 			// The next delivery's in-flight record, and its call.
 			f.Record = *d.Writes.Record
-			f.Record.State, f.Record.InFlightUntilMs = journal.StateInFlight, f.Now+35_000
+			f.Record.State, f.Record.InFlightUntilMs = kv.StateInFlight, f.Now+35_000
 			f.Record.DispatchAttempts++
 			f.Lease = LeaseOf(f.Record)
 		}
@@ -348,7 +347,7 @@ func TestMapDispatch(t *testing.T) {
 			if v.Status != tc.status || v.NextAction != tc.next || v.Attempted != tc.attempted || v.ErrorCode != tc.errorCode {
 				t.Errorf("verdict = %+v", v)
 			}
-			rec := journal.New(journal.Identity{Fingerprint: fp, Provider: "demo", Referent: "svc:1"}, "fake", 10)
+			rec := kv.NewIntent(kv.Identity{Fingerprint: fp, Provider: "demo", Referent: "svc:1"}, "fake", 10)
 			r := rec.Settle(v, "dispatch", nil, nil, 10)
 			o := rec.Outcome(schema.ProposalRef{Host: "h", ProposalID: "p-1"}, 11)
 			if o.Kind != tc.kind || o.EffectTruth != tc.kind.EffectTruth() || o.Terminal != tc.kind.Terminal() {
@@ -364,7 +363,7 @@ func TestMapDispatch(t *testing.T) {
 			if *o.Fingerprint != fp || *o.Referent != "svc:1" || o.Receipt == nil || o.Receipt.ReceiptID != r.ReceiptID {
 				t.Errorf("outcome binding = %+v", o)
 			}
-			if journal.Indeterminate(&r) != (tc.status == schema.StatusReconciliationRequired) {
+			if kv.IndeterminateReceipt(&r) != (tc.status == schema.StatusReconciliationRequired) {
 				t.Error("indeterminate")
 			}
 		})

@@ -6,10 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portcullis/portcullis/kv"
+
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/fault"
-	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
@@ -75,12 +76,12 @@ func TestCrashDuringAttempt(t *testing.T) {
 			// The unacked trigger comes back after the consumer's ack wait.
 			outs := waitOutcomes(t, env, "prop-crash", func(o schema.Outcome) bool { return o.Kind == schema.KindConfirmed })
 			got := outs[len(outs)-1]
-			if got.Receipt.Reconciliation == nil || got.Receipt.Reconciliation.AttemptID != journal.AttemptID(fp, 2) {
+			if got.Receipt.Reconciliation == nil || got.Receipt.Reconciliation.AttemptID != kv.AttemptID(fp, 2) {
 				t.Errorf("confirmation receipt = %+v", got.Receipt)
 			}
 			var interrupted *schema.Outcome
 			for i := range outs {
-				if r := outs[i].Receipt; r != nil && r.Reconciliation != nil && r.Reconciliation.AttemptID == journal.AttemptID(fp, 1) {
+				if r := outs[i].Receipt; r != nil && r.Reconciliation != nil && r.Reconciliation.AttemptID == kv.AttemptID(fp, 1) {
 					interrupted = &outs[i]
 				}
 			}
@@ -89,7 +90,7 @@ func TestCrashDuringAttempt(t *testing.T) {
 			}
 			var want []string
 			for _, n := range c.seen {
-				want = append(want, journal.AttemptID(fp, n))
+				want = append(want, kv.AttemptID(fp, n))
 			}
 			if got := ids(asked.requests()); !sameStrings(got, want...) {
 				t.Errorf("the provider was asked %v, want %v", got, want)

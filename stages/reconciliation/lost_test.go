@@ -6,8 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portcullis/portcullis/kv"
+
 	"github.com/portcullis/portcullis/internal/adapters"
-	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/schema"
 )
@@ -99,8 +100,8 @@ func TestLostRequestIsDispatchedAgain(t *testing.T) {
 	if last := rs[len(rs)-1]; last.Status != schema.StatusConfirmed {
 		t.Errorf("latest receipt %+v", last)
 	}
-	var rec journal.Record
-	if found, _ := env.Processor().Store().Intent(fp, &rec); !found || rec.Redispatches != 1 || rec.State != journal.StateDone {
+	var rec kv.Intent
+	if found, _ := env.Processor().Store().Intent(fp, &rec); !found || rec.Redispatches != 1 || rec.State != kv.StateDone {
 		t.Errorf("record: %+v", rec)
 	}
 	if g := gauge(t, env); g != 0 {
@@ -169,7 +170,7 @@ func TestUnansweredPollsNeverExhaust(t *testing.T) {
 	away = false
 	mu.Unlock()
 	clock.Advance(Backoff(3*maxAttempts + 1))
-	if o := env.Recorder.Wait(t, "away-1", last(schema.KindConfirmed)); o.Receipt.Reconciliation.AttemptID != journal.AttemptID(fp, 3*maxAttempts+1) {
+	if o := env.Recorder.Wait(t, "away-1", last(schema.KindConfirmed)); o.Receipt.Reconciliation.AttemptID != kv.AttemptID(fp, 3*maxAttempts+1) {
 		t.Errorf("settled by %s", o.Receipt.Reconciliation.AttemptID)
 	}
 }

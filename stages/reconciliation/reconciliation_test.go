@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portcullis/portcullis/kv"
+
 	"github.com/portcullis/portcullis/kv/pebble"
 
 	"github.com/nats-io/nats.go"
@@ -13,7 +15,6 @@ import (
 	"github.com/portcullis/portcullis/fingerprint"
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/admin"
-	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
@@ -47,7 +48,7 @@ func TestTimeoutThenReconcileConfirms(t *testing.T) {
 	if g := gauge(t, env); g != 1 {
 		t.Errorf("indeterminate gauge = %v, want 1", g)
 	}
-	tm, found, err := env.Processor().Store().Timer(journal.TimerID(fp))
+	tm, found, err := env.Processor().Store().Timer(kv.IntentTimerID(fp))
 	if err != nil || !found || tm.DueMs != t0.Add(interval).UnixMilli() {
 		t.Fatalf("first poll timer = %+v %v %v", tm, found, err)
 	}
@@ -64,13 +65,13 @@ func TestTimeoutThenReconcileConfirms(t *testing.T) {
 			t.Errorf("%s: outcome = %+v", pid, o)
 		}
 		if r.Status != schema.StatusConfirmed || r.NextAction != schema.NextNone || r.Reconciliation == nil ||
-			r.Reconciliation.AttemptID != journal.AttemptID(fp, 1) || r.Reconciliation.PreviousReceiptID != first.ReceiptID ||
+			r.Reconciliation.AttemptID != kv.AttemptID(fp, 1) || r.Reconciliation.PreviousReceiptID != first.ReceiptID ||
 			r.ProviderActionID != "prov:order-77" || !sameStrings(r.EvidenceRefs, "prov:orders/77") || r.ReceiptID == first.ReceiptID {
 			t.Errorf("%s: receipt = %+v", pid, r)
 		}
 	}
 	reqs := asked.requests()
-	if len(reqs) != 1 || reqs[0].AttemptID != journal.AttemptID(fp, 1) || reqs[0].PreviousReceiptID != first.ReceiptID ||
+	if len(reqs) != 1 || reqs[0].AttemptID != kv.AttemptID(fp, 1) || reqs[0].PreviousReceiptID != first.ReceiptID ||
 		reqs[0].IdempotencyKey != fingerprint.Key(fp) || reqs[0].Schema != schema.SchemaReconcile {
 		t.Fatalf("reconcile requests = %+v", reqs)
 	}
@@ -93,12 +94,12 @@ func TestTimeoutThenReconcileConfirms(t *testing.T) {
 	if ind, _ := st.Indeterminates(); len(ind) != 0 {
 		t.Errorf("index = %+v", ind)
 	}
-	if _, found, _ := st.Timer(journal.TimerID(fp)); found {
+	if _, found, _ := st.Timer(kv.IntentTimerID(fp)); found {
 		t.Error("a poll is still scheduled")
 	}
 	a := activityOf(t, env, fp, func(a *schema.Activity) bool { return a.Status == string(schema.StatusConfirmed) })
-	if a.Reconciliation == nil || a.Reconciliation.Attempts != 1 || a.Reconciliation.Resolution != journal.ResolvedByProvider ||
-		a.Reconciliation.LastAttemptID != journal.AttemptID(fp, 1) || a.Reconciliation.Exhausted || a.Reconciliation.NextAtMs != 0 {
+	if a.Reconciliation == nil || a.Reconciliation.Attempts != 1 || a.Reconciliation.Resolution != kv.ResolvedByProvider ||
+		a.Reconciliation.LastAttemptID != kv.AttemptID(fp, 1) || a.Reconciliation.Exhausted || a.Reconciliation.NextAtMs != 0 {
 		t.Errorf("activity reconciliation = %+v", a.Reconciliation)
 	}
 	if a.Dispatch == nil || !a.Dispatch.Attempted || a.Dispatch.Status != schema.StatusReconciliationRequired || a.Dispatch.ErrorCode != string(schema.CodeAdapterTimeout) {
@@ -156,11 +157,11 @@ func TestVerifyAcknowledged(t *testing.T) {
 	}
 	clock.Advance(time.Millisecond)
 	c := env.Recorder.Wait(t, "prop-ack", last(schema.KindConfirmed))
-	if c.Receipt.Reconciliation.AttemptID != journal.AttemptID(fp, 2) || c.Receipt.Reconciliation.PreviousReceiptID != o.Receipt.ReceiptID {
+	if c.Receipt.Reconciliation.AttemptID != kv.AttemptID(fp, 2) || c.Receipt.Reconciliation.PreviousReceiptID != o.Receipt.ReceiptID {
 		t.Errorf("confirmation receipt = %+v", c.Receipt)
 	}
 	reqs := asked.requests()
-	if !sameStrings(ids(reqs), journal.AttemptID(fp, 1), journal.AttemptID(fp, 2)) || reqs[0].ProviderActionID != "prov:ack-1" {
+	if !sameStrings(ids(reqs), kv.AttemptID(fp, 1), kv.AttemptID(fp, 2)) || reqs[0].ProviderActionID != "prov:ack-1" {
 		t.Errorf("verification requests = %+v", reqs)
 	}
 	if attempts(env, metrics.AttemptIndeterminate) != 1 || attempts(env, metrics.AttemptConfirmed) != 1 || fake.Dispatches() != 1 {
@@ -228,7 +229,7 @@ func TestReconcileSettlesAbsent(t *testing.T) {
 				t.Errorf("gauge %v, attempts %v, dispatches %d", gauge(t, env), attempts(env, c.answer), fake.Dispatches())
 			}
 			activityOf(t, env, fp, func(a *schema.Activity) bool {
-				return a.Status == string(o.Receipt.Status) && a.Reconciliation != nil && a.Reconciliation.Resolution == journal.ResolvedByProvider
+				return a.Status == string(o.Receipt.Status) && a.Reconciliation != nil && a.Reconciliation.Resolution == kv.ResolvedByProvider
 			})
 		})
 	}
@@ -256,7 +257,7 @@ func TestExhaustionThenOperator(t *testing.T) {
 		clock.Advance(Backoff(n))
 		o := env.Recorder.Wait(t, "prop-ex", nth(n+1))
 		if o.Kind != schema.KindReconciliationRequired || o.Terminal != (n == maxAttempts) || !sameStrings(incidents(o), wantIncidents[n-1]...) ||
-			o.Receipt.Reconciliation.AttemptID != journal.AttemptID(fp, n) {
+			o.Receipt.Reconciliation.AttemptID != kv.AttemptID(fp, n) {
 			t.Fatalf("attempt %d: %+v", n, o)
 		}
 	}
@@ -264,7 +265,7 @@ func TestExhaustionThenOperator(t *testing.T) {
 	if last.Receipt.ErrorCode != string(schema.CodeReconcileExhausted) || last.Receipt.NextAction != schema.NextNone {
 		t.Errorf("exhausted receipt = %+v", last.Receipt)
 	}
-	if !sameStrings(ids(asked.requests()), journal.AttemptID(fp, 1), journal.AttemptID(fp, 2), journal.AttemptID(fp, 3)) {
+	if !sameStrings(ids(asked.requests()), kv.AttemptID(fp, 1), kv.AttemptID(fp, 2), kv.AttemptID(fp, 3)) {
 		t.Error("attempt ids repeated or missing")
 	}
 	for s, want := range map[string]float64{metrics.AttemptError: 2, metrics.AttemptMalformed: 1} {
@@ -303,7 +304,7 @@ func TestExhaustionThenOperator(t *testing.T) {
 		t.Fatal(err)
 	}
 	if res.OutcomeKind != schema.KindConfirmed || res.Receipt.ErrorCode != string(schema.CodeOperatorResolved) ||
-		!sameStrings(res.Receipt.EvidenceRefs, "ticket:OPS-1234") || res.Receipt.Reconciliation.AttemptID != journal.OperatorAttemptID(fp) ||
+		!sameStrings(res.Receipt.EvidenceRefs, "ticket:OPS-1234") || res.Receipt.Reconciliation.AttemptID != kv.OperatorAttemptID(fp) ||
 		res.Receipt.Reconciliation.PreviousReceiptID != last.Receipt.ReceiptID || res.Receipt.Reconciliation.Operator != testenv.OperatorName {
 		t.Errorf("resolution = %+v", res)
 	}
@@ -322,7 +323,7 @@ func TestExhaustionThenOperator(t *testing.T) {
 		t.Errorf("second resolution: %v", err)
 	}
 	rs, err := ops.Receipts(ctx, fp)
-	if err != nil || len(rs.Receipts) != 5 || rs.Resolution != journal.ResolvedByOperator || rs.OutcomeKind != schema.KindConfirmed || !rs.Terminal {
+	if err != nil || len(rs.Receipts) != 5 || rs.Resolution != kv.ResolvedByOperator || rs.OutcomeKind != schema.KindConfirmed || !rs.Terminal {
 		t.Fatalf("receipts = %+v %v", rs, err)
 	}
 	for i := 1; i < len(rs.Receipts); i++ {
@@ -331,7 +332,7 @@ func TestExhaustionThenOperator(t *testing.T) {
 		}
 	}
 	a := activityOf(t, env, fp, func(a *schema.Activity) bool { return a.Status == string(schema.StatusConfirmed) })
-	if a.Reconciliation.Resolution != journal.ResolvedByOperator || a.Receipt.ReceiptID != res.Receipt.ReceiptID ||
+	if a.Reconciliation.Resolution != kv.ResolvedByOperator || a.Receipt.ReceiptID != res.Receipt.ReceiptID ||
 		a.Reconciliation.ResolvedBy != testenv.OperatorName || a.Receipt.Reconciliation.Operator != testenv.OperatorName {
 		t.Errorf("activity = %+v", a.Reconciliation)
 	}
@@ -441,10 +442,10 @@ func TestRestartMidPolling(t *testing.T) {
 	}
 	clock.Advance(Backoff(2))
 	o := env.Recorder.Wait(t, "prop-r", last(schema.KindConfirmed))
-	if o.Receipt.Reconciliation.AttemptID != journal.AttemptID(fp, 2) {
+	if o.Receipt.Reconciliation.AttemptID != kv.AttemptID(fp, 2) {
 		t.Errorf("receipt = %+v", o.Receipt)
 	}
-	if got := ids(asked.requests()); !sameStrings(got, journal.AttemptID(fp, 1), journal.AttemptID(fp, 2)) {
+	if got := ids(asked.requests()); !sameStrings(got, kv.AttemptID(fp, 1), kv.AttemptID(fp, 2)) {
 		t.Errorf("attempt ids = %v", got)
 	}
 	if g := gauge(t, env); g != 0 {
@@ -469,14 +470,14 @@ func TestInterruptedAttemptIsNeverRepeated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := journal.NewPebble(st)
+	j := pebble.NewJournal(st)
 	rec, _, err := j.Load(fp)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rec.ReconcileAttempt = 1
-	cp := journal.Attempt{AttemptID: journal.AttemptID(fp, 1), Number: 1, StartedAtMs: t0.Add(interval).UnixMilli()}
-	if err := j.Commit(fp, journal.Writes{Record: &rec, Attempt: &cp}); err != nil {
+	cp := kv.Attempt{AttemptID: kv.AttemptID(fp, 1), Number: 1, StartedAtMs: t0.Add(interval).UnixMilli()}
+	if err := j.Commit(fp, kv.IntentWrites{Record: &rec, Attempt: &cp}); err != nil {
 		t.Fatal(err)
 	}
 	st.Close()
@@ -485,7 +486,7 @@ func TestInterruptedAttemptIsNeverRepeated(t *testing.T) {
 	clock.Advance(interval)
 	o := env.Recorder.Wait(t, "prop-i", nth(2))
 	if o.Kind != schema.KindReconciliationRequired || !sameStrings(incidents(o), "reconciliation/RECONCILE_ERROR") ||
-		o.Receipt.Reconciliation.AttemptID != journal.AttemptID(fp, 1) {
+		o.Receipt.Reconciliation.AttemptID != kv.AttemptID(fp, 1) {
 		t.Fatalf("interrupted attempt = %+v", o)
 	}
 	if n := len(asked.requests()); n != 0 {
@@ -494,13 +495,13 @@ func TestInterruptedAttemptIsNeverRepeated(t *testing.T) {
 	if attempts(env, metrics.AttemptReplayed) != 1 {
 		t.Errorf("replayed attempts = %v", attempts(env, metrics.AttemptReplayed))
 	}
-	cp, found, err := journal.NewPebble(env.Processor().Store()).Attempt(fp, journal.AttemptID(fp, 1))
+	cp, found, err := pebble.NewJournal(env.Processor().Store()).Attempt(fp, kv.AttemptID(fp, 1))
 	if err != nil || !found || cp.Status != metrics.AttemptReplayed || cp.FinishedAtMs == 0 {
 		t.Errorf("checkpoint = %+v %v %v", cp, found, err)
 	}
 	clock.Advance(Backoff(2))
 	env.Recorder.Wait(t, "prop-i", last(schema.KindConfirmed))
-	if got := ids(asked.requests()); !sameStrings(got, journal.AttemptID(fp, 2)) {
+	if got := ids(asked.requests()); !sameStrings(got, kv.AttemptID(fp, 2)) {
 		t.Errorf("attempt ids = %v", got)
 	}
 }
@@ -519,7 +520,7 @@ func TestStaleAndMalformedTriggers(t *testing.T) {
 	hex := fingerprint.Key(fp)
 	subject := env.Subjects.Stage(subjects.StageReconciliation, subjects.KindTimer, hex)
 	for _, n := range []int{1, 2, 7} { // the finished attempt, one never due, one far off
-		env.PublishInternal(t, subject, schema.MustMarshal(journal.Trigger{Fingerprint: fp, Attempt: n}))
+		env.PublishInternal(t, subject, schema.MustMarshal(kv.Trigger{Fingerprint: fp, Attempt: n}))
 	}
 	for _, body := range []string{`{"fingerprint":"` + fp + `","attempt":0}`, `{"fingerprint":"sha256:` + hex[:63] + `0","attempt":1}`, `garbage`} {
 		env.PublishInternal(t, subject, []byte(body))
@@ -583,13 +584,13 @@ func TestGiveUpRecordsWithoutAsking(t *testing.T) {
 	env.Recorder.Wait(t, "prop-g", last(schema.KindReconciliationRequired))
 	p := env.Processor()
 	st := &reconciliation.Stage{
-		Journal: journal.NewPebble(p.Store()), Adapters: map[string]adapters.Adapter{"demo": fake}, Clock: clock,
+		Journal: pebble.NewJournal(p.Store()), Adapters: map[string]adapters.Adapter{"demo": fake}, Clock: clock,
 		Route:   stages.Route{Subjects: env.Subjects, Self: subjects.StageReconciliation},
 		Metrics: p.Metrics(), MaxAttempts: maxAttempts, Interval: interval,
 	}
 	in := &stages.Input{
 		Subject: env.Subjects.Stage(subjects.StageReconciliation, subjects.KindTimer, fingerprint.Key(fp)),
-		Data:    schema.MustMarshal(journal.Trigger{Fingerprint: fp, Attempt: 1}),
+		Data:    schema.MustMarshal(kv.Trigger{Fingerprint: fp, Attempt: 1}),
 	}
 	res, err := st.GiveUp(context.Background(), in, stages.ErrRetriesExhausted)
 	if err != nil {
@@ -598,7 +599,7 @@ func TestGiveUpRecordsWithoutAsking(t *testing.T) {
 	if len(res.Outcomes) != 1 || !sameStrings(incidents(res.Outcomes[0]), "reconciliation/RECONCILE_ERROR") || len(asked.requests()) != 0 {
 		t.Fatalf("give-up result = %+v", res.Outcomes)
 	}
-	rec, _, _ := journal.NewPebble(p.Store()).Load(fp)
+	rec, _, _ := pebble.NewJournal(p.Store()).Load(fp)
 	if rec.ReconcileAttempt != 1 || rec.ReconcileNextAtMs != clock.Now().Add(Backoff(2)).UnixMilli() {
 		t.Errorf("intent = %+v", rec)
 	}
@@ -619,7 +620,7 @@ func TestGiveUpRecordsWithoutAsking(t *testing.T) {
 	// The poll the give-up scheduled asks the provider with the next id.
 	clock.Advance(Backoff(2))
 	env.Recorder.Wait(t, "prop-g", last(schema.KindConfirmed))
-	if got := ids(asked.requests()); !sameStrings(got, journal.AttemptID(fp, 2)) {
+	if got := ids(asked.requests()); !sameStrings(got, kv.AttemptID(fp, 2)) {
 		t.Errorf("attempt ids = %v", got)
 	}
 }

@@ -9,12 +9,13 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/portcullis/portcullis/kv"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/internal/activity"
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/fault"
-	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/seal"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
@@ -31,7 +32,7 @@ import (
 // which dispatch holds too, so a poll, a dispatch republish and an
 // operator's settlement never interleave.
 type Stage struct {
-	Journal  journal.Store
+	Journal  kv.Journal
 	Adapters map[string]adapters.Adapter // by provider name
 	// Route: the stage consumes its own timers (Self); it has no successor.
 	Route    stages.Route
@@ -86,22 +87,22 @@ func (s *Stage) rules() Rules {
 }
 
 // DecodeTrigger reads a timer message: the subject names the fingerprint's
-// hex digits, the body is a journal.Trigger for that fingerprint with an
+// hex digits, the body is a kv.Trigger for that fingerprint with an
 // attempt number ≥ 1, or an announcement.
-func DecodeTrigger(s subjects.Subjects, subject string, data []byte) (journal.Trigger, error) {
+func DecodeTrigger(s subjects.Subjects, subject string, data []byte) (kv.Trigger, error) {
 	_, kind, id, ok := s.ParseStage(subject)
 	if !ok || kind != subjects.KindTimer || !schema.ValidFingerprintKey(id) {
-		return journal.Trigger{}, fmt.Errorf("%w: subject", errTrigger)
+		return kv.Trigger{}, fmt.Errorf("%w: subject", errTrigger)
 	}
-	var tr journal.Trigger
+	var tr kv.Trigger
 	if err := schema.Decode(data, &tr); err != nil {
-		return journal.Trigger{}, fmt.Errorf("%w: %w", errTrigger, err)
+		return kv.Trigger{}, fmt.Errorf("%w: %w", errTrigger, err)
 	}
 	if tr.Fingerprint != schema.FingerprintOfKey(id) {
-		return journal.Trigger{}, fmt.Errorf("%w: fingerprint", errTrigger)
+		return kv.Trigger{}, fmt.Errorf("%w: fingerprint", errTrigger)
 	}
 	if tr.Announce != (tr.Attempt == 0) || tr.Attempt < 0 || tr.Attempt > maxAttemptNumber {
-		return journal.Trigger{}, fmt.Errorf("%w: attempt", errTrigger)
+		return kv.Trigger{}, fmt.Errorf("%w: attempt", errTrigger)
 	}
 	return tr, nil
 }
@@ -139,7 +140,7 @@ const maxConflicts = 8
 // change the record between Load and Commit (ErrConflict: nothing of the
 // commit took effect): run loads again and steps again, keeping the
 // provider's answer if it was asked — it is never asked twice.
-func (s *Stage) run(ctx context.Context, tr journal.Trigger, mayQuery bool) (stages.Result, error) {
+func (s *Stage) run(ctx context.Context, tr kv.Trigger, mayQuery bool) (stages.Result, error) {
 	fp := tr.Fingerprint
 	unlock := s.Journal.Lock(fp)
 	defer unlock()
@@ -155,7 +156,7 @@ func (s *Stage) run(ctx context.Context, tr journal.Trigger, mayQuery bool) (sta
 			return stages.Result{}, fmt.Errorf("reconciliation: a step asked to query twice: %w", stages.ErrPermanent)
 		}
 		if err := s.Journal.Commit(fp, d.Writes); err != nil {
-			if errors.Is(err, journal.ErrConflict) && conflicts < maxConflicts {
+			if errors.Is(err, kv.ErrConflict) && conflicts < maxConflicts {
 				conflicts++
 				if err := s.load(&f); err != nil {
 					return stages.Result{}, err
@@ -197,15 +198,15 @@ func (s *Stage) load(f *Facts) error {
 		return fmt.Errorf("reconciliation: %w", err)
 	}
 	f.Record, f.Found, f.Now = rec, found, stages.NowMs(s.Clock)
-	f.Checkpoint, f.CheckpointFound, f.Previous, f.PreviousFound = journal.Attempt{}, false, journal.Attempt{}, false
+	f.Checkpoint, f.CheckpointFound, f.Previous, f.PreviousFound = kv.Attempt{}, false, kv.Attempt{}, false
 	if !found || f.Trigger.Announce {
 		return nil
 	}
 	switch {
 	case n == rec.ReconcileAttempt:
-		f.Checkpoint, f.CheckpointFound, err = s.Journal.Attempt(fp, journal.AttemptID(fp, n))
+		f.Checkpoint, f.CheckpointFound, err = s.Journal.Attempt(fp, kv.AttemptID(fp, n))
 	case n == rec.ReconcileAttempt+1 && rec.ReconcileAttempt > 0:
-		f.Previous, f.PreviousFound, err = s.Journal.Attempt(fp, journal.AttemptID(fp, rec.ReconcileAttempt))
+		f.Previous, f.PreviousFound, err = s.Journal.Attempt(fp, kv.AttemptID(fp, rec.ReconcileAttempt))
 	}
 	if err != nil {
 		return fmt.Errorf("reconciliation: read attempt: %w", err)
@@ -214,7 +215,7 @@ func (s *Stage) load(f *Facts) error {
 }
 
 // query asks the provider, read-only, what became of the intent.
-func (s *Stage) query(ctx context.Context, rec *journal.Record, attemptID string) (schema.AdapterReply, error) {
+func (s *Stage) query(ctx context.Context, rec *kv.Intent, attemptID string) (schema.AdapterReply, error) {
 	a := s.Adapters[rec.Provider]
 	if a == nil {
 		// The provider left the configuration: nobody can be asked.
@@ -237,7 +238,7 @@ func (s *Stage) held(ctx context.Context, fp string) ([]byte, error) {
 	if s.JS == nil {
 		return nil, nil
 	}
-	hex := journal.Hex(fp)
+	hex := kv.Hex(fp)
 	subject := s.Route.Subjects.Held(hex)
 	st, err := s.JS.Stream(ctx, s.Route.Subjects.HeldStream())
 	if err != nil {
@@ -288,7 +289,7 @@ func (s *Stage) result(d Decision, fp string) stages.Result {
 // redispatchMessage is the hand-off of a held envelope back to dispatch,
 // under a message id of the intent's redispatch (a second one, after a
 // crash, is a duplicate).
-func (s *Stage) redispatchMessage(data []byte, fp string, rec *journal.Record) (stages.Message, bool) {
+func (s *Stage) redispatchMessage(data []byte, fp string, rec *kv.Intent) (stages.Message, bool) {
 	var env schema.Envelope
 	if err := schema.DecodeEnvelope(data, &env); err != nil || env.Grounded == nil || env.Grounded.Fingerprint != fp {
 		s.log().Error("reconciliation: a held envelope that is not the intent's; not dispatched again", "fingerprint", fp)
@@ -300,7 +301,7 @@ func (s *Stage) redispatchMessage(data []byte, fp string, rec *journal.Record) (
 	}
 	token := subjects.ProposalToken(env.Host, env.Proposal.ProposalID)
 	return stages.Message{Subject: s.Redispatch(token), Data: data,
-		MsgID: "redispatch/" + journal.Hex(fp) + "/" + strconv.Itoa(n)}, true
+		MsgID: "redispatch/" + kv.Hex(fp) + "/" + strconv.Itoa(n)}, true
 }
 
 // updateActivity writes the intent's latest state into its snapshot. It
@@ -365,7 +366,7 @@ func (s *Stage) Resolve(fp string, present bool, evidenceRef, operator string) (
 	}
 	unlock := s.Journal.Lock(fp)
 	defer unlock()
-	var rec journal.Record
+	var rec kv.Intent
 	var r schema.Receipt
 	for conflicts := 0; ; conflicts++ {
 		var found bool
@@ -383,15 +384,15 @@ func (s *Stage) Resolve(fp string, present bool, evidenceRef, operator string) (
 		now := stages.NowMs(s.Clock)
 		prev := rec.Receipt
 		v := Operator(prev, present, evidenceRef, operator)
-		link := &schema.ReceiptReconcileRef{AttemptID: journal.OperatorAttemptID(fp), PreviousReceiptID: prev.ReceiptID, Operator: operator}
+		link := &schema.ReceiptReconcileRef{AttemptID: kv.OperatorAttemptID(fp), PreviousReceiptID: prev.ReceiptID, Operator: operator}
 		r = rec.Settle(v.Verdict, OperatorStep, link, nil, now)
 		rec.ReconcileNextAtMs = 0
-		t := journal.AnnounceTimer(s.Route.Timer(journal.Hex(fp)), fp, OperatorStep, now)
-		err = s.Journal.Commit(fp, journal.Writes{Record: &rec, Receipt: &r, Timer: &t, Indeterminate: -1})
+		t := kv.AnnounceTimer(s.Route.Timer(kv.Hex(fp)), fp, OperatorStep, now)
+		err = s.Journal.Commit(fp, kv.IntentWrites{Record: &rec, Receipt: &r, Timer: &t, Indeterminate: -1})
 		if err == nil {
 			break
 		}
-		if !errors.Is(err, journal.ErrConflict) || conflicts >= maxConflicts {
+		if !errors.Is(err, kv.ErrConflict) || conflicts >= maxConflicts {
 			return Resolution{}, fmt.Errorf("reconciliation: record resolution: %w", err)
 		}
 		// A poll or a dispatch of the intent changed it meanwhile (on

@@ -17,7 +17,8 @@ package reconciliation
 import (
 	"time"
 
-	"github.com/portcullis/portcullis/internal/journal"
+	"github.com/portcullis/portcullis/kv"
+
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
@@ -35,16 +36,16 @@ func Backoff(interval time.Duration, n int) time.Duration {
 
 // Facts are what one step decides from.
 type Facts struct {
-	Trigger journal.Trigger
-	Record  journal.Record
+	Trigger kv.Trigger
+	Record  kv.Intent
 	Found   bool
 	// Checkpoint is the attempt's checkpoint when Trigger.Attempt is the
 	// record's current attempt; CheckpointFound whether it exists.
-	Checkpoint      journal.Attempt
+	Checkpoint      kv.Attempt
 	CheckpointFound bool
 	// Previous is the checkpoint of the record's current attempt when
 	// Trigger.Attempt is the next one (PreviousFound whether it exists).
-	Previous      journal.Attempt
+	Previous      kv.Attempt
 	PreviousFound bool
 	Now           int64
 	// MayQuery is false when the runner gave up on the trigger: record the
@@ -75,7 +76,7 @@ type Rules struct {
 // Writes (Sync), make the reconcile call if Call, or else publish Outcomes
 // and Events and refresh the activity snapshot (when Activity).
 type Decision struct {
-	Writes   journal.Writes
+	Writes   kv.IntentWrites
 	Call     bool
 	Outcomes []schema.Outcome
 	Events   []schema.Incident
@@ -113,31 +114,31 @@ type Decision struct {
 // a timer is committed with its step.
 func Step(f Facts, r Rules) Decision {
 	rec := f.Record
-	if f.Found && rec.State == journal.StateLost {
+	if f.Found && rec.State == kv.StateLost {
 		return stepLost(f)
 	}
 	if !f.Found || rec.Receipt == nil {
-		if f.Found && rec.State == journal.StateInFlight && !f.Trigger.Announce {
+		if f.Found && rec.State == kv.StateInFlight && !f.Trigger.Announce {
 			return Decision{Note: "dispatch not recorded yet", Retry: r.early(rec, f.Now)}
 		}
 		return Decision{Note: "trigger for a fingerprint without a receipt"}
 	}
 	if f.Trigger.Announce {
-		if rec.Resolution != journal.ResolvedByOperator {
+		if rec.Resolution != kv.ResolvedByOperator {
 			// Only an operator's settlement is announced, and it is not
 			// recorded yet (or its commit lost to a poll that settled the
 			// effect first: the retries end, the poll's outcome stands).
 			return Decision{Note: "settlement not recorded yet", Retry: r.early(rec, f.Now)}
 		}
 		var events []schema.Incident
-		if rc := rec.Receipt; rec.Resolution == journal.ResolvedByOperator && rc.Reconciliation != nil &&
-			rc.Reconciliation.AttemptID == journal.OperatorAttemptID(rec.Fingerprint) {
+		if rc := rec.Receipt; rec.Resolution == kv.ResolvedByOperator && rc.Reconciliation != nil &&
+			rc.Reconciliation.AttemptID == kv.OperatorAttemptID(rec.Fingerprint) {
 			events = []schema.Incident{schema.NewIncident(schema.PhaseReconciliation, schema.CodeOperatorResolved)}
 		}
 		return Decision{Outcomes: rec.Outcomes(f.Now), Events: events, Activity: true}
 	}
 	n := f.Trigger.Attempt
-	id := journal.AttemptID(rec.Fingerprint, n)
+	id := kv.AttemptID(rec.Fingerprint, n)
 	switch {
 	case n == rec.ReconcileAttempt && finished(rec, f.Checkpoint, f.CheckpointFound, id):
 		// Finished: its receipt is on disk. If it is still the latest, its
@@ -153,22 +154,22 @@ func Step(f Facts, r Rules) Decision {
 		// provider was being asked. Never ask again for this attempt.
 		cp := f.Checkpoint
 		if !f.CheckpointFound {
-			cp = journal.Attempt{AttemptID: id, Number: n, StartedAtMs: f.Now}
+			cp = kv.Attempt{AttemptID: id, Number: n, StartedAtMs: f.Now}
 		}
 		return finish(f, rec, cp, Replayed(rec.Receipt, n, r.MaxAttempts), r)
 	case n == rec.ReconcileAttempt+1 && rec.NeedsWork() && rec.ReconcileAttempt > 0 &&
-		!finished(rec, f.Previous, f.PreviousFound, journal.AttemptID(rec.Fingerprint, rec.ReconcileAttempt)):
+		!finished(rec, f.Previous, f.PreviousFound, kv.AttemptID(rec.Fingerprint, rec.ReconcileAttempt)):
 		// Armed by the attempt before, whose result is not recorded yet.
 		return Decision{Note: "previous attempt unfinished", Retry: r.early(rec, f.Now)}
 	case n == rec.ReconcileAttempt+1 && rec.NeedsWork() && f.Queried:
 		return Decision{Note: "queried already"} // never twice; unreachable by construction
 	case n == rec.ReconcileAttempt+1 && rec.NeedsWork():
-		cp := journal.Attempt{AttemptID: id, Number: n, StartedAtMs: f.Now}
+		cp := kv.Attempt{AttemptID: id, Number: n, StartedAtMs: f.Now}
 		rec.ReconcileAttempt, rec.UpdatedAtMs = n, f.Now
 		if !f.MayQuery {
 			return finish(f, rec, cp, Abandoned(rec.Receipt, n, r.MaxAttempts), r)
 		}
-		return Decision{Writes: journal.Writes{Attempt: &cp, Record: &rec}, Call: true}
+		return Decision{Writes: kv.IntentWrites{Attempt: &cp, Record: &rec}, Call: true}
 	case n == rec.ReconcileAttempt && f.Queried:
 		cp := f.Checkpoint
 		answered := n - rec.UnansweredPolls
@@ -214,19 +215,19 @@ func Step(f Facts, r Rules) Decision {
 // error, an interruption). Nothing can act on that request any more, so
 // the intent is dispatched again instead of ending FAILED_BEFORE_DISPATCH:
 // an outage never ends a proposal (SPEC §6).
-func Lost(v Verdict, rec journal.Record) bool {
-	return v.Settled && v.Status == schema.StatusFailedBeforeDispatch && v.Resolution == journal.ResolvedByProvider &&
+func Lost(v Verdict, rec kv.Intent) bool {
+	return v.Settled && v.Status == schema.StatusFailedBeforeDispatch && v.Resolution == kv.ResolvedByProvider &&
 		!Verifying(rec.Receipt) && rec.LostInFlight()
 }
 
 // redispatch records attempt cp's finding — the request was lost — and
-// reopens the intent for dispatch (journal.Record.Reopen): no receipt (the
+// reopens the intent for dispatch (kv.Intent.Reopen): no receipt (the
 // latest stays in the history), polling stops, the intent leaves the
 // indeterminate index, and the held envelope goes back to dispatch.
-func redispatch(f Facts, rec journal.Record, cp journal.Attempt, v Verdict) Decision {
+func redispatch(f Facts, rec kv.Intent, cp kv.Attempt, v Verdict) Decision {
 	cp.Status, cp.FinishedAtMs = v.AttemptStatus, f.Now
 	rec.Reopen(f.Now)
-	w := journal.Writes{Record: &rec, Attempt: &cp, CancelTimer: true, Indeterminate: -1, SinceMs: f.Now}
+	w := kv.IntentWrites{Record: &rec, Attempt: &cp, CancelTimer: true, Indeterminate: -1, SinceMs: f.Now}
 	return Decision{Writes: w, Redispatch: f.Held, Activity: true, Note: "request lost in flight: dispatched again"}
 }
 
@@ -254,7 +255,7 @@ func stepLost(f Facts) Decision {
 // request may still be on its way to a connector, or acted on by one whose
 // clock is behind, so a provider that finds nothing is not yet believed.
 // 0 for a record without a lease (written before leases existed).
-func (r Rules) AbsentAfter(rec journal.Record) int64 {
+func (r Rules) AbsentAfter(rec kv.Intent) int64 {
 	if rec.InFlightUntilMs <= 0 {
 		return 0
 	}
@@ -264,12 +265,12 @@ func (r Rules) AbsentAfter(rec journal.Record) int64 {
 // finished reports whether attempt id's result is recorded: its checkpoint
 // says so, or the record's latest receipt is its (on a shared journal the
 // record is committed first and the checkpoint after it).
-func finished(rec journal.Record, cp journal.Attempt, found bool, id string) bool {
+func finished(rec kv.Intent, cp kv.Attempt, found bool, id string) bool {
 	return (found && cp.Status != "") || latest(rec, id)
 }
 
 // latest reports whether the record's latest receipt is attempt id's.
-func latest(rec journal.Record, id string) bool {
+func latest(rec kv.Intent, id string) bool {
 	rc := rec.Receipt
 	return rc != nil && rc.Reconciliation != nil && rc.Reconciliation.AttemptID == id
 }
@@ -281,7 +282,7 @@ func latest(rec journal.Record, id string) bool {
 // commit whose outcome was unknown during an outage is learned only when
 // its input is redelivered — so the waits grow, and the runner's bounded
 // retries cover many minutes, not a few seconds.
-func (r Rules) early(rec journal.Record, nowMs int64) time.Duration {
+func (r Rules) early(rec kv.Intent, nowMs int64) time.Duration {
 	base := min(max(r.Interval, 250*time.Millisecond), 5*time.Second)
 	still := time.Duration(nowMs-rec.UpdatedAtMs) * time.Millisecond
 	return min(max(still/4, base), 30*time.Second)
@@ -290,18 +291,18 @@ func (r Rules) early(rec journal.Record, nowMs int64) time.Duration {
 // finish records an attempt's verdict: the attempt finished, the new
 // receipt linked to the previous one, the next poll or its end, and the
 // indeterminate index; then the outcome for every proposal.
-func finish(f Facts, rec journal.Record, cp journal.Attempt, v Verdict, r Rules) Decision {
+func finish(f Facts, rec kv.Intent, cp kv.Attempt, v Verdict, r Rules) Decision {
 	prev := rec.Receipt
 	link := &schema.ReceiptReconcileRef{AttemptID: cp.AttemptID, PreviousReceiptID: prev.ReceiptID}
 	rc := rec.Settle(v.Verdict, AttemptStep(cp.AttemptID), link, nil, f.Now)
 	cp.Status, cp.FinishedAtMs = v.AttemptStatus, f.Now
-	w := journal.Writes{Record: &rec, Receipt: &rc, Attempt: &cp}
+	w := kv.IntentWrites{Record: &rec, Receipt: &rc, Attempt: &cp}
 	rec.ReconcileNextAtMs = 0
 	if v.Settled || v.Exhausted {
 		w.CancelTimer = true
 	} else {
 		rec.ReconcileNextAtMs = max(f.Now+Backoff(r.Interval, cp.Number+1).Milliseconds(), v.NotBeforeMs)
-		t := journal.PollTimer(r.PollSubject(journal.Hex(rec.Fingerprint)), rec.Fingerprint, cp.Number+1, rec.ReconcileNextAtMs)
+		t := kv.PollTimer(r.PollSubject(kv.Hex(rec.Fingerprint)), rec.Fingerprint, cp.Number+1, rec.ReconcileNextAtMs)
 		w.Timer = &t
 	}
 	w.Indeterminate, w.SinceMs = IndexChange(prev, &rc), f.Now
@@ -318,7 +319,7 @@ const OperatorStep = "operator"
 // next supersedes prev: +1 when the effect becomes unknown (a verification
 // exhausted), -1 when an unknown effect is settled, 0 otherwise.
 func IndexChange(prev, next *schema.Receipt) int {
-	was, is := journal.Indeterminate(prev), journal.Indeterminate(next)
+	was, is := kv.IndeterminateReceipt(prev), kv.IndeterminateReceipt(next)
 	switch {
 	case is && !was:
 		return 1

@@ -5,7 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/portcullis/portcullis/internal/journal"
+	"github.com/portcullis/portcullis/kv"
+
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages/reconciliation"
 )
@@ -15,21 +16,21 @@ func rules() reconciliation.Rules {
 }
 
 // waiting is a record whose dispatch receipt (prev) awaits poll n+1.
-func waiting(status schema.Status, n int) journal.Record {
-	rec := journal.New(journal.Identity{Fingerprint: fpA, IdempotencyKey: fpA[7:], Provider: "demo", Capability: "inventory.adjust",
+func waiting(status schema.Status, n int) kv.Intent {
+	rec := kv.NewIntent(kv.Identity{Fingerprint: fpA, IdempotencyKey: fpA[7:], Provider: "demo", Capability: "inventory.adjust",
 		Operation: "adjust_stock", Environment: "test", Referent: "sku-1"}, "fake", 500)
 	rec.AddProposal(schema.ProposalRef{Host: "h", ProposalID: "p1"})
 	rec.AddProposal(schema.ProposalRef{Host: "h", ProposalID: "p2"})
 	rec.Receipt, rec.ReceiptSeq, rec.ReconcileAttempt = prevReceipt(status), 1, n
-	rec.State = journal.StateDone
-	rec.Latest = journal.Latest{Kind: rec.Receipt.OutcomeKind()}
+	rec.State = kv.StateDone
+	rec.Latest = kv.Latest{Kind: rec.Receipt.OutcomeKind()}
 	return rec
 }
 
 func TestStep(t *testing.T) {
 	rc := schema.StatusReconciliationRequired
-	trigger := func(n int) journal.Trigger { return journal.Trigger{Fingerprint: fpA, Attempt: n} }
-	started := journal.Attempt{AttemptID: journal.AttemptID(fpA, 1), Number: 1, StartedAtMs: 900}
+	trigger := func(n int) kv.Trigger { return kv.Trigger{Fingerprint: fpA, Attempt: n} }
+	started := kv.Attempt{AttemptID: kv.AttemptID(fpA, 1), Number: 1, StartedAtMs: 900}
 	finished := started
 	finished.Status = "confirmed"
 	cases := []struct {
@@ -52,8 +53,8 @@ func TestStep(t *testing.T) {
 		{name: "runner gave up: recorded without asking", f: reconciliation.Facts{Trigger: trigger(1), Record: waiting(rc, 0), Found: true, Now: 1000}, receipt: rc, outcomes: 2},
 		{name: "finished before: nothing new", f: reconciliation.Facts{Trigger: trigger(1), Record: waiting(rc, 1), Found: true, Checkpoint: finished, CheckpointFound: true}, note: "attempt finished before"},
 		{name: "stale trigger", f: reconciliation.Facts{Trigger: trigger(5), Record: waiting(rc, 1), Found: true, MayQuery: true}, note: "stale trigger"},
-		{name: "announcement republishes", f: reconciliation.Facts{Trigger: journal.Trigger{Fingerprint: fpA, Announce: true}, Record: resolved(), Found: true}, outcomes: 2},
-		{name: "an announcement before its settlement: later", f: reconciliation.Facts{Trigger: journal.Trigger{Fingerprint: fpA, Announce: true}, Record: waiting(rc, 1), Found: true},
+		{name: "announcement republishes", f: reconciliation.Facts{Trigger: kv.Trigger{Fingerprint: fpA, Announce: true}, Record: resolved(), Found: true}, outcomes: 2},
+		{name: "an announcement before its settlement: later", f: reconciliation.Facts{Trigger: kv.Trigger{Fingerprint: fpA, Announce: true}, Record: waiting(rc, 1), Found: true},
 			note: "settlement not recorded yet", retry: true},
 
 		// A shared journal arms a poll before the commit it belongs to.
@@ -92,7 +93,7 @@ func TestStep(t *testing.T) {
 // A trigger that came before its step was recorded looks again later,
 // the later the longer the record has stood still.
 func TestEarlyTriggerWaitsGrow(t *testing.T) {
-	f := reconciliation.Facts{Trigger: journal.Trigger{Fingerprint: fpA, Attempt: 1}, Record: inFlight(), Found: true, MayQuery: true}
+	f := reconciliation.Facts{Trigger: kv.Trigger{Fingerprint: fpA, Attempt: 1}, Record: inFlight(), Found: true, MayQuery: true}
 	for _, c := range []struct {
 		still time.Duration
 		want  time.Duration
@@ -105,25 +106,25 @@ func TestEarlyTriggerWaitsGrow(t *testing.T) {
 }
 
 // resolved is a record an operator settled.
-func resolved() journal.Record {
+func resolved() kv.Intent {
 	rec := waiting(schema.StatusReconciliationRequired, 1)
-	rec.Resolution = journal.ResolvedByOperator
+	rec.Resolution = kv.ResolvedByOperator
 	return rec
 }
 
 // inFlight is fpA's record while its dispatch is in the provider call.
-func inFlight() journal.Record {
+func inFlight() kv.Intent {
 	rec := waiting(schema.StatusReconciliationRequired, 0)
-	rec.Receipt, rec.ReceiptSeq, rec.State = nil, 0, journal.StateInFlight
+	rec.Receipt, rec.ReceiptSeq, rec.State = nil, 0, kv.StateInFlight
 	return rec
 }
 
 // settledBy is a record whose latest receipt is attempt n's, still to be
 // reconciled further.
-func settledBy(n int) journal.Record {
+func settledBy(n int) kv.Intent {
 	rec := waiting(schema.StatusReconciliationRequired, n)
 	rc := *rec.Receipt
-	rc.Reconciliation = &schema.ReceiptReconcileRef{AttemptID: journal.AttemptID(fpA, n), PreviousReceiptID: "rcpt_x"}
+	rc.Reconciliation = &schema.ReceiptReconcileRef{AttemptID: kv.AttemptID(fpA, n), PreviousReceiptID: "rcpt_x"}
 	rec.Receipt = &rc
 	return rec
 }
@@ -133,13 +134,13 @@ func settledBy(n int) journal.Record {
 // closed, and the next poll or none.
 func TestStepLinksAndSchedules(t *testing.T) {
 	rc := schema.StatusReconciliationRequired
-	started := journal.Attempt{AttemptID: journal.AttemptID(fpA, 1), Number: 1, StartedAtMs: 900}
-	f := reconciliation.Facts{Trigger: journal.Trigger{Fingerprint: fpA, Attempt: 1}, Record: waiting(rc, 1), Found: true,
+	started := kv.Attempt{AttemptID: kv.AttemptID(fpA, 1), Number: 1, StartedAtMs: 900}
+	f := reconciliation.Facts{Trigger: kv.Trigger{Fingerprint: fpA, Attempt: 1}, Record: waiting(rc, 1), Found: true,
 		Checkpoint: started, CheckpointFound: true, MayQuery: true, Queried: true, CallErr: errors.New("connection reset"), Now: 900}
 	d := reconciliation.Step(f, rules())
 	r := d.Writes.Receipt
 	prev := f.Record.Receipt
-	if r.ReceiptID == prev.ReceiptID || r.ReceiptID != journal.ReceiptID(fpA, reconciliation.AttemptStep(started.AttemptID)) ||
+	if r.ReceiptID == prev.ReceiptID || r.ReceiptID != kv.ReceiptID(fpA, reconciliation.AttemptStep(started.AttemptID)) ||
 		r.Reconciliation == nil || r.Reconciliation.AttemptID != started.AttemptID || r.Reconciliation.PreviousReceiptID != prev.ReceiptID {
 		t.Errorf("receipt %+v", r)
 	}
@@ -161,7 +162,7 @@ func TestStepLinksAndSchedules(t *testing.T) {
 
 	// The last attempt exhausts: terminal, no next poll.
 	f.Record, f.Trigger.Attempt = waiting(rc, 3), 3
-	f.Checkpoint = journal.Attempt{AttemptID: journal.AttemptID(fpA, 3), Number: 3}
+	f.Checkpoint = kv.Attempt{AttemptID: kv.AttemptID(fpA, 3), Number: 3}
 	d = reconciliation.Step(f, rules())
 	if !d.Writes.CancelTimer || d.Writes.Timer != nil || !d.Writes.Record.ReconcileExhausted || !d.Writes.Record.Latest.Terminal || d.Writes.Record.NeedsWork() {
 		t.Errorf("exhausted: %+v", d.Writes)
@@ -174,7 +175,7 @@ func TestStepLinksAndSchedules(t *testing.T) {
 		t.Errorf("settled: %+v", d.Writes)
 	}
 	f.Record, f.Trigger.Attempt, f.CallErr = waiting(schema.StatusAcknowledged, 3), 3, errors.New("timeout")
-	f.Checkpoint = journal.Attempt{AttemptID: journal.AttemptID(fpA, 3), Number: 3}
+	f.Checkpoint = kv.Attempt{AttemptID: kv.AttemptID(fpA, 3), Number: 3}
 	if d := reconciliation.Step(f, rules()); d.Writes.Indeterminate != 1 {
 		t.Errorf("verify exhausted: %+v", d.Writes)
 	}
@@ -230,8 +231,8 @@ func TestAbsenceWaitsForTheFence(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			rec := waiting(c.status, c.n)
 			rec.InFlightUntilMs = c.lease
-			cp := journal.Attempt{AttemptID: journal.AttemptID(fpA, c.n), Number: c.n, StartedAtMs: c.now}
-			f := reconciliation.Facts{Trigger: journal.Trigger{Fingerprint: fpA, Attempt: c.n}, Record: rec, Found: true,
+			cp := kv.Attempt{AttemptID: kv.AttemptID(fpA, c.n), Number: c.n, StartedAtMs: c.now}
+			f := reconciliation.Facts{Trigger: kv.Trigger{Fingerprint: fpA, Attempt: c.n}, Record: rec, Found: true,
 				Checkpoint: cp, CheckpointFound: true, MayQuery: true, Queried: true,
 				Reply: schema.AdapterReply{Outcome: c.answer, ErrorCode: "NOT_FOUND"}, Now: c.now}
 			d := reconciliation.Step(f, r)
@@ -268,15 +269,15 @@ func TestAbsenceWaitsForTheFence(t *testing.T) {
 // had an answer, or an intent sent again too often, keeps the finding.
 func TestStepLostRequest(t *testing.T) {
 	rc := schema.StatusReconciliationRequired
-	lost := func(code schema.Code, redispatches int) journal.Record {
+	lost := func(code schema.Code, redispatches int) kv.Intent {
 		r := waiting(rc, 1)
 		r.DispatchCode, r.Redispatches = code, redispatches
 		return r
 	}
 	never := schema.AdapterReply{Outcome: schema.ReplyFailedBeforeDispatch}
-	at := func(rec journal.Record, held []byte, read bool) reconciliation.Facts {
-		return reconciliation.Facts{Trigger: journal.Trigger{Fingerprint: fpA, Attempt: 1}, Record: rec, Found: true,
-			Checkpoint: journal.Attempt{AttemptID: journal.AttemptID(fpA, 1), Number: 1, StartedAtMs: 900}, CheckpointFound: true,
+	at := func(rec kv.Intent, held []byte, read bool) reconciliation.Facts {
+		return reconciliation.Facts{Trigger: kv.Trigger{Fingerprint: fpA, Attempt: 1}, Record: rec, Found: true,
+			Checkpoint: kv.Attempt{AttemptID: kv.AttemptID(fpA, 1), Number: 1, StartedAtMs: 900}, CheckpointFound: true,
 			MayQuery: true, Queried: true, Reply: never, Now: 1000, HeldRead: read, Held: held}
 	}
 	envelope := []byte(`{"held":true}`)
@@ -291,7 +292,7 @@ func TestStepLostRequest(t *testing.T) {
 		{"lost, held: dispatched again", at(lost(schema.CodeDispatchInterrupted, 0), envelope, true), false, true, ""},
 		{"lost, nothing held: the finding stands", at(lost(schema.CodeAdapterError, 0), nil, true), false, false, schema.StatusFailedBeforeDispatch},
 		{"the dispatch had an answer: the finding stands", at(lost(schema.CodeProviderIndeterminate, 0), envelope, true), false, false, schema.StatusFailedBeforeDispatch},
-		{"sent again too often: the finding stands", at(lost(schema.CodeAdapterTimeout, journal.MaxRedispatches), envelope, true), false, false, schema.StatusFailedBeforeDispatch},
+		{"sent again too often: the finding stands", at(lost(schema.CodeAdapterTimeout, kv.MaxRedispatches), envelope, true), false, false, schema.StatusFailedBeforeDispatch},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			d := reconciliation.Step(c.f, rules())
@@ -303,7 +304,7 @@ func TestStepLostRequest(t *testing.T) {
 			}
 			if c.redispatch {
 				w := d.Writes
-				if w.Record == nil || w.Record.State != journal.StateLost || w.Record.Receipt != nil || w.Record.Redispatches != 1 ||
+				if w.Record == nil || w.Record.State != kv.StateLost || w.Record.Receipt != nil || w.Record.Redispatches != 1 ||
 					w.Attempt == nil || w.Attempt.Status != schema.ReplyFailedBeforeDispatch || !w.CancelTimer || w.Indeterminate != -1 || len(d.Outcomes) != 0 {
 					t.Fatalf("reopening writes %+v, record %+v", w, w.Record)
 				}
@@ -340,8 +341,8 @@ func TestAbsenceJudgedByWhenItWasAsked(t *testing.T) {
 	}{{11_000, schema.KindReconciliationRequired}, {fence + 1, schema.KindFailedBeforeDispatch}} {
 		rec := waiting(schema.StatusReconciliationRequired, 1)
 		rec.InFlightUntilMs = notAfter
-		cp := journal.Attempt{AttemptID: journal.AttemptID(fpA, 1), Number: 1, StartedAtMs: c.asked}
-		f := reconciliation.Facts{Trigger: journal.Trigger{Fingerprint: fpA, Attempt: 1}, Record: rec, Found: true,
+		cp := kv.Attempt{AttemptID: kv.AttemptID(fpA, 1), Number: 1, StartedAtMs: c.asked}
+		f := reconciliation.Facts{Trigger: kv.Trigger{Fingerprint: fpA, Attempt: 1}, Record: rec, Found: true,
 			Checkpoint: cp, CheckpointFound: true, MayQuery: true, Queried: true,
 			Reply: schema.AdapterReply{Outcome: schema.ReplyFailedBeforeDispatch}, Now: fence + 5_000}
 		d := reconciliation.Step(f, r)

@@ -4,8 +4,9 @@ import (
 	"errors"
 	"slices"
 
+	"github.com/portcullis/portcullis/kv"
+
 	"github.com/portcullis/portcullis/internal/adapters"
-	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 )
@@ -14,7 +15,7 @@ import (
 // receipt's verdict, and the attempt's status for
 // actions_reconciliation_attempts_total ("" for the operator).
 type Verdict struct {
-	journal.Verdict
+	kv.Verdict
 	AttemptStatus string
 	// Operator names the operator who settled it (Operator verdicts only).
 	Operator string
@@ -25,7 +26,7 @@ type Verdict struct {
 // Absent reports whether v concludes that the action had no effect: the
 // provider answered rejected or failed_before_dispatch.
 func Absent(v Verdict) bool {
-	return v.Settled && v.Resolution == journal.ResolvedByProvider &&
+	return v.Settled && v.Resolution == kv.ResolvedByProvider &&
 		(v.Status == schema.StatusRejected || v.Status == schema.StatusFailedBeforeDispatch)
 }
 
@@ -34,7 +35,7 @@ func Absent(v Verdict) bool {
 func Verifying(prev *schema.Receipt) bool { return prev.Status == schema.StatusAcknowledged }
 
 func base(prev *schema.Receipt) Verdict {
-	return Verdict{Verdict: journal.Verdict{Attempted: prev.DispatchAttempted, ProviderActionID: prev.ProviderActionID, EvidenceRefs: []string{}}}
+	return Verdict{Verdict: kv.Verdict{Attempted: prev.DispatchAttempted, ProviderActionID: prev.ProviderActionID, EvidenceRefs: []string{}}}
 }
 
 // Decide maps attempt n (of maxAttempts) of verifying or reconciling prev
@@ -90,7 +91,7 @@ func Decide(prev *schema.Receipt, reply schema.AdapterReply, err error, n, maxAt
 		return unknown(v, prev, metrics.AttemptIndeterminate, schema.CodeProviderIndeterminate, reply.ErrorCode, n, maxAttempts)
 	}
 	v.NextAction, v.Settled, v.AttemptStatus = schema.NextNone, true, reply.Outcome
-	v.Resolution = journal.ResolvedByProvider
+	v.Resolution = kv.ResolvedByProvider
 	if inc != nil {
 		v.Incidents = []schema.Incident{*inc}
 		if v.ErrorCode == "" {
@@ -164,7 +165,7 @@ func Operator(prev *schema.Receipt, present bool, evidenceRef, operator string) 
 	if present {
 		v.Status, v.Attempted = schema.StatusConfirmed, true
 	}
-	v.NextAction, v.Settled, v.Resolution = schema.NextNone, true, journal.ResolvedByOperator
+	v.NextAction, v.Settled, v.Resolution = schema.NextNone, true, kv.ResolvedByOperator
 	v.EvidenceRefs = []string{evidenceRef}
 	v.ErrorCode = string(schema.CodeOperatorResolved)
 	v.Events = []schema.Incident{schema.NewIncident(schema.PhaseReconciliation, schema.CodeOperatorResolved)}

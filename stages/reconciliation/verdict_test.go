@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portcullis/portcullis/kv"
+
 	"github.com/portcullis/portcullis/internal/adapters"
-	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages/reconciliation"
@@ -22,7 +23,7 @@ func prevReceipt(status schema.Status) *schema.Receipt {
 		next = schema.NextVerify
 	}
 	return &schema.Receipt{
-		ReceiptID: journal.ReceiptID(fpA, "dispatch"), Fingerprint: fpA, IdempotencyKey: fpA[7:],
+		ReceiptID: kv.ReceiptID(fpA, "dispatch"), Fingerprint: fpA, IdempotencyKey: fpA[7:],
 		Provider: "demo", Capability: "inventory.adjust", Operation: "adjust_stock", Environment: "test", Adapter: "fake",
 		Status: status, DispatchAttempted: true, NextAction: next, ProviderActionID: "prov:1", EvidenceRefs: []string{"prov:ev"},
 		ErrorCode:    "ADAPTER_TIMEOUT",
@@ -32,13 +33,13 @@ func prevReceipt(status schema.Status) *schema.Receipt {
 }
 
 func TestAttemptIDAndBackoff(t *testing.T) {
-	if got := journal.AttemptID(fpA, 3); got != "rcn_0123456789abcdef_3" {
+	if got := kv.AttemptID(fpA, 3); got != "rcn_0123456789abcdef_3" {
 		t.Errorf("AttemptID = %s", got)
 	}
-	if journal.AttemptID(fpA, 1) == journal.AttemptID(fpA, 2) {
+	if kv.AttemptID(fpA, 1) == kv.AttemptID(fpA, 2) {
 		t.Error("two polls share an id")
 	}
-	if got := journal.OperatorAttemptID(fpA); got != "opr_0123456789abcdef" {
+	if got := kv.OperatorAttemptID(fpA); got != "opr_0123456789abcdef" {
 		t.Errorf("OperatorAttemptID = %s", got)
 	}
 	s := time.Second

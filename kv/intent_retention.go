@@ -1,10 +1,10 @@
-package journal
+package kv
 
 import "github.com/portcullis/portcullis/schema"
 
-// StampMs is when the record last changed (kv.Stamped: the store's expiry
+// StampMs is when the record last changed (Stamped: the store's expiry
 // index files the record at that time).
-func (r *Record) StampMs() int64 { return r.UpdatedAtMs }
+func (r *Intent) StampMs() int64 { return r.UpdatedAtMs }
 
 // Finished reports whether nothing more can happen to the intent by
 // itself: its latest receipt settled it (next action none) and its effect
@@ -14,9 +14,9 @@ func (r *Record) StampMs() int64 { return r.UpdatedAtMs }
 // horizon (package retention, Replicated.Sweep); an exhausted
 // indeterminate one waits for an operator however old, and an in-flight
 // one is the fence of an action that may have reached its provider.
-func (r *Record) Finished() bool {
+func (r *Intent) Finished() bool {
 	if r.State == StateNew {
 		return r.Receipt == nil && r.DispatchAttempts == 0
 	}
-	return r.State == StateDone && r.Receipt != nil && r.Receipt.NextAction == schema.NextNone && !Indeterminate(r.Receipt)
+	return r.State == StateDone && r.Receipt != nil && r.Receipt.NextAction == schema.NextNone && !IndeterminateReceipt(r.Receipt)
 }

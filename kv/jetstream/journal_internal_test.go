@@ -1,4 +1,4 @@
-package journal
+package jetstream
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/portcullis/portcullis/kv"
 
 	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats-server/v2/server"
@@ -27,13 +29,13 @@ func testBucket(t *testing.T) (*server.Server, jetstream.JetStream, jetstream.Ke
 		t.Fatal("nats-server did not start")
 	}
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	js, kv := leaderkvtest.Open(t, s.ClientURL(), Bucket("journal_t", 1))
+	js, kv := leaderkvtest.Open(t, s.ClientURL(), JournalBucket("journal_t", 1))
 	return s, js, kv
 }
 
 var (
 	tfp = "sha256:" + strings.Repeat("ab", 32)
-	tid = Identity{Fingerprint: tfp, IdempotencyKey: Hex(tfp), Provider: "demo", Capability: "c", Operation: "o", Environment: "test", Referent: "r"}
+	tid = kv.Identity{Fingerprint: tfp, IdempotencyKey: kv.Hex(tfp), Provider: "demo", Capability: "c", Operation: "o", Environment: "test", Referent: "r"}
 )
 
 // A processor that dies right after its record's compare-and-set leaves
@@ -41,15 +43,15 @@ var (
 // next commit of the fingerprint, by any processor, writes them.
 func TestCrashAfterTheRecordIsRepaired(t *testing.T) {
 	_, js, bucket := testBucket(t)
-	h := Hex(tfp)
+	h := kv.Hex(tfp)
 	// The record of a settled reconciliation attempt, as a processor wrote
 	// it before dying: its After was never applied. Before it, the
 	// dispatch receipt (1) and the index entry were stored.
-	rec := New(tid, "fake", 100)
-	first := rec.Settle(Verdict{Status: schema.StatusReconciliationRequired, NextAction: schema.NextReconcile, Attempted: true}, "dispatch", nil, nil, 100)
-	cp := Attempt{AttemptID: AttemptID(tfp, 1), Number: 1, StartedAtMs: 150}
+	rec := kv.NewIntent(tid, "fake", 100)
+	first := rec.Settle(kv.Verdict{Status: schema.StatusReconciliationRequired, NextAction: schema.NextReconcile, Attempted: true}, "dispatch", nil, nil, 100)
+	cp := kv.Attempt{AttemptID: kv.AttemptID(tfp, 1), Number: 1, StartedAtMs: 150}
 	rec.ReconcileAttempt = 1
-	second := rec.Settle(Verdict{Status: schema.StatusConfirmed, NextAction: schema.NextNone, Attempted: true, Settled: true},
+	second := rec.Settle(kv.Verdict{Status: schema.StatusConfirmed, NextAction: schema.NextNone, Attempted: true, Settled: true},
 		"reconcile/"+cp.AttemptID, &schema.ReceiptReconcileRef{AttemptID: cp.AttemptID, PreviousReceiptID: first.ReceiptID}, nil, 200)
 	done := cp
 	done.Status, done.FinishedAtMs = "confirmed", 200
@@ -65,7 +67,7 @@ func TestCrashAfterTheRecordIsRepaired(t *testing.T) {
 	put(indexKey(h), int64(100))
 	put(recordKey(h), stored{Record: rec, Writer: "p_dead", Commit: "c1", After: &after{Receipt: &second, Attempt: &done, Unindex: true}})
 
-	j := NewReplicated(ReplicatedOptions{KV: bucket, JS: js, Writer: "p_live"})
+	j := NewJournal(JournalOptions{KV: bucket, JS: js, Writer: "p_live"})
 	rs, err := j.Receipts(tfp)
 	if err != nil || len(rs) != 2 || rs[1].ReceiptID != second.ReceiptID {
 		t.Fatalf("Receipts = %+v %v", rs, err)
@@ -84,7 +86,7 @@ func TestCrashAfterTheRecordIsRepaired(t *testing.T) {
 		t.Fatal(err)
 	}
 	got.AddProposal(schema.ProposalRef{Host: "h", ProposalID: "later"})
-	if err := j.Commit(tfp, Writes{Record: &got}); err != nil {
+	if err := j.Commit(tfp, kv.IntentWrites{Record: &got}); err != nil {
 		t.Fatal(err)
 	}
 	unlock()
@@ -103,9 +105,9 @@ func TestCrashAfterTheRecordIsRepaired(t *testing.T) {
 // writer's own by its commit id: not a conflict.
 func TestOwnStoredWriteIsNoConflict(t *testing.T) {
 	_, js, bucket := testBucket(t)
-	j := NewReplicated(ReplicatedOptions{KV: bucket, JS: js, Writer: "p_me"})
-	h := Hex(tfp)
-	s := &stored{Record: New(tid, "fake", 1), Writer: "p_me", Commit: "mine"}
+	j := NewJournal(JournalOptions{KV: bucket, JS: js, Writer: "p_me"})
+	h := kv.Hex(tfp)
+	s := &stored{Record: kv.NewIntent(tid, "fake", 1), Writer: "p_me", Commit: "mine"}
 	data, _ := json.Marshal(s, json.Deterministic(true))
 	rev, err := bucket.Create(context.Background(), recordKey(h), data) // the "lost" first attempt
 	if err != nil {
@@ -114,16 +116,16 @@ func TestOwnStoredWriteIsNoConflict(t *testing.T) {
 	if got, err := j.swap(h, 0, s); err != nil || got != rev {
 		t.Fatalf("swap of a stored write = %d %v, want %d", got, err, rev)
 	}
-	other := &stored{Record: New(tid, "fake", 2), Writer: "p_me", Commit: "another"}
-	if _, err := j.swap(h, 0, other); !errors.Is(err, ErrConflict) {
-		t.Fatalf("swap of another write = %v, want ErrConflict", err)
+	other := &stored{Record: kv.NewIntent(tid, "fake", 2), Writer: "p_me", Commit: "another"}
+	if _, err := j.swap(h, 0, other); !errors.Is(err, kv.ErrConflict) {
+		t.Fatalf("swap of another write = %v, want kv.ErrConflict", err)
 	}
 }
 
 // With JetStream gone, a commit neither claims success nor a conflict.
 func TestUnanswerableCommitIsUncertain(t *testing.T) {
 	srv, js, bucket := testBucket(t)
-	j := NewReplicated(ReplicatedOptions{KV: bucket, JS: js, Writer: "p_me", Timeouts: leaderkv.Timeouts{OpTimeout: 300 * time.Millisecond, AttemptTimeout: 100 * time.Millisecond, SettleTimeout: time.Second}})
+	j := NewJournal(JournalOptions{KV: bucket, JS: js, Writer: "p_me", Timeouts: leaderkv.Timeouts{OpTimeout: 300 * time.Millisecond, AttemptTimeout: 100 * time.Millisecond, SettleTimeout: time.Second}})
 	unlock := j.Lock(tfp)
 	defer unlock()
 	if _, _, err := j.Load(tfp); err != nil {
@@ -131,15 +133,15 @@ func TestUnanswerableCommitIsUncertain(t *testing.T) {
 	}
 	srv.Shutdown()
 	srv.WaitForShutdown()
-	rec := New(tid, "fake", 1)
-	if err := j.Commit(tfp, Writes{Record: &rec}); !errors.Is(err, ErrUncertain) {
-		t.Fatalf("Commit = %v, want ErrUncertain", err)
+	rec := kv.NewIntent(tid, "fake", 1)
+	if err := j.Commit(tfp, kv.IntentWrites{Record: &rec}); !errors.Is(err, kv.ErrUncertain) {
+		t.Fatalf("Commit = %v, want kv.ErrUncertain", err)
 	}
 }
 
 // commitSettled writes a record settled by the verdicts given, through the
 // journal, with a finished attempt for each verdict after the first.
-func commitSettled(t *testing.T, j *Replicated, fp string, verdicts ...Verdict) Record {
+func commitSettled(t *testing.T, j *Journal, fp string, verdicts ...kv.Verdict) kv.Intent {
 	t.Helper()
 	unlock := j.Lock(fp)
 	defer unlock()
@@ -149,14 +151,14 @@ func commitSettled(t *testing.T, j *Replicated, fp string, verdicts ...Verdict) 
 	}
 	if !found {
 		id := tid
-		id.Fingerprint, id.IdempotencyKey = fp, Hex(fp)
-		rec = New(id, "fake", 100)
+		id.Fingerprint, id.IdempotencyKey = fp, kv.Hex(fp)
+		rec = kv.NewIntent(id, "fake", 100)
 	}
 	for i, v := range verdicts {
-		w := Writes{Record: &rec}
+		w := kv.IntentWrites{Record: &rec}
 		if i > 0 {
 			rec.ReconcileAttempt = i
-			cp := Attempt{AttemptID: AttemptID(fp, i), Number: i, StartedAtMs: 100, Status: "confirmed", FinishedAtMs: 100}
+			cp := kv.Attempt{AttemptID: kv.AttemptID(fp, i), Number: i, StartedAtMs: 100, Status: "confirmed", FinishedAtMs: 100}
 			w.Attempt = &cp
 		}
 		rc := rec.Settle(v, "step"+string(rune('a'+i)), nil, nil, 100)
@@ -175,12 +177,12 @@ func commitSettled(t *testing.T, j *Replicated, fp string, verdicts ...Verdict) 
 // nobody wrote over is finished by a later sweep.
 func TestSweepTombstoneAndNewLife(t *testing.T) {
 	_, js, bucket := testBucket(t)
-	sweeper := NewReplicated(ReplicatedOptions{KV: bucket, JS: js, Writer: "p_sweeper"})
-	writer := NewReplicated(ReplicatedOptions{KV: bucket, JS: js, Writer: "p_writer"})
-	required := Verdict{Status: schema.StatusReconciliationRequired, NextAction: schema.NextReconcile, Attempted: true}
-	done := Verdict{Status: schema.StatusConfirmed, NextAction: schema.NextNone, Attempted: true, Settled: true}
+	sweeper := NewJournal(JournalOptions{KV: bucket, JS: js, Writer: "p_sweeper"})
+	writer := NewJournal(JournalOptions{KV: bucket, JS: js, Writer: "p_writer"})
+	required := kv.Verdict{Status: schema.StatusReconciliationRequired, NextAction: schema.NextReconcile, Attempted: true}
+	done := kv.Verdict{Status: schema.StatusConfirmed, NextAction: schema.NextNone, Attempted: true, Settled: true}
 	old := commitSettled(t, writer, tfp, required, done)
-	h := Hex(tfp)
+	h := kv.Hex(tfp)
 	s, rev, err := sweeper.loadStored(tfp)
 	if err != nil || s == nil || !s.Record.Finished() {
 		t.Fatalf("record: %+v %v", s, err)
@@ -198,7 +200,7 @@ func TestSweepTombstoneAndNewLife(t *testing.T) {
 		t.Fatalf("a tombstone's receipts: %+v %v", rs, err)
 	}
 	// A new life: one receipt, numbered 1 like the old life's first.
-	fresh := Verdict{Status: schema.StatusRejected, NextAction: schema.NextNone, Attempted: true, Settled: true}
+	fresh := kv.Verdict{Status: schema.StatusRejected, NextAction: schema.NextNone, Attempted: true, Settled: true}
 	newLife := commitSettled(t, writer, tfp, fresh)
 	check := func(when string) {
 		t.Helper()
@@ -206,7 +208,7 @@ func TestSweepTombstoneAndNewLife(t *testing.T) {
 		if err != nil || len(rs) != 1 || rs[0].ReceiptID != newLife.Receipt.ReceiptID || rs[0].Status != schema.StatusRejected {
 			t.Fatalf("%s: receipts %+v %v, want the new life's one", when, rs, err)
 		}
-		if _, found, err := writer.Attempt(tfp, AttemptID(tfp, 1)); err != nil || found {
+		if _, found, err := writer.Attempt(tfp, kv.AttemptID(tfp, 1)); err != nil || found {
 			t.Fatalf("%s: the old life's attempt is still there (%v)", when, err)
 		}
 	}
@@ -224,7 +226,7 @@ func TestSweepTombstoneAndNewLife(t *testing.T) {
 	other := "sha256:" + strings.Repeat("cd", 32)
 	commitSettled(t, writer, other, required, done)
 	s, rev, _ = sweeper.loadStored(other)
-	if _, err := sweeper.swap(Hex(other), rev, &stored{Record: s.Record, Writer: "p_sweeper", Commit: "t2", Swept: true}); err != nil {
+	if _, err := sweeper.swap(kv.Hex(other), rev, &stored{Record: s.Record, Writer: "p_sweeper", Commit: "t2", Swept: true}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := sweeper.Sweep(context.Background(), time.Hour, time.Hour, time.Now().Add(2*time.Hour)); err != nil {
@@ -235,7 +237,7 @@ func TestSweepTombstoneAndNewLife(t *testing.T) {
 		t.Fatal(err)
 	}
 	for k := range l.Keys() {
-		if strings.Contains(k, Hex(other)) {
+		if strings.Contains(k, kv.Hex(other)) {
 			t.Errorf("left behind: %s", k)
 		}
 	}

@@ -1,4 +1,4 @@
-// Package journaltest is the conformance suite every journal.Store backend
+// Package journaltest is the conformance suite every kv.Journal backend
 // passes: the single-node Pebble journal and the replicated one.
 //
 // Every write follows the protocol the stages follow: Lock, Load, decide,
@@ -6,7 +6,7 @@
 // whose instances exclude each other with Lock (Pebble: one store, one
 // lock table) and a shared one whose Commit is a compare-and-set (two
 // processors, each with its own instance).
-package journaltest
+package kvtest
 
 import (
 	"errors"
@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/leaderkv/leaderkvtest"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
@@ -28,13 +27,13 @@ import (
 // more instance over the same storage: what another processor sharing the
 // journal sees (for a single-node journal, another handle on the same
 // store).
-type Open func(t *testing.T) (s journal.Store, another func() journal.Store)
+type OpenJournal func(t *testing.T) (s kv.Journal, another func() kv.Journal)
 
 // Run checks a Store made fresh by open for each subtest.
-func Run(t *testing.T, open Open) {
+func RunJournal(t *testing.T, open OpenJournal) {
 	fp := "sha256:" + strings.Repeat("ab", 32)
 	other := "sha256:" + strings.Repeat("cd", 32)
-	id := journal.Identity{Fingerprint: fp, IdempotencyKey: journal.Hex(fp), Provider: "demo", Capability: "inventory.adjust",
+	id := kv.Identity{Fingerprint: fp, IdempotencyKey: kv.Hex(fp), Provider: "demo", Capability: "inventory.adjust",
 		Operation: "adjust_stock", Environment: "test", Referent: "sku-1"}
 
 	t.Run("empty", func(t *testing.T) {
@@ -60,24 +59,24 @@ func Run(t *testing.T, open Open) {
 		if _, found, err := s.Load(fp); found || err != nil {
 			t.Fatalf("Load = %v %v", found, err)
 		}
-		rec := journal.New(id, "fake", 100)
+		rec := kv.NewIntent(id, "fake", 100)
 		rec.AddProposal(schema.ProposalRef{Host: "h", ProposalID: "p1"})
 		rec.AddProposal(schema.ProposalRef{Host: "h", ProposalID: "p1"})
-		rec.State, rec.DispatchAttempts, rec.InFlightAtMs = journal.StateInFlight, 1, 100
+		rec.State, rec.DispatchAttempts, rec.InFlightAtMs = kv.StateInFlight, 1, 100
 		rec.InFlightBy, rec.InFlightUntilMs = "p_0123456789abcdef", 12100
-		if err := s.Commit(fp, journal.Writes{Record: &rec}); err != nil {
+		if err := s.Commit(fp, kv.IntentWrites{Record: &rec}); err != nil {
 			t.Fatal(err)
 		}
 		got, found, err := s.Load(fp)
-		if err != nil || !found || got.State != journal.StateInFlight || len(got.Proposals) != 1 || got.Identity != id ||
+		if err != nil || !found || got.State != kv.StateInFlight || len(got.Proposals) != 1 || got.Identity != id ||
 			got.InFlightBy != rec.InFlightBy || got.InFlightUntilMs != rec.InFlightUntilMs {
 			t.Fatalf("Load = %+v %v %v", got, found, err)
 		}
 		// Two receipts, each appended with the record that numbers it.
 		for i, status := range []schema.Status{schema.StatusReconciliationRequired, schema.StatusConfirmed} {
-			rc := got.Settle(journal.Verdict{Status: status, NextAction: schema.NextNone, Attempted: true}, "step"+string(rune('a'+i)), nil, nil, 200)
-			cp := journal.Attempt{AttemptID: journal.AttemptID(fp, i+1), Number: i + 1, StartedAtMs: 200}
-			w := journal.Writes{Record: &got, Receipt: &rc, Attempt: &cp, Indeterminate: 1 - 2*i, SinceMs: 200}
+			rc := got.Settle(kv.Verdict{Status: status, NextAction: schema.NextNone, Attempted: true}, "step"+string(rune('a'+i)), nil, nil, 200)
+			cp := kv.Attempt{AttemptID: kv.AttemptID(fp, i+1), Number: i + 1, StartedAtMs: 200}
+			w := kv.IntentWrites{Record: &got, Receipt: &rc, Attempt: &cp, Indeterminate: 1 - 2*i, SinceMs: 200}
 			if err := s.Commit(fp, w); err != nil {
 				t.Fatal(err)
 			}
@@ -98,10 +97,10 @@ func Run(t *testing.T, open Open) {
 		if got.ReceiptSeq != 2 || got.Receipt == nil || got.Receipt.ReceiptID != rs[1].ReceiptID || got.Latest.Kind != schema.KindConfirmed {
 			t.Errorf("record after two receipts: %+v", got)
 		}
-		if a, found, err := s.Attempt(fp, journal.AttemptID(fp, 2)); err != nil || !found || a.Number != 2 {
+		if a, found, err := s.Attempt(fp, kv.AttemptID(fp, 2)); err != nil || !found || a.Number != 2 {
 			t.Errorf("Attempt = %+v %v %v", a, found, err)
 		}
-		if _, found, _ := s.Attempt(other, journal.AttemptID(fp, 2)); found {
+		if _, found, _ := s.Attempt(other, kv.AttemptID(fp, 2)); found {
 			t.Error("attempts leak across fingerprints")
 		}
 		if rs, _ := s.Receipts(other); len(rs) != 0 {
@@ -113,7 +112,7 @@ func Run(t *testing.T, open Open) {
 		s, _ := open(t)
 		ref := schema.ProposalRef{Host: "h", ProposalID: "p9"}
 		e := kv.Ended{Phase: schema.PhaseAuthorization, Code: schema.CodeGrantExpired, AtMs: 5}
-		if err := s.Commit(fp, journal.Writes{Ended: &journal.EndedProposal{Ref: ref, Ended: e}}); err != nil {
+		if err := s.Commit(fp, kv.IntentWrites{Ended: &kv.EndedProposal{Ref: ref, Ended: e}}); err != nil {
 			t.Fatal(err)
 		}
 		if got, found, err := s.Ended(ref); err != nil || !found || got != e {
@@ -129,14 +128,14 @@ func Run(t *testing.T, open Open) {
 
 	t.Run("inconsistent writes are refused whole", func(t *testing.T) {
 		s, _ := open(t)
-		rec := journal.New(id, "fake", 1)
+		rec := kv.NewIntent(id, "fake", 1)
 		rc := schema.Receipt{Fingerprint: fp}
-		for _, w := range []journal.Writes{
+		for _, w := range []kv.IntentWrites{
 			{Receipt: &rc},
 			{Record: &rec, Receipt: &rc},
-			{Record: &rec, CancelTimer: true, Timer: &kv.Timer{ID: journal.TimerID(fp)}},
+			{Record: &rec, CancelTimer: true, Timer: &kv.Timer{ID: kv.IntentTimerID(fp)}},
 		} {
-			if err := s.Commit(fp, w); !errors.Is(err, journal.ErrBadWrites) {
+			if err := s.Commit(fp, w); !errors.Is(err, kv.ErrBadWrites) {
 				t.Errorf("Commit(%+v) = %v", w, err)
 			}
 		}
@@ -152,7 +151,7 @@ func Run(t *testing.T, open Open) {
 
 	t.Run("racing first writers: exactly one wins", func(t *testing.T) {
 		s, another := open(t)
-		stores := []journal.Store{s, another(), another()}
+		stores := []kv.Journal{s, another(), another()}
 		const n = 9
 		var wins, conflicts atomic.Int32
 		winner := make(chan string, n)
@@ -172,14 +171,14 @@ func Run(t *testing.T, open Open) {
 				if found {
 					return // a writer before this one committed, and this one saw it
 				}
-				rec := journal.New(id, "fake", 100)
+				rec := kv.NewIntent(id, "fake", 100)
 				rec.AddProposal(schema.ProposalRef{Host: "h", ProposalID: fmt.Sprintf("p%d", i)})
-				rec.State, rec.DispatchAttempts, rec.InFlightAtMs, rec.InFlightBy = journal.StateInFlight, 1, 100, fmt.Sprintf("w%d", i)
-				switch err := st.Commit(fp, journal.Writes{Record: &rec}); {
+				rec.State, rec.DispatchAttempts, rec.InFlightAtMs, rec.InFlightBy = kv.StateInFlight, 1, 100, fmt.Sprintf("w%d", i)
+				switch err := st.Commit(fp, kv.IntentWrites{Record: &rec}); {
 				case err == nil:
 					wins.Add(1)
 					winner <- rec.InFlightBy
-				case errors.Is(err, journal.ErrConflict):
+				case errors.Is(err, kv.ErrConflict):
 					conflicts.Add(1)
 				default:
 					t.Error(err)
@@ -207,9 +206,9 @@ func Run(t *testing.T, open Open) {
 			if _, _, err := s.Load(fp); err != nil {
 				t.Fatal(err)
 			}
-			rec := journal.New(id, "fake", 100)
-			rec.State, rec.DispatchAttempts, rec.InFlightAtMs = journal.StateInFlight, 1, 100
-			if err := s.Commit(fp, journal.Writes{Record: &rec}); err != nil {
+			rec := kv.NewIntent(id, "fake", 100)
+			rec.State, rec.DispatchAttempts, rec.InFlightAtMs = kv.StateInFlight, 1, 100
+			if err := s.Commit(fp, kv.IntentWrites{Record: &rec}); err != nil {
 				t.Fatal(err)
 			}
 		}()
@@ -235,14 +234,14 @@ func Run(t *testing.T, open Open) {
 				return
 			}
 			recB.AddProposal(pB)
-			bDone <- b.Commit(fp, journal.Writes{Record: &recB})
+			bDone <- b.Commit(fp, kv.IntentWrites{Record: &recB})
 		}()
 		// A settles the dispatch on what it loaded: a receipt, a started
 		// attempt, the index.
 		recA.AddProposal(pA)
-		rc := recA.Settle(journal.Verdict{Status: schema.StatusReconciliationRequired, NextAction: schema.NextReconcile, Attempted: true}, "dispatch", nil, nil, 200)
-		cp := journal.Attempt{AttemptID: journal.AttemptID(fp, 1), Number: 1, StartedAtMs: 200}
-		wA := journal.Writes{Record: &recA, Receipt: &rc, Attempt: &cp, Indeterminate: 1, SinceMs: 200}
+		rc := recA.Settle(kv.Verdict{Status: schema.StatusReconciliationRequired, NextAction: schema.NextReconcile, Attempted: true}, "dispatch", nil, nil, 200)
+		cp := kv.Attempt{AttemptID: kv.AttemptID(fp, 1), Number: 1, StartedAtMs: 200}
+		wA := kv.IntentWrites{Record: &recA, Receipt: &rc, Attempt: &cp, Indeterminate: 1, SinceMs: 200}
 		select {
 		case err := <-bDone:
 			// B did not wait for A's Lock: a shared journal. A's load is
@@ -250,7 +249,7 @@ func Run(t *testing.T, open Open) {
 			if err != nil {
 				t.Fatalf("B's commit: %v", err)
 			}
-			if err := s.Commit(fp, wA); !errors.Is(err, journal.ErrConflict) {
+			if err := s.Commit(fp, wA); !errors.Is(err, kv.ErrConflict) {
 				t.Fatalf("commit on a stale load = %v, want ErrConflict", err)
 			}
 			if got, _, _ := b.Load(fp); got.Receipt != nil || len(got.Proposals) != 1 || got.Proposals[0] != pB {
@@ -270,8 +269,8 @@ func Run(t *testing.T, open Open) {
 				t.Fatal(err)
 			}
 			recA.AddProposal(pA)
-			rc = recA.Settle(journal.Verdict{Status: schema.StatusReconciliationRequired, NextAction: schema.NextReconcile, Attempted: true}, "dispatch", nil, nil, 200)
-			if err := s.Commit(fp, journal.Writes{Record: &recA, Receipt: &rc, Attempt: &cp, Indeterminate: 1, SinceMs: 200}); err != nil {
+			rc = recA.Settle(kv.Verdict{Status: schema.StatusReconciliationRequired, NextAction: schema.NextReconcile, Attempted: true}, "dispatch", nil, nil, 200)
+			if err := s.Commit(fp, kv.IntentWrites{Record: &recA, Receipt: &rc, Attempt: &cp, Indeterminate: 1, SinceMs: 200}); err != nil {
 				t.Fatalf("commit after loading again: %v", err)
 			}
 			unlock()
@@ -305,16 +304,16 @@ func Run(t *testing.T, open Open) {
 
 	t.Run("a commit without a load expects no record", func(t *testing.T) {
 		s, another := open(t)
-		rec := journal.New(id, "fake", 1)
-		if err := s.Commit(fp, journal.Writes{Record: &rec}); err != nil {
+		rec := kv.NewIntent(id, "fake", 1)
+		if err := s.Commit(fp, kv.IntentWrites{Record: &rec}); err != nil {
 			t.Fatal(err)
 		}
 		b := another()
 		unlock := b.Lock(fp)
 		defer unlock()
-		err := b.Commit(fp, journal.Writes{Record: &rec})
+		err := b.Commit(fp, kv.IntentWrites{Record: &rec})
 		switch {
-		case errors.Is(err, journal.ErrConflict):
+		case errors.Is(err, kv.ErrConflict):
 		case err == nil:
 			// A single-node journal has no other writer to lose to.
 		default:

@@ -18,7 +18,7 @@
 // and a lease (InFlightUntilMs): another processor waits for the receipt
 // until the lease ends, then records the dispatch as interrupted — never
 // dispatches it again (SPEC §6).
-package journal
+package kv
 
 import (
 	"crypto/sha256"
@@ -29,29 +29,29 @@ import (
 	"github.com/portcullis/portcullis/schema"
 )
 
-// State is where an intent's dispatch stands.
-type State string
+// IntentState is where an intent's dispatch stands.
+type IntentState string
 
 // Journal states.
 const (
 	// StateNew: nothing was written for the fingerprint yet.
-	StateNew State = ""
+	StateNew IntentState = ""
 	// StateInFlight: the in-flight record was synced and the provider may
 	// have been called. Without a receipt this means a crash between
 	// "begin" and "receipt": never dispatch again.
-	StateInFlight State = "in_flight"
+	StateInFlight IntentState = "in_flight"
 	// StateNotInvoked: the last attempt provably reached nobody (NATS no
 	// responders, refused connection); dispatch may be retried.
-	StateNotInvoked State = "not_invoked"
+	StateNotInvoked IntentState = "not_invoked"
 	// StateDone: a receipt is recorded; it is the answer from now on.
-	StateDone State = "done"
+	StateDone IntentState = "done"
 	// StateLost: reconciliation learnt that the last dispatch never
 	// reached the provider (its reconcile answered failed_before_dispatch)
 	// after that request's not_after_ms and the clock skew had passed, so
 	// no connector can act on it any more: the request was lost in flight
 	// (a server restarting, a processor paused past its lease). The intent
 	// is dispatched again (Reopen), under a new in-flight record and lease.
-	StateLost State = "lost"
+	StateLost IntentState = "lost"
 )
 
 // Identity is what a fingerprint binds, as providers and receipts see it.
@@ -82,12 +82,12 @@ func IdentityOf(env *schema.Envelope) Identity {
 // Hex is a fingerprint's 64 hex digits (subject token, KV key).
 func Hex(fingerprint string) string { return schema.FingerprintKey(fingerprint) }
 
-// Record is the value-free dispatch and reconciliation state of one
+// Intent is the value-free dispatch and reconciliation state of one
 // fingerprint.
-type Record struct {
+type Intent struct {
 	Identity
-	Adapter string `json:"adapter"`
-	State   State  `json:"state"`
+	Adapter string      `json:"adapter"`
+	State   IntentState `json:"state"`
 	// Proposals are the proposals that carried this intent (bounded): each
 	// receives every later outcome of the fingerprint.
 	Proposals []schema.ProposalRef `json:"proposals"`
@@ -95,7 +95,7 @@ type Record struct {
 	DispatchAttempts  int   `json:"dispatch_attempts"`
 	InFlightAtMs      int64 `json:"in_flight_at_ms,omitempty"`
 	NotInvokedSinceMs int64 `json:"not_invoked_since_ms,omitempty"`
-	// InFlightBy is the instance id (kv.Store.InstanceID) of the processor
+	// InFlightBy is the instance id (Store.InstanceID) of the processor
 	// that wrote the in-flight record, and InFlightUntilMs the end of its
 	// lease: the moment after which a processor that did not write it may
 	// declare the dispatch interrupted (in_flight_at + the provider's
@@ -156,7 +156,7 @@ const MaxRedispatches = 5
 // processor stopped or paused between its in-flight record and the reply —
 // so that a provider that says it never received the request may simply
 // not have: the request was lost on the way, not refused.
-func (r *Record) LostInFlight() bool {
+func (r *Intent) LostInFlight() bool {
 	switch r.DispatchCode {
 	case schema.CodeAdapterTimeout, schema.CodeAdapterError, schema.CodeDispatchInterrupted:
 		return r.Redispatches < MaxRedispatches
@@ -168,7 +168,7 @@ func (r *Record) LostInFlight() bool {
 // its request lost in flight (StateLost): the latest receipt stays in the
 // history, but no longer answers new proposals; the next dispatch writes
 // a new in-flight record, with a new lease, and a new receipt.
-func (r *Record) Reopen(nowMs int64) {
+func (r *Intent) Reopen(nowMs int64) {
 	r.State = StateLost
 	r.Receipt = nil
 	r.ReconcileExhausted = false
@@ -181,7 +181,7 @@ func (r *Record) Reopen(nowMs int64) {
 // dispatch, named base ("dispatch", "interrupted"): base itself, then
 // "<base>-<n>" after n redispatches, so that every receipt has an id of
 // its own.
-func (r *Record) DispatchStep(base string) string {
+func (r *Intent) DispatchStep(base string) string {
 	if r.Redispatches == 0 {
 		return base
 	}
@@ -201,20 +201,20 @@ const (
 	ResolvedByOperator = "operator"
 )
 
-// New is the record of an intent nothing was written for yet.
-func New(id Identity, adapter string, nowMs int64) Record {
-	return Record{Identity: id, Adapter: adapter, UpdatedAtMs: nowMs}
+// NewIntent is the record of an intent nothing was written for yet.
+func NewIntent(id Identity, adapter string, nowMs int64) Intent {
+	return Intent{Identity: id, Adapter: adapter, UpdatedAtMs: nowMs}
 }
 
 // AddProposal records a proposal on the intent, bounded and without repeats.
-func (r *Record) AddProposal(ref schema.ProposalRef) {
+func (r *Intent) AddProposal(ref schema.ProposalRef) {
 	r.Proposals = schema.AppendProposal(r.Proposals, ref)
 }
 
 // End records that proposal e.Ref ended without dispatching: it leaves
 // the intent's proposals (it hears of no later outcome of the intent) and
 // joins Ended.
-func (r *Record) End(e EndedProposal) {
+func (r *Intent) End(e EndedProposal) {
 	r.Proposals = slices.DeleteFunc(r.Proposals, func(p schema.ProposalRef) bool { return p == e.Ref })
 	r.Ended = slices.DeleteFunc(r.Ended, func(x EndedProposal) bool { return x.Ref == e.Ref })
 	if len(r.Ended) >= MaxEnded {
@@ -225,7 +225,7 @@ func (r *Record) End(e EndedProposal) {
 
 // EndOf returns how proposal ref ended without dispatching, if the record
 // holds it.
-func (r *Record) EndOf(ref schema.ProposalRef) (EndedProposal, bool) {
+func (r *Intent) EndOf(ref schema.ProposalRef) (EndedProposal, bool) {
 	for _, e := range r.Ended {
 		if e.Ref == ref {
 			return e, true
@@ -276,7 +276,7 @@ func ReceiptID(fingerprint, step string) string {
 // dispatch receipt); disclosure is the dispatch's disclosure record, carried
 // over by later receipts. recorded_at_ms never goes backwards within a
 // fingerprint's history. It returns the new receipt.
-func (r *Record) Settle(v Verdict, step string, link *schema.ReceiptReconcileRef, disclosure *schema.DisclosureRecord, nowMs int64) schema.Receipt {
+func (r *Intent) Settle(v Verdict, step string, link *schema.ReceiptReconcileRef, disclosure *schema.DisclosureRecord, nowMs int64) schema.Receipt {
 	refs := slices.Clone(v.EvidenceRefs)
 	if refs == nil {
 		refs = []string{}
@@ -323,7 +323,7 @@ func (r *Record) Settle(v Verdict, step string, link *schema.ReceiptReconcileRef
 }
 
 // Outcome is the outcome the intent's latest receipt gives a proposal.
-func (r *Record) Outcome(to schema.ProposalRef, nowMs int64) schema.Outcome {
+func (r *Intent) Outcome(to schema.ProposalRef, nowMs int64) schema.Outcome {
 	o := schema.NewOutcome(to, r.Latest.Kind, nowMs, slices.Clone(r.Latest.Incidents)...)
 	o.Terminal = r.Latest.Terminal
 	o.Fingerprint = schema.StringPtr(r.Fingerprint)
@@ -336,7 +336,7 @@ func (r *Record) Outcome(to schema.ProposalRef, nowMs int64) schema.Outcome {
 }
 
 // Outcomes is the latest outcome for every proposal of the intent.
-func (r *Record) Outcomes(nowMs int64) []schema.Outcome {
+func (r *Intent) Outcomes(nowMs int64) []schema.Outcome {
 	out := make([]schema.Outcome, 0, len(r.Proposals))
 	for _, ref := range r.Proposals {
 		out = append(out, r.Outcome(ref, nowMs))
@@ -344,14 +344,14 @@ func (r *Record) Outcomes(nowMs int64) []schema.Outcome {
 	return out
 }
 
-// Indeterminate reports whether a receipt leaves the effect unknown.
-func Indeterminate(rc *schema.Receipt) bool {
+// IndeterminateReceipt reports whether a receipt leaves the effect unknown.
+func IndeterminateReceipt(rc *schema.Receipt) bool {
 	return rc != nil && rc.Status == schema.StatusReconciliationRequired
 }
 
 // NeedsWork reports whether the intent's latest receipt is still being
 // verified or reconciled.
-func (r *Record) NeedsWork() bool {
+func (r *Intent) NeedsWork() bool {
 	return r.Receipt != nil && r.Receipt.NextAction != schema.NextNone && !r.ReconcileExhausted && r.Resolution == ""
 }
 
@@ -359,7 +359,7 @@ func (r *Record) NeedsWork() bool {
 // snapshot: proposals, identity, and once a receipt exists, the latest
 // receipt and the dispatch and reconciliation sections. A snapshot that
 // already shows a later receipt keeps it.
-func (r *Record) Project(a *schema.Activity) {
+func (r *Intent) Project(a *schema.Activity) {
 	for _, p := range r.Proposals {
 		a.AddProposal(p)
 	}

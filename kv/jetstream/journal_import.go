@@ -1,4 +1,4 @@
-package journal
+package jetstream
 
 import (
 	"context"
@@ -28,14 +28,14 @@ import (
 // it, as every commit does: a crash in between leaves an extra timer, which
 // the stage ignores. Every write is idempotent, so an import interrupted
 // anywhere is finished by running it again.
-func (r *Replicated) Import(rec Record, receipts []schema.Receipt, attempts []Attempt, indeterminateSince int64, timer *kv.Timer) (leaderkv.Import, error) {
+func (r *Journal) Import(rec kv.Intent, receipts []schema.Receipt, attempts []kv.Attempt, indeterminateSince int64, timer *kv.Timer) (leaderkv.Import, error) {
 	h, err := keyHex(rec.Fingerprint)
 	if err != nil {
 		return 0, err
 	}
 	for i := range attempts {
 		a := &attempts[i]
-		res, err := leaderkv.ImportJSON(r.cas.Handle, attemptKey(h, a.AttemptID), a, func(got *Attempt) bool {
+		res, err := leaderkv.ImportJSON(r.cas.Handle, attemptKey(h, a.AttemptID), a, func(got *kv.Attempt) bool {
 			return got.AttemptID == a.AttemptID && got.StartedAtMs == a.StartedAtMs
 		})
 		if err != nil || res == leaderkv.Conflict {
@@ -63,7 +63,7 @@ func (r *Replicated) Import(rec Record, receipts []schema.Receipt, attempts []At
 
 // importRecord creates the record unless the key holds one; Present when
 // what it holds descends from rec.
-func (r *Replicated) importRecord(h string, rec *Record, timer *kv.Timer) (leaderkv.Import, error) {
+func (r *Journal) importRecord(h string, rec *kv.Intent, timer *kv.Timer) (leaderkv.Import, error) {
 	cur, _, err := r.readBack(h)
 	if err != nil {
 		return 0, err
@@ -79,7 +79,7 @@ func (r *Replicated) importRecord(h string, rec *Record, timer *kv.Timer) (leade
 		switch {
 		case err == nil:
 			return leaderkv.Created, nil
-		case !errors.Is(err, ErrConflict):
+		case !errors.Is(err, kv.ErrConflict):
 			return 0, err
 		}
 		if cur, _, err = r.readBack(h); err != nil || cur == nil {
@@ -99,7 +99,7 @@ func (r *Replicated) importRecord(h string, rec *Record, timer *kv.Timer) (leade
 // importCommit is the commit id of an import: the same for the same
 // record, so that an import whose write timed out but was stored, run
 // again, recognizes its own.
-func importCommit(rec *Record) string {
+func importCommit(rec *kv.Intent) string {
 	data, _ := json.Marshal(rec, json.Deterministic(true))
 	sum := sha256.Sum256(data)
 	return "import-" + hex.EncodeToString(sum[:12])
@@ -108,7 +108,7 @@ func importCommit(rec *Record) string {
 // descends reports whether b, stored under l's key, is l or a later
 // version of it: the same intent and dispatch, and l's latest receipt in
 // b's history.
-func (r *Replicated) descends(h string, b, l *Record) (bool, error) {
+func (r *Journal) descends(h string, b, l *kv.Intent) (bool, error) {
 	switch {
 	case b.Identity != l.Identity, b.DispatchAttempts < l.DispatchAttempts, b.ReceiptSeq < l.ReceiptSeq:
 		return false, nil
@@ -126,7 +126,7 @@ func (r *Replicated) descends(h string, b, l *Record) (bool, error) {
 
 // ImportEnded writes a proposal's dispatch-time end unless one is there
 // (Present when it is the same).
-func (r *Replicated) ImportEnded(ref schema.ProposalRef, e kv.Ended) (leaderkv.Import, error) {
+func (r *Journal) ImportEnded(ref schema.ProposalRef, e kv.Ended) (leaderkv.Import, error) {
 	return leaderkv.ImportJSON(r.cas.Handle, endedKey(ref), &e, func(got *kv.Ended) bool { return *got == e })
 }
 

@@ -1,9 +1,8 @@
-package journal
+package kv
 
 import (
 	"strconv"
 
-	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 )
 
@@ -18,15 +17,15 @@ type Trigger struct {
 	Announce    bool   `json:"announce,omitempty"`
 }
 
-// TimerID is the ID of a fingerprint's one reconciliation timer:
+// IntentTimerID is the ID of a fingerprint's one reconciliation timer:
 // scheduling the next poll, or an announcement, replaces the pending one.
-func TimerID(fingerprint string) string { return "reconcile/" + Hex(fingerprint) }
+func IntentTimerID(fingerprint string) string { return "reconcile/" + Hex(fingerprint) }
 
 // PollTimer fires attempt n of a fingerprint's reconciliation at dueMs on
 // subject (the reconciliation stage's timer subject for the fingerprint).
-func PollTimer(subject, fingerprint string, n int, dueMs int64) kv.Timer {
-	return kv.Timer{
-		ID:      TimerID(fingerprint),
+func PollTimer(subject, fingerprint string, n int, dueMs int64) Timer {
+	return Timer{
+		ID:      IntentTimerID(fingerprint),
 		DueMs:   dueMs,
 		Subject: subject,
 		Data:    schema.MustMarshal(Trigger{Fingerprint: fingerprint, Attempt: n}),
@@ -37,9 +36,9 @@ func PollTimer(subject, fingerprint string, n int, dueMs int64) kv.Timer {
 // AnnounceTimer announces a fingerprint's latest receipt at dueMs on
 // subject, replacing a pending poll; tag makes the message id unique per
 // announced receipt.
-func AnnounceTimer(subject, fingerprint, tag string, dueMs int64) kv.Timer {
-	return kv.Timer{
-		ID:      TimerID(fingerprint),
+func AnnounceTimer(subject, fingerprint, tag string, dueMs int64) Timer {
+	return Timer{
+		ID:      IntentTimerID(fingerprint),
 		DueMs:   dueMs,
 		Subject: subject,
 		Data:    schema.MustMarshal(Trigger{Fingerprint: fingerprint, Announce: true}),

@@ -1,4 +1,4 @@
-package journal_test
+package jetstream_test
 
 import (
 	"context"
@@ -8,9 +8,10 @@ import (
 	"testing"
 	"time"
 
+	kvjs "github.com/portcullis/portcullis/kv/jetstream"
+
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/leaderkv/leaderkvtest"
 	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/kv"
@@ -19,15 +20,15 @@ import (
 
 // sweepJournals opens n processors' replicated journals on one fresh
 // bucket on url, and a handle on the bucket.
-func sweepJournals(t testing.TB, url string, replicas, n int) ([]*journal.Replicated, jetstream.KeyValue) {
+func sweepJournals(t testing.TB, url string, replicas, n int) ([]*kvjs.Journal, jetstream.KeyValue) {
 	t.Helper()
 	bucket := fmt.Sprintf("journal_%d", buckets.Add(1))
-	var out []*journal.Replicated
+	var out []*kvjs.Journal
 	var kv jetstream.KeyValue
 	for i := range n {
-		js, h := leaderkvtest.Open(t, url, journal.Bucket(bucket, replicas))
+		js, h := leaderkvtest.Open(t, url, kvjs.JournalBucket(bucket, replicas))
 		kv = h
-		out = append(out, journal.NewReplicated(journal.ReplicatedOptions{KV: h, JS: js, Writer: fmt.Sprintf("p_%016d", i+1)}))
+		out = append(out, kvjs.NewJournal(kvjs.JournalOptions{KV: h, JS: js, Writer: fmt.Sprintf("p_%016d", i+1)}))
 	}
 	return out, kv
 }
@@ -38,7 +39,7 @@ func fingerprint(n int) string { return fmt.Sprintf("sha256:%064x", n) }
 // stages do, settled by the verdicts given (none: in flight), with a
 // finished reconciliation attempt per verdict after the first. Every write
 // is stamped at ms.
-func intent(t testing.TB, j journal.Store, n int, ms int64, verdicts ...journal.Verdict) {
+func intent(t testing.TB, j kv.Journal, n int, ms int64, verdicts ...kv.Verdict) {
 	t.Helper()
 	fp := fingerprint(n)
 	unlock := j.Lock(fp)
@@ -48,24 +49,24 @@ func intent(t testing.TB, j journal.Store, n int, ms int64, verdicts ...journal.
 		t.Fatal(err)
 	}
 	if rec.Fingerprint == "" {
-		rec = journal.New(journal.Identity{Fingerprint: fp, IdempotencyKey: journal.Hex(fp), Provider: "demo", Referent: "r"}, "fake", ms)
+		rec = kv.NewIntent(kv.Identity{Fingerprint: fp, IdempotencyKey: kv.Hex(fp), Provider: "demo", Referent: "r"}, "fake", ms)
 	}
 	rec.AddProposal(schema.ProposalRef{Host: "h", ProposalID: fmt.Sprint("p", n)})
-	rec.State, rec.DispatchAttempts, rec.InFlightAtMs, rec.UpdatedAtMs = journal.StateInFlight, 1, ms, ms
-	if err := j.Commit(fp, journal.Writes{Record: &rec}); err != nil {
+	rec.State, rec.DispatchAttempts, rec.InFlightAtMs, rec.UpdatedAtMs = kv.StateInFlight, 1, ms, ms
+	if err := j.Commit(fp, kv.IntentWrites{Record: &rec}); err != nil {
 		t.Fatal(err)
 	}
 	for i, v := range verdicts {
-		w := journal.Writes{Record: &rec}
+		w := kv.IntentWrites{Record: &rec}
 		step := "dispatch"
 		if i > 0 {
 			rec.ReconcileAttempt = i
-			cp := journal.Attempt{AttemptID: journal.AttemptID(fp, i), Number: i, StartedAtMs: ms, Status: "confirmed", FinishedAtMs: ms}
+			cp := kv.Attempt{AttemptID: kv.AttemptID(fp, i), Number: i, StartedAtMs: ms, Status: "confirmed", FinishedAtMs: ms}
 			w.Attempt, step = &cp, "reconcile/"+cp.AttemptID
 		}
 		rc := rec.Settle(v, step, nil, nil, ms)
 		w.Receipt = &rc
-		if journal.Indeterminate(&rc) {
+		if kv.IndeterminateReceipt(&rc) {
 			w.Indeterminate, w.SinceMs = 1, ms
 		} else {
 			w.Indeterminate = -1
@@ -77,22 +78,22 @@ func intent(t testing.TB, j journal.Store, n int, ms int64, verdicts ...journal.
 }
 
 var (
-	confirmed = journal.Verdict{Status: schema.StatusConfirmed, NextAction: schema.NextNone, Attempted: true, Settled: true}
-	required  = journal.Verdict{Status: schema.StatusReconciliationRequired, NextAction: schema.NextReconcile, Attempted: true}
-	exhausted = journal.Verdict{Status: schema.StatusReconciliationRequired, NextAction: schema.NextNone, Attempted: true, Exhausted: true}
-	acked     = journal.Verdict{Status: schema.StatusAcknowledged, NextAction: schema.NextVerify, Attempted: true}
+	confirmed = kv.Verdict{Status: schema.StatusConfirmed, NextAction: schema.NextNone, Attempted: true, Settled: true}
+	required  = kv.Verdict{Status: schema.StatusReconciliationRequired, NextAction: schema.NextReconcile, Attempted: true}
+	exhausted = kv.Verdict{Status: schema.StatusReconciliationRequired, NextAction: schema.NextNone, Attempted: true, Exhausted: true}
+	acked     = kv.Verdict{Status: schema.StatusAcknowledged, NextAction: schema.NextVerify, Attempted: true}
 )
 
 // keysOf lists the bucket's keys that belong to fingerprint n.
-func keysOf(t *testing.T, kv jetstream.KeyValue, n int) []string {
+func keysOf(t *testing.T, b jetstream.KeyValue, n int) []string {
 	t.Helper()
-	l, err := kv.ListKeys(context.Background())
+	l, err := b.ListKeys(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []string
 	for k := range l.Keys() {
-		if strings.Contains(k, journal.Hex(fingerprint(n))) {
+		if strings.Contains(k, kv.Hex(fingerprint(n))) {
 			out = append(out, k)
 		}
 	}
@@ -114,25 +115,25 @@ func testSweep(t *testing.T, url string, replicas int) {
 	intent(t, js[0], 4, old, acked)                         // being verified: kept
 	intent(t, js[1], 5, old, required)                      // being reconciled: kept
 	ended := schema.ProposalRef{Host: "h", ProposalID: "ended-old"}
-	if err := js[0].Commit(fingerprint(7), journal.Writes{Ended: &journal.EndedProposal{Ref: ended, Ended: kv.Ended{Phase: schema.PhaseAuthorization, Code: schema.CodeGrantExpired, AtMs: old}}}); err != nil {
+	if err := js[0].Commit(fingerprint(7), kv.IntentWrites{Ended: &kv.EndedProposal{Ref: ended, Ended: kv.Ended{Phase: schema.PhaseAuthorization, Code: schema.CodeGrantExpired, AtMs: old}}}); err != nil {
 		t.Fatal(err)
 	}
 	// Nothing sent, only a proposal ended at dispatch's re-check: goes.
-	endsOnly := journal.New(journal.Identity{Fingerprint: fingerprint(10), IdempotencyKey: journal.Hex(fingerprint(10)), Provider: "demo", Referent: "r"}, "fake", old)
-	endsOnly.End(journal.EndedProposal{Ref: schema.ProposalRef{Host: "h", ProposalID: "p10"}, Ended: kv.Ended{Phase: schema.PhaseAuthorization, Code: schema.CodeGrantExpired, AtMs: old}})
-	if err := js[2].Commit(fingerprint(10), journal.Writes{Record: &endsOnly}); err != nil {
+	endsOnly := kv.NewIntent(kv.Identity{Fingerprint: fingerprint(10), IdempotencyKey: kv.Hex(fingerprint(10)), Provider: "demo", Referent: "r"}, "fake", old)
+	endsOnly.End(kv.EndedProposal{Ref: schema.ProposalRef{Host: "h", ProposalID: "p10"}, Ended: kv.Ended{Phase: schema.PhaseAuthorization, Code: schema.CodeGrantExpired, AtMs: old}})
+	if err := js[2].Commit(fingerprint(10), kv.IntentWrites{Record: &endsOnly}); err != nil {
 		t.Fatal(err)
 	}
 	cut := time.Now()
 	// Within the horizon: a finished one, and an end.
 	intent(t, js[1], 8, old, confirmed)
 	recent := schema.ProposalRef{Host: "h", ProposalID: "ended-recent"}
-	if err := js[0].Commit(fingerprint(9), journal.Writes{Ended: &journal.EndedProposal{Ref: recent, Ended: kv.Ended{AtMs: old}}}); err != nil {
+	if err := js[0].Commit(fingerprint(9), kv.IntentWrites{Ended: &kv.EndedProposal{Ref: recent, Ended: kv.Ended{AtMs: old}}}); err != nil {
 		t.Fatal(err)
 	}
 
 	var mu sync.Mutex
-	var total journal.SweepStats
+	var total kvjs.SweepStats
 	var wg sync.WaitGroup
 	for _, j := range js {
 		wg.Go(func() {
@@ -184,7 +185,7 @@ func testSweep(t *testing.T, url string, replicas int) {
 
 	// The next sweeps read nothing again that they kept.
 	for _, j := range js {
-		if st, err := j.Sweep(context.Background(), horizon, horizon, cut.Add(horizon)); err != nil || st != (journal.SweepStats{}) {
+		if st, err := j.Sweep(context.Background(), horizon, horizon, cut.Add(horizon)); err != nil || st != (kvjs.SweepStats{}) {
 			t.Errorf("second sweep: %+v %v", st, err)
 		}
 	}
@@ -245,7 +246,7 @@ func BenchmarkSweep(b *testing.B) {
 	})
 }
 
-func sweepBench(b *testing.B, url string, n int) (*journal.Replicated, jetstream.KeyValue) {
+func sweepBench(b *testing.B, url string, n int) (*kvjs.Journal, jetstream.KeyValue) {
 	b.Helper()
 	b.StopTimer()
 	defer b.StartTimer()

@@ -1,4 +1,4 @@
-package journal
+package jetstream
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/portcullis/portcullis/kv"
 
 	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go/jetstream"
@@ -60,7 +62,7 @@ const markerTTL = time.Hour
 // repair), so that a new life of the fingerprint never finds the old one's
 // receipts or attempts; a tombstone a crashed sweep left is finished by a
 // later sweep once it is past the horizon itself.
-func (r *Replicated) Sweep(ctx context.Context, receipts, proposals time.Duration, now time.Time) (SweepStats, error) {
+func (r *Journal) Sweep(ctx context.Context, receipts, proposals time.Duration, now time.Time) (SweepStats, error) {
 	r.sweepMu.Lock()
 	defer r.sweepMu.Unlock()
 	var st SweepStats
@@ -107,7 +109,7 @@ func (r *Replicated) Sweep(ctx context.Context, receipts, proposals time.Duratio
 // scan calls f with every value under prefix whose last write is older
 // than cutoff, in stream order from *cursor, and moves *cursor past each
 // one f returned for. It stops at the first newer one.
-func (r *Replicated) scan(ctx context.Context, prefix string, cursor *uint64, cutoff time.Time, f func(key string, m *jetstream.RawStreamMsg) error) error {
+func (r *Journal) scan(ctx context.Context, prefix string, cursor *uint64, cutoff time.Time, f func(key string, m *jetstream.RawStreamMsg) error) error {
 	err := r.cas.Scan(ctx, prefix, cursor, func(key string, m *jetstream.RawStreamMsg) (bool, error) {
 		if !m.Time.Before(cutoff) {
 			return false, nil
@@ -122,11 +124,11 @@ func (r *Replicated) scan(ctx context.Context, prefix string, cursor *uint64, cu
 
 // sweepRecord removes a finished record read at rev: tombstone, owned
 // keys, tombstone. removed is false when another writer changed it first.
-func (r *Replicated) sweepRecord(h string, s *stored, rev uint64) (removed bool, err error) {
+func (r *Journal) sweepRecord(h string, s *stored, rev uint64) (removed bool, err error) {
 	tomb := &stored{Record: s.Record, Writer: r.writer, Commit: leaderkv.CommitID(), Swept: true}
 	t, err := r.swap(h, rev, tomb)
 	switch {
-	case errors.Is(err, ErrConflict):
+	case errors.Is(err, kv.ErrConflict):
 		return false, nil // written since: judged again once it is old
 	case err != nil:
 		return false, err
@@ -136,7 +138,7 @@ func (r *Replicated) sweepRecord(h string, s *stored, rev uint64) (removed bool,
 
 // bury purges what a record swept at tombstone revision t owned (every key
 // older than t: a new life's keys are newer), then the tombstone.
-func (r *Replicated) bury(h string, rec *Record, t uint64) error {
+func (r *Journal) bury(h string, rec *kv.Intent, t uint64) error {
 	if err := r.clean(h, rec, t); err != nil {
 		return err
 	}
@@ -148,16 +150,16 @@ func (r *Replicated) bury(h string, rec *Record, t uint64) error {
 // t: its receipts' history, its reconciliation attempts and its index
 // entry. Each purge is on the revision read, so a key written after t — by
 // a new life of the fingerprint — is never touched.
-func (r *Replicated) clean(h string, rec *Record, t uint64) error {
+func (r *Journal) clean(h string, rec *kv.Intent, t uint64) error {
 	keys := []string{indexKey(h)}
 	for seq := uint64(1); seq <= rec.ReceiptSeq; seq++ {
 		keys = append(keys, receiptKey(h, seq))
 	}
 	fp := "sha256:" + h
 	for n := 1; n <= rec.ReconcileAttempt; n++ {
-		keys = append(keys, attemptKey(h, AttemptID(fp, n)))
+		keys = append(keys, attemptKey(h, kv.AttemptID(fp, n)))
 	}
-	keys = append(keys, attemptKey(h, OperatorAttemptID(fp)))
+	keys = append(keys, attemptKey(h, kv.OperatorAttemptID(fp)))
 	for _, key := range keys {
 		rev, err := r.cas.Revision(key)
 		switch {
@@ -175,7 +177,7 @@ func (r *Replicated) clean(h string, rec *Record, t uint64) error {
 
 // purge removes key if its revision is still rev; removed is false when it
 // changed since.
-func (r *Replicated) purge(key string, rev uint64) (removed bool, err error) {
+func (r *Journal) purge(key string, rev uint64) (removed bool, err error) {
 	if removed, err = r.cas.Purge(key, rev, markerTTL); err != nil {
 		return false, fmt.Errorf("journal: sweep: %w", err)
 	}

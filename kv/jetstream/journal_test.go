@@ -1,4 +1,4 @@
-package journal_test
+package jetstream_test
 
 import (
 	"context"
@@ -8,12 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portcullis/portcullis/kv"
+	kvjs "github.com/portcullis/portcullis/kv/jetstream"
+	"github.com/portcullis/portcullis/kv/kvtest"
+
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/portcullis/portcullis/internal/journal"
-	"github.com/portcullis/portcullis/internal/journal/journaltest"
 	"github.com/portcullis/portcullis/internal/leaderkv/leaderkvtest"
 	"github.com/portcullis/portcullis/internal/seal"
 	"github.com/portcullis/portcullis/internal/testenv"
@@ -25,19 +27,19 @@ var buckets atomic.Int64
 
 // replicated opens the conformance suite's journals on url: a fresh bucket
 // per subtest, each instance on its own connection (another processor).
-func replicated(url string, replicas int) journaltest.Open {
-	return func(t *testing.T) (journal.Store, func() journal.Store) {
+func replicated(url string, replicas int) kvtest.OpenJournal {
+	return func(t *testing.T) (kv.Journal, func() kv.Journal) {
 		bucket := fmt.Sprintf("journal_%d", buckets.Add(1))
 		n := 0
-		open := func() journal.Store {
-			js, kv := leaderkvtest.Open(t, url, journal.Bucket(bucket, replicas))
+		open := func() kv.Journal {
+			js, b := leaderkvtest.Open(t, url, kvjs.JournalBucket(bucket, replicas))
 			sealer, err := seal.New(make([]byte, 32))
 			if err != nil {
 				t.Fatal(err)
 			}
 			n++
-			return journal.NewReplicated(journal.ReplicatedOptions{
-				KV: kv, JS: js, Writer: fmt.Sprintf("p_%016d", n),
+			return kvjs.NewJournal(kvjs.JournalOptions{
+				KV: b, JS: js, Writer: fmt.Sprintf("p_%016d", n),
 				Timers: &timers.Schedules{JS: js, Subjects: subjects.Default(), Seal: sealer},
 			})
 		}
@@ -46,14 +48,14 @@ func replicated(url string, replicas int) journaltest.Open {
 }
 
 func TestReplicatedR1(t *testing.T) {
-	journaltest.Run(t, replicated(testenv.StartServer(t, "").ClientURL(), 1))
+	kvtest.RunJournal(t, replicated(testenv.StartServer(t, "").ClientURL(), 1))
 }
 
 func TestReplicatedR3(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a three-server cluster")
 	}
-	journaltest.Run(t, replicated(testenv.NewCluster(t).URL(), 3))
+	kvtest.RunJournal(t, replicated(testenv.NewCluster(t).URL(), 3))
 }
 
 // BenchmarkReplicatedCommit measures one compare-and-set of a record
@@ -83,14 +85,14 @@ func BenchmarkReplicatedCommit(b *testing.B) {
 			}
 			b.Cleanup(nc.Close)
 			js, _ := jetstream.New(nc)
-			var kv jetstream.KeyValue
+			var bucket jetstream.KeyValue
 			testenv.Retry(b, func(ctx context.Context) (err error) {
-				kv, err = journal.Bucket("journal_bench", r).Ensure(ctx, js)
+				bucket, err = kvjs.JournalBucket("journal_bench", r).Ensure(ctx, js)
 				return err
 			})
-			j := journal.NewReplicated(journal.ReplicatedOptions{KV: kv, JS: js, Writer: "p_bench"})
+			j := kvjs.NewJournal(kvjs.JournalOptions{KV: bucket, JS: js, Writer: "p_bench"})
 			fp := "sha256:" + strings.Repeat("ab", 32)
-			rec := journal.New(journal.Identity{Fingerprint: fp, IdempotencyKey: fp[7:], Provider: "demo", Referent: "sku-1"}, "fake", 1)
+			rec := kv.NewIntent(kv.Identity{Fingerprint: fp, IdempotencyKey: fp[7:], Provider: "demo", Referent: "sku-1"}, "fake", 1)
 			b.ResetTimer()
 			for i := range b.N {
 				unlock := j.Lock(fp)
@@ -98,7 +100,7 @@ func BenchmarkReplicatedCommit(b *testing.B) {
 					b.Fatal(err)
 				}
 				rec.UpdatedAtMs = int64(i)
-				if err := j.Commit(fp, journal.Writes{Record: &rec}); err != nil {
+				if err := j.Commit(fp, kv.IntentWrites{Record: &rec}); err != nil {
 					b.Fatal(err)
 				}
 				unlock()

@@ -1,4 +1,4 @@
-package journal
+package jetstream
 
 import (
 	"context"
@@ -65,7 +65,7 @@ import (
 // A write that times out may have been stored: Commit reads the record
 // back and recognizes its own commit id; if it cannot tell within its
 // budget it returns ErrUncertain.
-type Replicated struct {
+type Journal struct {
 	// cas is the bucket and the sessions Lock starts, by fingerprint.
 	cas    leaderkv.CAS[stored]
 	timers timers.Timers
@@ -77,10 +77,10 @@ type Replicated struct {
 	recCursor, endCursor uint64
 }
 
-var _ Store = (*Replicated)(nil)
+var _ kv.Journal = (*Journal)(nil)
 
 // ReplicatedOptions configure NewReplicated.
-type ReplicatedOptions struct {
+type JournalOptions struct {
 	// KV is the journal's bucket (Bind, EnsureBucket), and JS the
 	// JetStream context it was bound with (for listing keys).
 	KV jetstream.KeyValue
@@ -97,10 +97,10 @@ type ReplicatedOptions struct {
 }
 
 // NewReplicated returns the journal on o.KV.
-func NewReplicated(o ReplicatedOptions) *Replicated {
-	r := &Replicated{timers: o.Timers, writer: o.Writer, log: o.Log,
+func NewJournal(o JournalOptions) *Journal {
+	r := &Journal{timers: o.Timers, writer: o.Writer, log: o.Log,
 		cas: leaderkv.CAS[stored]{Handle: leaderkv.Handle{KV: o.KV, JS: o.JS, Name: "journal", Timeouts: o.Timeouts},
-			ID: (*stored).commit, Conflict: ErrConflict, Uncertain: ErrUncertain}}
+			ID: (*stored).commit, Conflict: kv.ErrConflict, Uncertain: kv.ErrUncertain}}
 	if r.log == nil {
 		r.log = slog.Default()
 	}
@@ -114,14 +114,14 @@ func NewReplicated(o ReplicatedOptions) *Replicated {
 // never) and refusing writes when full rather than dropping a record;
 // every read from the stream's leader. Per-message TTLs are allowed for
 // the markers Sweep leaves.
-func Bucket(name string, replicas int) leaderkv.Bucket {
+func JournalBucket(name string, replicas int) leaderkv.Bucket {
 	return leaderkv.Bucket{Name: name, Replicas: replicas, DenyDelete: true, AllowMsgTTL: true,
 		Description: "Portcullis dispatch journal: one record per intent fingerprint, receipts, reconciliation attempts"}
 }
 
 // stored is the value of rec.<hex>.
 type stored struct {
-	Record Record `json:"record"`
+	Record kv.Intent `json:"record"`
 	// Writer is the instance id of the processor that committed it, and
 	// Commit a random id of the commit (leaderkv.CommitID): a writer whose
 	// write timed out recognizes its own.
@@ -140,7 +140,7 @@ func (s *stored) commit() string { return s.Commit }
 type after struct {
 	// Receipt is the history's entry number Record.ReceiptSeq.
 	Receipt *schema.Receipt `json:"receipt,omitempty"`
-	Attempt *Attempt        `json:"attempt,omitempty"`
+	Attempt *kv.Attempt     `json:"attempt,omitempty"`
 	// Unindex removes the fingerprint from the indeterminate index.
 	Unindex bool `json:"unindex,omitempty"`
 }
@@ -165,13 +165,13 @@ func endedKey(ref schema.ProposalRef) string {
 	return "end." + hex.EncodeToString(s[:])
 }
 
-func (r *Replicated) do(f func(ctx context.Context) error) error { return r.cas.Do(f) }
+func (r *Journal) do(f func(ctx context.Context) error) error { return r.cas.Do(f) }
 
 // Lock serializes this process's work on the fingerprint and starts the
 // session that remembers what Load read.
-func (r *Replicated) Lock(fingerprint string) func() { return r.cas.Lock(fingerprint) }
+func (r *Journal) Lock(fingerprint string) func() { return r.cas.Lock(fingerprint) }
 
-func (r *Replicated) loadStored(fingerprint string) (*stored, uint64, error) {
+func (r *Journal) loadStored(fingerprint string) (*stored, uint64, error) {
 	h, err := keyHex(fingerprint)
 	if err != nil {
 		return nil, 0, err
@@ -182,20 +182,20 @@ func (r *Replicated) loadStored(fingerprint string) (*stored, uint64, error) {
 // Load reads the fingerprint's record from the stream's leader; the
 // first Load under a Lock is what that session's Commit compares with
 // (leaderkv.CAS).
-func (r *Replicated) Load(fingerprint string) (Record, bool, error) {
+func (r *Journal) Load(fingerprint string) (kv.Intent, bool, error) {
 	s, _, err := r.loadStored(fingerprint)
 	if err != nil {
-		return Record{}, false, fmt.Errorf("journal: load: %w", err)
+		return kv.Intent{}, false, fmt.Errorf("journal: load: %w", err)
 	}
 	if s == nil || s.Swept {
-		return Record{}, false, nil
+		return kv.Intent{}, false, nil
 	}
 	return s.Record, true, nil
 }
 
 // Commit writes w as the Replicated doc comment describes.
-func (r *Replicated) Commit(fingerprint string, w Writes) error {
-	if err := w.check(); err != nil {
+func (r *Journal) Commit(fingerprint string, w kv.IntentWrites) error {
+	if err := w.Check(); err != nil {
 		return err
 	}
 	if w.Empty() {
@@ -243,7 +243,7 @@ func (r *Replicated) Commit(fingerprint string, w Writes) error {
 		s := &stored{Record: *w.Record, Writer: r.writer, Commit: leaderkv.CommitID(), After: a}
 		newRev, err := r.swap(h, rev, s)
 		if err != nil {
-			if errors.Is(err, ErrConflict) {
+			if errors.Is(err, kv.ErrConflict) {
 				r.cas.Forget(fingerprint)
 			}
 			return err
@@ -273,12 +273,12 @@ func (r *Replicated) Commit(fingerprint string, w Writes) error {
 
 // swap is the compare-and-set of the record: Create when nothing was
 // loaded, else Update against rev (leaderkv.CAS.Swap).
-func (r *Replicated) swap(h string, rev uint64, s *stored) (uint64, error) {
+func (r *Journal) swap(h string, rev uint64, s *stored) (uint64, error) {
 	return r.cas.Swap(recordKey(h), h[:12]+"…", rev, s)
 }
 
 // readBack reads the record and its revision (nil, 0 when there is none).
-func (r *Replicated) readBack(h string) (*stored, uint64, error) {
+func (r *Journal) readBack(h string) (*stored, uint64, error) {
 	var s stored
 	rev, found, err := r.cas.Get(recordKey(h), &s)
 	if err != nil || !found {
@@ -288,7 +288,7 @@ func (r *Replicated) readBack(h string) (*stored, uint64, error) {
 }
 
 // apply stores a commit's After writes; each is idempotent.
-func (r *Replicated) apply(h string, rec *Record, a *after) error {
+func (r *Journal) apply(h string, rec *kv.Intent, a *after) error {
 	if a.Receipt != nil && rec != nil {
 		if err := r.cas.Create(receiptKey(h, rec.ReceiptSeq), a.Receipt); err != nil {
 			return err
@@ -316,7 +316,7 @@ func (r *Replicated) apply(h string, rec *Record, a *after) error {
 
 // Receipts returns the fingerprint's receipts, oldest first: the history's
 // entries, and the record's latest receipt if its entry is not stored yet.
-func (r *Replicated) Receipts(fingerprint string) ([]schema.Receipt, error) {
+func (r *Journal) Receipts(fingerprint string) ([]schema.Receipt, error) {
 	h, err := keyHex(fingerprint)
 	if err != nil {
 		return nil, err
@@ -355,19 +355,19 @@ func (r *Replicated) Receipts(fingerprint string) ([]schema.Receipt, error) {
 
 // Attempt returns a reconciliation attempt's checkpoint; if the stored one
 // is missing or unfinished, the record's pending After may hold a newer one.
-func (r *Replicated) Attempt(fingerprint, attemptID string) (Attempt, bool, error) {
+func (r *Journal) Attempt(fingerprint, attemptID string) (kv.Attempt, bool, error) {
 	h, err := keyHex(fingerprint)
 	if err != nil {
-		return Attempt{}, false, err
+		return kv.Attempt{}, false, err
 	}
-	var a Attempt
+	var a kv.Attempt
 	_, found, err := r.cas.Get(attemptKey(h, attemptID), &a)
 	if err != nil || (found && a.Status != "") {
 		return a, found, err
 	}
 	s, _, err := r.loadStored(fingerprint)
 	if err != nil {
-		return Attempt{}, false, err
+		return kv.Attempt{}, false, err
 	}
 	if s != nil && s.After != nil && s.After.Attempt != nil && s.After.Attempt.AttemptID == attemptID {
 		return *s.After.Attempt, true, nil
@@ -376,7 +376,7 @@ func (r *Replicated) Attempt(fingerprint, attemptID string) (Attempt, bool, erro
 }
 
 // Ended returns a proposal's dispatch-time end.
-func (r *Replicated) Ended(ref schema.ProposalRef) (kv.Ended, bool, error) {
+func (r *Journal) Ended(ref schema.ProposalRef) (kv.Ended, bool, error) {
 	var e kv.Ended
 	_, found, err := r.cas.Get(endedKey(ref), &e)
 	return e, found, err
@@ -385,7 +385,7 @@ func (r *Replicated) Ended(ref schema.ProposalRef) (kv.Ended, bool, error) {
 // CountIndeterminate counts Indeterminates: the same on every processor
 // (actions_indeterminate_actions is cluster-wide), at the cost of a read
 // per index entry at each scrape.
-func (r *Replicated) CountIndeterminate() (int, error) {
+func (r *Journal) CountIndeterminate() (int, error) {
 	ind, err := r.Indeterminates()
 	return len(ind), err
 }
@@ -394,7 +394,7 @@ func (r *Replicated) CountIndeterminate() (int, error) {
 // effect unknown, by fingerprint: the index's entries whose record says so
 // (an entry written for a commit that lost its compare-and-set, or not yet
 // removed, is left out).
-func (r *Replicated) Indeterminates() ([]kv.Indeterminate, error) {
+func (r *Journal) Indeterminates() ([]kv.Indeterminate, error) {
 	keys, err := r.cas.Keys("ind.*")
 	if err != nil {
 		return nil, err
@@ -412,7 +412,7 @@ func (r *Replicated) Indeterminates() ([]kv.Indeterminate, error) {
 		if err != nil {
 			return nil, err
 		}
-		if s == nil || !Indeterminate(s.Record.Receipt) {
+		if s == nil || !kv.IndeterminateReceipt(s.Record.Receipt) {
 			continue
 		}
 		out = append(out, kv.Indeterminate{Fingerprint: fp, SinceMs: since})
