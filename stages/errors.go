@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/leaderkv"
 )
 
@@ -45,7 +44,7 @@ func Transient(err error) bool {
 	if errors.Is(err, ErrTransient) || leaderkv.Unanswered(err) ||
 		errors.Is(err, leaderkv.ErrConflict) || errors.Is(err, leaderkv.ErrUncertain) ||
 		errors.Is(err, kv.ErrConflict) || errors.Is(err, kv.ErrUncertain) ||
-		errors.Is(err, approvals.ErrConflict) || errors.Is(err, approvals.ErrUncertain) {
+		errors.Is(err, kv.ErrConflict) || errors.Is(err, kv.ErrUncertain) {
 		return true
 	}
 	return errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrConnectionDraining) ||

@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nkeys"
 	"go.uber.org/goleak"
 
-	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
@@ -169,7 +168,7 @@ func FuzzRequests(f *testing.F) {
 	const nowMs = 1_700_000_000_000
 	clock := stages.NewManualClock(time.UnixMilli(nowMs))
 	rec := &reconciliation.Stage{Journal: pebble.NewJournal(st), Route: stages.Route{Subjects: subjects.Default(), Self: "reconciliation"}, Clock: clock, Metrics: metrics.New(nil, nil), MaxAttempts: 3}
-	ap, err := approvals.NewPebble(st)
+	ap, err := pebble.NewApprovals(st)
 	if err != nil {
 		f.Fatal(err)
 	}

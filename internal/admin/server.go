@@ -15,7 +15,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/version"
 	"github.com/portcullis/portcullis/kv"
@@ -52,7 +51,7 @@ type Server struct {
 	Journal kv.Journal
 	// Approvals are the authorization stage's records: parked approvals
 	// (approvals.list) and a proposal's decision (proposals.get).
-	Approvals approvals.Store
+	Approvals kv.Approvals
 	// Nonces remembers operator request nonces: the processor's store, or
 	// on a cluster the shared bucket (ReplicatedNonces).
 	Nonces Nonces
@@ -403,7 +402,7 @@ func (s *Server) approvals(_ string, req *ApprovalsRequest) (*Approvals, *Error)
 // providers reads the provider of each approval's intent from its activity
 // snapshot (the authorization record does not name it). What cannot be
 // read stays "": the list is still worth having.
-func (s *Server) providers(ctx context.Context, parked []approvals.Record) map[string]string {
+func (s *Server) providers(ctx context.Context, parked []kv.Approval) map[string]string {
 	out := map[string]string{}
 	if len(parked) == 0 || s.JS == nil {
 		return out

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portcullis/portcullis/kv"
+
 	"github.com/portcullis/portcullis/kv/pebble"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -19,7 +21,6 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/portcullis/portcullis/internal/admin"
-	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/internal/version"
@@ -279,7 +280,7 @@ func TestApprovalsAndProposals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Fingerprint != fpPark || p.Approval == nil || p.Approval.State != string(approvals.StateParked) || p.Approval.ExpiresAtMs != want.ExpiresAtMs ||
+	if p.Fingerprint != fpPark || p.Approval == nil || p.Approval.State != string(kv.StateParked) || p.Approval.ExpiresAtMs != want.ExpiresAtMs ||
 		p.Receipt != nil || p.Truncated || len(p.Outcomes) != 1 || p.Outcomes[0].Outcome.Kind != schema.KindNeedsApproval || p.Outcomes[0].Seq == 0 {
 		t.Errorf("parked proposal = %+v", p)
 	}
@@ -288,7 +289,7 @@ func TestApprovalsAndProposals(t *testing.T) {
 		t.Fatal(err)
 	}
 	last := p.Outcomes[len(p.Outcomes)-1].Outcome
-	if p.Fingerprint != fpOK || p.Approval == nil || p.Approval.State != string(approvals.StatePermitted) || p.Receipt == nil ||
+	if p.Fingerprint != fpOK || p.Approval == nil || p.Approval.State != string(kv.StatePermitted) || p.Receipt == nil ||
 		p.Receipt.Status != schema.StatusConfirmed || last.Kind != schema.KindConfirmed || last.ProposalID != "prop-ok" {
 		t.Errorf("confirmed proposal = %+v", p)
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/portcullis/portcullis/internal/admin"
-	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/engine"
 	"github.com/portcullis/portcullis/internal/testenv"
@@ -102,7 +101,7 @@ func consumerNames(env *testenv.Env) []string {
 // readiness, gathered from its service statistics — and none twice.
 func TestStatusEveryProcessor(t *testing.T) {
 	ns, st := plainServer(t)
-	ap, err := approvals.NewPebble(st)
+	ap, err := pebble.NewApprovals(st)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portcullis/portcullis/kv"
+
 	kvjs "github.com/portcullis/portcullis/kv/jetstream"
 
 	"github.com/portcullis/portcullis/kv/pebble"
@@ -14,7 +16,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/engine"
 	"github.com/portcullis/portcullis/internal/testenv"
@@ -62,7 +63,7 @@ func TestJournalStreams(t *testing.T) {
 		if _, replicated := p.Journal().(*kvjs.Journal); replicated != cfg.ReplicatedJournal() {
 			t.Errorf("journal %s: a %T", step.journal, p.Journal())
 		}
-		if _, replicated := p.Approvals().(*approvals.Replicated); replicated != cfg.ReplicatedJournal() {
+		if _, replicated := p.Approvals().(*kvjs.Approvals); replicated != cfg.ReplicatedJournal() {
 			t.Errorf("journal %s: approvals %T", step.journal, p.Approvals())
 		}
 		for _, name := range []string{subjects.StageReconciliation, subjects.StageAuthorization} {
@@ -137,13 +138,13 @@ func TestLocalJournalIsNotLeftBehind(t *testing.T) {
 // which would not know them (their timers and grants would find nothing).
 func TestLocalApprovalsAreNotLeftBehind(t *testing.T) {
 	cfg, st := externalWithStore(t)
-	ap, err := approvals.NewPebble(st)
+	ap, err := pebble.NewApprovals(st)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ref := testenv.Ref("parked")
-	r := approvals.Record{Host: ref.Host, ProposalID: ref.ProposalID, Fingerprint: "sha256:" + strings.Repeat("ab", 32), State: approvals.StateParked, ExpiresAtMs: 1}
-	if err := ap.Commit(ref, approvals.Writes{Record: &r}); err != nil {
+	r := kv.Approval{Host: ref.Host, ProposalID: ref.ProposalID, Fingerprint: "sha256:" + strings.Repeat("ab", 32), State: kv.StateParked, ExpiresAtMs: 1}
+	if err := ap.Commit(ref, kv.ApprovalWrites{Record: &r}); err != nil {
 		t.Fatal(err)
 	}
 	st.Close()

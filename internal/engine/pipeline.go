@@ -15,7 +15,6 @@ import (
 
 	"github.com/portcullis/portcullis/internal/activity"
 	"github.com/portcullis/portcullis/internal/adapters"
-	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/internal/seal"
@@ -169,7 +168,7 @@ type Parts struct {
 	Journal kv.Journal
 	// Admission are the admission stage's records. nil: on Store.
 	Admission admission.Records
-	Approvals approvals.Store
+	Approvals kv.Approvals
 	Activity  *activity.Store
 	// Adapters are the providers' adapters, by provider name.
 	Adapters map[string]adapters.Adapter

@@ -27,7 +27,6 @@ import (
 	"github.com/portcullis/portcullis/internal/activity"
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/admin"
-	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/leaderkv"
 	"github.com/portcullis/portcullis/internal/seal"
@@ -90,7 +89,7 @@ type Processor struct {
 	recon    *reconciliation.Stage
 	// approvals is the authorization stage's state: on store (Pebble), or
 	// with a replicated journal on the approvals bucket (openApprovals).
-	approvals approvals.Store
+	approvals kv.Approvals
 	// stopAdmin ends the operator API (admin.Server) before the store closes.
 	stopAdmin func()
 	// closeApprovals stops the replicated approvals' watcher (nil: none).
@@ -387,7 +386,7 @@ func (p *Processor) bind(ctx context.Context, name string) (jetstream.KeyValue, 
 // replicated one, its expiry timers message schedules in the
 // authorization stream.
 func (p *Processor) openApprovals(ctx context.Context) error {
-	local, err := approvals.NewPebble(p.store)
+	local, err := pebble.NewApprovals(p.store)
 	if err != nil {
 		return err
 	}
@@ -409,7 +408,7 @@ func (p *Processor) openApprovals(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r, err := approvals.NewReplicated(ctx, approvals.ReplicatedOptions{
+	r, err := kvjs.NewApprovals(ctx, kvjs.ApprovalsOptions{
 		KV: bucket, Writer: p.self, Log: p.log.With("component", "approvals"),
 		Timers: &timers.Schedules{JS: p.js, Subjects: p.subj, Seal: p.seal, Legacy: p.legacy},
 	})
@@ -550,7 +549,7 @@ func (p *Processor) Metrics() *metrics.Metrics { return p.metrics }
 func (p *Processor) Store() *pebble.Store { return p.store }
 
 // Approvals returns the authorization stage's approval records (tests).
-func (p *Processor) Approvals() approvals.Store { return p.approvals }
+func (p *Processor) Approvals() kv.Approvals { return p.approvals }
 
 // Journal returns the processor's dispatch journal (for tests and tools
 // running in the same process).

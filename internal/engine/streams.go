@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/internal/admin"
-	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/leaderkv"
 	"github.com/portcullis/portcullis/stages/admission"
@@ -56,7 +55,7 @@ const headerAllowance = 4096
 // pipeline's internal stages each get a stream; nil: Pipeline(). With a
 // replicated journal (store.journal) the list also holds the streams of
 // the buckets a cluster shares — the journal's (kvjs.JournalBucket), the
-// approvals' (approvals.Bucket, records kept for ApprovalsHorizon),
+// approvals' (kvjs.ApprovalsBucket, records kept for ApprovalsHorizon),
 // the admission records' (admission.Bucket) and the operator
 // nonces' (admin.NonceBucket) — and the Scheduled stages take their
 // timers' schedules.
@@ -143,7 +142,7 @@ func StreamConfigs(s subjects.Subjects, c *config.Config, pipeline []Spec) []jet
 	if c.ReplicatedJournal() {
 		proposals, _ := c.RetentionHorizons()
 		out = append(out, kvjs.JournalBucket(s.JournalBucket(), c.NATS.Replicas).Stream(),
-			approvals.Bucket(s.ApprovalsBucket(), c.NATS.Replicas, ApprovalsHorizon(c)).Stream(),
+			kvjs.ApprovalsBucket(s.ApprovalsBucket(), c.NATS.Replicas, ApprovalsHorizon(c)).Stream(),
 			admission.Bucket(s.AdmissionBucket(), c.NATS.Replicas, proposals).Stream(),
 			admin.NonceBucket(s.NonceBucket(), c.NATS.Replicas).Stream())
 	}

@@ -49,7 +49,6 @@ import (
 	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/engine"
 	"github.com/portcullis/portcullis/internal/keyfile"
@@ -149,7 +148,7 @@ type run struct {
 	js       jetstream.JetStream
 	subj     subjects.Subjects
 	journal  *kvjs.Journal
-	approval *approvals.Replicated
+	approval *kvjs.Approvals
 	admitted *admission.Replicated
 	sum      Summary
 	// timers are the local timers of what moved, removed at the end.
@@ -247,7 +246,7 @@ func (r *run) open(ctx context.Context, sealer *seal.Sealer) error {
 	if err != nil {
 		return err
 	}
-	if r.approval, err = approvals.NewReplicated(ctx, approvals.ReplicatedOptions{KV: ab, Timers: sched, Writer: self, Log: r.log}); err != nil {
+	if r.approval, err = kvjs.NewApprovals(ctx, kvjs.ApprovalsOptions{KV: ab, Timers: sched, Writer: self, Log: r.log}); err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	mb, err := bind(r.subj.AdmissionBucket())
@@ -375,8 +374,8 @@ func (r *run) ends() error {
 }
 
 func (r *run) approvals() error {
-	return r.eachProposal(pebble.Approvals, func(ref schema.ProposalRef) error {
-		var rec approvals.Record
+	return r.eachProposal(pebble.ApprovalRecords, func(ref schema.ProposalRef) error {
+		var rec kv.Approval
 		if found, err := r.store.Approval(ref, &rec); err != nil || !found {
 			return err
 		}
@@ -391,7 +390,7 @@ func (r *run) approvals() error {
 				return nil
 			}
 		}
-		timer, err := r.pending(approvals.TimerID(ref))
+		timer, err := r.pending(kv.ApprovalTimerID(ref))
 		if err != nil {
 			return err
 		}
@@ -408,7 +407,7 @@ func (r *run) approvals() error {
 // envelope: in the parked stream, under the proposal's subject, or (parked
 // by an earlier version) in the authorization stream at the sequence its
 // record names.
-func (r *run) envelopeHere(rec approvals.Record) (bool, error) {
+func (r *run) envelopeHere(rec kv.Approval) (bool, error) {
 	m, err := r.lastMsg(r.subj.ParkedStream(), r.subj.ParkedEnvelope(subjects.ProposalToken(rec.Host, rec.ProposalID)))
 	if err == nil && m == nil {
 		m, err = r.msg(r.subj.StageStream(subjects.StageAuthorization), rec.Seq)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/portcullis/portcullis/kv/pebble"
 
-	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/bench"
 	"github.com/portcullis/portcullis/internal/retention"
 	"github.com/portcullis/portcullis/kv"
@@ -93,8 +92,8 @@ func fill(b *pebble.Batch, n int, now int64) {
 	ref, fp := refOf(n), fingerprintOf(n)
 	b.PutAdmitted(ref, kv.Admitted{Digest: fp[7:], Seq: uint64(n), Forwarded: true, AtMs: now})
 	b.PutDelivery(ref.Host, "delivery:"+ref.ProposalID, kv.Delivery{ProposalID: ref.ProposalID, Seq: uint64(n), AtMs: now})
-	b.PutApproval(ref, &approvals.Record{Host: ref.Host, ProposalID: ref.ProposalID, Fingerprint: fp, Referent: "sku-1001", Seq: uint64(n),
-		State: approvals.StatePermitted, ArrivedAtMs: now, DecidedBy: fmt.Sprintf("ACTIONS_AUTHORIZATION/%d", n), DecidedAtMs: now,
+	b.PutApproval(ref, &kv.Approval{Host: ref.Host, ProposalID: ref.ProposalID, Fingerprint: fp, Referent: "sku-1001", Seq: uint64(n),
+		State: kv.StatePermitted, ArrivedAtMs: now, DecidedBy: fmt.Sprintf("ACTIONS_AUTHORIZATION/%d", n), DecidedAtMs: now,
 		Evaluations: []schema.PolicyEvaluation{{Layer: "grant", Outcome: "pass"}}}, false, 0)
 	rec := kv.NewIntent(kv.Identity{Fingerprint: fp, IdempotencyKey: fp[7:], Provider: "inventory", Capability: "inventory.adjust",
 		Operation: "adjust_stock", Environment: "test", Referent: "sku-1001"}, "nats", now)
@@ -114,7 +113,7 @@ func fill(b *pebble.Batch, n int, now int64) {
 // dispatch reads the proposal's end and the fingerprint's journal (absent),
 // writes the in-flight record synced, then the receipt synced; the runner
 // records the outcome (NoSync) and flushes before the ack.
-func hotPath(s *pebble.Store, ap *approvals.Pebble, n int, now int64) error {
+func hotPath(s *pebble.Store, ap *pebble.Approvals, n int, now int64) error {
 	ref, fp := refOf(n), fingerprintOf(n)
 	if _, _, err := s.Delivery(ref.Host, "delivery:"+ref.ProposalID); err != nil {
 		return err
@@ -131,10 +130,10 @@ func hotPath(s *pebble.Store, ap *approvals.Pebble, n int, now int64) error {
 	if _, _, err := ap.Load(ref); err != nil {
 		return err
 	}
-	rec := approvals.Record{Host: ref.Host, ProposalID: ref.ProposalID, Fingerprint: fp, Referent: "sku-1001", Seq: uint64(n),
-		State: approvals.StatePermitted, ArrivedAtMs: now, DecidedBy: fmt.Sprintf("ACTIONS_AUTHORIZATION/%d", n), DecidedAtMs: now,
+	rec := kv.Approval{Host: ref.Host, ProposalID: ref.ProposalID, Fingerprint: fp, Referent: "sku-1001", Seq: uint64(n),
+		State: kv.StatePermitted, ArrivedAtMs: now, DecidedBy: fmt.Sprintf("ACTIONS_AUTHORIZATION/%d", n), DecidedAtMs: now,
 		Evaluations: []schema.PolicyEvaluation{{Layer: "grant", Outcome: "pass"}}}
-	if err := ap.Commit(ref, approvals.Writes{From: approvals.StateNone, Record: &rec}); err != nil {
+	if err := ap.Commit(ref, kv.ApprovalWrites{From: kv.StateNone, Record: &rec}); err != nil {
 		return err
 	}
 	jr := pebble.NewJournal(s)
@@ -177,7 +176,7 @@ func BenchmarkHotPathStored(b *testing.B) {
 	for _, n := range []int{10_000, 100_000, 1_000_000} {
 		b.Run(fmt.Sprintf("intents=%d", n), func(b *testing.B) {
 			s := filledStore(b, n)
-			ap, err := approvals.NewPebble(s)
+			ap, err := pebble.NewApprovals(s)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -38,7 +38,6 @@ import (
 
 	"github.com/portcullis/portcullis/kv/pebble"
 
-	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/schema"
 )
 
@@ -222,7 +221,7 @@ func (s *Sweeper) proposal(f pebble.Filed, cutoff, now int64, st *Stats) error {
 	} else if found {
 		newest = max(newest, e.AtMs)
 	}
-	var rec approvals.Record
+	var rec kv.Approval
 	parked := false
 	if found, err := s.Store.Approval(ref, &rec); err != nil {
 		return err
@@ -230,7 +229,7 @@ func (s *Sweeper) proposal(f pebble.Filed, cutoff, now int64, st *Stats) error {
 		newest = max(newest, rec.StampMs())
 		parked = rec.Parked()
 	}
-	pending, err := s.Store.TimerPending(approvals.TimerID(ref))
+	pending, err := s.Store.TimerPending(kv.ApprovalTimerID(ref))
 	if err != nil {
 		return err
 	}
@@ -245,7 +244,7 @@ func (s *Sweeper) proposal(f pebble.Filed, cutoff, now int64, st *Stats) error {
 		b.Refile(f, now) // its expiry decides it first; look again later
 	default:
 		st.Proposals++
-		b.DeleteProposal(ref, approvals.TimerID(ref))
+		b.DeleteProposal(ref, kv.ApprovalTimerID(ref))
 	}
 	return commit(b)
 }

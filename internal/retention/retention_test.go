@@ -11,7 +11,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/retention"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
@@ -85,7 +84,7 @@ func TestSweepHorizons(t *testing.T) {
 	// Proposal 1 is parked (a decision never came).
 	parked := refOf(1)
 	b = s.NewBatch()
-	b.PutApproval(parked, &approvals.Record{Host: parked.Host, ProposalID: parked.ProposalID, State: approvals.StateParked,
+	b.PutApproval(parked, &kv.Approval{Host: parked.Host, ProposalID: parked.ProposalID, State: kv.StateParked,
 		ArrivedAtMs: c.Now(), ExpiresAtMs: c.Now() + 600_000}, true, c.Now()+600_000)
 	if err := b.Commit(pebble.Sync); err != nil {
 		t.Fatal(err)
@@ -129,7 +128,7 @@ func TestSweepHorizons(t *testing.T) {
 	if _, found, _ := s.Admitted(refOf(2)); !found {
 		t.Error("proposal 2's admission went before its last change's horizon")
 	}
-	var ap approvals.Record
+	var ap kv.Approval
 	if found, _ := s.Approval(parked, &ap); !found || !ap.Parked() {
 		t.Error("the parked proposal's record went")
 	}

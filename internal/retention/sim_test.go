@@ -8,7 +8,6 @@ import (
 
 	"github.com/portcullis/portcullis/kv/pebble"
 
-	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 )
@@ -47,8 +46,8 @@ func proposal(s *pebble.Store, n int, now int64, sync bool) error {
 	if err := b.Commit(d); err != nil {
 		return err
 	}
-	ap := &approvals.Record{Host: ref.Host, ProposalID: ref.ProposalID, Fingerprint: fp, Referent: "sku-1001", Seq: uint64(n),
-		State: approvals.StatePermitted, ArrivedAtMs: now, DecidedBy: fmt.Sprintf("ACTIONS_AUTHORIZATION/%d", n), DecidedAtMs: now,
+	ap := &kv.Approval{Host: ref.Host, ProposalID: ref.ProposalID, Fingerprint: fp, Referent: "sku-1001", Seq: uint64(n),
+		State: kv.StatePermitted, ArrivedAtMs: now, DecidedBy: fmt.Sprintf("ACTIONS_AUTHORIZATION/%d", n), DecidedAtMs: now,
 		Evaluations: []schema.PolicyEvaluation{{Layer: "grant", Outcome: "pass"}}}
 	b = s.NewBatch()
 	b.PutApproval(ref, ap, false, 0)

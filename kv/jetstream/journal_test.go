@@ -47,11 +47,11 @@ func replicated(url string, replicas int) kvtest.OpenJournal {
 	}
 }
 
-func TestReplicatedR1(t *testing.T) {
+func TestJournalR1(t *testing.T) {
 	kvtest.RunJournal(t, replicated(testenv.StartServer(t, "").ClientURL(), 1))
 }
 
-func TestReplicatedR3(t *testing.T) {
+func TestJournalR3(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a three-server cluster")
 	}

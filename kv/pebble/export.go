@@ -53,9 +53,9 @@ type ProposalRecords byte
 
 // Kinds of ProposalsAfter.
 const (
-	Approvals  ProposalRecords = ProposalRecords(prefixApproval)
-	Admissions ProposalRecords = ProposalRecords(prefixAdmitted)
-	Ends       ProposalRecords = ProposalRecords(prefixEnded)
+	ApprovalRecords ProposalRecords = ProposalRecords(prefixApproval)
+	Admissions      ProposalRecords = ProposalRecords(prefixAdmitted)
+	Ends            ProposalRecords = ProposalRecords(prefixEnded)
 )
 
 // ProposalsAfter returns up to limit proposals holding a record of kind

@@ -9,7 +9,7 @@ import (
 	"github.com/portcullis/portcullis/kv/pebble"
 )
 
-func TestPebble(t *testing.T) {
+func TestJournal(t *testing.T) {
 	kvtest.RunJournal(t, func(t *testing.T) (kv.Journal, func() kv.Journal) {
 		s, err := pebble.Open(t.TempDir(), pebble.Options{})
 		if err != nil {

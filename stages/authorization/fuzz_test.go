@@ -4,11 +4,12 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/portcullis/portcullis/kv"
+
 	"github.com/portcullis/portcullis/kv/pebble"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
-	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/schema"
 )
 
@@ -45,7 +46,7 @@ func FuzzStepSequence(f *testing.F) {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		store, err := approvals.NewPebble(s)
+		store, err := pebble.NewApprovals(s)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -80,7 +81,7 @@ func FuzzStepSequence(f *testing.F) {
 		}
 		var (
 			last, lastTimer, lastGrant Facts
-			decided                    *approvals.Record
+			decided                    *kv.Approval
 			answer                     string // the one decision published: a hand-off or a terminal outcome
 		)
 		for i, op := range ops {
@@ -155,7 +156,7 @@ func FuzzStepSequence(f *testing.F) {
 			switch o := d.Outcome; {
 			case d.HandOff != nil:
 				got = "hand-off " + string(schema.MustMarshal(d.HandOff))
-				if rec.State != approvals.StatePermitted {
+				if rec.State != kv.StatePermitted {
 					t.Fatalf("op %d: hand-off while %s", i, rec.State)
 				}
 			case o != nil && o.Kind == schema.KindNeedsApproval:
@@ -164,7 +165,7 @@ func FuzzStepSequence(f *testing.F) {
 				}
 			case o != nil:
 				got = fmt.Sprintf("%s %s at %d", o.Kind, o.Incidents[0].Code, o.AtMs)
-				if !o.Terminal || rec.State != approvals.StateDenied || o.Incidents[0].Code != rec.Code {
+				if !o.Terminal || rec.State != kv.StateDenied || o.Incidents[0].Code != rec.Code {
 					t.Fatalf("op %d: outcome %s %s while %s/%s", i, o.Kind, o.Incidents[0].Code, rec.State, rec.Code)
 				}
 			}

@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/internal/activity"
-	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/seal"
 	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/schema"
@@ -34,7 +33,7 @@ import (
 // again and hand the result to the runner (Step says what and why).
 type Stage struct {
 	Policy    Policy
-	Approvals approvals.Store
+	Approvals kv.Approvals
 	// Intents reads the dispatch journal: a new proposal without a grant
 	// whose intent is dispatched already is answered from it. nil: never.
 	Intents  Intents
@@ -183,7 +182,7 @@ func (s *Stage) run(ctx context.Context, f Facts) (stages.Result, error) {
 	for {
 		f.Now = stages.NowMs(s.Clock)
 		d := Step(f, r)
-		parking := d.Writes.Record != nil && d.Writes.Record.Parked() && d.Writes.From == approvals.StateNone
+		parking := d.Writes.Record != nil && d.Writes.Record.Parked() && d.Writes.From == kv.StateNone
 		if parking {
 			// The envelope first: a parked record always finds it.
 			if err := s.park(ctx, f.Ref, f.Env); err != nil {
@@ -200,7 +199,7 @@ func (s *Stage) run(ctx context.Context, f Facts) (stages.Result, error) {
 			// A decided proposal's envelope goes only once what the decision
 			// publishes is stored: a redelivery before then (a crash, an
 			// unanswered publish) reads it again to republish the hand-off.
-			decided := d.Writes.From == approvals.StateParked && d.Writes.Record != nil && !d.Writes.Record.Parked()
+			decided := d.Writes.From == kv.StateParked && d.Writes.Record != nil && !d.Writes.Record.Parked()
 			if decided || (f.Read && f.Env != nil && f.Found && !f.Record.Parked()) {
 				res.Done = s.thenUnpark(res.Done, f.Ref)
 			}
@@ -289,7 +288,7 @@ func (s *Stage) unpark(ctx context.Context, ref schema.ProposalRef) {
 // parkedEnvelope reads a parked proposal's envelope back: from the parked
 // stream, or — parked by an earlier version — from the authorization
 // stream, by sequence.
-func (s *Stage) parkedEnvelope(ctx context.Context, a approvals.Record) (*schema.Envelope, error) {
+func (s *Stage) parkedEnvelope(ctx context.Context, a kv.Approval) (*schema.Envelope, error) {
 	subject := s.Route.Subjects.ParkedEnvelope(subjects.ProposalToken(a.Host, a.ProposalID))
 	var data []byte
 	parked, err := s.JS.Stream(ctx, s.Route.Subjects.ParkedStream())

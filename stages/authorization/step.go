@@ -15,7 +15,6 @@
 package authorization
 
 import (
-	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/subjects"
@@ -49,7 +48,7 @@ type Facts struct {
 	// it cannot be processed at all).
 	GivingUp bool
 	// Record is the proposal's approval record; Found whether one exists.
-	Record approvals.Record
+	Record kv.Approval
 	Found  bool
 	// Env is the proposal's grounded envelope: the input itself
 	// (FromProposal; nil only when giving up on one that does not decode),
@@ -84,7 +83,7 @@ type Rules struct {
 // otherwise publish HandOff, Outcome and Events, then apply Activity to
 // the snapshot of Fingerprint.
 type Decision struct {
-	Writes       approvals.Writes
+	Writes       kv.ApprovalWrites
 	ReadEnvelope bool
 	// HandOff is the envelope dispatch receives.
 	HandOff  *schema.Envelope
@@ -158,14 +157,14 @@ func stepProposal(f Facts, r Rules) Decision {
 		// with no new approval asked (nothing will be dispatched).
 		v = Verdict{Decision: Permit, Evaluations: v.Evaluations, Bound: true}
 	}
-	a = approvals.Record{
+	a = kv.Approval{
 		Host: f.Ref.Host, ProposalID: f.Ref.ProposalID, Fingerprint: env.Grounded.Fingerprint, Referent: env.Grounded.Referent,
 		Seq: f.Seq, ArrivedAtMs: f.Now, Evaluations: v.Evaluations,
 	}
-	w := approvals.Writes{From: approvals.StateNone, Record: &a}
+	w := kv.ApprovalWrites{From: kv.StateNone, Record: &a}
 	if v.Decision == Park {
-		a.State, a.ExpiresAtMs = approvals.StateParked, f.Now+r.Policy.ApprovalTTL.Milliseconds()
-		t := expiryTimer(r, f.Ref, a.ExpiresAtMs, approvals.TimerID(f.Ref))
+		a.State, a.ExpiresAtMs = kv.StateParked, f.Now+r.Policy.ApprovalTTL.Milliseconds()
+		t := expiryTimer(r, f.Ref, a.ExpiresAtMs, kv.ApprovalTimerID(f.Ref))
 		w.Timer = &t
 	} else {
 		decide(&a, v, f.ID, f.Now)
@@ -187,14 +186,14 @@ func stepTimer(f Facts, r Rules) Decision {
 	case f.Now < a.ExpiresAtMs:
 		// Fired early by another processor's clock: wait for our own,
 		// under a message id the stream has not seen.
-		t := expiryTimer(r, f.Ref, a.ExpiresAtMs, approvals.TimerID(f.Ref)+"/rearmed/"+f.ID)
-		return Decision{Writes: approvals.Writes{From: approvals.StateParked, Timer: &t}, Note: "expiry fired early; re-armed"}
+		t := expiryTimer(r, f.Ref, a.ExpiresAtMs, kv.ApprovalTimerID(f.Ref)+"/rearmed/"+f.ID)
+		return Decision{Writes: kv.ApprovalWrites{From: kv.StateParked, Timer: &t}, Note: "expiry fired early; re-armed"}
 	}
 	v := TimedOut()
 	decide(&a, v, f.ID, f.Now)
 	d := publish(a, v, nil)
 	// The timer that fired is the scheduler's to delete.
-	d.Writes = approvals.Writes{From: approvals.StateParked, Record: &a}
+	d.Writes = kv.ApprovalWrites{From: kv.StateParked, Record: &a}
 	return d
 }
 
@@ -232,7 +231,7 @@ func stepGrant(f Facts, r Rules) Decision {
 	}
 	decide(&a, v, f.ID, f.Now)
 	d := publish(a, v, f.Env)
-	d.Writes = approvals.Writes{From: approvals.StateParked, Record: &a, CancelTimer: true}
+	d.Writes = kv.ApprovalWrites{From: kv.StateParked, Record: &a, CancelTimer: true}
 	d.Note, d.Alarm = note, note != ""
 	return d
 }
@@ -243,7 +242,7 @@ func end(f Facts, v Verdict) Decision {
 	a := f.Record
 	decide(&a, v, f.ID, f.Now)
 	d := publish(a, v, nil)
-	d.Writes = approvals.Writes{From: approvals.StateParked, Record: &a, CancelTimer: true}
+	d.Writes = kv.ApprovalWrites{From: kv.StateParked, Record: &a, CancelTimer: true}
 	return d
 }
 
@@ -255,14 +254,14 @@ func end(f Facts, v Verdict) Decision {
 func failed(f Facts) Decision {
 	ref, env := f.Ref, f.Env
 	o := schema.FailureOutcome(ref, schema.NewIncident(schema.PhaseAuthorization, schema.CodeProcessingFailed), f.Now)
-	a := approvals.Record{Host: ref.Host, ProposalID: ref.ProposalID, Seq: f.Seq, ArrivedAtMs: f.Now, Evaluations: []schema.PolicyEvaluation{}}
+	a := kv.Approval{Host: ref.Host, ProposalID: ref.ProposalID, Seq: f.Seq, ArrivedAtMs: f.Now, Evaluations: []schema.PolicyEvaluation{}}
 	if env != nil && env.Grounded != nil {
 		o.Fingerprint = schema.StringPtr(env.Grounded.Fingerprint)
 		o.Referent = schema.StringPtr(env.Grounded.Referent)
 		a.Fingerprint, a.Referent = env.Grounded.Fingerprint, env.Grounded.Referent
 	}
 	decide(&a, Verdict{Decision: Deny, Code: schema.CodeProcessingFailed}, f.ID, f.Now)
-	return Decision{Outcome: &o, Writes: approvals.Writes{From: approvals.StateNone, Record: &a}}
+	return Decision{Outcome: &o, Writes: kv.ApprovalWrites{From: kv.StateNone, Record: &a}}
 }
 
 func event(inc schema.Incident) Decision { return Decision{Events: []schema.Incident{inc}} }
@@ -275,14 +274,14 @@ func grantOf(env *schema.Envelope) *schema.Grant {
 }
 
 func expiryTimer(r Rules, ref schema.ProposalRef, dueMs int64, msgID string) kv.Timer {
-	return approvals.ExpiryTimer(r.TimerSubject(subjects.ProposalToken(ref.Host, ref.ProposalID)), ref, dueMs, msgID)
+	return kv.ExpiryTimer(r.TimerSubject(subjects.ProposalToken(ref.Host, ref.ProposalID)), ref, dueMs, msgID)
 }
 
 // decide records verdict v, reached at nowMs by input by, in a.
-func decide(a *approvals.Record, v Verdict, by string, nowMs int64) {
-	a.State = approvals.StateDenied
+func decide(a *kv.Approval, v Verdict, by string, nowMs int64) {
+	a.State = kv.StateDenied
 	if v.Decision == Permit {
-		a.State = approvals.StatePermitted
+		a.State = kv.StatePermitted
 	}
 	a.DecidedBy, a.DecidedAtMs, a.Evaluations = by, nowMs, v.Evaluations
 	a.Bound = v.Bound
@@ -294,11 +293,11 @@ func decide(a *approvals.Record, v Verdict, by string, nowMs int64) {
 
 // recorded is the verdict a record holds, for republishing it. g is the
 // grant that was judged (it is not stored in the record: its input has it).
-func recorded(a approvals.Record, g *schema.Grant) Verdict {
+func recorded(a kv.Approval, g *schema.Grant) Verdict {
 	switch a.State {
-	case approvals.StateParked:
+	case kv.StateParked:
 		return Verdict{Decision: Park, Code: schema.CodeApprovalRequired, Evaluations: a.Evaluations}
-	case approvals.StatePermitted:
+	case kv.StatePermitted:
 		if a.Bound {
 			return Verdict{Decision: Permit, Evaluations: a.Evaluations, Bound: true}
 		}
@@ -311,7 +310,7 @@ func recorded(a approvals.Record, g *schema.Grant) Verdict {
 // or the outcome; then the activity snapshot. env is nil when the
 // proposal's envelope is not at hand (an expiry, a give-up, a lost
 // envelope).
-func publish(a approvals.Record, v Verdict, env *schema.Envelope) Decision {
+func publish(a kv.Approval, v Verdict, env *schema.Envelope) Decision {
 	at := a.DecidedAtMs
 	if v.Decision == Park {
 		at = a.ArrivedAtMs

@@ -6,7 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/portcullis/portcullis/internal/approvals"
+	"github.com/portcullis/portcullis/kv"
+
 	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/schema"
@@ -39,13 +40,13 @@ var (
 )
 
 // parkedRecord is prop-1's record while it waits for a grant.
-func parkedRecord() approvals.Record {
-	return approvals.Record{Host: "frontdesk", ProposalID: "prop-1", Fingerprint: fp, Referent: "offer:off-1", Seq: 7,
-		State: approvals.StateParked, ArrivedAtMs: arrived, ExpiresAtMs: arrived + ttlMs, Evaluations: []schema.PolicyEvaluation{orgPass}}
+func parkedRecord() kv.Approval {
+	return kv.Approval{Host: "frontdesk", ProposalID: "prop-1", Fingerprint: fp, Referent: "offer:off-1", Seq: 7,
+		State: kv.StateParked, ArrivedAtMs: arrived, ExpiresAtMs: arrived + ttlMs, Evaluations: []schema.PolicyEvaluation{orgPass}}
 }
 
 // decidedRecord is prop-1's record decided by input by.
-func decidedRecord(state approvals.State, code schema.Code, by string, parkedFirst bool) approvals.Record {
+func decidedRecord(state kv.ApprovalState, code schema.Code, by string, parkedFirst bool) kv.Approval {
 	a := parkedRecord()
 	if !parkedFirst {
 		a.ExpiresAtMs, a.ArrivedAtMs = 0, now-5
@@ -78,7 +79,7 @@ func grantIn(m *Standalone) Facts {
 	return Facts{Input: FromGrant, Ref: prop1, ID: idGrant, Seq: 3, Now: now, Message: m}
 }
 
-func (f Facts) with(a approvals.Record) Facts {
+func (f Facts) with(a kv.Approval) Facts {
 	f.Record, f.Found = a, true
 	return f
 }
@@ -106,9 +107,9 @@ func (f Facts) readFailed() Facts {
 
 // stepWant summarizes a decision.
 type stepWant struct {
-	state    approvals.State // record written ("" none)
-	code     schema.Code     // the written record's code
-	timer    string          // "add", "cancel" or ""
+	state    kv.ApprovalState // record written ("" none)
+	code     schema.Code      // the written record's code
+	timer    string           // "add", "cancel" or ""
 	read     bool
 	handOff  bool
 	kind     schema.Kind // outcome ("" none)
@@ -145,7 +146,7 @@ func summarize(d Decision) stepWant {
 // TestStep: every row of the stage's behaviour, one decision each.
 func TestStep(t *testing.T) {
 	const (
-		parked, permitted, denied = approvals.StateParked, approvals.StatePermitted, approvals.StateDenied
+		parked, permitted, denied = kv.StateParked, kv.StatePermitted, kv.StateDenied
 		needsApproval, deniedKind = schema.KindNeedsApproval, schema.KindDenied
 		integration               = schema.KindIntegrationFailure
 		failedCode                = schema.CodeProcessingFailed
@@ -178,7 +179,7 @@ func TestStep(t *testing.T) {
 			f.IntentBound = true
 			return f
 		}(), stepWant{state: permitted, handOff: true, activity: true}},
-		{"redelivered after it was answered from its intent: the same hand-off", proposalIn(flight()).with(func() approvals.Record {
+		{"redelivered after it was answered from its intent: the same hand-off", proposalIn(flight()).with(func() kv.Approval {
 			r := decidedRecord(permitted, "", idProposal, false)
 			r.Bound = true
 			return r
@@ -223,11 +224,11 @@ func TestStep(t *testing.T) {
 		}(), stepWant{}},
 		// A give-up is recorded as the decision before it is announced: the
 		// same proposal handed on again later is not judged afresh.
-		{"giving up before anything was recorded", proposalIn(flight()).givingUp(), stepWant{state: approvals.StateDenied, code: failedCode, kind: integration, incident: failedCode}},
-		{"giving up on an envelope that does not decode", proposalIn(nil).givingUp(), stepWant{state: approvals.StateDenied, code: failedCode, kind: integration, incident: failedCode}},
-		{"the same proposal handed on after a give-up before authorization changes nothing", proposalIn(flight()).with(func() approvals.Record {
-			r := decidedRecord(approvals.StateDenied, failedCode, "ACTIONS_STAGE_GROUNDING/4", false)
-			r.Seq = 0 // ended by a stage before authorization (approvals.End)
+		{"giving up before anything was recorded", proposalIn(flight()).givingUp(), stepWant{state: kv.StateDenied, code: failedCode, kind: integration, incident: failedCode}},
+		{"giving up on an envelope that does not decode", proposalIn(nil).givingUp(), stepWant{state: kv.StateDenied, code: failedCode, kind: integration, incident: failedCode}},
+		{"the same proposal handed on after a give-up before authorization changes nothing", proposalIn(flight()).with(func() kv.Approval {
+			r := decidedRecord(kv.StateDenied, failedCode, "ACTIONS_STAGE_GROUNDING/4", false)
+			r.Seq = 0 // ended by a stage before authorization (kv.EndApproval)
 			return r
 		}()), stepWant{alarm: false}},
 		// The expiry timer.
@@ -311,7 +312,7 @@ func checkDecision(t *testing.T, f Facts, d Decision) {
 		t.Errorf("a read with something else to do, or a second read: %+v", d)
 	}
 	if !w.Empty() {
-		from := approvals.StateNone
+		from := kv.StateNone
 		if f.Found {
 			from = f.Record.State
 		}
@@ -319,7 +320,7 @@ func checkDecision(t *testing.T, f Facts, d Decision) {
 			t.Errorf("writes from %q, the step saw %q", w.From, from)
 		}
 	}
-	if w.Timer != nil && (w.Timer.ID != approvals.TimerID(f.Ref) || w.Timer.Subject != "timer.frontdesk.prop-1" || string(w.Timer.Data) != "frontdesk.prop-1") {
+	if w.Timer != nil && (w.Timer.ID != kv.ApprovalTimerID(f.Ref) || w.Timer.Subject != "timer.frontdesk.prop-1" || string(w.Timer.Data) != "frontdesk.prop-1") {
 		t.Errorf("expiry timer %+v", w.Timer)
 	}
 	if r := w.Record; r != nil {
@@ -330,8 +331,8 @@ func checkDecision(t *testing.T, f Facts, d Decision) {
 			t.Errorf("record of another proposal or intent: %+v", r)
 		}
 		switch r.State {
-		case approvals.StateParked:
-			if r.DecidedBy != "" || r.ExpiresAtMs != f.Now+ttlMs || w.Timer == nil || w.Timer.DueMs != r.ExpiresAtMs || w.Timer.MsgID != approvals.TimerID(f.Ref) || r.Seq != f.Seq {
+		case kv.StateParked:
+			if r.DecidedBy != "" || r.ExpiresAtMs != f.Now+ttlMs || w.Timer == nil || w.Timer.DueMs != r.ExpiresAtMs || w.Timer.MsgID != kv.ApprovalTimerID(f.Ref) || r.Seq != f.Seq {
 				t.Errorf("parked record %+v, timer %+v", r, w.Timer)
 			}
 		default:
@@ -383,7 +384,7 @@ func checkDecision(t *testing.T, f Facts, d Decision) {
 // expiry, a grant that is not yet valid, a grant that resumes it; then the
 // late inputs change nothing.
 func TestStepParkThenDecide(t *testing.T) {
-	var rec approvals.Record
+	var rec kv.Approval
 	found := false
 	apply := func(f Facts) Decision {
 		t.Helper()
@@ -405,16 +406,16 @@ func TestStepParkThenDecide(t *testing.T) {
 	if d := apply(proposalIn(flight()).at(arrived + 1)); d.Outcome == nil || string(schema.MustMarshal(d.Outcome)) != string(schema.MustMarshal(park.Outcome)) {
 		t.Errorf("the redelivered proposal's outcome %+v, want %+v", d.Outcome, park.Outcome)
 	}
-	if d := apply(timerIn().at(arrived + 10)); d.Writes.Timer == nil || !strings.Contains(d.Writes.Timer.MsgID, "/rearmed/"+idTimer) || rec.State != approvals.StateParked {
+	if d := apply(timerIn().at(arrived + 10)); d.Writes.Timer == nil || !strings.Contains(d.Writes.Timer.MsgID, "/rearmed/"+idTimer) || rec.State != kv.StateParked {
 		t.Errorf("early expiry: %+v", d.Writes)
 	}
 	future := grantIn(signedGrant(nil)).at(now - 31_000)
 	future.ID = "GRANTS/1"
-	if d := apply(future); len(d.Events) != 1 || d.Events[0].Code != schema.CodeGrantNotYetValid || rec.State != approvals.StateParked {
+	if d := apply(future); len(d.Events) != 1 || d.Events[0].Code != schema.CodeGrantNotYetValid || rec.State != kv.StateParked {
 		t.Errorf("future grant: %+v", d)
 	}
 	resumed := apply(grantIn(signedGrant(nil)))
-	if resumed.HandOff == nil || rec.State != approvals.StatePermitted || rec.DecidedBy != idGrant {
+	if resumed.HandOff == nil || rec.State != kv.StatePermitted || rec.DecidedBy != idGrant {
 		t.Fatalf("grant: %+v, record %+v", resumed, rec)
 	}
 	if h := resumed.HandOff; h.Authorization.DecidedAtMs != now || !slices.Equal(h.Authorization.Evaluations, []schema.PolicyEvaluation{{Layer: "grant", Outcome: schema.EvalPass}, orgPass}) {

@@ -4,9 +4,10 @@ import (
 	"context"
 	"testing"
 
+	"github.com/portcullis/portcullis/kv"
+
 	"github.com/portcullis/portcullis/kv/pebble"
 
-	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/stages/grounding"
@@ -24,7 +25,7 @@ func TestGiveUpClaimsTheProposalsEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	ap, err := approvals.NewPebble(store)
+	ap, err := pebble.NewApprovals(store)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +44,7 @@ func TestGiveUpClaimsTheProposalsEnd(t *testing.T) {
 		t.Fatalf("give-up: %+v, %v", r, err)
 	}
 	ref := schema.ProposalRef{Host: "h", ProposalID: "p-free"}
-	if rec, found, err := ap.Load(ref); err != nil || !found || rec.State != approvals.StateDenied || rec.Code != schema.CodeProcessingFailed {
+	if rec, found, err := ap.Load(ref); err != nil || !found || rec.State != kv.StateDenied || rec.Code != schema.CodeProcessingFailed {
 		t.Fatalf("record %+v, %v, %v", rec, found, err)
 	}
 	// Its retry (an answer lost) announces it again; nothing else does.
@@ -56,8 +57,8 @@ func TestGiveUpClaimsTheProposalsEnd(t *testing.T) {
 
 	// Authorization decided (parked) another copy: the give-up is silent.
 	parked := schema.ProposalRef{Host: "h", ProposalID: "p-parked"}
-	rec := approvals.Record{Host: "h", ProposalID: "p-parked", State: approvals.StateParked, Seq: 4, ArrivedAtMs: 1, ExpiresAtMs: 2}
-	if err := ap.Commit(parked, approvals.Writes{From: approvals.StateNone, Record: &rec}); err != nil {
+	rec := kv.Approval{Host: "h", ProposalID: "p-parked", State: kv.StateParked, Seq: 4, ArrivedAtMs: 1, ExpiresAtMs: 2}
+	if err := ap.Commit(parked, kv.ApprovalWrites{From: kv.StateNone, Record: &rec}); err != nil {
 		t.Fatal(err)
 	}
 	if r, err := st.GiveUp(ctx, in("p-parked", 3), stages.ErrRetriesExhausted); err != nil || len(r.Outcomes) != 0 || len(r.Events) != 0 {

@@ -8,7 +8,6 @@ import (
 	"github.com/portcullis/portcullis/kv/pebble"
 
 	"github.com/portcullis/portcullis/fingerprint"
-	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
@@ -33,7 +32,7 @@ type Stage struct {
 	SourceMaxInFlight int
 	// Approvals are the proposals' approval records, where a give-up
 	// claims its proposal's end (see GiveUp). nil: not claimed (tests).
-	Approvals approvals.Store
+	Approvals kv.Approvals
 }
 
 var _ stages.Handler = (*Stage)(nil)
@@ -159,7 +158,7 @@ func (s *Stage) GiveUp(_ context.Context, in *stages.Input, _ error) (stages.Res
 	}
 	ref, now := schema.ProposalRef{Host: h, ProposalID: id}, stages.NowMs(s.Clock)
 	if s.Approvals != nil {
-		won, err := approvals.End(s.Approvals, ref, schema.CodeProcessingFailed, in.Stream+"/"+strconv.FormatUint(in.StreamSeq, 10), now)
+		won, err := kv.EndApproval(s.Approvals, ref, schema.CodeProcessingFailed, in.Stream+"/"+strconv.FormatUint(in.StreamSeq, 10), now)
 		if err != nil {
 			return stages.Result{}, fmt.Errorf("grounding: claim the end: %w", err)
 		}

@@ -1,9 +1,11 @@
-package approvals
+package jetstream
 
 import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/portcullis/portcullis/kv"
 
 	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go/jetstream"
@@ -31,7 +33,7 @@ const watchCreateTimeout = 10 * time.Second
 // watchRetry is the pause before watching again after the watch ended.
 const watchRetry = time.Second
 
-func (r *Replicated) watch(ctx context.Context) {
+func (r *Approvals) watch(ctx context.Context) {
 	defer close(r.stopped)
 	for {
 		err := r.watchOnce(ctx)
@@ -47,7 +49,7 @@ func (r *Replicated) watch(ctx context.Context) {
 	}
 }
 
-func (r *Replicated) watchOnce(ctx context.Context) error {
+func (r *Approvals) watchOnce(ctx context.Context) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel() // also ends the subscription (nats.go unsubscribes on its context's end)
 	created := make(chan struct{})
@@ -123,11 +125,11 @@ func (r *Replicated) watchOnce(ctx context.Context) error {
 
 // decodeWatched is the record of a watched entry; nil when the key was
 // deleted or purged, or its value does not decode (logged, value-free).
-func (r *Replicated) decodeWatched(e jetstream.KeyValueEntry) *Record {
+func (r *Approvals) decodeWatched(e jetstream.KeyValueEntry) *kv.Approval {
 	if e.Operation() != jetstream.KeyValuePut {
 		return nil
 	}
-	var s stored
+	var s approvalStored
 	if err := json.Unmarshal(e.Value(), &s); err != nil {
 		r.log.Warn("approvals: a record in the bucket does not decode; not counted", "key", short(e.Key()))
 		return nil
@@ -137,7 +139,7 @@ func (r *Replicated) decodeWatched(e jetstream.KeyValueEntry) *Record {
 
 // swapIn makes the initial read the set of parked proposals, with this
 // processor's commits the read did not include applied over it.
-func (r *Replicated) swapIn(fresh map[string]parkedEntry, initRev map[string]uint64) {
+func (r *Approvals) swapIn(fresh map[string]parkedEntry, initRev map[string]uint64) {
 	r.cmu.Lock()
 	defer r.cmu.Unlock()
 	for key, le := range r.local {
@@ -156,7 +158,7 @@ func (r *Replicated) swapIn(fresh map[string]parkedEntry, initRev map[string]uin
 
 // applyWatched applies a version the watcher delivered after its initial
 // read, unless this processor's own newer commit is applied already.
-func (r *Replicated) applyWatched(key string, rev uint64, rec *Record) {
+func (r *Approvals) applyWatched(key string, rev uint64, rec *kv.Approval) {
 	r.cmu.Lock()
 	defer r.cmu.Unlock()
 	r.seen = max(r.seen, rev)
@@ -182,7 +184,7 @@ func (r *Replicated) applyWatched(key string, rev uint64, rec *Record) {
 // applyLocal applies this processor's own commit of rec at rev, unless
 // the watcher has delivered that far already (it applied this version, or
 // will apply a newer one of the key).
-func (r *Replicated) applyLocal(key string, rev uint64, rec *Record) {
+func (r *Approvals) applyLocal(key string, rev uint64, rec *kv.Approval) {
 	r.cmu.Lock()
 	defer r.cmu.Unlock()
 	if rev <= r.seen {

@@ -1,4 +1,4 @@
-package approvals
+package jetstream
 
 import (
 	"errors"
@@ -13,7 +13,7 @@ import (
 // there is Present when it is this proposal's same parking or decision
 // (the same fingerprint, envelope and arrival — decided by the cluster
 // since, perhaps), otherwise a Conflict. Running it again is safe.
-func (r *Replicated) Import(rec Record, timer *kv.Timer) (leaderkv.Import, error) {
+func (r *Approvals) Import(rec kv.Approval, timer *kv.Timer) (leaderkv.Import, error) {
 	ref := rec.Ref()
 	unlock := r.Lock(ref)
 	defer unlock()
@@ -32,12 +32,12 @@ func (r *Replicated) Import(rec Record, timer *kv.Timer) (leaderkv.Import, error
 	if res, err := same(); err != nil || res != leaderkv.Created {
 		return res, err
 	}
-	w := Writes{From: StateNone, Record: &rec}
+	w := kv.ApprovalWrites{From: kv.StateNone, Record: &rec}
 	if rec.Parked() {
 		w.Timer = timer
 	}
 	err := r.Commit(ref, w)
-	if errors.Is(err, ErrConflict) {
+	if errors.Is(err, kv.ErrConflict) {
 		// Another writer first: what it wrote decides.
 		if res, err := same(); err != nil || res != leaderkv.Created {
 			return res, err

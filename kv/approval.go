@@ -9,43 +9,42 @@
 // out once"). Commit is a compare-and-set on the record's state, so that a
 // backend that cannot hold a lock across processors (JetStream KV: Create,
 // or Update at the revision read) still lets exactly one decision win.
-package approvals
+package kv
 
 import (
-	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/subjects"
 )
 
-// State is where a proposal's authorization stands.
-type State string
+// ApprovalState is where a proposal's authorization stands.
+type ApprovalState string
 
-// Record states.
+// Approval states.
 const (
 	// StateNone: no record (the proposal was never seen here).
-	StateNone State = ""
+	StateNone ApprovalState = ""
 	// StateParked: waiting for a standalone grant or the approval TTL.
-	StateParked State = "parked"
+	StateParked ApprovalState = "parked"
 	// StatePermitted: handed to dispatch.
-	StatePermitted State = "permitted"
+	StatePermitted ApprovalState = "permitted"
 	// StateDenied: ended with a DENIED (or PROCESSING_FAILED) outcome.
-	StateDenied State = "denied"
+	StateDenied ApprovalState = "denied"
 )
 
-// Record is the authorization stage's record of one proposal: parked while
+// Approval is the authorization stage's record of one proposal: parked while
 // it waits for a grant, then kept as the decision, so that a redelivered
 // input republishes exactly what was decided and a second grant or a late
 // timer changes nothing. It is value-free: the payload and the tenant and
 // actor ids stay in the authorization stream, where the parked envelope is
 // re-read (by Seq) when its grant arrives.
-type Record struct {
+type Approval struct {
 	Host        string `json:"host"`
 	ProposalID  string `json:"proposal_id"`
 	Fingerprint string `json:"fingerprint"`
 	Referent    string `json:"referent"`
 	// Seq is the authorization-stream sequence of the proposal's envelope.
-	Seq   uint64 `json:"seq"`
-	State State  `json:"state"`
+	Seq   uint64        `json:"seq"`
+	State ApprovalState `json:"state"`
 	// ArrivedAtMs is when the proposal was first decided or parked.
 	ArrivedAtMs int64 `json:"arrived_at_ms"`
 	// ExpiresAtMs is the approval deadline of a parked proposal; 0 if it
@@ -66,16 +65,16 @@ type Record struct {
 }
 
 // Ref is the proposal the record is about.
-func (r *Record) Ref() schema.ProposalRef {
+func (r *Approval) Ref() schema.ProposalRef {
 	return schema.ProposalRef{Host: r.Host, ProposalID: r.ProposalID}
 }
 
 // Parked reports whether the proposal waits for a grant.
-func (r *Record) Parked() bool { return r.State == StateParked }
+func (r *Approval) Parked() bool { return r.State == StateParked }
 
-// TimerID is the ID of a proposal's one expiry timer: re-arming it
+// ApprovalTimerID is the ID of a proposal's one expiry timer: re-arming it
 // replaces the pending one.
-func TimerID(ref schema.ProposalRef) string {
+func ApprovalTimerID(ref schema.ProposalRef) string {
 	return "approval/" + subjects.ProposalToken(ref.Host, ref.ProposalID)
 }
 
@@ -83,9 +82,9 @@ func TimerID(ref schema.ProposalRef) string {
 // authorization stage's timer subject for the proposal). msgID dedupes
 // the scheduler's republishing after a crash: TimerID for the first arming,
 // a new one for each re-arming.
-func ExpiryTimer(subject string, ref schema.ProposalRef, dueMs int64, msgID string) kv.Timer {
-	return kv.Timer{
-		ID:      TimerID(ref),
+func ExpiryTimer(subject string, ref schema.ProposalRef, dueMs int64, msgID string) Timer {
+	return Timer{
+		ID:      ApprovalTimerID(ref),
 		DueMs:   dueMs,
 		Subject: subject,
 		Data:    []byte(subjects.ProposalToken(ref.Host, ref.ProposalID)),
@@ -93,14 +92,14 @@ func ExpiryTimer(subject string, ref schema.ProposalRef, dueMs int64, msgID stri
 	}
 }
 
-// End records that proposal ref ended before authorization decided it (a
+// EndApproval records that proposal ref ended before authorization decided it (a
 // stage before it gave up on it, by input by), unless the proposal has a
 // record already: then what the record holds — a decision, a parked
 // proposal — is the proposal's, and End reports false. So a stage before
 // authorization never announces a give-up after authorization decided,
 // and a hand-off it may have made, reaching authorization later, finds the
 // proposal ended and changes nothing.
-func End(s Store, ref schema.ProposalRef, code schema.Code, by string, nowMs int64) (bool, error) {
+func EndApproval(s Approvals, ref schema.ProposalRef, code schema.Code, by string, nowMs int64) (bool, error) {
 	unlock := s.Lock(ref)
 	defer unlock()
 	cur, found, err := s.Load(ref)
@@ -111,11 +110,11 @@ func End(s Store, ref schema.ProposalRef, code schema.Code, by string, nowMs int
 		// Its own earlier write, whose answer was lost, is its own.
 		return cur.State == StateDenied && cur.DecidedBy == by, nil
 	}
-	rec := Record{
+	rec := Approval{
 		Host: ref.Host, ProposalID: ref.ProposalID, State: StateDenied, Code: code,
 		DecidedBy: by, ArrivedAtMs: nowMs, DecidedAtMs: nowMs, Evaluations: []schema.PolicyEvaluation{},
 	}
-	if err := s.Commit(ref, Writes{From: StateNone, Record: &rec}); err != nil {
+	if err := s.Commit(ref, ApprovalWrites{From: StateNone, Record: &rec}); err != nil {
 		return false, err // a conflict or an unknown outcome: the caller's retry reads what won
 	}
 	return true, nil

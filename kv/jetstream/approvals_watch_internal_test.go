@@ -1,7 +1,9 @@
-package approvals
+package jetstream
 
 import (
 	"testing"
+
+	"github.com/portcullis/portcullis/kv"
 
 	"github.com/portcullis/portcullis/schema"
 )
@@ -11,11 +13,11 @@ import (
 // late never undoes a newer one, and a fresh read of the bucket keeps the
 // commits it did not include.
 func TestParkedSetOrdering(t *testing.T) {
-	r := &Replicated{parked: map[string]parkedEntry{}, local: map[string]localEntry{}}
+	r := &Approvals{parked: map[string]parkedEntry{}, local: map[string]localEntry{}}
 	ref := schema.ProposalRef{Host: "h", ProposalID: "p"}
-	key := recordKey(ref)
-	park := &Record{Host: "h", ProposalID: "p", State: StateParked, ExpiresAtMs: 9}
-	decided := &Record{Host: "h", ProposalID: "p", State: StateDenied, DecidedBy: "T/1"}
+	key := approvalKey(ref)
+	park := &kv.Approval{Host: "h", ProposalID: "p", State: kv.StateParked, ExpiresAtMs: 9}
+	decided := &kv.Approval{Host: "h", ProposalID: "p", State: kv.StateDenied, DecidedBy: "T/1"}
 
 	// Parked by another processor (rev 5), decided here (rev 7) before the
 	// watcher delivered rev 5: rev 5 arrives late and changes nothing.
@@ -30,9 +32,9 @@ func TestParkedSetOrdering(t *testing.T) {
 	}
 	// A commit the watcher delivered already is not applied again.
 	other := schema.ProposalRef{Host: "h", ProposalID: "q"}
-	okey := recordKey(other)
-	r.applyWatched(okey, 8, &Record{Host: "h", ProposalID: "q", State: StatePermitted, DecidedBy: "G/1"})
-	r.applyLocal(okey, 6, &Record{Host: "h", ProposalID: "q", State: StateParked, ExpiresAtMs: 1})
+	okey := approvalKey(other)
+	r.applyWatched(okey, 8, &kv.Approval{Host: "h", ProposalID: "q", State: kv.StatePermitted, DecidedBy: "G/1"})
+	r.applyLocal(okey, 6, &kv.Approval{Host: "h", ProposalID: "q", State: kv.StateParked, ExpiresAtMs: 1})
 	if len(r.parked) != 0 || len(r.local) != 0 {
 		t.Fatalf("an old local commit applied over what the watcher saw: %+v %+v", r.parked, r.local)
 	}

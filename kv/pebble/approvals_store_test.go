@@ -1,18 +1,15 @@
-package approvals_test
+package pebble_test
 
 import (
 	"testing"
 
+	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/kv/kvtest"
+
 	"github.com/portcullis/portcullis/kv/pebble"
 
-	"go.uber.org/goleak"
-
-	"github.com/portcullis/portcullis/internal/approvals"
-	"github.com/portcullis/portcullis/internal/approvals/approvalstest"
 	"github.com/portcullis/portcullis/schema"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func openKV(t *testing.T, dir string) *pebble.Store {
 	t.Helper()
@@ -23,11 +20,11 @@ func openKV(t *testing.T, dir string) *pebble.Store {
 	return s
 }
 
-func TestPebble(t *testing.T) {
-	approvalstest.Run(t, func(t *testing.T) approvals.Store {
+func TestApprovals(t *testing.T) {
+	kvtest.RunApprovals(t, func(t *testing.T) kv.Approvals {
 		s := openKV(t, t.TempDir())
 		t.Cleanup(func() { s.Close() })
-		p, err := approvals.NewPebble(s)
+		p, err := pebble.NewApprovals(s)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -37,18 +34,18 @@ func TestPebble(t *testing.T) {
 
 // The count of parked proposals survives a restart, and the expiry timer
 // lives in kv's timer table, where the scheduler finds it.
-func TestPebbleCountAndTimers(t *testing.T) {
+func TestApprovalsCountAndTimers(t *testing.T) {
 	dir := t.TempDir()
 	s := openKV(t, dir)
-	p, err := approvals.NewPebble(s)
+	p, err := pebble.NewApprovals(s)
 	if err != nil {
 		t.Fatal(err)
 	}
 	refs := []schema.ProposalRef{{Host: "h", ProposalID: "a"}, {Host: "h", ProposalID: "b"}, {Host: "g", ProposalID: "a"}}
 	for _, ref := range refs {
-		r := approvals.Record{Host: ref.Host, ProposalID: ref.ProposalID, Fingerprint: "sha256:x", State: approvals.StateParked, ExpiresAtMs: 600}
-		tm := approvals.ExpiryTimer("subj", ref, 600, approvals.TimerID(ref))
-		if err := p.Commit(ref, approvals.Writes{Record: &r, Timer: &tm}); err != nil {
+		r := kv.Approval{Host: ref.Host, ProposalID: ref.ProposalID, Fingerprint: "sha256:x", State: kv.StateParked, ExpiresAtMs: 600}
+		tm := kv.ExpiryTimer("subj", ref, 600, kv.ApprovalTimerID(ref))
+		if err := p.Commit(ref, kv.ApprovalWrites{Record: &r, Timer: &tm}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -56,8 +53,8 @@ func TestPebbleCountAndTimers(t *testing.T) {
 		t.Fatalf("timer = %+v %v %v", tm, found, err)
 	}
 	// Re-armed: replaced, not added.
-	re := approvals.ExpiryTimer("subj", refs[0], 700, "approval/h.a/rearmed/AUTH/9")
-	if err := p.Commit(refs[0], approvals.Writes{From: approvals.StateParked, Timer: &re}); err != nil {
+	re := kv.ExpiryTimer("subj", refs[0], 700, "approval/h.a/rearmed/AUTH/9")
+	if err := p.Commit(refs[0], kv.ApprovalWrites{From: kv.StateParked, Timer: &re}); err != nil {
 		t.Fatal(err)
 	}
 	if due, _ := s.DueTimers(650, 10); len(due) != 2 {
@@ -65,8 +62,8 @@ func TestPebbleCountAndTimers(t *testing.T) {
 	}
 	// Decided: the timer goes with the decision.
 	r, _, _ := p.Load(refs[0])
-	r.State, r.DecidedBy = approvals.StatePermitted, "GRANTS/1"
-	if err := p.Commit(refs[0], approvals.Writes{From: approvals.StateParked, Record: &r, CancelTimer: true}); err != nil {
+	r.State, r.DecidedBy = kv.StatePermitted, "GRANTS/1"
+	if err := p.Commit(refs[0], kv.ApprovalWrites{From: kv.StateParked, Record: &r, CancelTimer: true}); err != nil {
 		t.Fatal(err)
 	}
 	if _, found, _ := s.Timer("approval/h.a"); found {
@@ -79,7 +76,7 @@ func TestPebbleCountAndTimers(t *testing.T) {
 
 	s = openKV(t, dir)
 	defer s.Close()
-	p, err = approvals.NewPebble(s)
+	p, err = pebble.NewApprovals(s)
 	if err != nil {
 		t.Fatal(err)
 	}

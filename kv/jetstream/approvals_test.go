@@ -1,4 +1,4 @@
-package approvals_test
+package jetstream_test
 
 import (
 	"context"
@@ -9,15 +9,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/portcullis/portcullis/internal/approvals"
-	"github.com/portcullis/portcullis/internal/approvals/approvalstest"
+	"github.com/portcullis/portcullis/kv/pebble"
+
+	"github.com/portcullis/portcullis/kv"
+	kvjs "github.com/portcullis/portcullis/kv/jetstream"
+	"github.com/portcullis/portcullis/kv/kvtest"
+
 	"github.com/portcullis/portcullis/internal/leaderkv/leaderkvtest"
 	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/internal/timers"
 	"github.com/portcullis/portcullis/schema"
 )
-
-var buckets atomic.Int64
 
 // replicas opens stores on one bucket, each on its own connection (another
 // processor), with its timers in a Pebble store of its own (timers.Local:
@@ -31,14 +33,17 @@ func newReplicas(url string, n int) *replicas {
 	return &replicas{url: url, bucket: fmt.Sprintf("approvals_%d", buckets.Add(1)), n: n}
 }
 
-func (r *replicas) open(t *testing.T) *approvals.Replicated {
+func (r *replicas) open(t *testing.T) *kvjs.Approvals {
 	t.Helper()
-	_, b := leaderkvtest.Open(t, r.url, approvals.Bucket(r.bucket, r.n, time.Hour))
-	s := openKV(t, t.TempDir())
+	_, b := leaderkvtest.Open(t, r.url, kvjs.ApprovalsBucket(r.bucket, r.n, time.Hour))
+	s, err := pebble.Open(t.TempDir(), pebble.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { s.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ap, err := approvals.NewReplicated(ctx, approvals.ReplicatedOptions{KV: b, Timers: timers.Local{Store: s}, Writer: fmt.Sprintf("w%d", buckets.Add(1))})
+	ap, err := kvjs.NewApprovals(ctx, kvjs.ApprovalsOptions{KV: b, Timers: timers.Local{Store: s}, Writer: fmt.Sprintf("w%d", buckets.Add(1))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,24 +51,24 @@ func (r *replicas) open(t *testing.T) *approvals.Replicated {
 	return ap
 }
 
-func TestReplicatedR1(t *testing.T) {
+func TestApprovalsR1(t *testing.T) {
 	url := testenv.StartServer(t, "").ClientURL()
-	approvalstest.Run(t, func(t *testing.T) approvals.Store { return newReplicas(url, 1).open(t) })
+	kvtest.RunApprovals(t, func(t *testing.T) kv.Approvals { return newReplicas(url, 1).open(t) })
 }
 
-func TestReplicatedR3(t *testing.T) {
+func TestApprovalsR3(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a three-server cluster")
 	}
 	url := testenv.NewCluster(t).URL()
-	approvalstest.Run(t, func(t *testing.T) approvals.Store { return newReplicas(url, 3).open(t) })
+	kvtest.RunApprovals(t, func(t *testing.T) kv.Approvals { return newReplicas(url, 3).open(t) })
 }
 
-func parkedRecord(ref schema.ProposalRef, exp int64) approvals.Record {
-	return approvals.Record{Host: ref.Host, ProposalID: ref.ProposalID, Fingerprint: "sha256:x", Seq: 1, State: approvals.StateParked, ArrivedAtMs: 1, ExpiresAtMs: exp}
+func parkedRecord(ref schema.ProposalRef, exp int64) kv.Approval {
+	return kv.Approval{Host: ref.Host, ProposalID: ref.ProposalID, Fingerprint: "sha256:x", Seq: 1, State: kv.StateParked, ArrivedAtMs: 1, ExpiresAtMs: exp}
 }
 
-func waitCount(t *testing.T, s approvals.Store, want int) {
+func waitCount(t *testing.T, s kv.Approvals, want int) {
 	t.Helper()
 	testenv.WaitFor(t, fmt.Sprintf("Count = %d", want), func() bool { return s.Count() == want })
 }
@@ -72,7 +77,7 @@ func waitCount(t *testing.T, s approvals.Store, want int) {
 // lists and decides; their racing decisions, each under its own Lock after
 // its own Load, have exactly one winner; a processor started later counts
 // what is parked.
-func TestReplicatedProcessors(t *testing.T) {
+func TestApprovalsProcessors(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a three-server cluster")
 	}
@@ -81,8 +86,8 @@ func TestReplicatedProcessors(t *testing.T) {
 	refs := []schema.ProposalRef{{Host: "h", ProposalID: "one"}, {Host: "h", ProposalID: "two"}, {Host: "g", ProposalID: "one"}}
 	for i, ref := range refs {
 		r := parkedRecord(ref, int64(100*(3-i)))
-		tm := approvals.ExpiryTimer("subj", ref, r.ExpiresAtMs, approvals.TimerID(ref))
-		if err := a.Commit(ref, approvals.Writes{Record: &r, Timer: &tm}); err != nil {
+		tm := kv.ExpiryTimer("subj", ref, r.ExpiresAtMs, kv.ApprovalTimerID(ref))
+		if err := a.Commit(ref, kv.ApprovalWrites{Record: &r, Timer: &tm}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -100,13 +105,13 @@ func TestReplicatedProcessors(t *testing.T) {
 	for round := range 5 {
 		ref := schema.ProposalRef{Host: "race", ProposalID: fmt.Sprint(round)}
 		r := parkedRecord(ref, 500)
-		if err := a.Commit(ref, approvals.Writes{Record: &r}); err != nil {
+		if err := a.Commit(ref, kv.ApprovalWrites{Record: &r}); err != nil {
 			t.Fatal(err)
 		}
 		var won atomic.Int32
 		var wg sync.WaitGroup
 		start := make(chan struct{})
-		for i, s := range []approvals.Store{a, b, a, b} {
+		for i, s := range []kv.Approvals{a, b, a, b} {
 			wg.Go(func() {
 				unlock := s.Lock(ref)
 				defer unlock()
@@ -119,11 +124,11 @@ func TestReplicatedProcessors(t *testing.T) {
 				if !rec.Parked() {
 					return // decided before this one loaded
 				}
-				rec.State, rec.DecidedBy, rec.DecidedAtMs = approvals.StatePermitted, fmt.Sprintf("IN/%d", i), 2
-				switch err := s.Commit(ref, approvals.Writes{From: approvals.StateParked, Record: &rec, CancelTimer: true}); {
+				rec.State, rec.DecidedBy, rec.DecidedAtMs = kv.StatePermitted, fmt.Sprintf("IN/%d", i), 2
+				switch err := s.Commit(ref, kv.ApprovalWrites{From: kv.StateParked, Record: &rec, CancelTimer: true}); {
 				case err == nil:
 					won.Add(1)
-				case !errors.Is(err, approvals.ErrConflict):
+				case !errors.Is(err, kv.ErrConflict):
 					t.Errorf("racing commit: %v", err)
 				}
 			})
@@ -140,11 +145,11 @@ func TestReplicatedProcessors(t *testing.T) {
 
 	// b decides one that a parked; both count it gone.
 	rec, _, _ := b.Load(refs[0])
-	rec.State, rec.DecidedBy, rec.Code = approvals.StateDenied, "T/1", schema.CodeApprovalTimedOut
-	if err := b.Commit(refs[0], approvals.Writes{From: approvals.StateParked, Record: &rec}); err != nil {
+	rec.State, rec.DecidedBy, rec.Code = kv.StateDenied, "T/1", schema.CodeApprovalTimedOut
+	if err := b.Commit(refs[0], kv.ApprovalWrites{From: kv.StateParked, Record: &rec}); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Commit(refs[0], approvals.Writes{From: approvals.StateParked, Record: &rec}); !errors.Is(err, approvals.ErrConflict) {
+	if err := a.Commit(refs[0], kv.ApprovalWrites{From: kv.StateParked, Record: &rec}); !errors.Is(err, kv.ErrConflict) {
 		t.Fatalf("deciding again on the other processor: %v", err)
 	}
 	waitCount(t, a, 2)

@@ -1,4 +1,4 @@
-package approvals
+package jetstream
 
 import (
 	"cmp"
@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/portcullis/portcullis/kv"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/internal/leaderkv"
@@ -19,12 +21,7 @@ import (
 	"github.com/portcullis/portcullis/schema"
 )
 
-// ErrUncertain: a replicated write timed out and reading the record back
-// could not tell, within the settle budget, whether it was stored. The
-// input is retried: its redelivery loads whatever is stored by then.
-var ErrUncertain = errors.New("approvals: the write's outcome is unknown")
-
-// Replicated keeps approvals in a JetStream KV bucket shared by every
+// Approvals keeps approvals in a JetStream KV bucket shared by every
 // processor of a cluster (SPEC §6: "a parked proposal is resumed or
 // declined by a grant whichever processor parked it; an approval times
 // out once").
@@ -78,9 +75,9 @@ var ErrUncertain = errors.New("approvals: the write's outcome is unknown")
 // record outlives every redelivery of the inputs that could ask for it, and
 // a parked one outlives its expiry — unless no processor at all runs for
 // that long. The processor's retention sweep (Pebble) does not touch it.
-type Replicated struct {
+type Approvals struct {
 	// cas is the bucket and the sessions Lock starts, by record key.
-	cas    leaderkv.CAS[stored]
+	cas    leaderkv.CAS[approvalStored]
 	timers timers.Timers
 	writer string
 	log    *slog.Logger
@@ -103,7 +100,7 @@ type Replicated struct {
 	stopped     chan struct{}
 }
 
-var _ Store = (*Replicated)(nil)
+var _ kv.Approvals = (*Approvals)(nil)
 
 type parkedEntry struct {
 	rev         uint64
@@ -112,7 +109,7 @@ type parkedEntry struct {
 }
 
 // ReplicatedOptions configure NewReplicated.
-type ReplicatedOptions struct {
+type ApprovalsOptions struct {
 	// KV is the approvals bucket (Bind, EnsureBucket).
 	KV jetstream.KeyValue
 	// Timers arms the expiry timers commits carry (timers.Schedules on a
@@ -130,10 +127,10 @@ type ReplicatedOptions struct {
 // NewReplicated returns the approvals on o.KV once its watcher has read
 // the parked proposals (so that Count is right from the start), or ctx's
 // error. Close stops the watcher.
-func NewReplicated(ctx context.Context, o ReplicatedOptions) (*Replicated, error) {
-	r := &Replicated{timers: o.Timers, writer: o.Writer, log: o.Log,
-		cas: leaderkv.CAS[stored]{Handle: leaderkv.Handle{KV: o.KV, Name: "approvals", Timeouts: o.Timeouts},
-			ID: (*stored).commit, Conflict: ErrConflict, Uncertain: ErrUncertain},
+func NewApprovals(ctx context.Context, o ApprovalsOptions) (*Approvals, error) {
+	r := &Approvals{timers: o.Timers, writer: o.Writer, log: o.Log,
+		cas: leaderkv.CAS[approvalStored]{Handle: leaderkv.Handle{KV: o.KV, Name: "approvals", Timeouts: o.Timeouts},
+			ID: (*approvalStored).commit, Conflict: kv.ErrConflict, Uncertain: kv.ErrUncertain},
 		parked: map[string]parkedEntry{}, local: map[string]localEntry{}, initialized: make(chan struct{}), stopped: make(chan struct{})}
 	if r.log == nil {
 		r.log = slog.Default()
@@ -154,7 +151,7 @@ func NewReplicated(ctx context.Context, o ReplicatedOptions) (*Replicated, error
 }
 
 // Close stops the watcher. Count keeps its last value.
-func (r *Replicated) Close() {
+func (r *Approvals) Close() {
 	r.stop()
 	<-r.stopped
 }
@@ -162,14 +159,14 @@ func (r *Replicated) Close() {
 // Bucket is the approvals bucket: one value-free record per proposal,
 // kept maxAge after its last change (0: for ever); every read from the
 // stream's leader.
-func Bucket(name string, replicas int, maxAge time.Duration) leaderkv.Bucket {
+func ApprovalsBucket(name string, replicas int, maxAge time.Duration) leaderkv.Bucket {
 	return leaderkv.Bucket{Name: name, Replicas: replicas, MaxAge: maxAge, DenyDelete: true,
 		Description: "Portcullis approvals: one value-free authorization record per proposal"}
 }
 
 // stored is a record's value in the bucket.
-type stored struct {
-	Record Record `json:"record"`
+type approvalStored struct {
+	Record kv.Approval `json:"record"`
 	// Writer is the instance id of the processor that committed it, and
 	// Commit a random id of the commit (leaderkv.CommitID): a writer whose
 	// write timed out recognizes its own.
@@ -177,19 +174,19 @@ type stored struct {
 	Commit string `json:"commit"`
 }
 
-func (s *stored) commit() string { return s.Commit }
+func (s *approvalStored) commit() string { return s.Commit }
 
 // state is the state of a stored version (StateNone for none).
-func (s *stored) state() State {
+func (s *approvalStored) state() kv.ApprovalState {
 	if s == nil {
-		return StateNone
+		return kv.StateNone
 	}
 	return s.Record.State
 }
 
 // recordKey is the proposal's key: hashed, since hosts and proposal ids
 // may hold bytes a key cannot.
-func recordKey(ref schema.ProposalRef) string {
+func approvalKey(ref schema.ProposalRef) string {
 	s := sha256.Sum256([]byte(ref.Host + "\x00" + ref.ProposalID))
 	return "apr." + hex.EncodeToString(s[:])
 }
@@ -197,15 +194,15 @@ func recordKey(ref schema.ProposalRef) string {
 // short names a key in errors and logs: a prefix of its hash.
 func short(key string) string { return key[:16] + "…" }
 
-func (r *Replicated) do(f func(ctx context.Context) error) error { return r.cas.Do(f) }
+func (r *Approvals) do(f func(ctx context.Context) error) error { return r.cas.Do(f) }
 
 // Lock serializes this process's work on the proposal and starts the
 // session that remembers what Load read.
-func (r *Replicated) Lock(ref schema.ProposalRef) func() { return r.cas.Lock(recordKey(ref)) }
+func (r *Approvals) Lock(ref schema.ProposalRef) func() { return r.cas.Lock(approvalKey(ref)) }
 
 // get reads a record from the stream's leader: nil, 0 if there is none.
-func (r *Replicated) get(key string) (*stored, uint64, error) {
-	var s stored
+func (r *Approvals) get(key string) (*approvalStored, uint64, error) {
+	var s approvalStored
 	rev, found, err := r.cas.Get(key, &s)
 	if err != nil || !found {
 		return nil, 0, err
@@ -216,27 +213,27 @@ func (r *Replicated) get(key string) (*stored, uint64, error) {
 // Load reads a proposal's record from the stream's leader; the first Load
 // under a Lock is what that session's Commit compares with
 // (leaderkv.CAS).
-func (r *Replicated) Load(ref schema.ProposalRef) (Record, bool, error) {
-	key := recordKey(ref)
+func (r *Approvals) Load(ref schema.ProposalRef) (kv.Approval, bool, error) {
+	key := approvalKey(ref)
 	s, _, err := r.cas.Load(key, key)
 	if err != nil {
-		return Record{}, false, fmt.Errorf("approvals: load: %w", err)
+		return kv.Approval{}, false, fmt.Errorf("approvals: load: %w", err)
 	}
 	if s == nil {
-		return Record{}, false, nil
+		return kv.Approval{}, false, nil
 	}
 	return s.Record, true, nil
 }
 
 // Commit writes w as the Replicated doc comment describes.
-func (r *Replicated) Commit(ref schema.ProposalRef, w Writes) error {
-	if err := w.check(ref); err != nil {
+func (r *Approvals) Commit(ref schema.ProposalRef, w kv.ApprovalWrites) error {
+	if err := w.Check(ref); err != nil {
 		return err
 	}
 	if w.Empty() {
 		return nil
 	}
-	key := recordKey(ref)
+	key := approvalKey(ref)
 	v, loaded := r.cas.Session(key)
 	rev, state := v.Rev, v.Cur.state()
 	if !loaded {
@@ -249,7 +246,7 @@ func (r *Replicated) Commit(ref schema.ProposalRef, w Writes) error {
 		rev, state = got, s.state()
 	}
 	if state != w.From {
-		return fmt.Errorf("%w: record %s is %q, the step saw %q", ErrConflict, short(key), state, w.From)
+		return fmt.Errorf("%w: record %s is %q, the step saw %q", kv.ErrConflict, short(key), state, w.From)
 	}
 	// Harmless if the commit never happens: an extra timer.
 	if w.Timer != nil {
@@ -260,7 +257,7 @@ func (r *Replicated) Commit(ref schema.ProposalRef, w Writes) error {
 	if w.Record == nil {
 		return nil
 	}
-	s := &stored{Record: *w.Record, Writer: r.writer, Commit: leaderkv.CommitID()}
+	s := &approvalStored{Record: *w.Record, Writer: r.writer, Commit: leaderkv.CommitID()}
 	newRev, err := r.cas.Swap(key, short(key), rev, s)
 	if err != nil {
 		r.cas.Forget(key)
@@ -274,7 +271,7 @@ func (r *Replicated) Commit(ref schema.ProposalRef, w Writes) error {
 // Parked lists the parked proposals the watcher knows, the soonest to
 // expire first, reading each listed record from the leader: one decided
 // since is left out of the list, though counted in total (as Pebble's).
-func (r *Replicated) Parked(limit int) ([]Record, int, error) {
+func (r *Approvals) Parked(limit int) ([]kv.Approval, int, error) {
 	r.cmu.Lock()
 	idx := make([]parkedEntry, 0, len(r.parked))
 	for _, e := range r.parked {
@@ -284,12 +281,12 @@ func (r *Replicated) Parked(limit int) ([]Record, int, error) {
 	slices.SortFunc(idx, func(a, b parkedEntry) int {
 		return cmp.Or(cmp.Compare(a.expiresAtMs, b.expiresAtMs), cmp.Compare(a.ref.Host, b.ref.Host), cmp.Compare(a.ref.ProposalID, b.ref.ProposalID))
 	})
-	out := []Record{}
+	out := []kv.Approval{}
 	for _, e := range idx {
 		if limit > 0 && len(out) == limit {
 			break
 		}
-		s, _, err := r.get(recordKey(e.ref))
+		s, _, err := r.get(approvalKey(e.ref))
 		if err != nil {
 			return nil, 0, fmt.Errorf("approvals: parked: %w", err)
 		}
@@ -302,7 +299,7 @@ func (r *Replicated) Parked(limit int) ([]Record, int, error) {
 
 // Count is the number of parked proposals, cluster-wide, as the watcher
 // (and this processor's own commits) last saw them.
-func (r *Replicated) Count() int {
+func (r *Approvals) Count() int {
 	r.cmu.Lock()
 	defer r.cmu.Unlock()
 	return len(r.parked)

@@ -1,6 +1,6 @@
-// Package approvalstest is the conformance suite every approvals.Store
+// Package approvalstest is the conformance suite every kv.Approvals
 // backend passes: the single-node Pebble store and any replicated one.
-package approvalstest
+package kvtest
 
 import (
 	"errors"
@@ -9,36 +9,35 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/leaderkv/leaderkvtest"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 )
 
 // Run checks a Store made fresh by open for each subtest.
-func Run(t *testing.T, open func(t *testing.T) approvals.Store) {
+func RunApprovals(t *testing.T, open func(t *testing.T) kv.Approvals) {
 	ref := schema.ProposalRef{Host: "h", ProposalID: "p1"}
 	evals := []schema.PolicyEvaluation{{Layer: "managed_policy:org", Outcome: schema.EvalPass}}
-	park := func(ref schema.ProposalRef, expiresAtMs int64) approvals.Record {
-		return approvals.Record{Host: ref.Host, ProposalID: ref.ProposalID, Fingerprint: "sha256:" + ref.ProposalID,
-			Referent: "sku-" + ref.ProposalID, Seq: 3, State: approvals.StateParked, ArrivedAtMs: 10, ExpiresAtMs: expiresAtMs, Evaluations: evals}
+	park := func(ref schema.ProposalRef, expiresAtMs int64) kv.Approval {
+		return kv.Approval{Host: ref.Host, ProposalID: ref.ProposalID, Fingerprint: "sha256:" + ref.ProposalID,
+			Referent: "sku-" + ref.ProposalID, Seq: 3, State: kv.StateParked, ArrivedAtMs: 10, ExpiresAtMs: expiresAtMs, Evaluations: evals}
 	}
 	timer := func(ref schema.ProposalRef, due int64) *kv.Timer {
-		t := approvals.ExpiryTimer("timer.subject", ref, due, approvals.TimerID(ref))
+		t := kv.ExpiryTimer("timer.subject", ref, due, kv.ApprovalTimerID(ref))
 		return &t
 	}
-	parkWrites := func(ref schema.ProposalRef, expiresAtMs int64) approvals.Writes {
+	parkWrites := func(ref schema.ProposalRef, expiresAtMs int64) kv.ApprovalWrites {
 		r := park(ref, expiresAtMs)
-		return approvals.Writes{From: approvals.StateNone, Record: &r, Timer: timer(ref, expiresAtMs)}
+		return kv.ApprovalWrites{From: kv.StateNone, Record: &r, Timer: timer(ref, expiresAtMs)}
 	}
-	decide := func(r approvals.Record, state approvals.State, by string) approvals.Writes {
+	decide := func(r kv.Approval, state kv.ApprovalState, by string) kv.ApprovalWrites {
 		r.State, r.DecidedBy, r.DecidedAtMs = state, by, 20
-		if state == approvals.StateDenied {
+		if state == kv.StateDenied {
 			r.Code = schema.CodeApprovalTimedOut
 		}
-		return approvals.Writes{From: approvals.StateParked, Record: &r, CancelTimer: true}
+		return kv.ApprovalWrites{From: kv.StateParked, Record: &r, CancelTimer: true}
 	}
-	commit := func(t *testing.T, s approvals.Store, ref schema.ProposalRef, w approvals.Writes) {
+	commit := func(t *testing.T, s kv.Approvals, ref schema.ProposalRef, w kv.ApprovalWrites) {
 		t.Helper()
 		if err := s.Commit(ref, w); err != nil {
 			t.Fatalf("Commit(%s): %v", ref, err)
@@ -56,7 +55,7 @@ func Run(t *testing.T, open func(t *testing.T) approvals.Store) {
 		if n := s.Count(); n != 0 {
 			t.Fatalf("Count = %d", n)
 		}
-		if err := s.Commit(ref, approvals.Writes{}); err != nil {
+		if err := s.Commit(ref, kv.ApprovalWrites{}); err != nil {
 			t.Fatalf("empty writes: %v", err)
 		}
 	})
@@ -76,27 +75,27 @@ func Run(t *testing.T, open func(t *testing.T) approvals.Store) {
 			t.Fatalf("Count after parking = %d", n)
 		}
 		// Re-arming the timer leaves the record and the count alone.
-		commit(t, s, ref, approvals.Writes{From: approvals.StateParked, Timer: timer(ref, 620)})
+		commit(t, s, ref, kv.ApprovalWrites{From: kv.StateParked, Timer: timer(ref, 620)})
 		if n := s.Count(); n != 1 {
 			t.Fatalf("Count after re-arming = %d", n)
 		}
 		// Parking again, or deciding from a state the record is not in,
 		// conflicts and writes nothing.
-		if err := s.Commit(ref, parkWrites(ref, 999)); !errors.Is(err, approvals.ErrConflict) {
+		if err := s.Commit(ref, parkWrites(ref, 999)); !errors.Is(err, kv.ErrConflict) {
 			t.Fatalf("parking a parked proposal again: %v", err)
 		}
-		commit(t, s, ref, decide(got, approvals.StateDenied, "AUTH/7"))
+		commit(t, s, ref, decide(got, kv.StateDenied, "AUTH/7"))
 		if n := s.Count(); n != 0 {
 			t.Fatalf("Count after the decision = %d", n)
 		}
-		if err := s.Commit(ref, decide(got, approvals.StatePermitted, "GRANTS/9")); !errors.Is(err, approvals.ErrConflict) {
+		if err := s.Commit(ref, decide(got, kv.StatePermitted, "GRANTS/9")); !errors.Is(err, kv.ErrConflict) {
 			t.Fatalf("a second decision: %v", err)
 		}
-		if err := s.Commit(ref, approvals.Writes{From: approvals.StateParked, Timer: timer(ref, 630)}); !errors.Is(err, approvals.ErrConflict) {
+		if err := s.Commit(ref, kv.ApprovalWrites{From: kv.StateParked, Timer: timer(ref, 630)}); !errors.Is(err, kv.ErrConflict) {
 			t.Fatalf("re-arming a decided proposal: %v", err)
 		}
 		got, _, _ = s.Load(ref)
-		if got.State != approvals.StateDenied || got.DecidedBy != "AUTH/7" || got.Code != schema.CodeApprovalTimedOut || got.ExpiresAtMs != 610 {
+		if got.State != kv.StateDenied || got.DecidedBy != "AUTH/7" || got.Code != schema.CodeApprovalTimedOut || got.ExpiresAtMs != 610 {
 			t.Fatalf("decided record = %+v", got)
 		}
 		if n := s.Count(); n != 0 {
@@ -110,15 +109,15 @@ func Run(t *testing.T, open func(t *testing.T) approvals.Store) {
 	t.Run("decided on arrival", func(t *testing.T) {
 		s := open(t)
 		r := park(ref, 0)
-		r.State, r.DecidedBy, r.DecidedAtMs = approvals.StatePermitted, "AUTH/3", 10
-		commit(t, s, ref, approvals.Writes{Record: &r})
+		r.State, r.DecidedBy, r.DecidedAtMs = kv.StatePermitted, "AUTH/3", 10
+		commit(t, s, ref, kv.ApprovalWrites{Record: &r})
 		if n := s.Count(); n != 0 {
 			t.Fatalf("Count = %d", n)
 		}
-		if got, found, _ := s.Load(ref); !found || got.State != approvals.StatePermitted || got.DecidedBy != "AUTH/3" {
+		if got, found, _ := s.Load(ref); !found || got.State != kv.StatePermitted || got.DecidedBy != "AUTH/3" {
 			t.Fatalf("Load = %+v", got)
 		}
-		if err := s.Commit(ref, approvals.Writes{Record: &r}); !errors.Is(err, approvals.ErrConflict) {
+		if err := s.Commit(ref, kv.ApprovalWrites{Record: &r}); !errors.Is(err, kv.ErrConflict) {
 			t.Fatalf("deciding a new proposal twice: %v", err)
 		}
 	})
@@ -134,15 +133,15 @@ func Run(t *testing.T, open func(t *testing.T) approvals.Store) {
 		for i := range n {
 			wg.Go(func() {
 				<-start
-				state := approvals.StateDenied
+				state := kv.StateDenied
 				if i%2 == 0 {
-					state = approvals.StatePermitted
+					state = kv.StatePermitted
 				}
 				err := s.Commit(ref, decide(rec, state, "IN/"+string(rune('a'+i))))
 				switch {
 				case err == nil:
 					won.Add(1)
-				case !errors.Is(err, approvals.ErrConflict):
+				case !errors.Is(err, kv.ErrConflict):
 					t.Errorf("racing commit: %v", err)
 				}
 			})
@@ -173,8 +172,8 @@ func Run(t *testing.T, open func(t *testing.T) approvals.Store) {
 			commit(t, s, p.ref, parkWrites(p.ref, p.exp))
 		}
 		d, _, _ := s.Load(schema.ProposalRef{Host: "h", ProposalID: "decided"})
-		commit(t, s, d.Ref(), decide(d, approvals.StateDenied, "T/1"))
-		ids := func(rs []approvals.Record) []string {
+		commit(t, s, d.Ref(), decide(d, kv.StateDenied, "T/1"))
+		ids := func(rs []kv.Approval) []string {
 			var out []string
 			for _, r := range rs {
 				out = append(out, r.Host+"/"+r.ProposalID)
@@ -197,7 +196,7 @@ func Run(t *testing.T, open func(t *testing.T) approvals.Store) {
 		}
 		// A decision takes the proposal off the list.
 		soon, _, _ := s.Load(schema.ProposalRef{Host: "h", ProposalID: "soon"})
-		commit(t, s, soon.Ref(), decide(soon, approvals.StatePermitted, "G/1"))
+		commit(t, s, soon.Ref(), decide(soon, kv.StatePermitted, "G/1"))
 		if got, total, _ := s.Parked(1); total != 4 || len(got) != 1 || got[0].ProposalID != "tie" || s.Count() != 4 {
 			t.Errorf("after a decision: %q total %d count %d", ids(got), total, s.Count())
 		}
@@ -221,22 +220,22 @@ func Run(t *testing.T, open func(t *testing.T) approvals.Store) {
 		r := park(ref, 610)
 		noDeadline := park(ref, 0)
 		undecided := park(ref, 610)
-		undecided.State = approvals.StateDenied
+		undecided.State = kv.StateDenied
 		odd := park(ref, 610)
 		odd.State = "maybe"
 		other := schema.ProposalRef{Host: "h", ProposalID: "p2"}
-		for name, w := range map[string]approvals.Writes{
+		for name, w := range map[string]kv.ApprovalWrites{
 			"timer added and cancelled":    {Record: &r, Timer: timer(ref, 610), CancelTimer: true},
 			"another proposal's timer":     {Record: &r, Timer: timer(other, 610)},
-			"another proposal's record":    {Record: func() *approvals.Record { o := park(other, 610); return &o }()},
+			"another proposal's record":    {Record: func() *kv.Approval { o := park(other, 610); return &o }()},
 			"parked without a deadline":    {Record: &noDeadline},
 			"decided by nobody":            {Record: &undecided},
 			"unknown state":                {Record: &odd},
 			"a timer without a record":     {Timer: timer(ref, 610)},
-			"a decision changed":           {From: approvals.StateDenied, Record: &r},
-			"parked after waiting already": {From: approvals.StateParked, Record: &r},
+			"a decision changed":           {From: kv.StateDenied, Record: &r},
+			"parked after waiting already": {From: kv.StateParked, Record: &r},
 		} {
-			if err := s.Commit(ref, w); !errors.Is(err, approvals.ErrBadWrites) {
+			if err := s.Commit(ref, w); !errors.Is(err, kv.ErrBadWrites) {
 				t.Errorf("%s: Commit = %v", name, err)
 			}
 		}
