@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	kvjs "github.com/portcullis/portcullis/kv/jetstream"
+
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -20,7 +22,6 @@ import (
 	"github.com/portcullis/portcullis/internal/keyfile"
 	"github.com/portcullis/portcullis/internal/natsauth"
 	"github.com/portcullis/portcullis/internal/seal"
-	"github.com/portcullis/portcullis/internal/timers"
 	"github.com/portcullis/portcullis/subjects"
 )
 
@@ -301,7 +302,7 @@ func probeListen(addr string) error {
 // in its own stream, where an earlier version put them), sealed with
 // sealer — for a tool that arms timers as the processors would
 // (`processor migrate`).
-func ClusterTimers(ctx context.Context, js jetstream.JetStream, s subjects.Subjects, c *config.Config, sealer *seal.Sealer) (*timers.Schedules, error) {
+func ClusterTimers(ctx context.Context, js jetstream.JetStream, s subjects.Subjects, c *config.Config, sealer *seal.Sealer) (*kvjs.Schedules, error) {
 	_, legacy, deferred, err := ensureStreams(ctx, js, s, c, Pipeline(), nil)
 	if err == nil {
 		// A store being migrated parks nothing on the cluster yet.
@@ -310,5 +311,5 @@ func ClusterTimers(ctx context.Context, js jetstream.JetStream, s subjects.Subje
 	if err != nil {
 		return nil, err
 	}
-	return &timers.Schedules{JS: js, Subjects: s, Seal: sealer, Legacy: legacy}, nil
+	return &kvjs.Schedules{JS: js, Subjects: s, Seal: sealer, Legacy: legacy}, nil
 }

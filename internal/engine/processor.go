@@ -30,7 +30,6 @@ import (
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/leaderkv"
 	"github.com/portcullis/portcullis/internal/seal"
-	"github.com/portcullis/portcullis/internal/timers"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/stages/admission"
@@ -338,7 +337,7 @@ func (p *Processor) openJournal(ctx context.Context) error {
 	}
 	p.journal = kvjs.NewJournal(kvjs.JournalOptions{
 		KV: bucket, JS: p.js, Writer: id, Log: p.log.With("component", "journal"),
-		Timers: &timers.Schedules{JS: p.js, Subjects: p.subj, Seal: p.seal, Legacy: p.legacy},
+		Timers: &kvjs.Schedules{JS: p.js, Subjects: p.subj, Seal: p.seal, Legacy: p.legacy},
 	})
 	// The admission records and operator nonces are shared too (SPEC §6):
 	// a reused proposal id, a repeated delivery id or a replayed operator
@@ -410,7 +409,7 @@ func (p *Processor) openApprovals(ctx context.Context) error {
 	}
 	r, err := kvjs.NewApprovals(ctx, kvjs.ApprovalsOptions{
 		KV: bucket, Writer: p.self, Log: p.log.With("component", "approvals"),
-		Timers: &timers.Schedules{JS: p.js, Subjects: p.subj, Seal: p.seal, Legacy: p.legacy},
+		Timers: &kvjs.Schedules{JS: p.js, Subjects: p.subj, Seal: p.seal, Legacy: p.legacy},
 	})
 	if err != nil {
 		return fmt.Errorf("engine: %w", err)

@@ -17,7 +17,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/internal/leaderkv"
-	"github.com/portcullis/portcullis/internal/timers"
 	"github.com/portcullis/portcullis/schema"
 )
 
@@ -47,7 +46,7 @@ import (
 //
 // # Timers
 //
-// A commit's expiry timer is armed with Timers (timers.Schedules: a
+// A commit's expiry timer is armed with Timers (kvjs.Schedules: a
 // nats-server message schedule in the authorization stream) before the
 // compare-and-set, so that a crash between the two leaves an extra timer,
 // never a missing one. CancelTimer is not acted on: schedules cannot be
@@ -78,7 +77,7 @@ import (
 type Approvals struct {
 	// cas is the bucket and the sessions Lock starts, by record key.
 	cas    leaderkv.CAS[approvalStored]
-	timers timers.Timers
+	timers kv.Timers
 	writer string
 	log    *slog.Logger
 
@@ -112,9 +111,9 @@ type parkedEntry struct {
 type ApprovalsOptions struct {
 	// KV is the approvals bucket (Bind, EnsureBucket).
 	KV jetstream.KeyValue
-	// Timers arms the expiry timers commits carry (timers.Schedules on a
+	// Timers arms the expiry timers commits carry (kvjs.Schedules on a
 	// cluster).
-	Timers timers.Timers
+	Timers kv.Timers
 	// Writer is this processor's instance id, recorded with each commit.
 	Writer string
 	// Log receives value-free warnings. nil: slog.Default().

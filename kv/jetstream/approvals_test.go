@@ -17,12 +17,11 @@ import (
 
 	"github.com/portcullis/portcullis/internal/leaderkv/leaderkvtest"
 	"github.com/portcullis/portcullis/internal/testenv"
-	"github.com/portcullis/portcullis/internal/timers"
 	"github.com/portcullis/portcullis/schema"
 )
 
 // replicas opens stores on one bucket, each on its own connection (another
-// processor), with its timers in a Pebble store of its own (timers.Local:
+// processor), with its timers in a Pebble store of its own (pebble.Store.Arm:
 // the suite's timer subject is no stage's, which Schedules refuses).
 type replicas struct {
 	url, bucket string
@@ -43,7 +42,7 @@ func (r *replicas) open(t *testing.T) *kvjs.Approvals {
 	t.Cleanup(func() { s.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ap, err := kvjs.NewApprovals(ctx, kvjs.ApprovalsOptions{KV: b, Timers: timers.Local{Store: s}, Writer: fmt.Sprintf("w%d", buckets.Add(1))})
+	ap, err := kvjs.NewApprovals(ctx, kvjs.ApprovalsOptions{KV: b, Timers: s, Writer: fmt.Sprintf("w%d", buckets.Add(1))})
 	if err != nil {
 		t.Fatal(err)
 	}

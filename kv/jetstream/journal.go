@@ -15,7 +15,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/internal/leaderkv"
-	"github.com/portcullis/portcullis/internal/timers"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 )
@@ -68,7 +67,7 @@ import (
 type Journal struct {
 	// cas is the bucket and the sessions Lock starts, by fingerprint.
 	cas    leaderkv.CAS[stored]
-	timers timers.Timers
+	timers kv.Timers
 	writer string
 	log    *slog.Logger
 
@@ -85,8 +84,8 @@ type JournalOptions struct {
 	// JetStream context it was bound with (for listing keys).
 	KV jetstream.KeyValue
 	JS jetstream.JetStream
-	// Timers arms the timers commits carry (timers.Schedules).
-	Timers timers.Timers
+	// Timers arms the timers commits carry (kvjs.Schedules).
+	Timers kv.Timers
 	// Writer is this processor's instance id, recorded with each commit.
 	Writer string
 	// Log receives value-free warnings. nil: slog.Default().

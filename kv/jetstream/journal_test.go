@@ -19,7 +19,6 @@ import (
 	"github.com/portcullis/portcullis/internal/leaderkv/leaderkvtest"
 	"github.com/portcullis/portcullis/internal/seal"
 	"github.com/portcullis/portcullis/internal/testenv"
-	"github.com/portcullis/portcullis/internal/timers"
 	"github.com/portcullis/portcullis/subjects"
 )
 
@@ -40,7 +39,7 @@ func replicated(url string, replicas int) kvtest.OpenJournal {
 			n++
 			return kvjs.NewJournal(kvjs.JournalOptions{
 				KV: b, JS: js, Writer: fmt.Sprintf("p_%016d", n),
-				Timers: &timers.Schedules{JS: js, Subjects: subjects.Default(), Seal: sealer},
+				Timers: &kvjs.Schedules{JS: js, Subjects: subjects.Default(), Seal: sealer},
 			})
 		}
 		return open(), open

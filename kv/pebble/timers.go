@@ -1,6 +1,7 @@
 package pebble
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 
@@ -90,4 +91,17 @@ func (s *Store) Timer(id string) (kv.Timer, bool, error) {
 	var t kv.Timer
 	found, err = s.get(timerKey(due, id), &t)
 	return t, found, err
+}
+
+var _ kv.Timers = (*Store)(nil)
+
+// Arm adds t to the timer table with Sync (kv.Timers): the scheduler
+// fires it. A timer with the same ID replaces the pending one.
+func (s *Store) Arm(_ context.Context, t kv.Timer) error {
+	b := s.NewBatch()
+	b.AddTimer(t)
+	if err := b.Commit(Sync); err != nil {
+		return fmt.Errorf("timers: arm %s: %w", t.ID, err)
+	}
+	return nil
 }

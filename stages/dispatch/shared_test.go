@@ -21,7 +21,6 @@ import (
 	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/internal/seal"
 	"github.com/portcullis/portcullis/internal/testenv"
-	"github.com/portcullis/portcullis/internal/timers"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
@@ -62,7 +61,7 @@ func sharedStages(t *testing.T, timeout, margin time.Duration) (a, b *dispatch.S
 			t.Fatal(err)
 		}
 		j := kvjs.NewJournal(kvjs.JournalOptions{KV: bucket, JS: js, Writer: self,
-			Timers: &timers.Schedules{JS: js, Subjects: subj, Seal: sealer}})
+			Timers: &kvjs.Schedules{JS: js, Subjects: subj, Seal: sealer}})
 		return &dispatch.Stage{
 			Journal: j, Adapters: map[string]adapters.Adapter{"demo": fake}, Providers: []config.Provider{prov},
 			Policy: policy.Rules{ClockSkew: 30 * time.Second, MaxGrantLifetime: 24 * time.Hour},

@@ -56,7 +56,7 @@
 // There is no Cancel for the same reason: a cancelled timer would have to
 // be cancelled after the commit and could race the next one, while a stale
 // one costs one ignored message.
-package timers
+package jetstream
 
 import (
 	"context"
@@ -65,42 +65,12 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/portcullis/portcullis/kv/pebble"
-
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/portcullis/portcullis/internal/seal"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/subjects"
 )
-
-// Timers arms durable timers.
-type Timers interface {
-	// Arm schedules t: its message (t.Data, sealed for t.Subject) is
-	// published on t.Subject at t.DueMs, or at once if that is past.
-	// Arming a timer with the same ID and MsgID again replaces it; a timer
-	// with another MsgID is another timer. A timed-out Arm may have armed.
-	Arm(ctx context.Context, t kv.Timer) error
-}
-
-// Local keeps timers in the processor's Pebble store; stages.Scheduler
-// fires them. A timer with the same ID replaces the pending one.
-type Local struct {
-	Store *pebble.Store
-}
-
-var _ Timers = Local{}
-
-// Arm writes t with Sync.
-func (l Local) Arm(_ context.Context, t kv.Timer) error {
-	b := l.Store.NewBatch()
-	b.AddTimer(t)
-	if err := b.Commit(pebble.Sync); err != nil {
-		return fmt.Errorf("timers: arm %s: %w", t.ID, err)
-	}
-	return nil
-}
 
 // Schedules arms timers as nats-server message schedules in the timers
 // stream (subjects.TimersStream) of the stage whose timer subject a timer
@@ -110,13 +80,13 @@ type Schedules struct {
 	JS       jetstream.JetStream
 	Subjects subjects.Subjects
 	// Seal seals the timer message for its target subject.
-	Seal *seal.Sealer
+	Seal Sealer
 	// Legacy are the stages whose own stream takes their schedules (made
 	// so by an earlier version: engine's legacyScheduled).
 	Legacy map[string]bool
 }
 
-var _ Timers = (*Schedules)(nil)
+var _ kv.Timers = (*Schedules)(nil)
 
 // Headers of nats-server message scheduling (ADR-51).
 const (
@@ -155,4 +125,10 @@ func (s *Schedules) Arm(ctx context.Context, t kv.Timer) error {
 		return fmt.Errorf("timers: arm %s: %w", t.ID, err)
 	}
 	return nil
+}
+
+// Sealer seals a message for its subject (the processor's seal.Sealer):
+// a stage accepts only timers sealed by a processor.
+type Sealer interface {
+	Seal(subject string, body []byte, hdr nats.Header)
 }

@@ -1,4 +1,4 @@
-package timers_test
+package jetstream_test
 
 import (
 	"context"
@@ -6,20 +6,18 @@ import (
 	"testing"
 	"time"
 
+	kvjs "github.com/portcullis/portcullis/kv/jetstream"
+
 	"github.com/portcullis/portcullis/kv/pebble"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.uber.org/goleak"
 
 	"github.com/portcullis/portcullis/internal/seal"
-	"github.com/portcullis/portcullis/internal/timers"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/subjects"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // A schedule fires its timer once, sealed for the timer subject, at its
 // due time; arming it again replaces it; another MsgID is another timer.
@@ -47,7 +45,7 @@ func TestSchedules(t *testing.T) {
 		t.Fatal(err)
 	}
 	sealer, _ := seal.New([]byte(strings.Repeat("k", 32)))
-	ts := &timers.Schedules{JS: js, Subjects: subj, Seal: sealer}
+	ts := &kvjs.Schedules{JS: js, Subjects: subj, Seal: sealer}
 	target := subj.Stage(stage, subjects.KindTimer, strings.Repeat("ab", 32))
 	now := time.Now()
 	poll := func(msgID string, due time.Duration) kv.Timer {
@@ -100,7 +98,7 @@ func TestLocal(t *testing.T) {
 	}
 	defer st.Close()
 	tm := kv.Timer{ID: "reconcile/ab", DueMs: 5, Subject: "s", MsgID: "m"}
-	if err := (timers.Local{Store: st}).Arm(context.Background(), tm); err != nil {
+	if err := st.Arm(context.Background(), tm); err != nil {
 		t.Fatal(err)
 	}
 	if got, found, err := st.Timer(tm.ID); err != nil || !found || got.DueMs != 5 {
