@@ -5,12 +5,12 @@ import (
 	"errors"
 	"strings"
 
+	kvjs "github.com/portcullis/portcullis/kv/jetstream"
+
 	"github.com/portcullis/portcullis/kv"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/portcullis/portcullis/internal/leaderkv"
 )
 
 // ErrPermanent marks a handler error that no retry can fix (an input that
@@ -41,8 +41,8 @@ func Transient(err error) bool {
 	if err == nil {
 		return false
 	}
-	if errors.Is(err, ErrTransient) || leaderkv.Unanswered(err) ||
-		errors.Is(err, leaderkv.ErrConflict) || errors.Is(err, leaderkv.ErrUncertain) ||
+	if errors.Is(err, ErrTransient) || kvjs.Unanswered(err) ||
+		errors.Is(err, kvjs.ErrConflict) || errors.Is(err, kvjs.ErrUncertain) ||
 		errors.Is(err, kv.ErrConflict) || errors.Is(err, kv.ErrUncertain) ||
 		errors.Is(err, kv.ErrConflict) || errors.Is(err, kv.ErrUncertain) {
 		return true

@@ -9,9 +9,10 @@ import (
 	"fmt"
 	"sync"
 
+	kvjs "github.com/portcullis/portcullis/kv/jetstream"
+
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/portcullis/portcullis/internal/leaderkv"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 )
@@ -139,7 +140,7 @@ func (s *Store) Update(ctx context.Context, fingerprint string, edit func(a *sch
 			return nil
 		}
 		s.forget(key)
-		if !leaderkv.Lost(err) {
+		if !kvjs.Lost(err) {
 			return fmt.Errorf("activity: write: %w", err)
 		}
 		// Someone else wrote it: read what is there and edit that.

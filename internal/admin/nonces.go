@@ -9,12 +9,13 @@ import (
 	"sync"
 	"time"
 
+	kvjs "github.com/portcullis/portcullis/kv/jetstream"
+
 	"github.com/portcullis/portcullis/kv/pebble"
 
 	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/portcullis/portcullis/internal/leaderkv"
 	"github.com/portcullis/portcullis/kv"
 )
 
@@ -92,8 +93,8 @@ var _ Nonces = (*ReplicatedNonces)(nil)
 // NonceBucket is the nonce bucket: every read from the stream's leader,
 // no age limit (what a claim may forget is decided by Sweep), and
 // per-message TTLs allowed for the markers of removed keys.
-func NonceBucket(name string, replicas int) leaderkv.Bucket {
-	return leaderkv.Bucket{Name: name, Replicas: replicas, AllowMsgTTL: true,
+func NonceBucket(name string, replicas int) kvjs.Bucket {
+	return kvjs.Bucket{Name: name, Replicas: replicas, AllowMsgTTL: true,
 		Description: "Portcullis operator request nonces (hashed), each until a request stamped far enough after it was accepted"}
 }
 
@@ -136,14 +137,14 @@ func (n *ReplicatedNonces) window() time.Duration {
 	return n.Window
 }
 
-func (n *ReplicatedNonces) handle() leaderkv.Handle {
-	return leaderkv.Handle{KV: n.KV, JS: n.JS, Name: "admin", Timeouts: leaderkv.Timeouts{OpTimeout: n.OpTimeout}}
+func (n *ReplicatedNonces) handle() kvjs.Handle {
+	return kvjs.Handle{KV: n.KV, JS: n.JS, Name: "admin", Timeouts: kvjs.Timeouts{OpTimeout: n.OpTimeout}}
 }
 
 // ClaimNonce claims nonce for a request stamped requestedAtMs, as the
 // ReplicatedNonces doc comment describes.
 func (n *ReplicatedNonces) ClaimNonce(nonce string, requestedAtMs int64) (kv.NonceClaim, error) {
-	c := nonceClaim{RequestedAtMs: requestedAtMs, Claim: leaderkv.CommitID()}
+	c := nonceClaim{RequestedAtMs: requestedAtMs, Claim: kvjs.CommitID()}
 	// A key that exists holds a replay's claim, or this claim's own
 	// earlier try that timed out but was stored.
 	var got nonceClaim
@@ -168,7 +169,7 @@ func (n *ReplicatedNonces) ClaimNonce(nonce string, requestedAtMs int64) (kv.Non
 	for requestedAtMs > newest {
 		data, _ := json.Marshal(newestStamp{RequestedAtMs: requestedAtMs})
 		_, err := n.handle().Budget().Swap(n.KV, newestKey, data, rev, 0, func([]byte) bool { return false })
-		if err == nil || !errors.Is(err, leaderkv.ErrConflict) {
+		if err == nil || !errors.Is(err, kvjs.ErrConflict) {
 			break
 		}
 		if newest, rev, err = n.newest(); err != nil {

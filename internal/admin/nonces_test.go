@@ -8,10 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portcullis/portcullis/kv/kvtest"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/internal/admin"
-	"github.com/portcullis/portcullis/internal/leaderkv/leaderkvtest"
 	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/kv"
 )
@@ -28,7 +29,7 @@ func replicatedNonces(t *testing.T, url string, replicas, n int) []*admin.Replic
 	bucket := fmt.Sprintf("nonces_%d", nonceBuckets.Add(1))
 	var out []*admin.ReplicatedNonces
 	for range n {
-		js, h := leaderkvtest.Open(t, url, admin.NonceBucket(bucket, replicas))
+		js, h := kvtest.OpenBucket(t, url, admin.NonceBucket(bucket, replicas))
 		out = append(out, &admin.ReplicatedNonces{KV: h, JS: js, Window: window})
 	}
 	return out

@@ -28,7 +28,6 @@ import (
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/admin"
 	"github.com/portcullis/portcullis/internal/config"
-	"github.com/portcullis/portcullis/internal/leaderkv"
 	"github.com/portcullis/portcullis/internal/seal"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/stages"
@@ -344,10 +343,10 @@ func (p *Processor) openJournal(ctx context.Context) error {
 	// request is refused whichever processor sees it.
 	var adm, nonces jetstream.KeyValue
 	err = retryJS(ctx, func(ctx context.Context) (err error) {
-		if adm, err = leaderkv.Bind(ctx, p.js, p.subj.AdmissionBucket()); err != nil {
+		if adm, err = kvjs.Bind(ctx, p.js, p.subj.AdmissionBucket()); err != nil {
 			return err
 		}
-		nonces, err = leaderkv.Bind(ctx, p.js, p.subj.NonceBucket())
+		nonces, err = kvjs.Bind(ctx, p.js, p.subj.NonceBucket())
 		return err
 	})
 	if err != nil {
@@ -365,12 +364,12 @@ func (p *Processor) openJournal(ctx context.Context) error {
 // approval.clock_skew, at least 30s.
 func (p *Processor) clockMargin() time.Duration { return max(p.cfg.Approval.ClockSkew, 30*time.Second) }
 
-// bind binds a shared bucket EnsureStreams made (leaderkv.Bind), retried
+// bind binds a shared bucket EnsureStreams made (kvjs.Bind), retried
 // while JetStream does not answer.
 func (p *Processor) bind(ctx context.Context, name string) (jetstream.KeyValue, error) {
 	var bucket jetstream.KeyValue
 	err := retryJS(ctx, func(ctx context.Context) (err error) {
-		bucket, err = leaderkv.Bind(ctx, p.js, name)
+		bucket, err = kvjs.Bind(ctx, p.js, name)
 		return err
 	})
 	if err != nil {

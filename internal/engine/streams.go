@@ -15,7 +15,6 @@ import (
 
 	"github.com/portcullis/portcullis/internal/admin"
 	"github.com/portcullis/portcullis/internal/config"
-	"github.com/portcullis/portcullis/internal/leaderkv"
 	"github.com/portcullis/portcullis/stages/admission"
 	"github.com/portcullis/portcullis/subjects"
 )
@@ -582,7 +581,7 @@ func retryJS(ctx context.Context, f func(ctx context.Context) error) error {
 // server is down (10005), which a processor starting during an outage
 // waits out.
 func unavailable(err error) bool {
-	return leaderkv.Unanswered(err) || leaderkv.NoPeers(err)
+	return kvjs.Unanswered(err) || kvjs.NoPeers(err)
 }
 
 // discardOldest makes a full KV bucket drop its oldest messages instead of

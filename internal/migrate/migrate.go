@@ -52,7 +52,6 @@ import (
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/engine"
 	"github.com/portcullis/portcullis/internal/keyfile"
-	"github.com/portcullis/portcullis/internal/leaderkv"
 	"github.com/portcullis/portcullis/internal/seal"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
@@ -102,11 +101,11 @@ type Counts struct {
 	Created, Present, Conflict, NotMoved int
 }
 
-func (c *Counts) add(r leaderkv.Import) {
+func (c *Counts) add(r kvjs.Import) {
 	switch r {
-	case leaderkv.Created:
+	case kvjs.Created:
 		c.Created++
-	case leaderkv.Present:
+	case kvjs.Present:
 		c.Present++
 	default:
 		c.Conflict++
@@ -231,7 +230,7 @@ func (r *run) open(ctx context.Context, sealer *seal.Sealer) error {
 		return err
 	}
 	bind := func(name string) (jetstream.KeyValue, error) {
-		kv, err := leaderkv.Bind(ctx, r.js, name)
+		kv, err := kvjs.Bind(ctx, r.js, name)
 		if err != nil {
 			return nil, fmt.Errorf("migrate: %w", err)
 		}
@@ -269,12 +268,12 @@ func (r *run) pending(id string) (*kv.Timer, error) {
 
 // note counts an import's result in c and logs a conflict, value-free:
 // attrs name the record (a fingerprint, a host and proposal id).
-func (r *run) note(c *Counts, what string, res leaderkv.Import, err error, attrs ...any) error {
+func (r *run) note(c *Counts, what string, res kvjs.Import, err error, attrs ...any) error {
 	if err != nil {
 		return fmt.Errorf("migrate: %s %v: %w", what, attrs, err)
 	}
 	c.add(res)
-	if res == leaderkv.Conflict {
+	if res == kvjs.Conflict {
 		r.log.Warn("migrate: the bucket holds another "+what+" under this key; left as it is", attrs...)
 	}
 	return nil
@@ -282,8 +281,8 @@ func (r *run) note(c *Counts, what string, res leaderkv.Import, err error, attrs
 
 // moved notes that a record moved (created or present): its local timer,
 // if any, is removed at the end.
-func (r *run) moved(res leaderkv.Import, timer *kv.Timer) {
-	if res != leaderkv.Conflict && timer != nil {
+func (r *run) moved(res kvjs.Import, timer *kv.Timer) {
+	if res != kvjs.Conflict && timer != nil {
 		r.timers = append(r.timers, timer.ID)
 	}
 }
@@ -523,7 +522,7 @@ func (r *run) msg(stream string, seq uint64) (*jetstream.RawStreamMsg, error) {
 // there is no such message or stream.
 func (r *run) read(stream string, get func(context.Context, jetstream.Stream) (*jetstream.RawStreamMsg, error)) (*jetstream.RawStreamMsg, error) {
 	var m *jetstream.RawStreamMsg
-	err := leaderkv.Budget{}.Do(func(ctx context.Context) error {
+	err := kvjs.Budget{}.Do(func(ctx context.Context) error {
 		st, err := r.js.Stream(ctx, stream)
 		if err != nil {
 			return err

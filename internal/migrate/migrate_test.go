@@ -7,11 +7,12 @@ import (
 	"testing"
 	"time"
 
+	kvjs "github.com/portcullis/portcullis/kv/jetstream"
+
 	"go.uber.org/goleak"
 
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/engine"
-	"github.com/portcullis/portcullis/internal/leaderkv"
 	"github.com/portcullis/portcullis/internal/migrate"
 	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/kv"
@@ -232,7 +233,7 @@ func TestMigrateIntoAnotherNATS(t *testing.T) {
 	cfg.NATS = config.NATS{URL: target.ClientURL(), Replicas: 1}
 	// The cluster took "taken-1" for another proposal of its own.
 	bucket := admissionBucket(t, cfg)
-	if res, err := bucket.ImportAdmitted(testenv.Ref("taken-1"), kv.Admitted{Digest: "another", Seq: 7, AtMs: 1}); err != nil || res != leaderkv.Created {
+	if res, err := bucket.ImportAdmitted(testenv.Ref("taken-1"), kv.Admitted{Digest: "another", Seq: 7, AtMs: 1}); err != nil || res != kvjs.Created {
 		t.Fatal(res, err)
 	}
 

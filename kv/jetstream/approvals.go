@@ -16,7 +16,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/portcullis/portcullis/internal/leaderkv"
 	"github.com/portcullis/portcullis/schema"
 )
 
@@ -76,7 +75,7 @@ import (
 // that long. The processor's retention sweep (Pebble) does not touch it.
 type Approvals struct {
 	// cas is the bucket and the sessions Lock starts, by record key.
-	cas    leaderkv.CAS[approvalStored]
+	cas    CAS[approvalStored]
 	timers kv.Timers
 	writer string
 	log    *slog.Logger
@@ -120,7 +119,7 @@ type ApprovalsOptions struct {
 	Log *slog.Logger
 	// Timeouts bound each KV read or timer arming and how long Commit
 	// settles a write that got no answer.
-	leaderkv.Timeouts
+	Timeouts
 }
 
 // NewReplicated returns the approvals on o.KV once its watcher has read
@@ -128,7 +127,7 @@ type ApprovalsOptions struct {
 // error. Close stops the watcher.
 func NewApprovals(ctx context.Context, o ApprovalsOptions) (*Approvals, error) {
 	r := &Approvals{timers: o.Timers, writer: o.Writer, log: o.Log,
-		cas: leaderkv.CAS[approvalStored]{Handle: leaderkv.Handle{KV: o.KV, Name: "approvals", Timeouts: o.Timeouts},
+		cas: CAS[approvalStored]{Handle: Handle{KV: o.KV, Name: "approvals", Timeouts: o.Timeouts},
 			ID: (*approvalStored).commit, Conflict: kv.ErrConflict, Uncertain: kv.ErrUncertain},
 		parked: map[string]parkedEntry{}, local: map[string]localEntry{}, initialized: make(chan struct{}), stopped: make(chan struct{})}
 	if r.log == nil {
@@ -158,8 +157,8 @@ func (r *Approvals) Close() {
 // Bucket is the approvals bucket: one value-free record per proposal,
 // kept maxAge after its last change (0: for ever); every read from the
 // stream's leader.
-func ApprovalsBucket(name string, replicas int, maxAge time.Duration) leaderkv.Bucket {
-	return leaderkv.Bucket{Name: name, Replicas: replicas, MaxAge: maxAge, DenyDelete: true,
+func ApprovalsBucket(name string, replicas int, maxAge time.Duration) Bucket {
+	return Bucket{Name: name, Replicas: replicas, MaxAge: maxAge, DenyDelete: true,
 		Description: "Portcullis approvals: one value-free authorization record per proposal"}
 }
 
@@ -167,7 +166,7 @@ func ApprovalsBucket(name string, replicas int, maxAge time.Duration) leaderkv.B
 type approvalStored struct {
 	Record kv.Approval `json:"record"`
 	// Writer is the instance id of the processor that committed it, and
-	// Commit a random id of the commit (leaderkv.CommitID): a writer whose
+	// Commit a random id of the commit (CommitID): a writer whose
 	// write timed out recognizes its own.
 	Writer string `json:"writer"`
 	Commit string `json:"commit"`
@@ -211,7 +210,7 @@ func (r *Approvals) get(key string) (*approvalStored, uint64, error) {
 
 // Load reads a proposal's record from the stream's leader; the first Load
 // under a Lock is what that session's Commit compares with
-// (leaderkv.CAS).
+// (CAS).
 func (r *Approvals) Load(ref schema.ProposalRef) (kv.Approval, bool, error) {
 	key := approvalKey(ref)
 	s, _, err := r.cas.Load(key, key)
@@ -256,7 +255,7 @@ func (r *Approvals) Commit(ref schema.ProposalRef, w kv.ApprovalWrites) error {
 	if w.Record == nil {
 		return nil
 	}
-	s := &approvalStored{Record: *w.Record, Writer: r.writer, Commit: leaderkv.CommitID()}
+	s := &approvalStored{Record: *w.Record, Writer: r.writer, Commit: CommitID()}
 	newRev, err := r.cas.Swap(key, short(key), rev, s)
 	if err != nil {
 		r.cas.Forget(key)

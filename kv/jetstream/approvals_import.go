@@ -3,7 +3,6 @@ package jetstream
 import (
 	"errors"
 
-	"github.com/portcullis/portcullis/internal/leaderkv"
 	"github.com/portcullis/portcullis/kv"
 )
 
@@ -13,23 +12,23 @@ import (
 // there is Present when it is this proposal's same parking or decision
 // (the same fingerprint, envelope and arrival — decided by the cluster
 // since, perhaps), otherwise a Conflict. Running it again is safe.
-func (r *Approvals) Import(rec kv.Approval, timer *kv.Timer) (leaderkv.Import, error) {
+func (r *Approvals) Import(rec kv.Approval, timer *kv.Timer) (Import, error) {
 	ref := rec.Ref()
 	unlock := r.Lock(ref)
 	defer unlock()
-	same := func() (leaderkv.Import, error) {
+	same := func() (Import, error) {
 		got, found, err := r.Load(ref)
 		switch {
 		case err != nil:
 			return 0, err
 		case found && got.Fingerprint == rec.Fingerprint && got.Seq == rec.Seq && got.ArrivedAtMs == rec.ArrivedAtMs:
-			return leaderkv.Present, nil
+			return Present, nil
 		case found:
-			return leaderkv.Conflict, nil
+			return Conflict, nil
 		}
-		return leaderkv.Created, nil
+		return Created, nil
 	}
-	if res, err := same(); err != nil || res != leaderkv.Created {
+	if res, err := same(); err != nil || res != Created {
 		return res, err
 	}
 	w := kv.ApprovalWrites{From: kv.StateNone, Record: &rec}
@@ -39,13 +38,13 @@ func (r *Approvals) Import(rec kv.Approval, timer *kv.Timer) (leaderkv.Import, e
 	err := r.Commit(ref, w)
 	if errors.Is(err, kv.ErrConflict) {
 		// Another writer first: what it wrote decides.
-		if res, err := same(); err != nil || res != leaderkv.Created {
+		if res, err := same(); err != nil || res != Created {
 			return res, err
 		}
-		return leaderkv.Conflict, nil
+		return Conflict, nil
 	}
 	if err != nil {
 		return 0, err
 	}
-	return leaderkv.Created, nil
+	return Created, nil
 }

@@ -15,7 +15,6 @@ import (
 	kvjs "github.com/portcullis/portcullis/kv/jetstream"
 	"github.com/portcullis/portcullis/kv/kvtest"
 
-	"github.com/portcullis/portcullis/internal/leaderkv/leaderkvtest"
 	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/schema"
 )
@@ -34,7 +33,7 @@ func newReplicas(url string, n int) *replicas {
 
 func (r *replicas) open(t *testing.T) *kvjs.Approvals {
 	t.Helper()
-	_, b := leaderkvtest.Open(t, r.url, kvjs.ApprovalsBucket(r.bucket, r.n, time.Hour))
+	_, b := kvtest.OpenBucket(t, r.url, kvjs.ApprovalsBucket(r.bucket, r.n, time.Hour))
 	s, err := pebble.Open(t.TempDir(), pebble.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -14,7 +14,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/portcullis/portcullis/internal/leaderkv"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 )
@@ -66,7 +65,7 @@ import (
 // budget it returns ErrUncertain.
 type Journal struct {
 	// cas is the bucket and the sessions Lock starts, by fingerprint.
-	cas    leaderkv.CAS[stored]
+	cas    CAS[stored]
 	timers kv.Timers
 	writer string
 	log    *slog.Logger
@@ -92,13 +91,13 @@ type JournalOptions struct {
 	Log *slog.Logger
 	// Timeouts bound each KV operation and how long Commit settles a
 	// write that got no answer.
-	leaderkv.Timeouts
+	Timeouts
 }
 
 // NewReplicated returns the journal on o.KV.
 func NewJournal(o JournalOptions) *Journal {
 	r := &Journal{timers: o.Timers, writer: o.Writer, log: o.Log,
-		cas: leaderkv.CAS[stored]{Handle: leaderkv.Handle{KV: o.KV, JS: o.JS, Name: "journal", Timeouts: o.Timeouts},
+		cas: CAS[stored]{Handle: Handle{KV: o.KV, JS: o.JS, Name: "journal", Timeouts: o.Timeouts},
 			ID: (*stored).commit, Conflict: kv.ErrConflict, Uncertain: kv.ErrUncertain}}
 	if r.log == nil {
 		r.log = slog.Default()
@@ -113,8 +112,8 @@ func NewJournal(o JournalOptions) *Journal {
 // never) and refusing writes when full rather than dropping a record;
 // every read from the stream's leader. Per-message TTLs are allowed for
 // the markers Sweep leaves.
-func JournalBucket(name string, replicas int) leaderkv.Bucket {
-	return leaderkv.Bucket{Name: name, Replicas: replicas, DenyDelete: true, AllowMsgTTL: true,
+func JournalBucket(name string, replicas int) Bucket {
+	return Bucket{Name: name, Replicas: replicas, DenyDelete: true, AllowMsgTTL: true,
 		Description: "Portcullis dispatch journal: one record per intent fingerprint, receipts, reconciliation attempts"}
 }
 
@@ -122,7 +121,7 @@ func JournalBucket(name string, replicas int) leaderkv.Bucket {
 type stored struct {
 	Record kv.Intent `json:"record"`
 	// Writer is the instance id of the processor that committed it, and
-	// Commit a random id of the commit (leaderkv.CommitID): a writer whose
+	// Commit a random id of the commit (CommitID): a writer whose
 	// write timed out recognizes its own.
 	Writer string `json:"writer"`
 	Commit string `json:"commit"`
@@ -180,7 +179,7 @@ func (r *Journal) loadStored(fingerprint string) (*stored, uint64, error) {
 
 // Load reads the fingerprint's record from the stream's leader; the
 // first Load under a Lock is what that session's Commit compares with
-// (leaderkv.CAS).
+// (CAS).
 func (r *Journal) Load(fingerprint string) (kv.Intent, bool, error) {
 	s, _, err := r.loadStored(fingerprint)
 	if err != nil {
@@ -239,7 +238,7 @@ func (r *Journal) Commit(fingerprint string, w kv.IntentWrites) error {
 		a = nil
 	}
 	if w.Record != nil {
-		s := &stored{Record: *w.Record, Writer: r.writer, Commit: leaderkv.CommitID(), After: a}
+		s := &stored{Record: *w.Record, Writer: r.writer, Commit: CommitID(), After: a}
 		newRev, err := r.swap(h, rev, s)
 		if err != nil {
 			if errors.Is(err, kv.ErrConflict) {
@@ -271,7 +270,7 @@ func (r *Journal) Commit(fingerprint string, w kv.IntentWrites) error {
 }
 
 // swap is the compare-and-set of the record: Create when nothing was
-// loaded, else Update against rev (leaderkv.CAS.Swap).
+// loaded, else Update against rev (CAS.Swap).
 func (r *Journal) swap(h string, rev uint64, s *stored) (uint64, error) {
 	return r.cas.Swap(recordKey(h), h[:12]+"…", rev, s)
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/go-json-experiment/json"
 
-	"github.com/portcullis/portcullis/internal/leaderkv"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 )
@@ -28,33 +27,33 @@ import (
 // it, as every commit does: a crash in between leaves an extra timer, which
 // the stage ignores. Every write is idempotent, so an import interrupted
 // anywhere is finished by running it again.
-func (r *Journal) Import(rec kv.Intent, receipts []schema.Receipt, attempts []kv.Attempt, indeterminateSince int64, timer *kv.Timer) (leaderkv.Import, error) {
+func (r *Journal) Import(rec kv.Intent, receipts []schema.Receipt, attempts []kv.Attempt, indeterminateSince int64, timer *kv.Timer) (Import, error) {
 	h, err := keyHex(rec.Fingerprint)
 	if err != nil {
 		return 0, err
 	}
 	for i := range attempts {
 		a := &attempts[i]
-		res, err := leaderkv.ImportJSON(r.cas.Handle, attemptKey(h, a.AttemptID), a, func(got *kv.Attempt) bool {
+		res, err := ImportJSON(r.cas.Handle, attemptKey(h, a.AttemptID), a, func(got *kv.Attempt) bool {
 			return got.AttemptID == a.AttemptID && got.StartedAtMs == a.StartedAtMs
 		})
-		if err != nil || res == leaderkv.Conflict {
+		if err != nil || res == Conflict {
 			return res, err
 		}
 	}
 	res, err := r.importRecord(h, &rec, timer)
-	if err != nil || res == leaderkv.Conflict {
+	if err != nil || res == Conflict {
 		return res, err
 	}
 	for i := range receipts {
 		rc := &receipts[i]
-		got, err := leaderkv.ImportJSON(r.cas.Handle, receiptKey(h, uint64(i+1)), rc, func(got *schema.Receipt) bool { return sameJSON(got, rc) })
-		if err != nil || got == leaderkv.Conflict {
+		got, err := ImportJSON(r.cas.Handle, receiptKey(h, uint64(i+1)), rc, func(got *schema.Receipt) bool { return sameJSON(got, rc) })
+		if err != nil || got == Conflict {
 			return got, err
 		}
 	}
 	if indeterminateSince > 0 {
-		if _, err := leaderkv.ImportJSON(r.cas.Handle, indexKey(h), &indeterminateSince, func(*int64) bool { return true }); err != nil {
+		if _, err := ImportJSON(r.cas.Handle, indexKey(h), &indeterminateSince, func(*int64) bool { return true }); err != nil {
 			return 0, err
 		}
 	}
@@ -63,7 +62,7 @@ func (r *Journal) Import(rec kv.Intent, receipts []schema.Receipt, attempts []kv
 
 // importRecord creates the record unless the key holds one; Present when
 // what it holds descends from rec.
-func (r *Journal) importRecord(h string, rec *kv.Intent, timer *kv.Timer) (leaderkv.Import, error) {
+func (r *Journal) importRecord(h string, rec *kv.Intent, timer *kv.Timer) (Import, error) {
 	cur, _, err := r.readBack(h)
 	if err != nil {
 		return 0, err
@@ -78,22 +77,22 @@ func (r *Journal) importRecord(h string, rec *kv.Intent, timer *kv.Timer) (leade
 		_, err := r.swap(h, 0, s)
 		switch {
 		case err == nil:
-			return leaderkv.Created, nil
+			return Created, nil
 		case !errors.Is(err, kv.ErrConflict):
 			return 0, err
 		}
 		if cur, _, err = r.readBack(h); err != nil || cur == nil {
-			return leaderkv.Conflict, err
+			return Conflict, err
 		}
 	}
 	if cur.Swept {
-		return leaderkv.Conflict, nil
+		return Conflict, nil
 	}
 	ok, err := r.descends(h, &cur.Record, rec)
 	if err != nil || !ok {
-		return leaderkv.Conflict, err
+		return Conflict, err
 	}
-	return leaderkv.Present, nil
+	return Present, nil
 }
 
 // importCommit is the commit id of an import: the same for the same
@@ -126,8 +125,8 @@ func (r *Journal) descends(h string, b, l *kv.Intent) (bool, error) {
 
 // ImportEnded writes a proposal's dispatch-time end unless one is there
 // (Present when it is the same).
-func (r *Journal) ImportEnded(ref schema.ProposalRef, e kv.Ended) (leaderkv.Import, error) {
-	return leaderkv.ImportJSON(r.cas.Handle, endedKey(ref), &e, func(got *kv.Ended) bool { return *got == e })
+func (r *Journal) ImportEnded(ref schema.ProposalRef, e kv.Ended) (Import, error) {
+	return ImportJSON(r.cas.Handle, endedKey(ref), &e, func(got *kv.Ended) bool { return *got == e })
 }
 
 func sameJSON[T any](a, b *T) bool {

@@ -11,10 +11,9 @@ import (
 
 	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/portcullis/portcullis/internal/leaderkv"
-	"github.com/portcullis/portcullis/internal/leaderkv/leaderkvtest"
 	"github.com/portcullis/portcullis/schema"
 )
 
@@ -29,7 +28,21 @@ func testBucket(t *testing.T) (*server.Server, jetstream.JetStream, jetstream.Ke
 		t.Fatal("nats-server did not start")
 	}
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	js, kv := leaderkvtest.Open(t, s.ClientURL(), JournalBucket("journal_t", 1))
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := JournalBucket("journal_t", 1).Ensure(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return s, js, kv
 }
 
@@ -125,7 +138,7 @@ func TestOwnStoredWriteIsNoConflict(t *testing.T) {
 // With JetStream gone, a commit neither claims success nor a conflict.
 func TestUnanswerableCommitIsUncertain(t *testing.T) {
 	srv, js, bucket := testBucket(t)
-	j := NewJournal(JournalOptions{KV: bucket, JS: js, Writer: "p_me", Timeouts: leaderkv.Timeouts{OpTimeout: 300 * time.Millisecond, AttemptTimeout: 100 * time.Millisecond, SettleTimeout: time.Second}})
+	j := NewJournal(JournalOptions{KV: bucket, JS: js, Writer: "p_me", Timeouts: Timeouts{OpTimeout: 300 * time.Millisecond, AttemptTimeout: 100 * time.Millisecond, SettleTimeout: time.Second}})
 	unlock := j.Lock(tfp)
 	defer unlock()
 	if _, _, err := j.Load(tfp); err != nil {

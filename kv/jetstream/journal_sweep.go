@@ -11,8 +11,6 @@ import (
 
 	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/portcullis/portcullis/internal/leaderkv"
 )
 
 // SweepStats counts what one Sweep of a replicated journal did.
@@ -125,7 +123,7 @@ func (r *Journal) scan(ctx context.Context, prefix string, cursor *uint64, cutof
 // sweepRecord removes a finished record read at rev: tombstone, owned
 // keys, tombstone. removed is false when another writer changed it first.
 func (r *Journal) sweepRecord(h string, s *stored, rev uint64) (removed bool, err error) {
-	tomb := &stored{Record: s.Record, Writer: r.writer, Commit: leaderkv.CommitID(), Swept: true}
+	tomb := &stored{Record: s.Record, Writer: r.writer, Commit: CommitID(), Swept: true}
 	t, err := r.swap(h, rev, tomb)
 	switch {
 	case errors.Is(err, kv.ErrConflict):

@@ -8,11 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portcullis/portcullis/kv/kvtest"
+
 	kvjs "github.com/portcullis/portcullis/kv/jetstream"
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/portcullis/portcullis/internal/leaderkv/leaderkvtest"
 	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
@@ -26,7 +27,7 @@ func sweepJournals(t testing.TB, url string, replicas, n int) ([]*kvjs.Journal, 
 	var out []*kvjs.Journal
 	var kv jetstream.KeyValue
 	for i := range n {
-		js, h := leaderkvtest.Open(t, url, kvjs.JournalBucket(bucket, replicas))
+		js, h := kvtest.OpenBucket(t, url, kvjs.JournalBucket(bucket, replicas))
 		kv = h
 		out = append(out, kvjs.NewJournal(kvjs.JournalOptions{KV: h, JS: js, Writer: fmt.Sprintf("p_%016d", i+1)}))
 	}

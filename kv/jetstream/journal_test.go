@@ -16,7 +16,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/portcullis/portcullis/internal/leaderkv/leaderkvtest"
 	"github.com/portcullis/portcullis/internal/seal"
 	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/subjects"
@@ -31,7 +30,7 @@ func replicated(url string, replicas int) kvtest.OpenJournal {
 		bucket := fmt.Sprintf("journal_%d", buckets.Add(1))
 		n := 0
 		open := func() kv.Journal {
-			js, b := leaderkvtest.Open(t, url, kvjs.JournalBucket(bucket, replicas))
+			js, b := kvtest.OpenBucket(t, url, kvjs.JournalBucket(bucket, replicas))
 			sealer, err := seal.New(make([]byte, 32))
 			if err != nil {
 				t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/portcullis/portcullis/internal/leaderkv/leaderkvtest"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 )
@@ -247,6 +246,6 @@ func RunApprovals(t *testing.T, open func(t *testing.T) kv.Approvals) {
 	t.Run("lock excludes", func(t *testing.T) {
 		s := open(t)
 		other := schema.ProposalRef{Host: "other", ProposalID: ref.ProposalID}
-		leaderkvtest.LockExcludes(t, s.Lock, ref, other)
+		LockExcludes(t, s.Lock, ref, other)
 	})
 }

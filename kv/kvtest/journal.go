@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/portcullis/portcullis/internal/leaderkv/leaderkvtest"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 )
@@ -146,7 +145,7 @@ func RunJournal(t *testing.T, open OpenJournal) {
 
 	t.Run("lock excludes", func(t *testing.T) {
 		s, _ := open(t)
-		leaderkvtest.LockExcludes(t, s.Lock, fp, other)
+		LockExcludes(t, s.Lock, fp, other)
 	})
 
 	t.Run("racing first writers: exactly one wins", func(t *testing.T) {

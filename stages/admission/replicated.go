@@ -8,11 +8,12 @@ import (
 	"fmt"
 	"time"
 
+	kvjs "github.com/portcullis/portcullis/kv/jetstream"
+
 	"github.com/portcullis/portcullis/kv/pebble"
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/portcullis/portcullis/internal/leaderkv"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/subjects"
@@ -52,7 +53,7 @@ import (
 // publishes it): a repeat is answered whichever processor handled the
 // proposal.
 type Replicated struct {
-	h        leaderkv.Handle
+	h        kvjs.Handle
 	local    *pebble.Store
 	subjects subjects.Subjects
 }
@@ -72,12 +73,12 @@ type ReplicatedOptions struct {
 	// Timeouts bound each request (OpTimeout, retries included, default
 	// 5s; AttemptTimeout one try of it, default 1s: a stream electing a
 	// leader answers nothing).
-	leaderkv.Timeouts
+	kvjs.Timeouts
 }
 
 // NewReplicated returns the records on o.KV.
 func NewReplicated(o ReplicatedOptions) *Replicated {
-	return &Replicated{h: leaderkv.Handle{KV: o.KV, JS: o.JS, Name: "admission", Timeouts: o.Timeouts}, local: o.Local, subjects: o.Subjects}
+	return &Replicated{h: kvjs.Handle{KV: o.KV, JS: o.JS, Name: "admission", Timeouts: o.Timeouts}, local: o.Local, subjects: o.Subjects}
 }
 
 // Bucket is the admission records' bucket; every read from the stream's
@@ -85,8 +86,8 @@ func NewReplicated(o ReplicatedOptions) *Replicated {
 // horizon of proposals (config.RetentionHorizons), at least the streams'
 // MaxAge, so that a message that can still be redelivered or replayed
 // finds its records.
-func Bucket(name string, replicas int, maxAge time.Duration) leaderkv.Bucket {
-	return leaderkv.Bucket{Name: name, Replicas: replicas, MaxAge: maxAge,
+func Bucket(name string, replicas int, maxAge time.Duration) kvjs.Bucket {
+	return kvjs.Bucket{Name: name, Replicas: replicas, MaxAge: maxAge,
 		Description: "Portcullis admission records: proposal ids and delivery ids taken, value-free"}
 }
 
@@ -146,7 +147,7 @@ func (r *Replicated) Admit(ref schema.ProposalRef, a kv.Admitted, deliveryID str
 		// republishes the first proposal's outcome on its own subject.
 		if err := r.do(func(ctx context.Context) error {
 			return r.h.KV.Delete(ctx, dkey, jetstream.LastRevision(drev))
-		}); err != nil && !leaderkv.Lost(err) {
+		}); err != nil && !kvjs.Lost(err) {
 			return Claim{}, fmt.Errorf("admission: withdraw delivery: %w", err)
 		}
 	}
@@ -304,7 +305,7 @@ func decodeOutcome(ref schema.ProposalRef, m *jetstream.RawStreamMsg) (schema.Ou
 // allows direct gets, SPEC §2.8).
 func LastStreamOutcome(js jetstream.JetStream, subj subjects.Subjects, ref schema.ProposalRef, op, attempt time.Duration) (schema.Outcome, bool, error) {
 	var m *jetstream.RawStreamMsg
-	err := leaderkv.Budget{Op: op, Attempt: attempt}.Do(func(ctx context.Context) error {
+	err := kvjs.Budget{Op: op, Attempt: attempt}.Do(func(ctx context.Context) error {
 		st, err := js.Stream(ctx, subj.OutcomesStream())
 		if err != nil {
 			return err
@@ -358,8 +359,8 @@ const MaxFingerprintScan = 16
 // admission took (`processor migrate`) unless the key holds one: Present
 // when it is the same proposal's (its digest and time), otherwise a
 // Conflict, never overwritten.
-func (r *Replicated) ImportAdmitted(ref schema.ProposalRef, a kv.Admitted) (leaderkv.Import, error) {
-	return leaderkv.ImportJSON(r.h, proposalKey(ref), &a, func(got *kv.Admitted) bool {
+func (r *Replicated) ImportAdmitted(ref schema.ProposalRef, a kv.Admitted) (kvjs.Import, error) {
+	return kvjs.ImportJSON(r.h, proposalKey(ref), &a, func(got *kv.Admitted) bool {
 		return got.Digest == a.Digest && got.AtMs == a.AtMs
 	})
 }
@@ -368,8 +369,8 @@ func (r *Replicated) ImportAdmitted(ref schema.ProposalRef, a kv.Admitted) (lead
 // the hash it is stored by there (pebble.DeliveryHash: the same the bucket's
 // key is made of), unless the key holds one: Present when it names the
 // same proposal at the same time, otherwise a Conflict.
-func (r *Replicated) ImportDelivery(hash []byte, d kv.Delivery) (leaderkv.Import, error) {
-	return leaderkv.ImportJSON(r.h, "dlv."+hex.EncodeToString(hash), &d, func(got *kv.Delivery) bool {
+func (r *Replicated) ImportDelivery(hash []byte, d kv.Delivery) (kvjs.Import, error) {
+	return kvjs.ImportJSON(r.h, "dlv."+hex.EncodeToString(hash), &d, func(got *kv.Delivery) bool {
 		return got.ProposalID == d.ProposalID && got.AtMs == d.AtMs
 	})
 }

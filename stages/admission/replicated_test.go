@@ -8,12 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portcullis/portcullis/kv/kvtest"
+
 	"github.com/portcullis/portcullis/kv/pebble"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
-	"github.com/portcullis/portcullis/internal/leaderkv/leaderkvtest"
 	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/schema"
@@ -44,7 +45,7 @@ func cluster(t *testing.T, url string, replicas, n int) ([]processor, nkeys.KeyP
 	subj := subjects.Default()
 	var out []processor
 	for i := range n {
-		js, h := leaderkvtest.Open(t, url, admission.Bucket(bucket, replicas, time.Hour))
+		js, h := kvtest.OpenBucket(t, url, admission.Bucket(bucket, replicas, time.Hour))
 		if i == 0 {
 			testenv.Retry(t, func(ctx context.Context) error {
 				_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: subj.OutcomesStream(), Subjects: []string{subj.Outcomes()}, Replicas: replicas, AllowDirect: true})

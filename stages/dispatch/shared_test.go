@@ -17,7 +17,6 @@ import (
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/engine"
-	"github.com/portcullis/portcullis/internal/leaderkv"
 	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/internal/seal"
 	"github.com/portcullis/portcullis/internal/testenv"
@@ -56,7 +55,7 @@ func sharedStages(t *testing.T, timeout, margin time.Duration) (a, b *dispatch.S
 		if _, err := engine.EnsureStreams(ctx, js, subj, cfg); err != nil {
 			t.Fatal(err)
 		}
-		bucket, err := leaderkv.Bind(ctx, js, subj.JournalBucket())
+		bucket, err := kvjs.Bind(ctx, js, subj.JournalBucket())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package leaderkv
+package jetstream
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package leaderkv_test
+package jetstream_test
 
 import (
 	"context"
@@ -7,10 +7,11 @@ import (
 	"testing"
 	"time"
 
+	kvjs "github.com/portcullis/portcullis/kv/jetstream"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/portcullis/portcullis/internal/leaderkv"
 	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/kv"
 )
@@ -26,7 +27,7 @@ func TestBucketReadsFromTheLeader(t *testing.T) {
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
 	ctx := context.Background()
-	b := leaderkv.Bucket{Name: "x", Replicas: 1, MaxAge: time.Hour, DenyDelete: true}
+	b := kvjs.Bucket{Name: "x", Replicas: 1, MaxAge: time.Hour, DenyDelete: true}
 	for range 2 {
 		if _, err := b.Ensure(ctx, js); err != nil {
 			t.Fatal(err)
@@ -42,7 +43,7 @@ func TestBucketReadsFromTheLeader(t *testing.T) {
 	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "y"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := leaderkv.Bind(ctx, js, "y"); err == nil {
+	if _, err := kvjs.Bind(ctx, js, "y"); err == nil {
 		t.Error("bound a bucket that allows direct gets")
 	}
 }
@@ -52,19 +53,19 @@ func TestBucketReadsFromTheLeader(t *testing.T) {
 func TestSwap(t *testing.T) {
 	kv := bucket(t, "s")
 	never := func([]byte) bool { return false }
-	var b leaderkv.Budget
+	var b kvjs.Budget
 	rev, err := b.Swap(kv, "k", []byte("one"), 0, time.Second, never)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Swap(kv, "k", []byte("two"), 0, time.Second, never); err != leaderkv.ErrConflict {
+	if _, err := b.Swap(kv, "k", []byte("two"), 0, time.Second, never); err != kvjs.ErrConflict {
 		t.Errorf("a second create: %v", err)
 	}
 	rev2, err := b.Swap(kv, "k", []byte("two"), rev, time.Second, never)
 	if err != nil || rev2 <= rev {
 		t.Fatalf("an update at the read revision: %d %v", rev2, err)
 	}
-	if _, err := b.Swap(kv, "k", []byte("three"), rev, time.Second, never); err != leaderkv.ErrConflict {
+	if _, err := b.Swap(kv, "k", []byte("three"), rev, time.Second, never); err != kvjs.ErrConflict {
 		t.Errorf("an update at a stale revision: %v", err)
 	}
 	e, err := kv.Get(context.Background(), "k")
@@ -84,30 +85,30 @@ func TestSwapJSONAndGetJSON(t *testing.T) {
 		Commit string `json:"commit"`
 	}
 	commit := func(r *rec) string { return r.Commit }
-	var b leaderkv.Budget
+	var b kvjs.Budget
 	var got rec
-	if _, found, err := leaderkv.GetJSON(b, store, "r", &got); found || err != nil {
+	if _, found, err := kvjs.GetJSON(b, store, "r", &got); found || err != nil {
 		t.Fatalf("missing key: found %v, %v", found, err)
 	}
-	w := rec{N: 7, Commit: leaderkv.CommitID()}
-	rev, err := leaderkv.SwapJSON(b, store, "r", &w, 0, time.Second, commit)
+	w := rec{N: 7, Commit: kvjs.CommitID()}
+	rev, err := kvjs.SwapJSON(b, store, "r", &w, 0, time.Second, commit)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if gotRev, found, err := leaderkv.GetJSON(b, store, "r", &got); !found || err != nil || gotRev != rev || got != w {
+	if gotRev, found, err := kvjs.GetJSON(b, store, "r", &got); !found || err != nil || gotRev != rev || got != w {
 		t.Fatalf("read back %+v at %d (found %v, %v), wrote %+v at %d", got, gotRev, found, err, w, rev)
 	}
-	other := rec{N: 8, Commit: leaderkv.CommitID()}
+	other := rec{N: 8, Commit: kvjs.CommitID()}
 	if other.Commit == w.Commit {
 		t.Fatal("two commit ids alike")
 	}
-	if _, err := leaderkv.SwapJSON(b, store, "r", &other, 0, time.Second, commit); err != leaderkv.ErrConflict {
+	if _, err := kvjs.SwapJSON(b, store, "r", &other, 0, time.Second, commit); err != kvjs.ErrConflict {
 		t.Errorf("another writer's create over the record: %v", err)
 	}
 	if _, err := store.Put(context.Background(), "bad", []byte("{not json")); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := leaderkv.GetJSON(b, store, "bad", &got); !errors.Is(err, kv.ErrCorrupt) {
+	if _, _, err := kvjs.GetJSON(b, store, "bad", &got); !errors.Is(err, kv.ErrCorrupt) {
 		t.Errorf("undecodable value: %v", err)
 	}
 }
@@ -121,7 +122,7 @@ func bucket(t *testing.T, name string) jetstream.KeyValue {
 	}
 	t.Cleanup(nc.Close)
 	js, _ := jetstream.New(nc)
-	b, err := leaderkv.Bucket{Name: name, Replicas: 1}.Ensure(context.Background(), js)
+	b, err := kvjs.Bucket{Name: name, Replicas: 1}.Ensure(context.Background(), js)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,12 +140,12 @@ func TestLostMatchesEveryForm(t *testing.T) {
 		&jetstream.APIError{Code: 400, ErrorCode: 10164, Description: "wrong last sequence"},
 		fmt.Errorf("create: %w", &jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamWrongLastSequence}),
 	} {
-		if !leaderkv.Lost(err) {
+		if !kvjs.Lost(err) {
 			t.Errorf("%v is not a lost write", err)
 		}
 	}
 	for _, err := range []error{nil, context.DeadlineExceeded, &jetstream.APIError{Code: 503, ErrorCode: 10008}} {
-		if leaderkv.Lost(err) {
+		if kvjs.Lost(err) {
 			t.Errorf("%v is a lost write", err)
 		}
 	}

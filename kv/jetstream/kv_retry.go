@@ -1,4 +1,9 @@
-// Package leaderkv is what the KV buckets processors share on a cluster
+// Package jetstream is kv's replicated backend: the stores a cluster's
+// processors share, each on a JetStream KV bucket (Journal, Approvals,
+// Schedules for timers), and what those buckets have in common (Handle,
+// CAS: once in the leaderkv package).
+//
+// What the KV buckets processors share on a cluster
 // (SPEC §6: the journal, approvals, admission records, nonces) have in
 // common: a bucket whose every read is served by its stream's leader (a
 // follower's direct get can be stale right after a write), requests
@@ -10,7 +15,7 @@
 // first kind is retried, within a budget. A request to a replicated stream
 // that is electing a leader gets no reply at all until its context ends,
 // so each try gets its own short context.
-package leaderkv
+package jetstream
 
 import (
 	"context"

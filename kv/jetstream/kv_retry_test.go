@@ -1,4 +1,4 @@
-package leaderkv_test
+package jetstream_test
 
 import (
 	"context"
@@ -7,15 +7,11 @@ import (
 	"testing"
 	"time"
 
+	kvjs "github.com/portcullis/portcullis/kv/jetstream"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"go.uber.org/goleak"
-
-	"github.com/portcullis/portcullis/internal/leaderkv"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestUnanswered(t *testing.T) {
 	cases := []struct {
@@ -33,17 +29,17 @@ func TestUnanswered(t *testing.T) {
 		{errors.New("refused"), false},
 	}
 	for _, tc := range cases {
-		if got := leaderkv.Unanswered(tc.err); got != tc.want {
+		if got := kvjs.Unanswered(tc.err); got != tc.want {
 			t.Errorf("Unanswered(%v) = %v, want %v", tc.err, got, tc.want)
 		}
 	}
 }
 
 func TestNoPeers(t *testing.T) {
-	if !leaderkv.NoPeers(fmt.Errorf("create: %w", &jetstream.APIError{Code: 400, ErrorCode: 10005})) {
+	if !kvjs.NoPeers(fmt.Errorf("create: %w", &jetstream.APIError{Code: 400, ErrorCode: 10005})) {
 		t.Error("no suitable peers not recognized")
 	}
-	if leaderkv.NoPeers(nats.ErrTimeout) || leaderkv.NoPeers(&jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamWrongLastSequence}) {
+	if kvjs.NoPeers(nats.ErrTimeout) || kvjs.NoPeers(&jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamWrongLastSequence}) {
 		t.Error("another error taken for no peers")
 	}
 }
@@ -52,7 +48,7 @@ func TestNoPeers(t *testing.T) {
 // gives up when its budget is spent.
 func TestDo(t *testing.T) {
 	tries := 0
-	err := leaderkv.Budget{}.Do(func(ctx context.Context) error {
+	err := kvjs.Budget{}.Do(func(ctx context.Context) error {
 		if _, ok := ctx.Deadline(); !ok {
 			t.Error("a try without a deadline")
 		}
@@ -65,12 +61,12 @@ func TestDo(t *testing.T) {
 		t.Errorf("retried to success: %v after %d tries", err, tries)
 	}
 	tries = 0
-	err = leaderkv.Budget{}.Do(func(context.Context) error { tries++; return jetstream.ErrKeyExists })
+	err = kvjs.Budget{}.Do(func(context.Context) error { tries++; return jetstream.ErrKeyExists })
 	if !errors.Is(err, jetstream.ErrKeyExists) || tries != 1 {
 		t.Errorf("a refusal: %v after %d tries", err, tries)
 	}
 	start := time.Now()
-	err = leaderkv.Budget{Op: 200 * time.Millisecond, Attempt: 10 * time.Millisecond}.Do(func(ctx context.Context) error {
+	err = kvjs.Budget{Op: 200 * time.Millisecond, Attempt: 10 * time.Millisecond}.Do(func(ctx context.Context) error {
 		<-ctx.Done()
 		return ctx.Err()
 	})

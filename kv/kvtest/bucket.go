@@ -1,7 +1,7 @@
 // Package leaderkvtest opens shared buckets for tests the way processors
 // do, each on a connection of its own, and holds checks the conformance
 // suites of the stores built on them share.
-package leaderkvtest
+package kvtest
 
 import (
 	"context"
@@ -9,17 +9,17 @@ import (
 	"testing"
 	"time"
 
+	kvjs "github.com/portcullis/portcullis/kv/jetstream"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/portcullis/portcullis/internal/leaderkv"
 )
 
-// Open connects to url on a connection of its own (another processor's),
+// OpenBucket connects to url on a connection of its own (another processor's),
 // ensures bucket b there — retried for up to 30 s while a cluster elects
 // its leaders or does not see enough peers yet — and returns the connection's JetStream and the bucket.
 // The connection is closed when the test ends.
-func Open(t testing.TB, url string, b leaderkv.Bucket) (jetstream.JetStream, jetstream.KeyValue) {
+func OpenBucket(t testing.TB, url string, b kvjs.Bucket) (jetstream.JetStream, jetstream.KeyValue) {
 	t.Helper()
 	nc, err := nats.Connect(url, nats.MaxReconnects(-1))
 	if err != nil {
@@ -37,7 +37,7 @@ func Open(t testing.TB, url string, b leaderkv.Bucket) (jetstream.JetStream, jet
 		if err == nil {
 			return js, kv
 		}
-		if !leaderkv.Unanswered(err) && !leaderkv.NoPeers(err) || time.Now().After(deadline) {
+		if !kvjs.Unanswered(err) && !kvjs.NoPeers(err) || time.Now().After(deadline) {
 			t.Fatalf("leaderkvtest: bucket %s: %v", b.Name, err)
 		}
 		time.Sleep(100 * time.Millisecond)
