@@ -104,6 +104,9 @@ func (h Handle) Claim(key string, v, out any) (rev uint64, won bool, err error) 
 		if found {
 			return rev, false, nil
 		}
+		// Taken and not readable: gone again, or (on a cluster) a racing
+		// create the leader refused ours for but has not applied yet.
+		time.Sleep(pause)
 	}
 	return 0, false, fmt.Errorf("%s: claim %s: %w", h.Name, key, ErrClaimGone)
 }
