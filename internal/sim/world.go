@@ -169,7 +169,7 @@ func New(cfg Config) *World {
 // envelope is an authorized proposal of the simulated intent.
 func envelope(id string) *schema.Envelope {
 	return &schema.Envelope{
-		Host: "sim",
+		Schema: schema.SchemaEnvelope, Host: "sim",
 		Proposal: schema.Proposal{ProposalID: id, Intent: schema.Intent{
 			Provider: "demo", Capability: "inventory.adjust", Operation: "adjust_stock", Environment: schema.EnvTest,
 		}},

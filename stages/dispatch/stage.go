@@ -21,7 +21,6 @@ import (
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
-	"github.com/portcullis/portcullis/subjects"
 )
 
 // Stage is the dispatch stage's handler: it locks the fingerprint, loads
@@ -78,16 +77,11 @@ func (s *Stage) provider(name string) (config.Provider, adapters.Adapter, bool) 
 
 // decodeEnvelope reads an authorized, grounded envelope for its subject.
 func (s *Stage) decodeEnvelope(in *stages.Input) (*schema.Envelope, error) {
-	var env schema.Envelope
-	if err := schema.DecodeEnvelope(in.Data, &env); err != nil {
-		return nil, fmt.Errorf("dispatch: envelope: %w: %w", stages.ErrPermanent, err)
+	env, err := s.Route.Envelope(in, stages.Authorized)
+	if err != nil {
+		return nil, fmt.Errorf("dispatch: %w: %w", stages.ErrPermanent, err)
 	}
-	_, _, tok, ok := s.Route.Subjects.ParseStage(in.Subject)
-	if !ok || env.Grounded == nil || env.Authorization == nil || !schema.ValidFingerprint(env.Grounded.Fingerprint) ||
-		tok != subjects.ProposalToken(env.Host, env.Proposal.ProposalID) {
-		return nil, fmt.Errorf("dispatch: envelope not grounded and authorized, or not for its subject: %w", stages.ErrPermanent)
-	}
-	return &env, nil
+	return env, nil
 }
 
 // bound reports whether the envelope's fingerprint and idempotency key are
@@ -123,13 +117,12 @@ func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 func (s *Stage) GiveUp(ctx context.Context, in *stages.Input, cause error) (stages.Result, error) {
 	env, err := s.decodeEnvelope(in)
 	if err != nil {
-		_, _, tok, _ := s.Route.Subjects.ParseStage(in.Subject)
-		h, id, ok := subjects.ParseProposalToken(tok)
+		ref, _, ok := s.Route.ProposalRef(in.Subject)
 		inc := schema.NewIncident(schema.PhaseDispatch, schema.CodeProcessingFailed)
-		if !ok || !schema.ValidProposalID(id) {
+		if !ok {
 			return stages.Result{Events: []schema.Incident{inc}}, nil
 		}
-		return stages.Result{Outcomes: []schema.Outcome{schema.FailureOutcome(schema.ProposalRef{Host: h, ProposalID: id}, inc, stages.NowMs(s.Clock))}}, nil
+		return stages.Result{Outcomes: []schema.Outcome{schema.FailureOutcome(ref, inc, stages.NowMs(s.Clock))}}, nil
 	}
 	if !bound(env) {
 		return rejected(), nil

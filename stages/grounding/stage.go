@@ -38,18 +38,11 @@ var _ stages.Handler = (*Stage)(nil)
 
 // Handle grounds one proposal.
 func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, error) {
-	_, kind, token, ok := s.Route.Subjects.ParseStage(in.Subject)
-	if !ok || kind != subjects.KindProposal {
-		return stages.Result{}, fmt.Errorf("grounding: unexpected subject: %w", stages.ErrPermanent)
-	}
-	var env schema.Envelope
-	if err := schema.DecodeEnvelope(in.Data, &env); err != nil {
-		return stages.Result{}, fmt.Errorf("grounding: envelope: %w: %w", err, stages.ErrPermanent)
+	env, err := s.Route.Envelope(in, stages.Admitted)
+	if err != nil {
+		return stages.Result{}, fmt.Errorf("grounding: %w: %w", err, stages.ErrPermanent)
 	}
 	p := &env.Proposal
-	if env.Schema != schema.SchemaEnvelope || token != subjects.ProposalToken(env.Host, p.ProposalID) || !p.Validate() {
-		return stages.Result{}, fmt.Errorf("grounding: envelope does not match its subject: %w", stages.ErrPermanent)
-	}
 	now := stages.NowMs(s.Clock)
 
 	var v Verdict
@@ -75,7 +68,7 @@ func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 		// holding one was not admitted by this version.
 		return stages.Result{}, fmt.Errorf("grounding: fingerprint: %w: %w", err, stages.ErrPermanent)
 	}
-	out := env
+	out := *env
 	// Candidate attributes and evidence go no further than this stage.
 	out.Proposal.Grounding.Candidates = nil
 	out.Proposal.Grounding.CandidateSource = ""
@@ -90,7 +83,7 @@ func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 		return stages.Result{}, fmt.Errorf("grounding: encode envelope: %w", err)
 	}
 	return stages.Result{Next: []stages.Message{{
-		Subject: s.Route.HandOff(token),
+		Subject: s.Route.HandOff(subjects.ProposalToken(env.Host, p.ProposalID)),
 		Data:    data,
 	}}}, nil
 }
@@ -150,12 +143,11 @@ func (s *Stage) fromSource(ctx context.Context, in *stages.Input, p *schema.Prop
 // only if no decision was there — otherwise that decision stands.
 func (s *Stage) GiveUp(_ context.Context, in *stages.Input, _ error) (stages.Result, error) {
 	inc := schema.NewIncident(schema.PhaseGrounding, schema.CodeProcessingFailed)
-	_, _, token, ok := s.Route.Subjects.ParseStage(in.Subject)
-	h, id, okToken := subjects.ParseProposalToken(token)
-	if !ok || !okToken || !schema.ValidProposalID(id) {
+	ref, _, ok := s.Route.ProposalRef(in.Subject)
+	if !ok {
 		return stages.Result{Events: []schema.Incident{inc}}, nil
 	}
-	ref, now := schema.ProposalRef{Host: h, ProposalID: id}, stages.NowMs(s.Clock)
+	now := stages.NowMs(s.Clock)
 	if s.Approvals != nil {
 		won, err := approvals.End(s.Approvals, ref, schema.CodeProcessingFailed, in.Stream+"/"+strconv.FormatUint(in.StreamSeq, 10), now)
 		if err != nil {

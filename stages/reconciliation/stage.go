@@ -289,8 +289,8 @@ func (s *Stage) result(d Decision, fp string) stages.Result {
 // under a message id of the intent's redispatch (a second one, after a
 // crash, is a duplicate).
 func (s *Stage) redispatchMessage(data []byte, fp string, rec *journal.Record) (stages.Message, bool) {
-	var env schema.Envelope
-	if err := schema.DecodeEnvelope(data, &env); err != nil || env.Grounded == nil || env.Grounded.Fingerprint != fp {
+	env, err := stages.DecodeEnvelope(data, stages.Grounded)
+	if err != nil || env.Grounded.Fingerprint != fp {
 		s.log().Error("reconciliation: a held envelope that is not the intent's; not dispatched again", "fingerprint", fp)
 		return stages.Message{}, false
 	}
