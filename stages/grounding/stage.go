@@ -45,18 +45,9 @@ func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 	p := &env.Proposal
 	now := stages.NowMs(s.Clock)
 
-	var v Verdict
-	observation := p.Grounding.ObservationRef
-	if inc := Precheck(p); inc != nil {
-		v = Verdict{Incident: inc}
-	} else if p.Grounding.CandidateSource != "" {
-		var err error
-		v, observation, err = s.fromSource(ctx, in, p, now)
-		if err != nil {
-			return stages.Result{}, err
-		}
-	} else {
-		v = Decide(p, p.Grounding.Candidates, s.MaxCandidates)
+	v, observation, err := s.decide(ctx, in, p, now)
+	if err != nil {
+		return stages.Result{}, err
 	}
 	if !v.Grounded() {
 		return stages.Result{Outcomes: []schema.Outcome{schema.FailureOutcome(env.Ref(), *v.Incident, now)}}, nil
@@ -88,50 +79,49 @@ func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 	}}}, nil
 }
 
-// fromSource decides with a candidate source's answer. The decision is
-// checkpointed before it is published: a source may answer differently
-// when asked again, and a redelivered input must not be decided twice.
-func (s *Stage) fromSource(ctx context.Context, in *stages.Input, p *schema.Proposal, now int64) (Verdict, string, error) {
-	key := kv.GroundingKey(in.Stream, in.StreamSeq, in.Data)
-	unlock := s.Store.Lock(string(key))
-	defer unlock()
-	rec, found, err := s.Store.Grounding(key)
-	if err != nil {
-		return Verdict{}, "", fmt.Errorf("grounding: read checkpoint: %w", err)
-	}
-	if found {
-		if rec.Code != "" {
-			if _, ok := schema.LookupCode(schema.PhaseGrounding, rec.Code); !ok {
-				return Verdict{}, "", fmt.Errorf("grounding: checkpoint: %w: %w", kv.ErrCorrupt, stages.ErrPermanent)
+// decide is the shell around Step: it reads the input's checkpoint under
+// its lock, asks the candidate source and writes the checkpoint (Sync) as
+// the steps ask, and returns the binding.
+func (s *Stage) decide(ctx context.Context, in *stages.Input, p *schema.Proposal, now int64) (Binding, string, error) {
+	f := Facts{Proposal: p, MaxCandidates: s.MaxCandidates, Now: now}
+	var key []byte
+	for {
+		d := Step(f)
+		switch d.Call {
+		case ReadCheckpoint:
+			key = kv.GroundingKey(in.Stream, in.StreamSeq, in.Data)
+			unlock := s.Store.Lock(string(key))
+			defer unlock()
+			rec, found, err := s.Store.Grounding(key)
+			if err != nil {
+				return Binding{}, "", fmt.Errorf("grounding: read checkpoint: %w", err)
 			}
-			return fail(rec.Code), "", nil
+			f.Read = true
+			if found {
+				c := Checkpoint(rec)
+				f.Checkpoint = &c
+			}
+			continue
+		case AskSource:
+			reply, err := s.Source.Ask(ctx, p)
+			if err != nil && !SourceFault(err) {
+				return Binding{}, "", err
+			}
+			f.Asked, f.Reply, f.SourceFailed = true, reply, err != nil
+			continue
 		}
-		return Verdict{Referent: rec.Referent}, rec.ObservationRef, nil
+		if d.Err != nil {
+			return Binding{}, "", fmt.Errorf("grounding: %w: %w: %w", d.Err, kv.ErrCorrupt, stages.ErrPermanent)
+		}
+		if d.Checkpoint != nil {
+			b := s.Store.NewBatch()
+			b.PutGrounding(key, kv.Grounding(*d.Checkpoint))
+			if err := b.Commit(kv.Sync); err != nil {
+				return Binding{}, "", fmt.Errorf("grounding: record checkpoint: %w", err)
+			}
+		}
+		return d.Binding, d.ObservationRef, nil
 	}
-	var v Verdict
-	observation := ""
-	reply, err := s.Source.Ask(ctx, p)
-	switch {
-	case SourceFault(err):
-		v = fail(schema.CodeGroundingSourceUnavailable)
-	case err != nil:
-		return Verdict{}, "", err
-	default:
-		v = Decide(p, reply.Candidates, s.MaxCandidates)
-		observation = reply.ObservationRef
-	}
-	rec = kv.Grounding{AtMs: now}
-	if v.Grounded() {
-		rec.Referent, rec.ObservationRef = v.Referent, observation
-	} else {
-		rec.Code = v.Incident.Code
-	}
-	b := s.Store.NewBatch()
-	b.PutGrounding(key, rec)
-	if err := b.Commit(kv.Sync); err != nil {
-		return Verdict{}, "", fmt.Errorf("grounding: record checkpoint: %w", err)
-	}
-	return v, observation, nil
 }
 
 // GiveUp ends a proposal grounding could not process (PROCESSING_FAILED),
