@@ -273,7 +273,7 @@ func (s *Stage) result(d Decision, fp string) stages.Result {
 			res.Next = append(res.Next, m)
 		}
 	}
-	if v, rc := d.Verdict, d.Writes.Receipt; v != nil && rc != nil {
+	if v, rc := d.Finding, d.Writes.Receipt; v != nil && rc != nil {
 		s.Metrics.ReconcileAttempts.WithLabelValues(rc.Provider, v.AttemptStatus).Inc()
 		s.log().Info("reconciliation recorded", "fingerprint", rc.Fingerprint, "attempt_id", d.Writes.Attempt.AttemptID,
 			"attempt_status", v.AttemptStatus, "status", rc.Status, "receipt_id", rc.ReceiptID)

@@ -10,10 +10,10 @@ import (
 	"github.com/portcullis/portcullis/schema"
 )
 
-// Verdict is what one attempt (or the operator) established: the
+// Finding is what one attempt (or the operator) established: the
 // receipt's verdict, and the attempt's status for
 // actions_reconciliation_attempts_total ("" for the operator).
-type Verdict struct {
+type Finding struct {
 	journal.Verdict
 	AttemptStatus string
 	// Operator names the operator who settled it (Operator verdicts only).
@@ -24,7 +24,7 @@ type Verdict struct {
 
 // Absent reports whether v concludes that the action had no effect: the
 // provider answered rejected or failed_before_dispatch.
-func Absent(v Verdict) bool {
+func Absent(v Finding) bool {
 	return v.Settled && v.Resolution == journal.ResolvedByProvider &&
 		(v.Status == schema.StatusRejected || v.Status == schema.StatusFailedBeforeDispatch)
 }
@@ -33,8 +33,8 @@ func Absent(v Verdict) bool {
 // verified (acknowledged by the provider) rather than reconciled.
 func Verifying(prev *schema.Receipt) bool { return prev.Status == schema.StatusAcknowledged }
 
-func base(prev *schema.Receipt) Verdict {
-	return Verdict{Verdict: journal.Verdict{Attempted: prev.DispatchAttempted, ProviderActionID: prev.ProviderActionID, EvidenceRefs: []string{}}}
+func base(prev *schema.Receipt) Finding {
+	return Finding{Verdict: journal.Verdict{Attempted: prev.DispatchAttempted, ProviderActionID: prev.ProviderActionID, EvidenceRefs: []string{}}}
 }
 
 // Decide maps attempt n (of maxAttempts) of verifying or reconciling prev
@@ -55,7 +55,7 @@ func base(prev *schema.Receipt) Verdict {
 // the provider did accept the action, and verification failing says nothing
 // new about it). After the last attempt either becomes terminal
 // RECONCILIATION_REQUIRED with the attempt's incident and RECONCILE_EXHAUSTED.
-func Decide(prev *schema.Receipt, reply schema.AdapterReply, err error, n, maxAttempts int) Verdict {
+func Decide(prev *schema.Receipt, reply schema.AdapterReply, err error, n, maxAttempts int) Finding {
 	v := base(prev)
 	if err != nil {
 		status, code := metrics.AttemptError, schema.CodeReconcileError
@@ -109,7 +109,7 @@ func Decide(prev *schema.Receipt, reply schema.AdapterReply, err error, n, maxAt
 // no earlier than notBeforeMs. This attempt never exhausts reconciliation,
 // even as the last one: an answer it could not yet believe is not an
 // answer that could not tell.
-func Early(prev *schema.Receipt, reply schema.AdapterReply, n int, notBeforeMs int64) Verdict {
+func Early(prev *schema.Receipt, reply schema.AdapterReply, n int, notBeforeMs int64) Finding {
 	v := unknown(base(prev), prev, reply.Outcome, schema.CodeProviderIndeterminate, reply.ErrorCode, n, n+1)
 	v.NotBeforeMs = notBeforeMs
 	return v
@@ -118,18 +118,18 @@ func Early(prev *schema.Receipt, reply schema.AdapterReply, n int, notBeforeMs i
 // Replayed is the verdict of attempt n found started but unfinished (the
 // processor stopped while the provider was being asked): the provider is
 // not asked again, and the attempt counts as RECONCILE_ERROR.
-func Replayed(prev *schema.Receipt, n, maxAttempts int) Verdict {
+func Replayed(prev *schema.Receipt, n, maxAttempts int) Finding {
 	return unknown(base(prev), prev, metrics.AttemptReplayed, schema.CodeReconcileError, "", n, maxAttempts)
 }
 
 // Abandoned is the verdict of attempt n that the stage gave up on before
 // asking the provider (its store or stream kept failing): RECONCILE_ERROR,
 // so that polling moves on instead of stopping silently.
-func Abandoned(prev *schema.Receipt, n, maxAttempts int) Verdict {
+func Abandoned(prev *schema.Receipt, n, maxAttempts int) Finding {
 	return unknown(base(prev), prev, metrics.AttemptError, schema.CodeReconcileError, "", n, maxAttempts)
 }
 
-func unknown(v Verdict, prev *schema.Receipt, status string, code schema.Code, providerCode string, n, maxAttempts int) Verdict {
+func unknown(v Finding, prev *schema.Receipt, status string, code schema.Code, providerCode string, n, maxAttempts int) Finding {
 	inc := schema.NewIncident(schema.PhaseReconciliation, code)
 	v.AttemptStatus = status
 	v.ErrorCode = providerCode
@@ -157,7 +157,7 @@ func unknown(v Verdict, prev *schema.Receipt, status string, code schema.Code, p
 // incident (nothing failed); OPERATOR_RESOLVED goes out as an event and is
 // the receipt's error_code, so that every reader can tell an operator's
 // settlement from a provider's; the receipt names the operator.
-func Operator(prev *schema.Receipt, present bool, evidenceRef, operator string) Verdict {
+func Operator(prev *schema.Receipt, present bool, evidenceRef, operator string) Finding {
 	v := base(prev)
 	v.Operator = operator
 	v.Status = schema.StatusRejected

@@ -131,7 +131,7 @@ func TestDecide(t *testing.T) {
 }
 
 func TestReplayedAndAbandoned(t *testing.T) {
-	for _, f := range []func(*schema.Receipt, int, int) reconciliation.Verdict{reconciliation.Replayed, reconciliation.Abandoned} {
+	for _, f := range []func(*schema.Receipt, int, int) reconciliation.Finding{reconciliation.Replayed, reconciliation.Abandoned} {
 		v := f(prevReceipt(schema.StatusReconciliationRequired), 1, 3)
 		if v.Status != schema.StatusReconciliationRequired || v.ErrorCode != string(schema.CodeReconcileError) || v.Settled || v.Exhausted {
 			t.Errorf("%+v", v)
