@@ -216,7 +216,7 @@ func (s *Stage) result(ref schema.ProposalRef, d Decision) stages.Result {
 	}
 	if d.Activity != nil && s.Activity != nil {
 		fp, edit := d.Fingerprint, d.Activity
-		res.Done = func(ctx context.Context) error { return s.Activity.Update(ctx, fp, edit) }
+		res.Done = func(ctx context.Context) error { return s.Activity.Update(ctx, fp, edit.Apply) }
 	}
 	return res
 }

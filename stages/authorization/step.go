@@ -90,7 +90,7 @@ type Decision struct {
 	HandOff  *schema.Envelope
 	Outcome  *schema.Outcome
 	Events   []schema.Incident
-	Activity func(a *schema.Activity)
+	Activity *ActivityChange
 	// Fingerprint is the intent whose activity snapshot Activity edits.
 	Fingerprint string
 	// Note is a value-free line for the log when the step does something

@@ -259,47 +259,62 @@ var (
 	decisionOutcome = map[string]string{Park: "pending", Permit: "permit", Deny: "deny"}
 )
 
-// ActivityEdit records a verdict in the intent's activity snapshot: the
-// authorization section (never the grant's author or signature, the
-// payload, or tenant and actor ids). env may be nil (an approval that
-// timed out is decided from the Pebble record alone); then only the
-// decision changes.
+// ActivityChange records a ruling in the intent's activity snapshot (see
+// Apply). It is data, not a closure: a step's Decision carries it, and the
+// shell applies it once the outcomes are acknowledged.
+type ActivityChange struct {
+	Ref schema.ProposalRef
+	// Env may be nil (an approval that timed out is decided from the
+	// record alone); then only the decision changes.
+	Env                 *schema.Envelope
+	Ruling              Ruling
+	AtMs                int64
+	ApprovalExpiresAtMs int64
+}
+
+// ActivityEdit is the change that records ruling v of the proposal ref at
+// atMs.
+func ActivityEdit(ref schema.ProposalRef, env *schema.Envelope, v Ruling, atMs, approvalExpiresAtMs int64) *ActivityChange {
+	return &ActivityChange{Ref: ref, Env: env, Ruling: v, AtMs: atMs, ApprovalExpiresAtMs: approvalExpiresAtMs}
+}
+
+// Apply records the ruling in the snapshot a: the authorization section
+// (never the grant's author or signature, the payload, or tenant and actor
+// ids).
 //
 // The snapshot is per intent, and several proposals can carry one intent.
 // Once one of them was authorized, or a receipt exists, the snapshot
 // describes that one: a later proposal of the same intent is only listed,
 // whatever its own decision (its outcome tells its proposer).
-func ActivityEdit(ref schema.ProposalRef, env *schema.Envelope, v Ruling, atMs, approvalExpiresAtMs int64) func(a *schema.Activity) {
-	return func(a *schema.Activity) {
-		a.AddProposal(ref)
-		if a.Receipt != nil || (a.Status == schema.ActivityAuthorized && v.Decision != Permit) || stale(a.Decision, v, atMs) {
-			return
-		}
-		if env != nil {
-			in := &env.Proposal.Intent
-			a.Provider, a.Capability, a.Operation, a.Environment = in.Provider, in.Capability, in.Operation, in.Environment
-			a.Referent = env.Grounded.Referent
-			a.Summary = in.Display.Summary
-			a.ExternalSpend = in.ExternalSpend
-			a.Requester = env.Proposal.Requester
-		}
-		a.Status = activityStatus[v.Decision]
-		a.PolicyEvaluations = append([]schema.PolicyEvaluation{}, v.Evaluations...)
-		reason := v.Code
-		if v.Decision == Permit {
-			reason = ""
-		}
-		a.Decision = &schema.ActivityDecision{Outcome: decisionOutcome[v.Decision], ReasonCode: reason, DecidedAtMs: atMs}
-		auth := &schema.ActivityAuthorization{ApprovalExpiresAtMs: approvalExpiresAtMs}
-		if a.Authorization != nil && approvalExpiresAtMs == 0 {
-			auth.ApprovalExpiresAtMs = a.Authorization.ApprovalExpiresAtMs
-		}
-		// Only a well-formed grant's fields are recorded: a malformed one's
-		// method could be any string.
-		if g := v.Grant; g != nil && g.Valid() {
-			auth.Method, auth.Assurance = g.AuthorizationMethod, g.AuthenticationAssurance
-			auth.IssuedAtMs, auth.ExpiresAtMs = g.IssuedAtMs, g.ExpiresAtMs
-		}
-		a.Authorization = auth
+func (c *ActivityChange) Apply(a *schema.Activity) {
+	a.AddProposal(c.Ref)
+	if a.Receipt != nil || (a.Status == schema.ActivityAuthorized && c.Ruling.Decision != Permit) || stale(a.Decision, c.Ruling, c.AtMs) {
+		return
 	}
+	if env := c.Env; env != nil {
+		in := &env.Proposal.Intent
+		a.Provider, a.Capability, a.Operation, a.Environment = in.Provider, in.Capability, in.Operation, in.Environment
+		a.Referent = env.Grounded.Referent
+		a.Summary = in.Display.Summary
+		a.ExternalSpend = in.ExternalSpend
+		a.Requester = env.Proposal.Requester
+	}
+	a.Status = activityStatus[c.Ruling.Decision]
+	a.PolicyEvaluations = append([]schema.PolicyEvaluation{}, c.Ruling.Evaluations...)
+	reason := c.Ruling.Code
+	if c.Ruling.Decision == Permit {
+		reason = ""
+	}
+	a.Decision = &schema.ActivityDecision{Outcome: decisionOutcome[c.Ruling.Decision], ReasonCode: reason, DecidedAtMs: c.AtMs}
+	auth := &schema.ActivityAuthorization{ApprovalExpiresAtMs: c.ApprovalExpiresAtMs}
+	if a.Authorization != nil && c.ApprovalExpiresAtMs == 0 {
+		auth.ApprovalExpiresAtMs = a.Authorization.ApprovalExpiresAtMs
+	}
+	// Only a well-formed grant's fields are recorded: a malformed one's
+	// method could be any string.
+	if g := c.Ruling.Grant; g != nil && g.Valid() {
+		auth.Method, auth.Assurance = g.AuthorizationMethod, g.AuthenticationAssurance
+		auth.IssuedAtMs, auth.ExpiresAtMs = g.IssuedAtMs, g.ExpiresAtMs
+	}
+	a.Authorization = auth
 }

@@ -349,7 +349,7 @@ func (s *Stage) result(env *schema.Envelope, d Decision) stages.Result {
 		fp, edit := env.Grounded.Fingerprint, d.Activity
 		res.Done = func(ctx context.Context) error {
 			fault.Hit(fault.DispatchAfterOutcome)
-			return s.Activity.Update(ctx, fp, edit)
+			return s.Activity.Update(ctx, fp, edit.Apply)
 		}
 	}
 	return res
