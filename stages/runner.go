@@ -17,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/portcullis/portcullis/internal/fault"
-	"github.com/portcullis/portcullis/internal/seal"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
@@ -42,7 +41,7 @@ type Deps struct {
 	JS jetstream.JetStream
 	// Seal seals every hand-off a stage publishes and checks the input of
 	// stages that consume internal subjects.
-	Seal     *seal.Sealer
+	Seal     Sealer
 	Subjects subjects.Subjects
 	Metrics  *metrics.Metrics
 	Outcomes OutcomeLog

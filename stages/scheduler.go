@@ -9,7 +9,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/portcullis/portcullis/internal/seal"
 	"github.com/portcullis/portcullis/kv"
 )
 
@@ -22,7 +21,7 @@ type Scheduler struct {
 	Store *kv.Store
 	JS    jetstream.JetStream
 	// Seal seals each timer message: timers fire on internal subjects.
-	Seal  *seal.Sealer
+	Seal  Sealer
 	Clock Clock
 	Log   *slog.Logger
 	// MaxSleep bounds one sleep, so that a timer written behind the

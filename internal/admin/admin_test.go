@@ -173,8 +173,8 @@ func FuzzRequests(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	signedOnly := &Server{Journal: journal.NewPebble(st), Approvals: ap, Nonces: PebbleNonces{Store: st, Window: NonceWindow(30 * time.Second)}, Store: st, Reconciliation: rec, Subjects: subjects.Default(), Clock: clock, Operators: []config.Role{{Name: "oncall", PublicKey: opPub}}}
-	dev := &Server{Journal: journal.NewPebble(st), Approvals: ap, Nonces: PebbleNonces{Store: st, Window: NonceWindow(30 * time.Second)}, Store: st, Reconciliation: rec, Subjects: subjects.Default(), Clock: clock, AllowUnsigned: true}
+	signedOnly := &Server{Journal: journal.NewPebble(st), Approvals: ap, Nonces: PebbleNonces{Store: st, Window: NonceWindow(30 * time.Second)}, Store: st, Reconciliation: stageResolver{rec}, ReconcileMaxAttempts: 3, Subjects: subjects.Default(), Clock: clock, Operators: []config.Role{{Name: "oncall", PublicKey: opPub}}}
+	dev := &Server{Journal: journal.NewPebble(st), Approvals: ap, Nonces: PebbleNonces{Store: st, Window: NonceWindow(30 * time.Second)}, Store: st, Reconciliation: stageResolver{rec}, ReconcileMaxAttempts: 3, Subjects: subjects.Default(), Clock: clock, AllowUnsigned: true}
 	fp := "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 	stamp := func(ms int64, nonce string) string { return fmt.Sprintf(`"requested_at_ms":%d,"nonce":%q`, ms, nonce) }
 	n1, n2 := "AAAAAAAAAAAAAAAAAAAAAAAA", "bbbbbbbbbbbbbbbbbbbbbbbb_-"
@@ -262,3 +262,24 @@ type probe[T any] reply[T]
 
 func (p *probe[T]) result() bool { return p.Result != nil }
 func (p *probe[T]) err() *Error  { return p.Error }
+
+// stageResolver is engine.Resolver for this internal test, which cannot
+// import the engine (it imports this package): the real stage, its
+// refusals as the API's errors.
+type stageResolver struct{ s *reconciliation.Stage }
+
+func (r stageResolver) Resolve(fp string, present bool, evidenceRef, operator string) (Resolution, error) {
+	res, err := r.s.Resolve(fp, present, evidenceRef, operator)
+	for code, sentinels := range map[string][]error{
+		CodeBadRequest:       {reconciliation.ErrInvalidFingerprint, reconciliation.ErrInvalidEvidence},
+		CodeNotFound:         {reconciliation.ErrNotFound},
+		CodeNotIndeterminate: {reconciliation.ErrNotIndeterminate},
+	} {
+		for _, e := range sentinels {
+			if errors.Is(err, e) {
+				return Resolution{}, &Error{Code: code, Message: err.Error()}
+			}
+		}
+	}
+	return Resolution{Receipt: res.Receipt, OutcomeKind: res.OutcomeKind, Proposals: res.Proposals}, err
+}

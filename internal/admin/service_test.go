@@ -19,6 +19,7 @@ import (
 	"github.com/portcullis/portcullis/internal/admin"
 	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/internal/engine"
 	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/internal/version"
@@ -160,7 +161,7 @@ func TestQueueGroup(t *testing.T) {
 		}
 		defer nc.Close()
 		conns = append(conns, nc)
-		s := &admin.Server{Store: st, Journal: journal.NewPebble(st), Nonces: admin.PebbleNonces{Store: st, Window: window}, Reconciliation: rec, Subjects: subj, Clock: clock, Operators: []config.Role{{Name: "oncall", PublicKey: opPub}}}
+		s := &admin.Server{Store: st, Journal: journal.NewPebble(st), Nonces: admin.PebbleNonces{Store: st, Window: window}, Reconciliation: engine.Resolver{Stage: rec}, ReconcileMaxAttempts: 3, Subjects: subj, Clock: clock, Operators: []config.Role{{Name: "oncall", PublicKey: opPub}}}
 		stop, err := s.Serve(nc)
 		if err != nil {
 			t.Fatal(err)

@@ -263,7 +263,7 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 	p.recon = parts.recon
 	p.metrics.SetIndeterminateSource(jr.CountIndeterminate)
 	// The operator's API (processor receipts, processor reconcile).
-	adm := &admin.Server{Journal: jr, Approvals: p.approvals, Nonces: p.nonces, Store: p.proposals, Reconciliation: p.recon, Subjects: subj, Clock: p.clock,
+	adm := &admin.Server{Journal: jr, Approvals: p.approvals, Nonces: p.nonces, Store: p.proposals, Reconciliation: Resolver{p.recon}, ReconcileMaxAttempts: cfg.Reconciliation.MaxAttempts, Subjects: subj, Clock: p.clock,
 		Log: p.log.With("component", "admin"), JS: p.js, Operators: cfg.Operators, AllowUnsigned: cfg.Admission.AllowUnsigned, Self: p.status}
 	if p.stopAdmin, err = adm.Serve(p.nc); err != nil {
 		return err

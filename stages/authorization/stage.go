@@ -13,7 +13,6 @@ import (
 	"github.com/portcullis/portcullis/internal/activity"
 	"github.com/portcullis/portcullis/internal/approvals"
 	"github.com/portcullis/portcullis/internal/journal"
-	"github.com/portcullis/portcullis/internal/seal"
 	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
@@ -45,7 +44,7 @@ type Stage struct {
 	// JS keeps parked envelopes in the parked stream and reads them back.
 	JS jetstream.JetStream
 	// Seal seals a parked envelope and checks it when read back.
-	Seal *seal.Sealer
+	Seal stages.Sealer
 	Log  *slog.Logger
 }
 

@@ -6,9 +6,28 @@ import (
 
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/journal"
-	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 )
+
+// Attempt statuses: what one attempt established, the provider's answer
+// or why there was none. Each is recorded on the attempt's checkpoint and
+// is the `status` label of actions_reconciliation_attempts_total (SPEC §7;
+// TestAttemptStatuses holds them to the metric's closed set).
+const (
+	AttemptConfirmed            = schema.ReplyConfirmed
+	AttemptRejected             = schema.ReplyRejected
+	AttemptFailedBeforeDispatch = schema.ReplyFailedBeforeDispatch
+	AttemptIndeterminate        = schema.ReplyIndeterminate
+	AttemptMalformed            = "malformed"
+	AttemptUnavailable          = "unavailable"
+	AttemptError                = "error"
+	AttemptReplayed             = "replayed" // a checkpointed attempt seen again: not queried twice
+)
+
+// AttemptStatuses lists every attempt status.
+func AttemptStatuses() []string {
+	return []string{AttemptConfirmed, AttemptRejected, AttemptFailedBeforeDispatch, AttemptIndeterminate, AttemptMalformed, AttemptUnavailable, AttemptError, AttemptReplayed}
+}
 
 // Finding is what one attempt (or the operator) established: the
 // receipt's verdict, and the attempt's status for
@@ -58,12 +77,12 @@ func base(prev *schema.Receipt) Finding {
 func Decide(prev *schema.Receipt, reply schema.AdapterReply, err error, n, maxAttempts int) Finding {
 	v := base(prev)
 	if err != nil {
-		status, code := metrics.AttemptError, schema.CodeReconcileError
+		status, code := AttemptError, schema.CodeReconcileError
 		switch {
 		case errors.Is(err, adapters.ErrNotInvoked):
-			status, code = metrics.AttemptUnavailable, schema.CodeReconcileUnavailable
+			status, code = AttemptUnavailable, schema.CodeReconcileUnavailable
 		case errors.Is(err, adapters.ErrMalformedReply):
-			status, code = metrics.AttemptMalformed, schema.CodeMalformedAdapterResult
+			status, code = AttemptMalformed, schema.CodeMalformedAdapterResult
 		}
 		return unknown(v, prev, status, code, "", n, maxAttempts)
 	}
@@ -87,7 +106,7 @@ func Decide(prev *schema.Receipt, reply schema.AdapterReply, err error, n, maxAt
 		i := schema.NewIncident(schema.PhaseDispatch, schema.CodeProviderFailedBeforeDispatch)
 		inc = &i
 	default: // indeterminate: the adapters refuse any other outcome as malformed
-		return unknown(v, prev, metrics.AttemptIndeterminate, schema.CodeProviderIndeterminate, reply.ErrorCode, n, maxAttempts)
+		return unknown(v, prev, AttemptIndeterminate, schema.CodeProviderIndeterminate, reply.ErrorCode, n, maxAttempts)
 	}
 	v.NextAction, v.Settled, v.AttemptStatus = schema.NextNone, true, reply.Outcome
 	v.Resolution = journal.ResolvedByProvider
@@ -119,14 +138,14 @@ func Early(prev *schema.Receipt, reply schema.AdapterReply, n int, notBeforeMs i
 // processor stopped while the provider was being asked): the provider is
 // not asked again, and the attempt counts as RECONCILE_ERROR.
 func Replayed(prev *schema.Receipt, n, maxAttempts int) Finding {
-	return unknown(base(prev), prev, metrics.AttemptReplayed, schema.CodeReconcileError, "", n, maxAttempts)
+	return unknown(base(prev), prev, AttemptReplayed, schema.CodeReconcileError, "", n, maxAttempts)
 }
 
 // Abandoned is the verdict of attempt n that the stage gave up on before
 // asking the provider (its store or stream kept failing): RECONCILE_ERROR,
 // so that polling moves on instead of stopping silently.
 func Abandoned(prev *schema.Receipt, n, maxAttempts int) Finding {
-	return unknown(base(prev), prev, metrics.AttemptError, schema.CodeReconcileError, "", n, maxAttempts)
+	return unknown(base(prev), prev, AttemptError, schema.CodeReconcileError, "", n, maxAttempts)
 }
 
 func unknown(v Finding, prev *schema.Receipt, status string, code schema.Code, providerCode string, n, maxAttempts int) Finding {

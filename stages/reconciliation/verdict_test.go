@@ -166,3 +166,15 @@ func TestOperatorVerdict(t *testing.T) {
 		t.Errorf("a provider's answer names an operator: %q", v.Operator)
 	}
 }
+
+// TestAttemptStatuses: the words an attempt records are exactly the closed
+// label set of actions_reconciliation_attempts_total, so that no attempt
+// counts under a label the metric did not pre-create.
+func TestAttemptStatuses(t *testing.T) {
+	got, want := reconciliation.AttemptStatuses(), metrics.AttemptStatuses()
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("attempt statuses %v, metric labels %v", got, want)
+	}
+}
