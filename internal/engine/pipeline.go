@@ -260,7 +260,7 @@ func newGrants(p *Parts, _ stages.Route) (stages.Handler, error) {
 func newDispatch(p *Parts, r stages.Route) (stages.Handler, error) {
 	return &dispatch.Stage{
 		Self:    p.Self,
-		Journal: p.Journal, Adapters: p.Adapters, Providers: p.Config.Providers, Policy: p.rules(),
+		Journal: p.Journal, Adapters: adaptersAs[dispatch.Adapter](p.Adapters), Providers: dispatchProviders(p.Config.Providers), Policy: p.rules(),
 		NC: p.NC, Route: r, Clock: p.Clock, Metrics: p.Metrics, Activity: p.Activity,
 		Log:               p.stageLog(r.Self),
 		ReconcileInterval: p.Config.Reconciliation.Interval,
@@ -278,7 +278,7 @@ func newReconciliation(p *Parts, r stages.Route) (stages.Handler, error) {
 	}
 	p.recon = &reconciliation.Stage{
 		JS: p.JS, Seal: p.Seal, Redispatch: redispatch,
-		Journal: p.Journal, Adapters: p.Adapters, Route: r, Clock: p.Clock, Metrics: p.Metrics, Activity: p.Activity,
+		Journal: p.Journal, Adapters: adaptersAs[reconciliation.Adapter](p.Adapters), Route: r, Clock: p.Clock, Metrics: p.Metrics, Activity: p.Activity,
 		Log:      p.stageLog(r.Self),
 		Interval: p.Config.Reconciliation.Interval, MaxAttempts: p.Config.Reconciliation.MaxAttempts,
 		ClockSkew: p.Config.Approval.ClockSkew,

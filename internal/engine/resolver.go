@@ -3,7 +3,10 @@ package engine
 import (
 	"errors"
 
+	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/admin"
+	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/stages/dispatch"
 	"github.com/portcullis/portcullis/stages/reconciliation"
 )
 
@@ -28,4 +31,25 @@ func (r Resolver) Resolve(fp string, present bool, evidenceRef, operator string)
 		return admin.Resolution{}, err
 	}
 	return admin.Resolution{Receipt: res.Receipt, OutcomeKind: res.OutcomeKind, Proposals: res.Proposals}, nil
+}
+
+// adaptersAs is the adapters as a stage names them (an interface of its
+// own, which every adapters.Adapter satisfies).
+func adaptersAs[A any](as map[string]adapters.Adapter) map[string]A {
+	out := make(map[string]A, len(as))
+	for name, a := range as {
+		if x, ok := any(a).(A); ok {
+			out[name] = x
+		}
+	}
+	return out
+}
+
+// dispatchProviders is what dispatch uses of the configured providers.
+func dispatchProviders(ps []config.Provider) []dispatch.Provider {
+	out := make([]dispatch.Provider, len(ps))
+	for i, p := range ps {
+		out[i] = dispatch.Provider{Name: p.Name, Timeout: p.Timeout, UnavailableRetry: p.UnavailableRetry, MaxInFlight: p.MaxInFlight}
+	}
+	return out
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/portcullis/portcullis/internal/adapters"
-	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/schema"
@@ -182,7 +181,7 @@ func envelope(id string) *schema.Envelope {
 	}
 }
 
-var provConfig = config.Provider{Name: "demo", Timeout: provTimeout, UnavailableRetry: unavailRetry}
+var provConfig = dispatch.Provider{Name: "demo", Timeout: provTimeout, UnavailableRetry: unavailRetry}
 
 func dispatchRules() dispatch.Rules {
 	return dispatch.Rules{

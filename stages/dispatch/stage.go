@@ -13,7 +13,6 @@ import (
 	"github.com/portcullis/portcullis/fingerprint"
 	"github.com/portcullis/portcullis/internal/activity"
 	"github.com/portcullis/portcullis/internal/adapters"
-	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/disclosure"
 	"github.com/portcullis/portcullis/internal/fault"
 	"github.com/portcullis/portcullis/internal/journal"
@@ -28,8 +27,8 @@ import (
 // steps again, until the step publishes.
 type Stage struct {
 	Journal   journal.Store
-	Adapters  map[string]adapters.Adapter // by provider name
-	Providers []config.Provider
+	Adapters  map[string]Adapter // by provider name
+	Providers []Provider
 	// Policy re-checks the grant and managed policy (SPEC §3 step 3).
 	Policy policy.Rules
 	// NC carries disclosure requests (core NATS request-reply).
@@ -65,14 +64,23 @@ func (s *Stage) rules() Rules {
 	}
 }
 
-func (s *Stage) provider(name string) (config.Provider, adapters.Adapter, bool) {
+// Adapter is a provider's adapter, as dispatch calls it (an
+// internal/adapters.Adapter).
+type Adapter interface {
+	// Kind is the adapter's kind; receipts record it as `adapter`.
+	Kind() string
+	// Dispatch sends the action once. It never retries on its own.
+	Dispatch(ctx context.Context, req schema.DispatchRequest) (schema.AdapterReply, error)
+}
+
+func (s *Stage) provider(name string) (Provider, Adapter, bool) {
 	for _, p := range s.Providers {
 		if p.Name == name {
 			a := s.Adapters[name]
 			return p, a, a != nil
 		}
 	}
-	return config.Provider{}, nil, false
+	return Provider{}, nil, false
 }
 
 // decodeEnvelope reads an authorized, grounded envelope for its subject.
@@ -268,7 +276,7 @@ func (s *Stage) facts(env *schema.Envelope, givingUp bool) (Facts, error) {
 
 // resolve asks the host's resolver for the disclosure's values: a closed
 // code for a failure that denies, an error for one that may pass (retried).
-func (s *Stage) resolve(ctx context.Context, env *schema.Envelope, prov config.Provider) (*disclosure.Disclosure, schema.Code, error) {
+func (s *Stage) resolve(ctx context.Context, env *schema.Envelope, prov Provider) (*disclosure.Disclosure, schema.Code, error) {
 	req, err := disclosure.RequestForEnvelope(env)
 	if err != nil {
 		return nil, "", fmt.Errorf("dispatch: disclosure request: %w: %w", stages.ErrPermanent, err)

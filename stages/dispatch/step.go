@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/portcullis/portcullis/internal/adapters"
-	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/kv"
@@ -39,7 +38,7 @@ type Facts struct {
 	Self string
 	// Provider is the intent's configured provider; Known is false when it
 	// is not configured or has no adapter. Adapter is the adapter's kind.
-	Provider config.Provider
+	Provider Provider
 	Adapter  string
 	Known    bool
 	// GivingUp: the runner gave up on the input (its retries are spent):
@@ -58,6 +57,20 @@ type Facts struct {
 	Reply      schema.AdapterReply
 	CallErr    error
 	Lease      Lease
+}
+
+// Provider is what dispatch uses of a configured provider
+// (providers.<name>).
+type Provider struct {
+	Name string
+	// Timeout bounds one call (and a disclosure request); with
+	// Rules.LeaseMargin it makes an in-flight record's lease.
+	Timeout time.Duration
+	// UnavailableRetry is how long a provider nobody answered is tried
+	// again before ADAPTER_UNAVAILABLE.
+	UnavailableRetry time.Duration
+	// MaxInFlight bounds its proposals handled at once (Bulkhead).
+	MaxInFlight int
 }
 
 // Lease names one in-flight record: its writer, its end and the attempt it

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/portcullis/portcullis/internal/adapters"
-	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/journal"
 	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/kv"
@@ -43,7 +42,7 @@ func facts(mod func(f *Facts)) Facts {
 	env := envelope(false)
 	f := Facts{
 		Env: env, Record: journal.New(journal.IdentityOf(env), "fake", now), Now: now,
-		Provider: config.Provider{Name: "demo", UnavailableRetry: 30 * time.Second}, Adapter: "fake", Known: true,
+		Provider: Provider{Name: "demo", UnavailableRetry: 30 * time.Second}, Adapter: "fake", Known: true,
 	}
 	if mod != nil {
 		mod(&f)

@@ -582,7 +582,7 @@ func TestGiveUpRecordsWithoutAsking(t *testing.T) {
 	env.Recorder.Wait(t, "prop-g", last(schema.KindReconciliationRequired))
 	p := env.Processor()
 	st := &reconciliation.Stage{
-		Journal: journal.NewPebble(p.Store()), Adapters: map[string]adapters.Adapter{"demo": fake}, Clock: clock,
+		Journal: journal.NewPebble(p.Store()), Adapters: map[string]reconciliation.Adapter{"demo": fake}, Clock: clock,
 		Route:   stages.Route{Subjects: env.Subjects, Self: subjects.StageReconciliation},
 		Metrics: p.Metrics(), MaxAttempts: maxAttempts, Interval: interval,
 	}

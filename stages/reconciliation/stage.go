@@ -31,7 +31,7 @@ import (
 // operator's settlement never interleave.
 type Stage struct {
 	Journal  journal.Store
-	Adapters map[string]adapters.Adapter // by provider name
+	Adapters map[string]Adapter // by provider name
 	// Route: the stage consumes its own timers (Self); it has no successor.
 	Route    stages.Route
 	Clock    stages.Clock
@@ -51,6 +51,13 @@ type Stage struct {
 	JS         jetstream.JetStream
 	Seal       stages.Sealer
 	Redispatch func(token string) string
+}
+
+// Adapter is a provider's adapter, as reconciliation asks it (an
+// internal/adapters.Adapter).
+type Adapter interface {
+	// Reconcile asks, read-only, what became of an earlier dispatch.
+	Reconcile(ctx context.Context, req schema.ReconcileRequest) (schema.AdapterReply, error)
 }
 
 var _ stages.Handler = (*Stage)(nil)
