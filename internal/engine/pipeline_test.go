@@ -2,7 +2,6 @@ package engine_test
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -83,7 +82,12 @@ func TestSixthStage(t *testing.T) {
 	env.PublishSigned(t, testenv.Granted(t, testenv.Lumber("six-1"), "sku-1001", time.Now()), env.Host)
 	// While the sixth stage holds the proposal, Quiesce does not return,
 	// and names it.
-	if msg := quiesceFailure(env, 2*time.Second); !strings.Contains(msg, "consumer audit") {
+	testenv.WaitFor(t, "the sixth stage holding the proposal", func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return len(a.seen) > 0
+	})
+	if msg := env.QuiesceFailure(2 * time.Second); !strings.Contains(msg, "consumer audit") {
 		t.Fatalf("Quiesce with the sixth stage holding a message reported %q", msg)
 	}
 	close(a.hold)
@@ -115,20 +119,6 @@ func TestSixthStage(t *testing.T) {
 	if n := testutil.CollectAndCount(m.Incidents); n != len(schema.Codes())+2 {
 		t.Errorf("%d incident series, want the code table's %d and the sixth stage's 2", n, len(schema.Codes()))
 	}
-}
-
-// quiesceFailure runs QuiesceWithin and returns the failure it reports
-// ("" if none).
-func quiesceFailure(env *testenv.Env, timeout time.Duration) (msg string) {
-	tb, stop := testenv.Standalone()
-	defer stop()
-	defer func() {
-		if r := recover(); r != nil {
-			msg = fmt.Sprint(r)
-		}
-	}()
-	env.QuiesceWithin(tb, timeout)
-	return ""
 }
 
 func TestInsertBefore(t *testing.T) {

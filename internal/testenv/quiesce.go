@@ -73,6 +73,21 @@ func (e *Env) StageConsumers() []StageConsumer {
 	return consumersOf(e.slot.consumers(e.Subjects, e.Config))
 }
 
+// QuiesceFailure is QuiesceWithin for a test of what Quiesce waits on: it
+// returns the failure Quiesce would report after timeout, naming what is
+// still busy, or "" once everything is idle.
+func (e *Env) QuiesceFailure(timeout time.Duration) (msg string) {
+	tb, stop := Standalone()
+	defer stop()
+	defer func() {
+		if r := recover(); r != nil {
+			msg = fmt.Sprint(r)
+		}
+	}()
+	e.QuiesceWithin(tb, timeout)
+	return ""
+}
+
 // QuiesceConsumers is Quiesce for a rig without an Env (one runner on
 // streams of its own, say): it waits until every consumer has delivered
 // and had acknowledged everything its filter selects, twice in a row,
