@@ -1,0 +1,20 @@
+// Package history records what the clients and providers of a test run
+// see — proposals and grants published, every outcome, each request a
+// provider received, operator resolutions and reads, each with its time —
+// and checks the contract's invariants over the whole run (issue 26,
+// item 1): at most one effect per idempotency key; one terminal answer per
+// proposal, consistent with what the provider did; no outcome before its
+// cause; each approval ended once; each reconcile attempt id used once;
+// and the operator's receipt and activity reads linearizable against the
+// receipts the outcomes announced (checked with porcupine, whose HTML
+// visualisation is written on a failure).
+//
+// The crash and cluster tests record a Recorder's events as they run
+// (ObserveFake for the provider, Propose/Grant around their publishes,
+// ReadReceipts/ReadActivity for operator reads, ReadOutcomes for the
+// outcomes stream once the run is over) and fail on any Violation. Every
+// checker is shown failing on a planted history in check_test.go.
+//
+// Violations are value-free: they name proposal ids (chosen by the
+// tests), shortened keys and closed codes, never a payload.
+package history
