@@ -23,7 +23,9 @@ func propose(id string, s float64) Event {
 	return Event{Op: OpPropose, Proposal: ref(id), Call: at(s), Return: at(s + 0.01)}
 }
 
-func dispatched(s float64) Event { return Event{Op: OpDispatch, Key: key, Call: at(s), Return: at(s), Effect: true} }
+func dispatched(s float64) Event {
+	return Event{Op: OpDispatch, Key: key, Call: at(s), Return: at(s), Effect: true}
+}
 
 func reconciled(attempt string, s float64) Event {
 	return Event{Op: OpReconcile, Key: key, Attempt: attempt, Call: at(s), Return: at(s)}
