@@ -100,9 +100,11 @@ func (r *Recorder) Grant(ref schema.ProposalRef, call time.Time) {
 	r.Add(Event{Op: OpGrant, Proposal: ref, Call: call, Return: r.now()})
 }
 
-// Outcomes records stored outcomes (ReadOutcomes' events).
+// Outcomes records the stored outcomes (ReadOutcomes' events), in place
+// of those recorded before: the stream holds them all.
 func (r *Recorder) Outcomes(events []Event) {
 	r.mu.Lock()
+	r.events = slices.DeleteFunc(r.events, func(e Event) bool { return e.Op == OpOutcome })
 	r.events = append(r.events, events...)
 	r.mu.Unlock()
 }
