@@ -1,9 +1,7 @@
 package clustertest
 
 import (
-	"context"
 	"maps"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
@@ -32,66 +30,25 @@ func proposed(env *testenv.Env, id string, call time.Time) {
 	recorderOf(env).Propose(testenv.Ref(id), call)
 }
 
-// readDuring reads, every 200–500ms until check, the receipts of an
-// intent the provider has seen and, every third time, the newest page of
-// the activity list, through the operator API (a read that fails is
-// recorded as unknown).
+// readDuring has the operator read receipts and activity until check
+// (history.Recorder.ReadDuring), the receipts of intents the provider
+// received.
 func (p *provider) readDuring(t *testing.T) {
 	t.Helper()
 	c := p.env.Admin()
 	c.Timeout = 5 * time.Second
-	rec := recorderOf(p.env)
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for n := 0; ; n++ {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(200*time.Millisecond + rand.N(300*time.Millisecond)):
-			}
-			if keys := slices.Collect(maps.Keys(p.fake.Delivered())); len(keys) > 0 {
-				_, _ = rec.ReadReceipts(ctx, c, keys[rand.IntN(len(keys))])
-			}
-			if n%3 == 2 {
-				_, _ = rec.ReadActivity(ctx, c, 20)
-			}
-		}
-	})
-	p.stops = append(p.stops, func() { cancel(); wg.Wait() })
-	t.Cleanup(p.stopReads)
+	stop := recorderOf(p.env).ReadDuring(c, func() []string { return slices.Collect(maps.Keys(p.fake.Delivered())) })
+	p.stops = append(p.stops, stop)
+	t.Cleanup(stop)
 }
 
-func (p *provider) stopReads() {
+// checkHistory stops the operator's reads and checks the run's history
+// (history.Recorder.CheckRun); with ended, every proposal published must
+// have ended.
+func (p *provider) checkHistory(t *testing.T, ended bool) {
+	t.Helper()
 	for _, stop := range p.stops {
 		stop()
 	}
-	p.stops = nil
-}
-
-// check stops the operator's reads, reads the stored outcomes into the
-// history and fails t with every violation of the contract's invariants
-// (with ended, every proposal published must have ended); porcupine's
-// visualisation is written on a failure of the operator's reads.
-func (p *provider) checkHistory(t *testing.T, ended bool) {
-	t.Helper()
-	p.stopReads()
-	rec := recorderOf(p.env)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	outs, err := history.ReadOutcomes(ctx, p.env.JS, p.env.Subjects)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec.Outcomes(outs)
-	h := rec.History()
-	start := time.Now()
-	bad, visual := history.Check(h, history.Options{Ended: ended, VisualDir: history.Dir(t.TempDir())})
-	t.Logf("history: %d events %v, checked in %s: %d violations", len(h), h.Counts(), time.Since(start).Round(time.Millisecond), len(bad))
-	for _, v := range bad {
-		t.Error(v)
-	}
-	if visual != "" {
-		t.Errorf("the operator's reads are not linearizable: porcupine's visualisation is %s", visual)
-	}
+	recorderOf(p.env).CheckRun(t, p.env.JS, p.env.Subjects, history.Options{Ended: ended})
 }
