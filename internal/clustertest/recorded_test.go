@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/portcullis/portcullis/internal/history"
-	"github.com/portcullis/portcullis/testenv"
+	"github.com/portcullis/portcullis/internal/testenv"
 )
 
 // Every test here that scripts the provider records its history
