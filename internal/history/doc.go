@@ -17,4 +17,10 @@
 //
 // Violations are value-free: they name proposal ids (chosen by the
 // tests), shortened keys and closed codes, never a payload.
+//
+// It owns the tests' histories and their checkers. It imports the wire
+// packages (schema, subjects), the fake provider and the operator client,
+// and porcupine: never a stage, a store, the journal or the engine — it
+// judges what clients see, not how the processor works; only tests import
+// it.
 package history
