@@ -282,14 +282,35 @@ func Ended(h History) []Violation {
 	return bad
 }
 
-// first returns the earliest Call time of the events of op that match.
-func (h History) first(op Op, match func(Event) bool) (time.Time, bool) {
-	for _, e := range h { // ordered by Call
-		if e.Op == op && match(e) {
-			return e.Call, true
+// firsts are the earliest Call times of the causes an outcome or a
+// receipt may follow: a proposal's publication, a key's first dispatch the
+// provider took in time (attempt "") or a reconcile attempt, an operator's
+// first resolution of a key.
+type firsts struct {
+	proposed map[schema.ProposalRef]time.Time
+	asked    map[[2]string]time.Time // {key, attempt}
+	resolved map[string]time.Time
+}
+
+func (h History) firsts() firsts {
+	f := firsts{proposed: map[schema.ProposalRef]time.Time{}, asked: map[[2]string]time.Time{}, resolved: map[string]time.Time{}}
+	for _, e := range h { // ordered by Call: the first stays
+		switch {
+		case e.Op == OpPropose:
+			setFirst(f.proposed, e.Proposal, e.Call)
+		case e.Op == OpDispatch && !e.Late, e.Op == OpReconcile:
+			setFirst(f.asked, [2]string{e.Key, e.Attempt}, e.Call)
+		case e.Op == OpResolve:
+			setFirst(f.resolved, e.Key, e.Call)
 		}
 	}
-	return time.Time{}, false
+	return f
+}
+
+func setFirst[K comparable](m map[K]time.Time, k K, t time.Time) {
+	if _, ok := m[k]; !ok {
+		m[k] = t
+	}
 }
 
 // providerAnswered reports whether o's receipt records an answer the
@@ -318,8 +339,9 @@ func providerAnswered(o *schema.Outcome) (attempt string, ok bool) {
 func Causes(h History) []Violation {
 	var bad []Violation
 	by, refs := h.outcomesByProposal()
+	f := h.firsts()
 	for _, ref := range refs {
-		published, ok := h.first(OpPropose, func(e Event) bool { return e.Proposal == ref })
+		published, ok := f.proposed[ref]
 		for i, e := range by[ref] {
 			o := e.Outcome
 			if !ok {
@@ -331,18 +353,18 @@ func Causes(h History) []Violation {
 			}
 			key := keyOf(o)
 			if attempt, answered := providerAnswered(o); answered {
-				op, what := OpDispatch, "dispatch"
+				what := "dispatch"
 				if attempt != "" {
-					op, what = OpReconcile, "reconcile attempt "+attempt
+					what = "reconcile attempt " + attempt
 				}
-				asked, found := h.first(op, func(p Event) bool { return p.Key == key && !p.Late && p.Attempt == attempt })
+				asked, found := f.asked[[2]string{key, attempt}]
 				if !found || e.Return.Before(asked) {
 					bad = append(bad, violation(RuleCause, "%s: %s (receipt %s says the provider answered) stored before the provider received the %s",
 						ref.ProposalID, o.Kind, receiptID(o), what))
 				}
 			}
 			if operatorSettled(o) {
-				called, found := h.first(OpResolve, func(p Event) bool { return p.Key == key })
+				called, found := f.resolved[key]
 				if !found || e.Return.Before(called) {
 					bad = append(bad, violation(RuleCause, "%s: an operator's settlement stored before any operator settled key %s", ref.ProposalID, short(key)))
 				}

@@ -189,12 +189,13 @@ func (h History) linearOps() map[string][]porcupine.Operation {
 	}
 	writes := map[string]map[string]*write{} // key → receipt → window
 	firstProposal := map[string]int64{}
+	f := h.firsts()
 	for _, e := range h.of(OpOutcome) {
 		key := keyOf(e.Outcome)
 		if !read[key] {
 			continue
 		}
-		if p, ok := h.first(OpPropose, func(p Event) bool { return p.Proposal == e.Proposal }); ok {
+		if p, ok := f.proposed[e.Proposal]; ok {
 			if f, seen := firstProposal[key]; !seen || ns(p) < f {
 				firstProposal[key] = ns(p)
 			}
@@ -210,15 +211,11 @@ func (h History) linearOps() map[string][]porcupine.Operation {
 		if w == nil {
 			w = &write{ret: ns(e.Return), status: rc.Status}
 			if attempt, ok := providerAnswered(e.Outcome); ok {
-				op := OpDispatch
-				if attempt != "" {
-					op = OpReconcile
-				}
-				if t, found := h.first(op, func(p Event) bool { return p.Key == key && !p.Late && p.Attempt == attempt }); found {
+				if t, found := f.asked[[2]string{key, attempt}]; found {
 					w.call = ns(t)
 				}
 			} else if operatorSettled(e.Outcome) {
-				if t, found := h.first(OpResolve, func(p Event) bool { return p.Key == key }); found {
+				if t, found := f.resolved[key]; found {
 					w.call = ns(t)
 				}
 			}
