@@ -11,9 +11,10 @@
 //
 // The crash and cluster tests record a Recorder's events as they run
 // (ObserveFake for the provider, Propose/Grant around their publishes,
-// ReadReceipts/ReadActivity for operator reads, ReadOutcomes for the
-// outcomes stream once the run is over) and fail on any Violation. Every
-// checker is shown failing on a planted history in check_test.go.
+// ReadDuring for operator reads in the background, Resolve for a
+// settlement) and end with CheckRun, which reads the outcomes stream
+// (ReadOutcomes) and fails the test on any Violation. Every checker is
+// shown failing on a planted history in check_test.go.
 //
 // Violations are value-free: they name proposal ids (chosen by the
 // tests), shortened keys and closed codes, never a payload.
