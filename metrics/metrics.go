@@ -17,38 +17,9 @@ import (
 	"github.com/portcullis/portcullis/schema"
 )
 
-// Results of one stage message (label `result`).
-const (
-	ResultForwarded = "forwarded" // handed to the next stage
-	ResultOutcome   = "outcome"   // ended (or parked) with an outcome
-	ResultConsumed  = "consumed"  // nothing to publish: a duplicate, a no-op timer, an event-only incident
-	ResultRetry     = "retry"     // failed transiently; redelivered later
-	ResultGaveUp    = "gave_up"   // retries exhausted; ended with a closed-code outcome
-	ResultRejected  = "rejected"  // an internal message that failed its seal; terminated unread
-)
-
-// Results lists the closed set of stage results.
-func Results() []string {
-	return []string{ResultForwarded, ResultOutcome, ResultConsumed, ResultRetry, ResultGaveUp, ResultRejected}
-}
-
-// Reconciliation attempt statuses (label `status`): the provider's answer,
-// or why there was none.
-const (
-	AttemptConfirmed            = schema.ReplyConfirmed
-	AttemptRejected             = schema.ReplyRejected
-	AttemptFailedBeforeDispatch = schema.ReplyFailedBeforeDispatch
-	AttemptIndeterminate        = schema.ReplyIndeterminate
-	AttemptMalformed            = "malformed"
-	AttemptUnavailable          = "unavailable"
-	AttemptError                = "error"
-	AttemptReplayed             = "replayed" // a checkpointed attempt seen again: not queried twice
-)
-
-// AttemptStatuses lists the closed set of attempt statuses.
-func AttemptStatuses() []string {
-	return []string{AttemptConfirmed, AttemptRejected, AttemptFailedBeforeDispatch, AttemptIndeterminate, AttemptMalformed, AttemptUnavailable, AttemptError, AttemptReplayed}
-}
+// The closed label sets that are not package schema's (Results,
+// AttemptStatuses) are generated from the code table into labels_gen.go
+// (`go generate ./schema/...`).
 
 // Metrics holds every metric.
 type Metrics struct {

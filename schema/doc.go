@@ -2,7 +2,8 @@
 // (proposals, grants, declines, outcomes, incidents, receipts, activity
 // snapshots, the requests and replies of connectors, resolvers and
 // candidate sources), the closed sets (outcome kinds, effect truths,
-// phases, boundaries, incident codes: codes.go), strict decoding, and
+// phases, boundaries, incident codes: codes.go and codes_gen.go, generated
+// from the code table in internal/gencodes), strict decoding, and
 // value-free validation problems.
 //
 // The contract itself, for any language, is PROTOCOL.md at the

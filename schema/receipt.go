@@ -5,23 +5,9 @@ import (
 	"strings"
 )
 
-// Status is a receipt status (SPEC §3 Dispatch).
+// Status is a receipt status (SPEC §3 Dispatch). Its values and Statuses
+// are generated from the code table (codes_gen.go).
 type Status string
-
-// Receipt statuses.
-const (
-	StatusConfirmed              Status = "confirmed"
-	StatusAcknowledged           Status = "acknowledged"
-	StatusDenied                 Status = "denied"
-	StatusFailedBeforeDispatch   Status = "failed_before_dispatch"
-	StatusRejected               Status = "rejected"
-	StatusReconciliationRequired Status = "reconciliation_required"
-)
-
-// Statuses lists every receipt status (a new slice each call).
-func Statuses() []Status {
-	return []Status{StatusConfirmed, StatusAcknowledged, StatusDenied, StatusFailedBeforeDispatch, StatusRejected, StatusReconciliationRequired}
-}
 
 // NextAction is what a receipt asks for next.
 type NextAction string

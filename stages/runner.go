@@ -12,14 +12,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/portcullis/portcullis/kv/pebble"
-
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/portcullis/portcullis/internal/fault"
-	"github.com/portcullis/portcullis/internal/seal"
+	"github.com/portcullis/portcullis/kv/pebble"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/subjects"
@@ -43,7 +41,7 @@ type Deps struct {
 	JS jetstream.JetStream
 	// Seal seals every hand-off a stage publishes and checks the input of
 	// stages that consume internal subjects.
-	Seal     *seal.Sealer
+	Seal     Sealer
 	Subjects subjects.Subjects
 	Metrics  *metrics.Metrics
 	Outcomes OutcomeLog
@@ -82,6 +80,11 @@ type RunnerConfig struct {
 	// INTERNAL_MESSAGE_REJECTED event of Phase.
 	Internal bool
 	Phase    schema.Phase
+	// Codes are Phase's rows when Phase is not one of the closed phases
+	// (a stage of a test's own: see engine.Spec.Codes); the runner's
+	// INTERNAL_MESSAGE_REJECTED and PROCESSING_FAILED events take their
+	// boundary from them, else from the closed table (schema.LookupCode).
+	Codes []schema.CodeInfo
 	// MaxInFlight bounds the inputs handled at once, each in its own
 	// goroutine from fetch to ack: a handler that waits (for Pebble's group
 	// commit, a provider, its PubAcks) holds one slot, not the stage.
@@ -779,7 +782,7 @@ func (r *Runner) retry(f *flight, what string, err error, n int) string {
 func (r *Runner) abandon(f *flight, what string, err error) string {
 	r.log.Error(what+"; the message is terminated without an outcome", "seq", f.in.StreamSeq, "err", err)
 	if r.cfg.Phase != "" {
-		inc := schema.NewIncident(r.cfg.Phase, schema.CodeProcessingFailed)
+		inc := r.incident(schema.CodeProcessingFailed)
 		_ = r.publishUntilAnswered(f, Result{Events: []schema.Incident{inc}})
 	}
 	r.tallies.forget(keyOf(f.in))
@@ -833,11 +836,24 @@ func (r *Runner) flush() error {
 	return nil
 }
 
+// incident is the runner's own event of code in its phase: from
+// RunnerConfig.Codes, else the closed table. The pipeline check
+// (engine) refuses a phase without both of the runner's codes, so this
+// never reaches schema.NewIncident's panic.
+func (r *Runner) incident(code schema.Code) schema.Incident {
+	for _, c := range r.cfg.Codes {
+		if c.Phase == r.cfg.Phase && c.Code == code {
+			return schema.Incident{Phase: c.Phase, Code: c.Code, DispatchBoundary: c.Boundary}
+		}
+	}
+	return schema.NewIncident(r.cfg.Phase, code)
+}
+
 // reject terminates an internal message whose seal failed, after
 // publishing the INTERNAL_MESSAGE_REJECTED event. Its content is never read.
 func (r *Runner) reject(_ context.Context, f *flight) string {
 	r.log.Error("internal message without a valid seal; terminated unread", "seq", f.in.StreamSeq)
-	inc := schema.NewIncident(r.cfg.Phase, schema.CodeInternalMessageRejected)
+	inc := r.incident(schema.CodeInternalMessageRejected)
 	if !r.publishUntilAnswered(f, Result{Events: []schema.Incident{inc}}) {
 		return r.release(f)
 	}

@@ -6,12 +6,10 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/portcullis/portcullis/kv/pebble"
-
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/portcullis/portcullis/internal/seal"
+	"github.com/portcullis/portcullis/kv/pebble"
 )
 
 // Scheduler publishes durable timers (kv.Timer) when they fall due: approval
@@ -23,7 +21,7 @@ type Scheduler struct {
 	Store *pebble.Store
 	JS    jetstream.JetStream
 	// Seal seals each timer message: timers fire on internal subjects.
-	Seal  *seal.Sealer
+	Seal  Sealer
 	Clock Clock
 	Log   *slog.Logger
 	// MaxSleep bounds one sleep, so that a timer written behind the

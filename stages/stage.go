@@ -90,3 +90,17 @@ type Handler interface {
 	// Handle's.
 	GiveUp(ctx context.Context, in *Input, cause error) (Result, error)
 }
+
+// Sealer seals the messages the processor publishes on internal subjects
+// and their message ids, and checks a seal (internal/seal.Sealer is one):
+// without its key nobody can publish what a stage acts on, nor take a
+// message id first.
+type Sealer interface {
+	// Seal sets the seal header of a message for its subject and body.
+	Seal(subject string, body []byte, hdr nats.Header)
+	// MsgID turns a predictable message id into the unguessable one the
+	// processor publishes under.
+	MsgID(id string) string
+	// Check reports whether a message carries a valid seal.
+	Check(subject string, body []byte, hdr nats.Header) bool
+}

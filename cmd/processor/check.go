@@ -84,17 +84,17 @@ func judge(body []byte, o judgeOptions) judgement {
 			return refuse(pr)
 		}
 	}
-	var verdict grounding.Verdict
+	var verdict grounding.Binding
 	var candidates []schema.Candidate
 	switch {
 	case o.referentSet:
-		verdict = grounding.Verdict{Referent: o.referent}
+		verdict = grounding.Binding{Referent: o.referent}
 		if inc := grounding.Precheck(p); inc != nil {
-			verdict = grounding.Verdict{Incident: inc}
+			verdict = grounding.Binding{Incident: inc}
 		}
 	case p.Grounding.CandidateSource != "":
 		if inc := grounding.Precheck(p); inc != nil {
-			verdict = grounding.Verdict{Incident: inc}
+			verdict = grounding.Binding{Incident: inc}
 			break
 		}
 		j.SourceWithoutReferent = true

@@ -48,6 +48,37 @@ type Fake struct {
 	reconciles  int
 	keys        map[string]*fakeCounts
 	attempts    map[string]int // reconcile requests by attempt id
+	observe     func(FakeRequest)
+}
+
+// FakeRequest is what the fake saw of one request, for a test's history
+// (internal/history): value-free, no payload.
+type FakeRequest struct {
+	Method         string // MethodDispatch or MethodReconcile
+	Key, AttemptID string
+	At             time.Time // when it arrived
+	Late           bool      // a dispatch refused past its not_after_ms
+	// Effect: a dispatch the provider acted on — it arrived in time and
+	// was not answered rejected or failed_before_dispatch (one that got no
+	// answer acted: the fake counts it delivered).
+	Effect bool
+}
+
+// Observe calls fn with every request the fake answers, once its answer is
+// known; nil stops observing.
+func (f *Fake) Observe(fn func(FakeRequest)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.observe = fn
+}
+
+func (f *Fake) observed(r FakeRequest) {
+	f.mu.Lock()
+	fn := f.observe
+	f.mu.Unlock()
+	if fn != nil {
+		fn(r)
+	}
 }
 
 type fakeCounts struct {
@@ -259,10 +290,12 @@ func (f *Fake) Reconcile(ctx context.Context, req schema.ReconcileRequest) (sche
 // delivered whatever the hook says. One that came after its not_after_ms
 // is refused (schema.LateReply) and counts only as late.
 func (f *Fake) answerDispatch(ctx context.Context, req schema.DispatchRequest, overWire bool) (schema.AdapterReply, error) {
+	at := time.Now()
 	f.mu.Lock()
 	if schema.Late(req.NotAfterMs, f.now().UnixMilli()) {
 		f.counts(req.IdempotencyKey).late++
 		f.mu.Unlock()
+		f.observed(FakeRequest{Method: MethodDispatch, Key: req.IdempotencyKey, At: at, Late: true})
 		return schema.LateReply(), nil
 	}
 	n := f.dispatches
@@ -278,15 +311,19 @@ func (f *Fake) answerDispatch(ctx context.Context, req schema.DispatchRequest, o
 	} else {
 		reply = scripted(f.script.Dispatch, n, MethodDispatch, req.IdempotencyKey)
 	}
-	if overWire || !errors.Is(err, ErrNotInvoked) {
+	delivered := overWire || !errors.Is(err, ErrNotInvoked)
+	if delivered {
 		f.mu.Lock()
 		f.counts(req.IdempotencyKey).delivered++
 		f.mu.Unlock()
 	}
+	declined := err == nil && (reply.Outcome == schema.ReplyRejected || reply.Outcome == schema.ReplyFailedBeforeDispatch)
+	f.observed(FakeRequest{Method: MethodDispatch, Key: req.IdempotencyKey, At: at, Effect: delivered && !declined})
 	return reply, err
 }
 
 func (f *Fake) answerReconcile(ctx context.Context, req schema.ReconcileRequest) (schema.AdapterReply, error) {
+	f.observed(FakeRequest{Method: MethodReconcile, Key: req.IdempotencyKey, AttemptID: req.AttemptID, At: time.Now()})
 	f.mu.Lock()
 	n := f.reconciles
 	f.reconciles++

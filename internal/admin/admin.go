@@ -45,7 +45,6 @@ import (
 	"strings"
 
 	"github.com/portcullis/portcullis/schema"
-	"github.com/portcullis/portcullis/stages/reconciliation"
 	"github.com/portcullis/portcullis/subjects"
 )
 
@@ -138,8 +137,8 @@ type ListRequest struct {
 
 // List is the indeterminate queue, oldest first, at the processor's time.
 type List struct {
-	NowMs   int64                    `json:"now_ms"`
-	Actions []reconciliation.Pending `json:"actions"`
+	NowMs   int64     `json:"now_ms"`
+	Actions []Pending `json:"actions"`
 }
 
 // Effects an operator can establish.

@@ -7,14 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/portcullis/portcullis/kv/pebble"
-
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 	"go.uber.org/goleak"
 
 	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/kv/pebble"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
@@ -172,8 +171,8 @@ func FuzzRequests(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	signedOnly := &Server{Journal: pebble.NewJournal(st), Approvals: ap, Nonces: PebbleNonces{Store: st, Window: NonceWindow(30 * time.Second)}, Store: st, Reconciliation: rec, Subjects: subjects.Default(), Clock: clock, Operators: []config.Role{{Name: "oncall", PublicKey: opPub}}}
-	dev := &Server{Journal: pebble.NewJournal(st), Approvals: ap, Nonces: PebbleNonces{Store: st, Window: NonceWindow(30 * time.Second)}, Store: st, Reconciliation: rec, Subjects: subjects.Default(), Clock: clock, AllowUnsigned: true}
+	signedOnly := &Server{Journal: pebble.NewJournal(st), Approvals: ap, Nonces: PebbleNonces{Store: st, Window: NonceWindow(30 * time.Second)}, Store: st, Reconciliation: stageResolver{rec}, ReconcileMaxAttempts: 3, Subjects: subjects.Default(), Clock: clock, Operators: []config.Role{{Name: "oncall", PublicKey: opPub}}}
+	dev := &Server{Journal: pebble.NewJournal(st), Approvals: ap, Nonces: PebbleNonces{Store: st, Window: NonceWindow(30 * time.Second)}, Store: st, Reconciliation: stageResolver{rec}, ReconcileMaxAttempts: 3, Subjects: subjects.Default(), Clock: clock, AllowUnsigned: true}
 	fp := "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 	stamp := func(ms int64, nonce string) string { return fmt.Sprintf(`"requested_at_ms":%d,"nonce":%q`, ms, nonce) }
 	n1, n2 := "AAAAAAAAAAAAAAAAAAAAAAAA", "bbbbbbbbbbbbbbbbbbbbbbbb_-"
@@ -261,3 +260,24 @@ type probe[T any] reply[T]
 
 func (p *probe[T]) result() bool { return p.Result != nil }
 func (p *probe[T]) err() *Error  { return p.Error }
+
+// stageResolver is engine.Resolver for this internal test, which cannot
+// import the engine (it imports this package): the real stage, its
+// refusals as the API's errors.
+type stageResolver struct{ s *reconciliation.Stage }
+
+func (r stageResolver) Resolve(fp string, present bool, evidenceRef, operator string) (Resolution, error) {
+	res, err := r.s.Resolve(fp, present, evidenceRef, operator)
+	for code, sentinels := range map[string][]error{
+		CodeBadRequest:       {reconciliation.ErrInvalidFingerprint, reconciliation.ErrInvalidEvidence},
+		CodeNotFound:         {reconciliation.ErrNotFound},
+		CodeNotIndeterminate: {reconciliation.ErrNotIndeterminate},
+	} {
+		for _, e := range sentinels {
+			if errors.Is(err, e) {
+				return Resolution{}, &Error{Code: code, Message: err.Error()}
+			}
+		}
+	}
+	return Resolution{Receipt: res.Receipt, OutcomeKind: res.OutcomeKind, Proposals: res.Proposals}, err
+}

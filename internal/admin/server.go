@@ -20,7 +20,6 @@ import (
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
-	"github.com/portcullis/portcullis/stages/reconciliation"
 	"github.com/portcullis/portcullis/subjects"
 )
 
@@ -57,11 +56,16 @@ type Server struct {
 	Nonces Nonces
 	// Store maps a proposal to its fingerprint: the processor's store, or
 	// on a cluster the replicated admission records.
-	Store          Proposals
-	Reconciliation *reconciliation.Stage
-	Subjects       subjects.Subjects
-	Clock          stages.Clock
-	Log            *slog.Logger
+	Store Proposals
+	// Reconciliation records an operator's finding (the reconciliation
+	// stage, through engine.Resolver: operator code imports no stage).
+	Reconciliation Resolver
+	// ReconcileMaxAttempts is reconciliation.max_attempts, shown with each
+	// action of the indeterminate queue.
+	ReconcileMaxAttempts int
+	Subjects             subjects.Subjects
+	Clock                stages.Clock
+	Log                  *slog.Logger
 	// JS reads the outcome stream (proposals.get) and the activity bucket
 	// (activity.list, the providers of approvals.list). nil: those verbs
 	// answer internal.
@@ -337,7 +341,7 @@ func (s *Server) receipts(_ string, req *ReceiptsRequest) (*Receipts, *Error) {
 }
 
 func (s *Server) list(_ string, _ *ListRequest) (*List, *Error) {
-	actions, err := s.Reconciliation.Indeterminate()
+	actions, err := s.indeterminate()
 	if err != nil {
 		return nil, s.internal("reading the indeterminate index", err)
 	}
@@ -353,13 +357,10 @@ func (s *Server) resolve(operator string, req *ResolveRequest) (*Resolved, *Erro
 		return nil, e
 	}
 	res, err := s.Reconciliation.Resolve(fp, req.Effect == EffectPresent, req.EvidenceRef, operator)
+	var refused *Error
 	switch {
-	case errors.Is(err, reconciliation.ErrInvalidFingerprint), errors.Is(err, reconciliation.ErrInvalidEvidence):
-		return nil, bad(err.Error())
-	case errors.Is(err, reconciliation.ErrNotFound):
-		return nil, notFound("no receipt for " + fp)
-	case errors.Is(err, reconciliation.ErrNotIndeterminate):
-		return nil, &Error{Code: CodeNotIndeterminate, Message: err.Error()}
+	case errors.As(err, &refused):
+		return nil, refused
 	case err != nil:
 		return nil, s.internal("recording the resolution", err)
 	}

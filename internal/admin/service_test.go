@@ -10,10 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/portcullis/portcullis/kv"
-
-	"github.com/portcullis/portcullis/kv/pebble"
-
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -22,8 +18,11 @@ import (
 
 	"github.com/portcullis/portcullis/internal/admin"
 	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/internal/engine"
 	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/internal/version"
+	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/kv/pebble"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
@@ -161,7 +160,7 @@ func TestQueueGroup(t *testing.T) {
 		}
 		defer nc.Close()
 		conns = append(conns, nc)
-		s := &admin.Server{Store: st, Journal: pebble.NewJournal(st), Nonces: admin.PebbleNonces{Store: st, Window: window}, Reconciliation: rec, Subjects: subj, Clock: clock, Operators: []config.Role{{Name: "oncall", PublicKey: opPub}}}
+		s := &admin.Server{Store: st, Journal: pebble.NewJournal(st), Nonces: admin.PebbleNonces{Store: st, Window: window}, Reconciliation: engine.Resolver{Stage: rec}, ReconcileMaxAttempts: 3, Subjects: subj, Clock: clock, Operators: []config.Role{{Name: "oncall", PublicKey: opPub}}}
 		stop, err := s.Serve(nc)
 		if err != nil {
 			t.Fatal(err)

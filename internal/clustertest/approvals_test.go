@@ -28,7 +28,9 @@ func ungranted(t *testing.T, id string) (map[string]any, string) {
 func park(t *testing.T, env *testenv.Env, id string) string {
 	t.Helper()
 	p, fp := ungranted(t, id)
+	call := time.Now()
 	env.PublishSigned(t, p, env.Host)
+	proposed(env, id, call)
 	env.Recorder.Wait(t, id, testenv.Kind(schema.KindNeedsApproval))
 	return fp
 }
@@ -38,7 +40,9 @@ func grant(t *testing.T, env *testenv.Env, id, fp string) {
 	t.Helper()
 	g := testenv.Grant(fp, time.Now(), nil)
 	g["proposal_id"] = id
+	call := time.Now()
 	env.PublishGrant(t, g, env.Host)
+	recorderOf(env).Grant(testenv.Ref(id), call)
 }
 
 // timeouts counts a proposal's APPROVAL_TIMED_OUT outcomes.
@@ -123,6 +127,7 @@ func TestApprovalTimesOutWithoutItsProcessor(t *testing.T) {
 		t.Errorf("%d intents reached the provider", n)
 	}
 	testenv.WaitFor(t, "nothing parked", func() bool { return second.Processor().Approvals().Count() == 0 })
+	prov.check(t) // the approval ended once, among the rest
 }
 
 // actions_approvals_pending is the cluster-wide count on every processor,
@@ -159,6 +164,6 @@ func TestApprovalsGaugeIsClusterWide(t *testing.T) {
 			t.Fatalf("processor approvals list = %+v, %v", a, err)
 		}
 	}
-	prov.check(t)
+	prov.checkHistory(t, false) // gauge-2 and gauge-3 stay parked
 	env.AssertNowhere(t, payloadOnly)
 }

@@ -41,11 +41,14 @@ var fastReconcile = testenv.WithConfig(func(c *config.Config) { c.Reconciliation
 // with "unk" answers indeterminate (reconciliation settles it as
 // confirmed), every other one confirms.
 type provider struct {
-	fake *adapters.Fake
+	fake  *adapters.Fake
+	env   *testenv.Env
+	stops []func() // of the operator's reads (recorded_test.go)
 }
 
 func newProvider(env *testenv.Env) *provider {
-	p := &provider{fake: env.Fakes["demo"]}
+	p := &provider{fake: env.Fakes["demo"], env: env}
+	recorderOf(env).ObserveFake(p.fake)
 	p.fake.OnDispatch(func(_ context.Context, req schema.DispatchRequest) (schema.AdapterReply, error) {
 		if strings.Contains(string(req.Payload), `"unk`) {
 			return schema.AdapterReply{Outcome: schema.ReplyIndeterminate}, nil
@@ -58,13 +61,13 @@ func newProvider(env *testenv.Env) *provider {
 	return p
 }
 
-// check asserts the far side's invariants: each key dispatched at most
-// once, each attempt id queried at most once.
+// check asserts the run's invariants over its whole history (each key
+// acted on at most once, each attempt id queried at most once, one answer
+// per proposal agreeing with the provider, …: internal/history), every
+// proposal published having ended.
 func (p *provider) check(t *testing.T) {
 	t.Helper()
-	if err := p.fake.AtMostOnce(); err != nil {
-		t.Error(err)
-	}
+	p.checkHistory(t, true)
 }
 
 // proposal is a granted lumber proposal for "demo" whose intent is
@@ -92,10 +95,12 @@ func publish(t *testing.T, env *testenv.Env, id, batch string) {
 		m.Header[k] = v
 	}
 	m.Header.Set(jetstream.MsgIDHeader, "test/"+id)
+	call := time.Now()
 	testenv.Retry(t, func(ctx context.Context) error {
 		_, err := env.JS.PublishMsg(ctx, m)
 		return err
 	})
+	proposed(env, id, call)
 }
 
 // terminal waits until the last stored outcome of each proposal is
@@ -202,6 +207,7 @@ func TestTwoProcessorsShareTheWork(t *testing.T) {
 	env := testenv.New(t, testenv.Clustered(), testenv.WithAuth(), fastReconcile)
 	prov := newProvider(env)
 	second := addProcessor(t, env, "second")
+	prov.readDuring(t)
 	var tr traffic
 	tr.send(t, env, "share", 24)
 	tr.confirmed(t, env)
@@ -221,6 +227,7 @@ func TestOneServerDown(t *testing.T) {
 	env := testenv.New(t, testenv.Clustered(), fastReconcile)
 	prov := newProvider(env)
 	addProcessor(t, env, "second")
+	prov.readDuring(t)
 	var tr traffic
 	tr.send(t, env, "before", 8)
 	// The server leading the journal, where every dispatch commits.
@@ -240,6 +247,7 @@ func TestLeadersMoveDuringTraffic(t *testing.T) {
 	env := testenv.New(t, testenv.Clustered(), fastReconcile)
 	prov := newProvider(env)
 	addProcessor(t, env, "second")
+	prov.readDuring(t)
 	var tr traffic
 	for i, stream := range []string{
 		"KV_" + env.Subjects.JournalBucket(),
@@ -253,9 +261,11 @@ func TestLeadersMoveDuringTraffic(t *testing.T) {
 	prov.check(t)
 }
 
-// publishBody publishes a signed proposal body as is, with a message id.
-func publishBody(t *testing.T, env *testenv.Env, body []byte, msgID string) {
+// publishBody publishes a signed proposal body as is (of proposal id),
+// with a message id.
+func publishBody(t *testing.T, env *testenv.Env, id string, body []byte, msgID string) {
 	t.Helper()
+	defer proposed(env, id, time.Now())
 	m := nats.NewMsg(env.Subjects.Proposal(testenv.HostName))
 	m.Data = body
 	for k, v := range testenv.Sign(t, env.Host, body) {
@@ -298,12 +308,12 @@ func operatorCode(t *testing.T, env *testenv.Env, verb string, body []byte, hdr 
 // and finds the intent of the proposal for the operator.
 func TestAnotherProcessorKnowsWhatOneAdmitted(t *testing.T) {
 	env := testenv.New(t, testenv.Clustered())
-	newProvider(env)
+	prov := newProvider(env)
 	// The first processor alone admits the proposal and answers a signed
 	// operator request.
 	first := proposal(t, "taken-1", "cedar")
 	firstBody := testenv.Body(t, first)
-	publishBody(t, env, firstBody, "test/taken-1")
+	publishBody(t, env, "taken-1", firstBody, "test/taken-1")
 	confirmed := terminal(t, env, []string{"taken-1"})["taken-1"]
 	if confirmed.Kind != schema.KindConfirmed {
 		t.Fatalf("taken-1 ended %s", confirmed.Kind)
@@ -329,7 +339,7 @@ func TestAnotherProcessorKnowsWhatOneAdmitted(t *testing.T) {
 	// The id reused with other content: the incident, nothing else.
 	reused := proposal(t, "taken-1", "spruce")
 	testenv.Set(reused, "context.delivery.delivery_id", "delivery:reused")
-	publishBody(t, env, testenv.Body(t, reused), "test/taken-1-reused")
+	publishBody(t, env, "taken-1", testenv.Body(t, reused), "test/taken-1-reused")
 	env.Recorder.WaitEvent(t, schema.PhaseAdmission, schema.CodeAdmissionProposalIDReused)
 
 	// A repeat of the proposal under a new delivery id, and a repeat of
@@ -339,8 +349,8 @@ func TestAnotherProcessorKnowsWhatOneAdmitted(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Set(again, "context.delivery.delivery_id", "delivery:again")
-	publishBody(t, env, testenv.Body(t, again), "test/taken-1-again")
-	publishBody(t, env, firstBody, "test/taken-1-redelivered") // its delivery id again
+	publishBody(t, env, "taken-1", testenv.Body(t, again), "test/taken-1-again")
+	publishBody(t, env, "taken-1", firstBody, "test/taken-1-redelivered") // its delivery id again
 	outs := env.Recorder.WaitAll(t, "taken-1", testenv.Count(3))
 	for i, o := range outs[1:] {
 		if o.Kind != schema.KindConfirmed || o.Receipt == nil || confirmed.Receipt == nil || o.Receipt.ReceiptID != confirmed.Receipt.ReceiptID {
@@ -368,4 +378,5 @@ func TestAnotherProcessorKnowsWhatOneAdmitted(t *testing.T) {
 		t.Fatal("the second processor stopped")
 	}
 	env.AssertNowhere(t, payloadOnly)
+	prov.check(t)
 }

@@ -8,12 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/portcullis/portcullis/kv"
-
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/fault"
+	"github.com/portcullis/portcullis/internal/history"
 	"github.com/portcullis/portcullis/internal/testenv"
+	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 )
 
@@ -32,11 +32,14 @@ func long(t *testing.T) bool {
 // reconcile with the truth.
 type farSide struct {
 	*adapters.Fake
+	env *testenv.Env
+	rec *history.Recorder // the run's history (recorded_test.go)
 }
 
 func serveFarSide(t *testing.T, env *testenv.Env) *farSide {
 	t.Helper()
-	f := &farSide{Fake: adapters.NewFake("inventory", adapters.FakeScript{})}
+	f := &farSide{Fake: adapters.NewFake("inventory", adapters.FakeScript{}), env: env, rec: history.NewRecorder()}
+	f.rec.ObserveFake(f.Fake)
 	f.OnReconcile(func(_ context.Context, req schema.ReconcileRequest) (schema.AdapterReply, error) {
 		if f.DeliveredFor(req.IdempotencyKey) > 0 {
 			return schema.AdapterReply{Outcome: schema.ReplyConfirmed}, nil
@@ -53,15 +56,6 @@ func serveFarSide(t *testing.T, env *testenv.Env) *farSide {
 	}
 	t.Cleanup(stop)
 	return f
-}
-
-// check: each key reached the provider at most once, each attempt id was
-// queried at most once.
-func (f *farSide) check(t *testing.T) {
-	t.Helper()
-	if err := f.AtMostOnce(); err != nil {
-		t.Error(err)
-	}
 }
 
 // node is one processor binary of a cluster deployment: its configuration
@@ -136,7 +130,7 @@ func TestClusterKillMidDispatch(t *testing.T) {
 			a.start(t, fault.Env+"="+tc.point)
 			// A alone takes the proposal and dies at the point.
 			prop, key := inventoryProposal(t, "prop-a")
-			env.PublishSigned(t, prop, env.Host)
+			far.publish(t, prop)
 			killedAt(t, a.p)
 			before := far.DeliveredFor(key)
 			if tc.lose {
@@ -149,7 +143,7 @@ func TestClusterKillMidDispatch(t *testing.T) {
 			second := prop
 			second["proposal_id"] = "prop-b"
 			testenv.Set(second, "context.delivery.delivery_id", "delivery:prop-b")
-			env.PublishSigned(t, second, env.Host)
+			far.publish(t, second)
 			for _, id := range []string{"prop-a", "prop-b"} {
 				if o := env.Recorder.Wait(t, id, testenv.Terminal); o.Kind != tc.final {
 					t.Errorf("%s ended %s, want %s: %+v", id, o.Kind, tc.final, o.Incidents)
@@ -189,7 +183,7 @@ func TestClusterBurstWithRandomKill(t *testing.T) {
 			id := fmt.Sprintf("prop-%02d-%d", i, r)
 			prop["proposal_id"] = id
 			testenv.Set(prop, "context.delivery.delivery_id", "delivery:"+id)
-			env.PublishSigned(t, prop, env.Host)
+			far.publish(t, prop)
 			ids = append(ids, id)
 			if r == 0 && i == kill {
 				a.p.Kill()
@@ -241,7 +235,7 @@ func TestClusterKillMidReconciliation(t *testing.T) {
 			a, b := pair(t, env)
 			a.start(t, fault.Env+"="+tc.point)
 			prop, key := inventoryProposal(t, "prop-r")
-			env.PublishSigned(t, prop, env.Host)
+			far.publish(t, prop)
 			killedAt(t, a.p)
 			if tc.lose {
 				if err := os.RemoveAll(a.cfg.Store.Dir); err != nil {

@@ -1,14 +1,12 @@
 package crashtest
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/fault"
 	"github.com/portcullis/portcullis/internal/testenv"
@@ -17,24 +15,8 @@ import (
 
 // connector runs a fake "inventory" provider in the test process, behind
 // the nats adapter the child processor uses: its counters survive the
-// processor's SIGKILL.
-func connector(t *testing.T, env *testenv.Env) *adapters.Fake {
-	t.Helper()
-	f := adapters.NewFake("inventory", adapters.FakeScript{})
-	// Reconciliation gets the truth: present if the provider received it.
-	f.OnReconcile(func(_ context.Context, req schema.ReconcileRequest) (schema.AdapterReply, error) {
-		if f.DeliveredFor(req.IdempotencyKey) > 0 {
-			return schema.AdapterReply{Outcome: schema.ReplyConfirmed}, nil
-		}
-		return schema.AdapterReply{Outcome: schema.ReplyFailedBeforeDispatch}, nil
-	})
-	stop, err := f.Serve(env.NC, env.Subjects)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
-	return f
-}
+// processor's SIGKILL (serveFarSide, which records the run's history).
+func connector(t *testing.T, env *testenv.Env) *farSide { return serveFarSide(t, env) }
 
 // fastReconcile polls 200ms after an unknown outcome, and believes an
 // absence 1s after the dispatch's not_after_ms (the clock skew: every
@@ -95,7 +77,7 @@ func TestDispatchBoundaries(t *testing.T) {
 			p := testenv.StartProcess(t, env.Config, fault.Env+"="+tc.point)
 			p.WaitLog(t, "processor started")
 			prop, key := inventoryProposal(t, "prop-crash")
-			env.PublishSigned(t, prop, env.Host)
+			conn.publish(t, prop)
 			killedAt(t, p)
 			before := conn.DeliveredFor(key)
 
@@ -139,6 +121,7 @@ func TestDispatchBoundaries(t *testing.T) {
 			if got := conn.DeliveredFor(key); got != tc.delivered {
 				t.Errorf("provider received the fingerprint %d times (%d before the restart), want %d", got, before, tc.delivered)
 			}
+			conn.check(t)
 			p2.Terminate()
 			p2.Wait(30 * time.Second)
 		})
@@ -161,7 +144,7 @@ func TestDispatchBurstWithRandomKill(t *testing.T) {
 			prop, _ := inventoryProposal(t, fmt.Sprintf("prop-%02d", i))
 			prop["proposal_id"] = fmt.Sprintf("prop-%02d-%d", i, r)
 			testenv.Set(prop, "context.delivery.delivery_id", fmt.Sprintf("delivery:%02d-%d", i, r))
-			env.PublishSigned(t, prop, env.Host)
+			conn.publish(t, prop)
 			if n++; n == kill {
 				p.Kill()
 			}
@@ -181,9 +164,7 @@ func TestDispatchBurstWithRandomKill(t *testing.T) {
 		}
 	}
 	env.QuiesceWithin(t, 60*time.Second)
-	if err := conn.AtMostOnce(); err != nil {
-		t.Error(err)
-	}
+	conn.check(t)
 	p2.Terminate()
 	p2.Wait(30 * time.Second)
 }

@@ -44,18 +44,30 @@ const (
 )
 
 // Spec declares one stage of the pipeline. The table (Pipeline) is the only
-// place the stage order is written: wiring, stream creation, metric
-// pre-creation and readiness all read it, and a stage learns its successor
-// from the stages.Route it is built with.
+// place the stages are listed: wiring, stream creation, metric
+// pre-creation, readiness and testenv's Quiesce all read it (through
+// Consumers and StreamConfigs), a stage learns its successor from the
+// stages.Route it is built with, and its phase is its line's.
 type Spec struct {
 	// Name is the stage's name: its durable consumer, its stream's and
 	// subjects' token (internal stages), and its `stage` metric label.
 	Name string
 	// Ingress is what the stage consumes (Internal: its own stream).
 	Ingress Ingress
-	// Phase is the phase of INTERNAL_MESSAGE_REJECTED events for an
-	// internal stage's unsealed inputs.
+	// Phase is the stage's phase (SPEC §2.5). An internal stage's runner
+	// reports in it the INTERNAL_MESSAGE_REJECTED event of an unsealed
+	// input and the PROCESSING_FAILED event of an input it abandons, so
+	// the pipeline check requires rows for both codes there.
 	Phase schema.Phase
+	// Codes are Phase's rows when Phase is not one of the closed phases
+	// (schema.Phases): the documented way a stage that is not Portcullis's
+	// own — a test's — gets a phase of its own. The closed sets do not
+	// change: such a stage's incident events are not valid wire messages,
+	// so it must not emit any in production. A stage of the product gets
+	// its phase and codes in the code table instead
+	// (schema/internal/gencodes/table.go; `go generate ./schema/...`),
+	// which also puts them in the JSON Schemas and the metrics.
+	Codes []schema.CodeInfo
 	// MaxInFlight bounds the messages the stage handles at once
 	// (stages.RunnerConfig's default when 0). Waiting on outside capacity
 	// — a provider, a candidate source — is bounded per provider or
@@ -72,6 +84,14 @@ type Spec struct {
 	// TimersOnly: nothing is handed on to the stage but timers (its
 	// predecessor's Route.NextTimer): it has only its timers stream.
 	TimersOnly bool
+	// Parks: the stage parks proposals for approval and keeps each one's
+	// envelope in the parked stream (subjects.ParkedStream) until it is
+	// decided.
+	Parks bool
+	// Holds: the stage keeps the envelope of each dispatch whose effect is
+	// unknown in the held stream (subjects.HeldStream) until
+	// reconciliation knows.
+	Holds bool
 	// New builds the stage's handler.
 	New func(parts *Parts, route stages.Route) (stages.Handler, error)
 }
@@ -81,11 +101,11 @@ type Spec struct {
 // resuming parked proposals into dispatch. It returns a fresh slice.
 func Pipeline() []Spec {
 	return []Spec{
-		{Name: subjects.StageAdmission, Ingress: Proposals, Next: subjects.StageGrounding, New: newAdmission},
+		{Name: subjects.StageAdmission, Ingress: Proposals, Phase: schema.PhaseAdmission, Next: subjects.StageGrounding, New: newAdmission},
 		{Name: subjects.StageGrounding, Phase: schema.PhaseGrounding, Next: subjects.StageAuthorization, New: newGrounding},
-		{Name: subjects.StageAuthorization, Phase: schema.PhaseAuthorization, Next: subjects.StageDispatch, Scheduled: true, New: newAuthorization},
-		{Name: subjects.StageGrants, Ingress: Grants, Next: subjects.StageDispatch, New: newGrants},
-		{Name: subjects.StageDispatch, Phase: schema.PhaseDispatch, Next: subjects.StageReconciliation, New: newDispatch},
+		{Name: subjects.StageAuthorization, Phase: schema.PhaseAuthorization, Next: subjects.StageDispatch, Scheduled: true, Parks: true, New: newAuthorization},
+		{Name: subjects.StageGrants, Ingress: Grants, Phase: schema.PhaseAuthorization, Next: subjects.StageDispatch, New: newGrants},
+		{Name: subjects.StageDispatch, Phase: schema.PhaseDispatch, Next: subjects.StageReconciliation, Holds: true, New: newDispatch},
 		{Name: subjects.StageReconciliation, Phase: schema.PhaseReconciliation, Scheduled: true, TimersOnly: true, New: newReconciliation},
 	}
 }
@@ -122,6 +142,15 @@ func checkPipeline(p []Spec) error {
 		if s.New == nil {
 			return fmt.Errorf("engine: pipeline: stage %s has no constructor", s.Name)
 		}
+		if err := checkPhase(s); err != nil {
+			return err
+		}
+		if s.Ingress != Internal && (s.Scheduled || s.TimersOnly || s.Parks || s.Holds) {
+			return fmt.Errorf("engine: pipeline: stage %s reads a host-facing stream: it can have no timers, parked or held envelopes", s.Name)
+		}
+		if (s.TimersOnly || s.Parks) && !s.Scheduled {
+			return fmt.Errorf("engine: pipeline: stage %s is not Scheduled: it can have no timers stream, and what it parks would never expire", s.Name)
+		}
 		names[s.Name] = true
 	}
 	next := map[string]string{}
@@ -137,6 +166,54 @@ func checkPipeline(p []Spec) error {
 		return fmt.Errorf("engine: pipeline: %s must hand on to %s's successor %q", subjects.StageGrants, subjects.StageAuthorization, a)
 	}
 	return nil
+}
+
+// runnerCodes are the codes a stage's runner reports in its phase itself
+// (stages.Runner: an unsealed input, an input it abandons), which an
+// internal stage's phase must therefore have.
+var runnerCodes = []schema.Code{schema.CodeProcessingFailed, schema.CodeInternalMessageRejected}
+
+// checkPhase refuses a stage without a phase, a phase that is neither
+// closed nor given its rows in Codes, rows that reopen a closed phase or
+// belong to another, and an internal stage whose phase lacks a code its
+// runner reports (which would otherwise panic in schema.NewIncident at
+// the first unsealed input).
+func checkPhase(s Spec) error {
+	if s.Phase == "" {
+		return fmt.Errorf("engine: pipeline: stage %s has no phase", s.Name)
+	}
+	if len(s.Codes) > 0 && s.Phase.Valid() {
+		return fmt.Errorf("engine: pipeline: stage %s gives codes to the closed phase %q, whose codes are the code table's (schema/internal/gencodes/table.go)", s.Name, s.Phase)
+	}
+	for _, c := range s.Codes {
+		if c.Phase != s.Phase {
+			return fmt.Errorf("engine: pipeline: stage %s gives a code of phase %q, not its own %q", s.Name, c.Phase, s.Phase)
+		}
+	}
+	if !s.Phase.Valid() && len(s.Codes) == 0 {
+		return fmt.Errorf("engine: pipeline: stage %s's phase %q is not in the code table and the stage gives no codes for it (Spec.Codes)", s.Name, s.Phase)
+	}
+	if s.Ingress != Internal {
+		return nil
+	}
+	for _, code := range runnerCodes {
+		if !hasCode(s, code) {
+			return fmt.Errorf("engine: pipeline: stage %s's phase %q has no %s row, which its runner reports: add it to the code table (schema/internal/gencodes/table.go) or to Spec.Codes", s.Name, s.Phase, code)
+		}
+	}
+	return nil
+}
+
+func hasCode(s Spec, code schema.Code) bool {
+	if _, ok := schema.LookupCode(s.Phase, code); ok {
+		return true
+	}
+	for _, c := range s.Codes {
+		if c.Code == code {
+			return true
+		}
+	}
+	return false
 }
 
 // internalStages are the stages that consume their own stream.
@@ -261,7 +338,7 @@ func newGrants(p *Parts, _ stages.Route) (stages.Handler, error) {
 func newDispatch(p *Parts, r stages.Route) (stages.Handler, error) {
 	return &dispatch.Stage{
 		Self:    p.Self,
-		Journal: p.Journal, Adapters: p.Adapters, Providers: p.Config.Providers, Policy: p.rules(),
+		Journal: p.Journal, Adapters: adaptersAs[dispatch.Adapter](p.Adapters), Providers: dispatchProviders(p.Config.Providers), Policy: p.rules(),
 		NC: p.NC, Route: r, Clock: p.Clock, Metrics: p.Metrics, Activity: p.Activity,
 		Log:               p.stageLog(r.Self),
 		ReconcileInterval: p.Config.Reconciliation.Interval,
@@ -279,7 +356,7 @@ func newReconciliation(p *Parts, r stages.Route) (stages.Handler, error) {
 	}
 	p.recon = &reconciliation.Stage{
 		JS: p.JS, Seal: p.Seal, Redispatch: redispatch,
-		Journal: p.Journal, Adapters: p.Adapters, Route: r, Clock: p.Clock, Metrics: p.Metrics, Activity: p.Activity,
+		Journal: p.Journal, Adapters: adaptersAs[reconciliation.Adapter](p.Adapters), Route: r, Clock: p.Clock, Metrics: p.Metrics, Activity: p.Activity,
 		Log:      p.stageLog(r.Self),
 		Interval: p.Config.Reconciliation.Interval, MaxAttempts: p.Config.Reconciliation.MaxAttempts,
 		ClockSkew: p.Config.Approval.ClockSkew,
@@ -312,6 +389,8 @@ type Consumer struct {
 	// stages.RunnerConfig); Phase names its rejections.
 	Internal bool
 	Phase    schema.Phase
+	// Codes are the stage's rows of a phase of its own (Spec.Codes).
+	Codes []schema.CodeInfo
 }
 
 // Consumers lists pipeline's runners in pipeline order — a runner before
@@ -357,14 +436,14 @@ func Consumers(s subjects.Subjects, c *config.Config, pipeline []Spec, legacy ma
 			r.Sources = []stages.Source{{Stream: s.StageStream(st.Name), FilterSubject: filter, Durable: st.Name}}
 		}
 		if st.Ingress == Internal {
-			r.Internal, r.Phase = true, st.Phase
+			r.Internal, r.Phase, r.Codes = true, st.Phase, st.Codes
 		}
 		if len(r.Sources) > 0 {
 			out = append(out, r)
 		}
 		if st.Ingress == Internal && st.Scheduled && !legacy[st.Name] {
 			name := subjects.TimersConsumer(st.Name)
-			out = append(out, Consumer{Name: name, Stage: st.Name, Internal: true, Phase: st.Phase,
+			out = append(out, Consumer{Name: name, Stage: st.Name, Internal: true, Phase: st.Phase, Codes: st.Codes,
 				Sources: []stages.Source{{Stream: s.TimersStream(st.Name), FilterSubject: s.StageKind(st.Name, subjects.KindTimer), Durable: name}}})
 		}
 	}
@@ -398,7 +477,7 @@ func (p *Processor) runners(pipeline []Spec, consumers []Consumer, parts *Parts,
 	}
 	out := make([]*stages.Runner, 0, len(consumers))
 	for _, c := range consumers {
-		rc := stages.RunnerConfig{Stage: c.Name, Sources: c.Sources, Internal: c.Internal, Phase: c.Phase, MaxInFlight: inFlight[c.Stage]}
+		rc := stages.RunnerConfig{Stage: c.Name, Sources: c.Sources, Internal: c.Internal, Phase: c.Phase, Codes: c.Codes, MaxInFlight: inFlight[c.Stage]}
 		out = append(out, stages.NewRunner(rc, deps, handlers[c.Stage]))
 	}
 	return out, nil

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -94,6 +95,9 @@ type Processor struct {
 	closeApprovals func()
 	// health is what /readyz reads (health.go).
 	health health
+	// consumers are the pipeline's runners and their durable consumers
+	// (Consumers).
+	consumers []Consumer
 	// journal is the dispatch journal: Pebble (store), or the replicated
 	// one on a JetStream bucket (store.journal); self is the processor's
 	// instance id.
@@ -232,7 +236,14 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 		return err
 	}
 	consumers := Consumers(subj, cfg, pipeline, legacy)
+	p.consumers = consumers
 	p.metrics = metrics.New(consumerNames(consumers), providers)
+	for _, st := range pipeline {
+		// A stage's phase of its own (Spec.Codes) has its series too.
+		for _, c := range st.Codes {
+			p.metrics.Incidents.WithLabelValues(string(c.Phase), string(c.Code))
+		}
+	}
 	p.metrics.SetApprovalsPending(p.approvals.Count)
 	p.serveMetrics()
 
@@ -263,7 +274,7 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 	p.recon = parts.recon
 	p.metrics.SetIndeterminateSource(jr.CountIndeterminate)
 	// The operator's API (processor receipts, processor reconcile).
-	adm := &admin.Server{Journal: jr, Approvals: p.approvals, Nonces: p.nonces, Store: p.proposals, Reconciliation: p.recon, Subjects: subj, Clock: p.clock,
+	adm := &admin.Server{Journal: jr, Approvals: p.approvals, Nonces: p.nonces, Store: p.proposals, Reconciliation: Resolver{p.recon}, ReconcileMaxAttempts: cfg.Reconciliation.MaxAttempts, Subjects: subj, Clock: p.clock,
 		Log: p.log.With("component", "admin"), JS: p.js, Operators: cfg.Operators, AllowUnsigned: cfg.Admission.AllowUnsigned, Self: p.status}
 	if p.stopAdmin, err = adm.Serve(p.nc); err != nil {
 		return err
@@ -541,6 +552,11 @@ func (p *Processor) MetricsAddr() string {
 
 // Metrics returns the processor's metrics.
 func (p *Processor) Metrics() *metrics.Metrics { return p.metrics }
+
+// Consumers are the processor's runners and the durable consumers they
+// read, from its pipeline (Consumers), in pipeline order: what testenv's
+// Quiesce waits on. A new slice each call.
+func (p *Processor) Consumers() []Consumer { return slices.Clone(p.consumers) }
 
 // Store returns the processor's Pebble store (for tests and tools running
 // in the same process).

@@ -108,7 +108,7 @@ func StreamConfigs(s subjects.Subjects, c *config.Config, pipeline []Spec) []jet
 		history(mk(s.OutcomesStream(), "Portcullis outcomes, one subject per proposal", lim.HistoryMaxBytes, jetstream.DiscardOld, s.Outcomes())),
 		history(mk(s.IncidentsStream(), "Portcullis value-free incident events", lim.HistoryMaxBytes, jetstream.DiscardOld, s.Incidents())))
 	for _, st := range internalStages(pipeline) {
-		if st.Name == subjects.StageDispatch {
+		if st.Holds {
 			// The envelope of each dispatch whose effect is unknown for
 			// want of an answer, until reconciliation knows (one per
 			// intent: history of a kind, read back by subject).
@@ -130,7 +130,7 @@ func StreamConfigs(s subjects.Subjects, c *config.Config, pipeline []Spec) []jet
 			timers = scheduled(s, st.Name, timers)
 		}
 		out = append(out, timers)
-		if st.Name == subjects.StageAuthorization {
+		if st.Parks {
 			// One envelope per parked proposal, until it is decided:
 			// history of a kind, read back by subject.
 			parked := mk(s.ParkedStream(), "Portcullis envelopes of proposals parked for approval", lim.StageMaxBytes, jetstream.DiscardNew, s.ParkedAll())

@@ -5,7 +5,6 @@ import (
 	"strconv"
 
 	"github.com/portcullis/portcullis/kv"
-
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/stages/dispatch"
@@ -316,12 +315,12 @@ func (t *task) reconcileStep() {
 			}
 			data := d.Redispatch
 			hand = func() {
-				var env schema.Envelope
-				if err := schema.DecodeEnvelope(data, &env); err != nil || env.Grounded == nil || env.Grounded.Fingerprint != fp {
+				env, err := stages.DecodeEnvelope(data, stages.Grounded)
+				if err != nil || env.Grounded.Fingerprint != fp {
 					w.violate("a held envelope that is not the intent's")
 					return
 				}
-				w.publish(&message{stage: stageDispatch, env: &env, msgID: "redispatch/" + kv.Hex(fp) + "/" + strconv.Itoa(n), dedup: true})
+				w.publish(&message{stage: stageDispatch, env: env, msgID: "redispatch/" + kv.Hex(fp) + "/" + strconv.Itoa(n), dedup: true})
 			}
 		}
 		t.finish(d.Outcomes, hand, d.Retry.Milliseconds())

@@ -8,11 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/portcullis/portcullis/kv"
-
 	"github.com/portcullis/portcullis/internal/adapters"
-	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/policy"
+	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages/dispatch"
 	"github.com/portcullis/portcullis/stages/reconciliation"
@@ -170,7 +168,7 @@ func New(cfg Config) *World {
 // envelope is an authorized proposal of the simulated intent.
 func envelope(id string) *schema.Envelope {
 	return &schema.Envelope{
-		Host: "sim",
+		Schema: schema.SchemaEnvelope, Host: "sim",
 		Proposal: schema.Proposal{ProposalID: id, Intent: schema.Intent{
 			Provider: "demo", Capability: "inventory.adjust", Operation: "adjust_stock", Environment: schema.EnvTest,
 		}},
@@ -183,7 +181,7 @@ func envelope(id string) *schema.Envelope {
 	}
 }
 
-var provConfig = config.Provider{Name: "demo", Timeout: provTimeout, UnavailableRetry: unavailRetry}
+var provConfig = dispatch.Provider{Name: "demo", Timeout: provTimeout, UnavailableRetry: unavailRetry}
 
 func dispatchRules() dispatch.Rules {
 	return dispatch.Rules{

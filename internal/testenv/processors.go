@@ -13,6 +13,7 @@ import (
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/engine"
 	"github.com/portcullis/portcullis/internal/natsauth"
+	"github.com/portcullis/portcullis/subjects"
 )
 
 // startCluster starts a Clustered Env's cluster: with WithAuth, every
@@ -169,6 +170,21 @@ func (s *slot) get() *engine.Processor {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.proc
+}
+
+// consumers are the running processor's stage consumers, or those of
+// the pipeline its options give (engine.Pipeline when none).
+func (s *slot) consumers(subj subjects.Subjects, c *config.Config) []engine.Consumer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc != nil {
+		return s.proc.Consumers()
+	}
+	p := s.opts.Pipeline
+	if p == nil {
+		p = engine.Pipeline()
+	}
+	return engine.Consumers(subj, c, p, nil)
 }
 
 func (s *slot) forget() {

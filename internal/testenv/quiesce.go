@@ -25,7 +25,8 @@ import (
 //     and then Quiesce, and the processor's own scheduler fires what fell
 //     due (Quiesce does not fire timers itself, so a scheduler that failed
 //     to wake would be caught, not papered over);
-//   - every stage's durable consumer (StageConsumers) has delivered the
+//   - every stage's durable consumer (Env.StageConsumers: those of the
+//     processor's own pipeline, a stage inserted with WithEngine too) has delivered the
 //     last message its filter selects in its stream, and has nothing
 //     pending and nothing unacknowledged. (Consumer info alone is not
 //     enough: a consumer learns of a stored message a moment after its
@@ -60,7 +61,31 @@ func (e *Env) Quiesce(t testing.TB) {
 // processor held messages waits out their ack wait before they come back.
 func (e *Env) QuiesceWithin(t testing.TB, timeout time.Duration) {
 	t.Helper()
-	quiesce(t, timeout, e.JS, StageConsumers(e.Subjects, e.Config), e.dueTimer, e.Recorder)
+	quiesce(t, timeout, e.JS, e.StageConsumers(), e.dueTimer, e.Recorder)
+}
+
+// StageConsumers lists the durable consumers Quiesce waits on, in
+// pipeline order: the running processor's, from its stage table (a stage
+// a test inserted through WithEngine's Pipeline included), or when it is
+// stopped those its options' table makes. For a processor in another
+// process (StartProcess) they are the default pipeline's.
+func (e *Env) StageConsumers() []StageConsumer {
+	return consumersOf(e.slot.consumers(e.Subjects, e.Config))
+}
+
+// QuiesceFailure is QuiesceWithin for a test of what Quiesce waits on: it
+// returns the failure Quiesce would report after timeout, naming what is
+// still busy, or "" once everything is idle.
+func (e *Env) QuiesceFailure(timeout time.Duration) (msg string) {
+	tb, stop := Standalone()
+	defer stop()
+	defer func() {
+		if r := recover(); r != nil {
+			msg = fmt.Sprint(r)
+		}
+	}()
+	e.QuiesceWithin(tb, timeout)
+	return ""
 }
 
 // QuiesceConsumers is Quiesce for a rig without an Env (one runner on
@@ -212,8 +237,12 @@ type StageConsumer struct {
 // consumer comes after it; dispatch, reconciliation and the operator
 // reach reconciliation through its timers).
 func StageConsumers(s subjects.Subjects, c *config.Config) []StageConsumer {
+	return consumersOf(engine.Consumers(s, c, engine.Pipeline(), nil))
+}
+
+func consumersOf(rs []engine.Consumer) []StageConsumer {
 	var out []StageConsumer
-	for _, r := range engine.Consumers(s, c, engine.Pipeline(), nil) {
+	for _, r := range rs {
 		for _, src := range r.Sources {
 			out = append(out, StageConsumer{Name: src.Durable, Stream: src.Stream})
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,25 +14,13 @@ import (
 	"github.com/portcullis/portcullis/schema"
 )
 
-// quiesceFailure runs QuiesceWithin and returns the failure it reports
-// ("" if none).
-func quiesceFailure(env *testenv.Env, timeout time.Duration) (msg string) {
-	tb, stop := testenv.Standalone()
-	defer stop()
-	defer func() {
-		if r := recover(); r != nil {
-			msg = fmt.Sprint(r)
-		}
-	}()
-	env.QuiesceWithin(tb, timeout)
-	return ""
-}
-
 // Quiesce does not return while a stage holds a message, and says which.
 func TestQuiesceNamesTheBusyConsumer(t *testing.T) {
 	env := testenv.New(t)
 	release := make(chan struct{})
+	var calls atomic.Int64
 	env.Fakes["demo"].OnDispatch(func(ctx context.Context, _ schema.DispatchRequest) (schema.AdapterReply, error) {
+		calls.Add(1)
 		select {
 		case <-release:
 		case <-ctx.Done():
@@ -39,7 +28,10 @@ func TestQuiesceNamesTheBusyConsumer(t *testing.T) {
 		return schema.AdapterReply{Outcome: schema.ReplyConfirmed}, nil
 	})
 	env.PublishSigned(t, testenv.Granted(t, testenv.Lumber("prop-held"), "sku-1001", env.Clock.Now()), env.Host)
-	msg := quiesceFailure(env, 300*time.Millisecond)
+	// Once dispatch holds it (before, Quiesce would name an earlier stage
+	// on a slow machine).
+	testenv.WaitFor(t, "the provider called", func() bool { return calls.Load() > 0 })
+	msg := env.QuiesceFailure(300 * time.Millisecond)
 	if !strings.Contains(msg, "not idle after 300ms") || !strings.Contains(msg, "consumer dispatch") {
 		t.Fatalf("Quiesce with dispatch holding a message reported %q", msg)
 	}

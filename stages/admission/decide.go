@@ -27,8 +27,9 @@ type Policy struct {
 	Providers       []string
 }
 
-// Verdict is admission's decision about one message.
-type Verdict struct {
+// Screening is admission's decision about one message: whom it is
+// from, whether it is well formed and permitted, and whether it takes ids.
+type Screening struct {
 	// Host is the host the message is attributed to: the subject's <h>
 	// token once authenticated; "" when authentication failed.
 	Host string
@@ -52,15 +53,15 @@ type Verdict struct {
 	Problems []schema.Problem
 }
 
-// Ref is the proposal the verdict names ("" parts when unknown).
-func (v *Verdict) Ref() schema.ProposalRef {
+// Ref is the proposal the screening names ("" parts when unknown).
+func (v *Screening) Ref() schema.ProposalRef {
 	return schema.ProposalRef{Host: v.Host, ProposalID: v.ProposalID}
 }
 
 // Authenticated reports whether the message is attributed to a host.
-func (v *Verdict) Authenticated() bool { return v.Host != "" }
+func (v *Screening) Authenticated() bool { return v.Host != "" }
 
-func refuse(v Verdict, code schema.Code, problems ...schema.Problem) Verdict {
+func refuse(v Screening, code schema.Code, problems ...schema.Problem) Screening {
 	inc := schema.NewIncident(schema.PhaseAdmission, code)
 	v.Incident = &inc
 	v.Problems = problems
@@ -69,7 +70,7 @@ func refuse(v Verdict, code schema.Code, problems ...schema.Problem) Verdict {
 
 // checked runs every check of a body on its own (schema.CheckProposal):
 // the ADMISSION_MALFORMED rules, then context completeness.
-func checked(v Verdict, body []byte, maxBytes int) (Verdict, bool) {
+func checked(v Screening, body []byte, maxBytes int) (Screening, bool) {
 	prop, err := schema.CheckProposal(body, maxBytes)
 	if prop == nil {
 		if len(body) <= config.MaxMaxPayloadBytes {
@@ -102,8 +103,8 @@ func problemsOf(err error) []schema.Problem {
 // Offline judges a body without trust: what admission checks that needs no
 // host keys or provider list (well formed, complete context). `processor
 // fingerprint` and `processor check` use it.
-func Offline(body []byte, maxBytes int) Verdict {
-	v, _ := checked(Verdict{}, body, maxBytes)
+func Offline(body []byte, maxBytes int) Screening {
+	v, _ := checked(Screening{}, body, maxBytes)
 	return v
 }
 
@@ -144,12 +145,12 @@ func TenantProblem(tenants []trust.Tenant, host trust.Host, ctx *schema.Context)
 // the order of SPEC §2.7 and §3: authentication first (a message nothing
 // proves came from h gets only an incident event), then strict decoding,
 // complete context, tenant and domain, provider. It has no side effects.
-func Decide(p Policy, h string, body []byte, hdr nats.Header) Verdict {
+func Decide(p Policy, h string, body []byte, hdr nats.Header) Screening {
 	host, signed, err := trust.Verifier{Hosts: p.Hosts, AllowUnsigned: p.AllowUnsigned}.Authenticate(h, body, hdr)
 	if err != nil {
-		return refuse(Verdict{AuthError: err}, schema.CodeAdmissionUnauthenticated)
+		return refuse(Screening{AuthError: err}, schema.CodeAdmissionUnauthenticated)
 	}
-	v, ok := checked(Verdict{Host: host.Name}, body, p.MaxPayloadBytes)
+	v, ok := checked(Screening{Host: host.Name}, body, p.MaxPayloadBytes)
 	if !ok {
 		return v
 	}

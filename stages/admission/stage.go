@@ -48,92 +48,120 @@ func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 		s.log().Warn("admission: unauthenticated message refused", "code", v.Incident.Code, "seq", in.StreamSeq, "check", trust.Reason(v.AuthError))
 		return stages.Result{Events: []schema.Incident{*v.Incident}}, nil
 	}
-	if !v.Dedupe {
-		return s.refuse(v, in, now)
+	if !v.Dedupe && v.ProposalID == "" {
+		s.logRefusal(v, in, v.Incident.Code)
+		return stages.Result{Events: []schema.Incident{*v.Incident}}, nil
 	}
-	p := v.Proposal
-	ref := v.Ref()
-	digest := Digest(p)
-	rs := s.records()
-	unlock := rs.Lock(kv.ProposalLockKey(ref))
-	defer unlock()
-	delivery := p.Context.Delivery.DeliveryID
-	unlockDelivery := rs.Lock("delivery/" + ref.Host + "\x00" + delivery)
-	defer unlockDelivery()
+	res, _, err := s.dedupe(v, in, false, now)
+	return res, err
+}
 
-	d, found, err := rs.Delivery(ref.Host, delivery)
-	if err != nil {
-		return stages.Result{}, fmt.Errorf("admission: read delivery: %w", err)
-	}
-	if found && d.Seq != in.StreamSeq {
-		return s.repeatedDelivery(ref.Host, d, in)
+// dedupe is the shell around Step: it locks the message's ids, reads their
+// records, steps, claims the ids if asked and steps again, then answers.
+// handle reports a given-up message that took its ids meanwhile: Handle
+// decides it, once the locks are released.
+func (s *Stage) dedupe(v Screening, in *stages.Input, givingUp bool, now int64) (res stages.Result, handle bool, err error) {
+	rs := s.records()
+	ref := v.Ref()
+	f := Facts{Ref: ref, Seq: in.StreamSeq, Now: now, TakesIDs: v.Dedupe, Refused: v.Incident != nil, GivingUp: givingUp}
+	if v.Dedupe {
+		f.DeliveryID, f.Digest = v.Proposal.Context.Delivery.DeliveryID, Digest(v.Proposal)
+		unlock := rs.Lock(kv.ProposalLockKey(ref))
+		defer unlock()
+		unlockDelivery := rs.Lock("delivery/" + ref.Host + "\x00" + f.DeliveryID)
+		defer unlockDelivery()
+		d, found, err := rs.Delivery(ref.Host, f.DeliveryID)
+		if err != nil {
+			return stages.Result{}, false, fmt.Errorf("admission: read delivery: %w", err)
+		}
+		if found {
+			f.Delivery = &d
+		}
 	}
 	a, found, err := rs.Admitted(ref)
 	if err != nil {
-		return stages.Result{}, fmt.Errorf("admission: read proposal: %w", err)
+		return stages.Result{}, false, fmt.Errorf("admission: read proposal: %w", err)
 	}
-	if !found {
-		a = kv.Admitted{Digest: digest, Seq: in.StreamSeq, AtMs: now}
-		c, err := rs.Admit(ref, a, delivery, kv.Delivery{ProposalID: ref.ProposalID, Seq: in.StreamSeq, AtMs: now})
-		if err != nil {
-			return stages.Result{}, fmt.Errorf("admission: record proposal: %w", err)
-		}
-		switch {
-		case c.Delivery != nil:
-			// Another processor took the delivery id first.
-			return s.repeatedDelivery(ref.Host, *c.Delivery, in)
-		case c.Admitted != nil:
-			// Another processor took the proposal id first (or this
-			// message did, before).
-			a, found = *c.Admitted, true
-		}
+	if found {
+		f.Admitted = &a
 	}
-	switch {
-	case found && a.Seq != in.StreamSeq && a.Digest == digest:
-		// The same proposal under a new delivery id: a repeat.
-		if err := rs.Repeat(ref.Host, delivery, kv.Delivery{ProposalID: ref.ProposalID, Seq: in.StreamSeq, AtMs: now}); err != nil {
-			return stages.Result{}, fmt.Errorf("admission: record delivery: %w", err)
+	for {
+		d := Step(f)
+		if d.Admit != nil {
+			c, err := rs.Admit(ref, d.Admit.Admitted, f.DeliveryID, d.Admit.Delivery)
+			if err != nil {
+				return stages.Result{}, false, fmt.Errorf("admission: record proposal: %w", err)
+			}
+			f.Claimed, f.Claim = true, c
+			continue
 		}
-		s.log().Debug("admission: repeated proposal; the recorded outcome is republished", "host", ref.Host, "proposal_id", ref.ProposalID, "seq", in.StreamSeq)
-		return s.replay(ref)
-	case found && a.Seq != in.StreamSeq:
-		// Another body under a taken id: its outcome subject belongs to the
-		// first proposal.
+		if d.Repeat != nil {
+			if err := rs.Repeat(ref.Host, f.DeliveryID, *d.Repeat); err != nil {
+				return stages.Result{}, false, fmt.Errorf("admission: record delivery: %w", err)
+			}
+		}
+		if d.Note != "" {
+			s.log().Debug(d.Note, "host", d.Replay.Host, "proposal_id", d.Replay.ProposalID, "seq", in.StreamSeq)
+		}
+		if d.Answer == AnswerHandle {
+			return stages.Result{}, true, nil
+		}
+		res, err := s.answer(v, in, d, givingUp, now)
+		return res, false, err
+	}
+}
+
+// answer carries out a step's answer.
+func (s *Stage) answer(v Screening, in *stages.Input, d Decision, givingUp bool, now int64) (stages.Result, error) {
+	ref := v.Ref()
+	switch d.Answer {
+	case AnswerReplay:
+		return s.replay(d.Replay)
+	case AnswerReused:
+		if givingUp {
+			return reused(), nil
+		}
 		return s.reused(v, in), nil
-	case found && a.Failed:
-		return s.replay(ref) // admission gave up on this very message
-	case found && a.Forwarded:
-		return stages.Result{}, nil // this very message was handed off already
-	}
-	fault.Hit(fault.AdmissionAfterRecord)
-	if v.Incident != nil {
+	case AnswerRefuseUnrecorded:
+		s.logRefusal(v, in, v.Incident.Code)
+		return stages.Result{
+			Outcomes:   []schema.Outcome{schema.FailureOutcome(ref, *v.Incident, now)},
+			Unrecorded: true,
+		}, nil
+	case AnswerRefuse:
+		fault.Hit(fault.AdmissionAfterRecord)
 		s.logRefusal(v, in, v.Incident.Code)
 		return stages.Result{Outcomes: []schema.Outcome{schema.FailureOutcome(ref, *v.Incident, now)}}, nil
+	case AnswerFailed:
+		// Recorded, so that a repeat hears it.
+		inc := schema.NewIncident(schema.PhaseAdmission, schema.CodeProcessingFailed)
+		return stages.Result{Outcomes: []schema.Outcome{schema.FailureOutcome(ref, inc, now)}}, nil
+	case AnswerHandOff:
+		fault.Hit(fault.AdmissionAfterRecord)
+		return s.handOff(v, *d.Forward, now)
 	}
-	env := schema.Envelope{Schema: schema.SchemaEnvelope, Proposal: *p, Host: ref.Host, AdmittedAtMs: now}
+	return stages.Result{}, nil
+}
+
+// handOff hands an admitted proposal on to grounding; once the hand-off is
+// acknowledged, its record says so (forwarded). If that write is lost, a
+// redelivery hands off again under the same message id, inside the
+// stream's duplicate window.
+func (s *Stage) handOff(v Screening, forwarded kv.Admitted, now int64) (stages.Result, error) {
+	ref := v.Ref()
+	env := schema.Envelope{Schema: schema.SchemaEnvelope, Proposal: *v.Proposal, Host: ref.Host, AdmittedAtMs: now}
 	data, err := schema.Marshal(env)
 	if err != nil {
 		return stages.Result{}, fmt.Errorf("admission: encode envelope: %w", err)
 	}
+	rs := s.records()
 	return stages.Result{
 		Next: []stages.Message{{
 			Subject: s.Route.HandOff(subjects.ProposalToken(ref.Host, ref.ProposalID)),
 			Data:    data,
 		}},
-		Done: func(context.Context) error {
-			a.Forwarded = true
-			// If lost, a redelivery hands off again under the same message
-			// id, inside the stream's duplicate window.
-			return rs.Forwarded(ref, a)
-		},
+		Done: func(context.Context) error { return rs.Forwarded(ref, forwarded) },
 	}, nil
-}
-
-// repeatedDelivery answers a repeated delivery: republish what was
-// recorded, do nothing else.
-func (s *Stage) repeatedDelivery(host string, d kv.Delivery, in *stages.Input) (stages.Result, error) {
-	s.log().Debug("admission: repeated delivery; the recorded outcome is republished", "host", host, "proposal_id", d.ProposalID, "seq", in.StreamSeq)
-	return s.replay(schema.ProposalRef{Host: host, ProposalID: d.ProposalID})
 }
 
 // records are the stage's Records: Pebble on Store unless set.
@@ -163,33 +191,10 @@ func reused() stages.Result {
 
 // reused refuses a proposal whose id an earlier proposal of its host took
 // with another body: only the event, and a log line.
-func (s *Stage) reused(v Verdict, in *stages.Input) stages.Result {
+func (s *Stage) reused(v Screening, in *stages.Input) stages.Result {
 	v.Problems = []schema.Problem{{Path: "/proposal_id", Rule: RuleIDTaken, Code: schema.CodeAdmissionProposalIDReused, Offset: -1}}
 	s.logRefusal(v, in, schema.CodeAdmissionProposalIDReused)
 	return reused()
-}
-
-// refuse answers an authenticated proposal refused before it could take its
-// ids (malformed, incomplete context, tenant or domain not permitted). It
-// gets an outcome when its id is readable and not taken, and leaves no
-// record: there is nothing to deduplicate it by, and junk must not grow
-// the store.
-func (s *Stage) refuse(v Verdict, in *stages.Input, now int64) (stages.Result, error) {
-	if v.ProposalID == "" {
-		s.logRefusal(v, in, v.Incident.Code)
-		return stages.Result{Events: []schema.Incident{*v.Incident}}, nil
-	}
-	if _, taken, err := s.records().Admitted(v.Ref()); err != nil {
-		return stages.Result{}, fmt.Errorf("admission: read proposal: %w", err)
-	} else if taken {
-		// Its outcome subject belongs to the proposal that took the id.
-		return s.reused(v, in), nil
-	}
-	s.logRefusal(v, in, v.Incident.Code)
-	return stages.Result{
-		Outcomes:   []schema.Outcome{schema.FailureOutcome(v.Ref(), *v.Incident, now)},
-		Unrecorded: true,
-	}, nil
 }
 
 // logRefusal logs the refusal of an authenticated proposal, value-free:
@@ -199,7 +204,7 @@ func (s *Stage) refuse(v Verdict, in *stages.Input, now int64) (stages.Result, e
 // value: no tenant, actor, payload, attribute or member name of the input.
 // A refusal that points at trust (tenant or domain not permitted, an id
 // reused) is a warning; the others are integration errors, logged at info.
-func (s *Stage) logRefusal(v Verdict, in *stages.Input, code schema.Code) {
+func (s *Stage) logRefusal(v Screening, in *stages.Input, code schema.Code) {
 	args := []any{"code", code, "host", v.Host}
 	if v.ProposalID != "" {
 		args = append(args, "proposal_id", v.ProposalID)
@@ -254,57 +259,9 @@ func (s *Stage) GiveUp(ctx context.Context, in *stages.Input, _ error) (stages.R
 		// It cannot take ids: nothing of it was, or will be, handed off.
 		return stages.Result{Outcomes: []schema.Outcome{schema.FailureOutcome(ref, inc, now)}, Unrecorded: true}, nil
 	}
-	res, handle, err := s.takeFailed(ref, v, in, now)
+	res, handle, err := s.dedupe(v, in, true, now)
 	if handle {
 		return s.Handle(ctx, in) // this message took the id meanwhile, elsewhere
 	}
 	return res, err
-}
-
-// takeFailed takes ref's id for in with its PROCESSING_FAILED outcome,
-// under the locks Handle takes, unless the id or the delivery id is taken:
-// then it answers as Handle would, or asks for Handle (this very message
-// took the id since).
-func (s *Stage) takeFailed(ref schema.ProposalRef, v Verdict, in *stages.Input, now int64) (stages.Result, bool, error) {
-	rs := s.records()
-	unlock := rs.Lock(kv.ProposalLockKey(ref))
-	defer unlock()
-	delivery := v.Proposal.Context.Delivery.DeliveryID
-	unlockDelivery := rs.Lock("delivery/" + ref.Host + "\x00" + delivery)
-	defer unlockDelivery()
-	if d, found, err := rs.Delivery(ref.Host, delivery); err != nil {
-		return stages.Result{}, false, fmt.Errorf("admission: read delivery: %w", err)
-	} else if found && d.Seq != in.StreamSeq {
-		res, err := s.repeatedDelivery(ref.Host, d, in)
-		return res, false, err
-	}
-	if a, taken, err := rs.Admitted(ref); err != nil {
-		return stages.Result{}, false, fmt.Errorf("admission: read proposal: %w", err)
-	} else if taken && a.Seq != in.StreamSeq {
-		return reused(), false, nil
-	} else if taken && a.Failed {
-		res, err := s.replay(ref) // given up on before, here or elsewhere
-		return res, false, err
-	} else if taken {
-		return stages.Result{}, true, nil
-	}
-	c, err := rs.Admit(ref, kv.Admitted{Digest: Digest(v.Proposal), Seq: in.StreamSeq, AtMs: now, Failed: true},
-		delivery, kv.Delivery{ProposalID: ref.ProposalID, Seq: in.StreamSeq, AtMs: now})
-	switch {
-	case err != nil:
-		return stages.Result{}, false, fmt.Errorf("admission: record proposal: %w", err)
-	case c.Delivery != nil:
-		res, err := s.repeatedDelivery(ref.Host, *c.Delivery, in)
-		return res, false, err
-	case c.Admitted != nil && c.Admitted.Seq != in.StreamSeq:
-		return reused(), false, nil
-	case c.Admitted != nil && !c.Admitted.Failed:
-		return stages.Result{}, true, nil
-	case c.Admitted != nil:
-		res, err := s.replay(ref)
-		return res, false, err
-	}
-	// Recorded, so that a repeat hears it.
-	inc := schema.NewIncident(schema.PhaseAdmission, schema.CodeProcessingFailed)
-	return stages.Result{Outcomes: []schema.Outcome{schema.FailureOutcome(ref, inc, now)}}, false, nil
 }

@@ -7,14 +7,12 @@ import (
 	"log/slog"
 	"strconv"
 
-	"github.com/portcullis/portcullis/kv"
-
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/internal/activity"
-	"github.com/portcullis/portcullis/internal/seal"
 	"github.com/portcullis/portcullis/internal/trust"
+	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/subjects"
@@ -45,7 +43,7 @@ type Stage struct {
 	// JS keeps parked envelopes in the parked stream and reads them back.
 	JS jetstream.JetStream
 	// Seal seals a parked envelope and checks it when read back.
-	Seal *seal.Sealer
+	Seal stages.Sealer
 	Log  *slog.Logger
 }
 
@@ -75,28 +73,6 @@ func (s *Stage) rules() Rules {
 
 func inputID(in *stages.Input) string { return in.Stream + "/" + strconv.FormatUint(in.StreamSeq, 10) }
 
-// parseSubject reads `<prefix>.stage.authorization.<kind>.<h>.<proposal_id>`.
-func (s *Stage) parseSubject(subject string) (schema.ProposalRef, string, bool) {
-	stage, kind, tok, ok := s.Route.Subjects.ParseStage(subject)
-	h, id, okTok := subjects.ParseProposalToken(tok)
-	if !ok || !okTok || stage != s.Route.Self || !schema.ValidProposalID(id) {
-		return schema.ProposalRef{}, "", false
-	}
-	return schema.ProposalRef{Host: h, ProposalID: id}, kind, true
-}
-
-// decodeEnvelope strictly decodes a grounded envelope for ref.
-func decodeEnvelope(data []byte, ref schema.ProposalRef) (*schema.Envelope, error) {
-	var env schema.Envelope
-	if err := schema.DecodeEnvelope(data, &env); err != nil {
-		return nil, err
-	}
-	if env.Grounded == nil || !schema.ValidFingerprint(env.Grounded.Fingerprint) || env.Ref() != ref {
-		return nil, fmt.Errorf("%w: envelope not grounded or not for its subject", schema.ErrMalformed)
-	}
-	return &env, nil
-}
-
 // Intents is what authorization reads of the dispatch journal
 // (kv.Journal has it).
 type Intents interface {
@@ -118,14 +94,14 @@ func (s *Stage) intentBound(env *schema.Envelope) (bool, error) {
 
 // Handle decides a grounded proposal or an approval expiry.
 func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, error) {
-	ref, kind, ok := s.parseSubject(in.Subject)
+	ref, kind, ok := s.Route.ProposalRef(in.Subject)
 	if !ok {
 		return stages.Result{}, fmt.Errorf("%w: unexpected subject", stages.ErrPermanent)
 	}
 	f := Facts{Ref: ref, ID: inputID(in), Seq: in.StreamSeq}
 	switch kind {
 	case subjects.KindProposal:
-		env, err := decodeEnvelope(in.Data, ref)
+		env, err := s.Route.Envelope(in, stages.Grounded)
 		if err != nil {
 			return stages.Result{}, fmt.Errorf("%w: %w", stages.ErrPermanent, err)
 		}
@@ -143,7 +119,7 @@ func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 // (then that decision stands and is republished if this input made it).
 func (s *Stage) GiveUp(ctx context.Context, in *stages.Input, cause error) (stages.Result, error) {
 	failed := schema.NewIncident(schema.PhaseAuthorization, schema.CodeProcessingFailed)
-	ref, kind, ok := s.parseSubject(in.Subject)
+	ref, kind, ok := s.Route.ProposalRef(in.Subject)
 	if !ok {
 		return stages.Result{Events: []schema.Incident{failed}}, nil
 	}
@@ -151,7 +127,7 @@ func (s *Stage) GiveUp(ctx context.Context, in *stages.Input, cause error) (stag
 	if kind == subjects.KindTimer {
 		f.Input = FromTimer
 	} else {
-		f.Env, _ = decodeEnvelope(in.Data, ref)
+		f.Env, _ = s.Route.Envelope(in, stages.Grounded)
 	}
 	res, err := s.run(ctx, f)
 	if errors.Is(err, errUnreadable) {
@@ -238,7 +214,7 @@ func (s *Stage) result(ref schema.ProposalRef, d Decision) stages.Result {
 	}
 	if d.Activity != nil && s.Activity != nil {
 		fp, edit := d.Fingerprint, d.Activity
-		res.Done = func(ctx context.Context) error { return s.Activity.Update(ctx, fp, edit) }
+		res.Done = func(ctx context.Context) error { return s.Activity.Update(ctx, fp, edit.Apply) }
 	}
 	return res
 }
@@ -319,8 +295,8 @@ func (s *Stage) parkedEnvelope(ctx context.Context, a kv.Approval) (*schema.Enve
 	default:
 		return nil, fmt.Errorf("authorization: read parked envelope: %w", err)
 	}
-	env, err := decodeEnvelope(data, a.Ref())
-	if err != nil || env.Grounded.Fingerprint != a.Fingerprint {
+	env, err := stages.DecodeEnvelope(data, stages.Grounded)
+	if err != nil || env.Ref() != a.Ref() || env.Grounded.Fingerprint != a.Fingerprint {
 		return nil, errEnvelopeGone
 	}
 	return env, nil

@@ -89,7 +89,7 @@ type Decision struct {
 	HandOff  *schema.Envelope
 	Outcome  *schema.Outcome
 	Events   []schema.Incident
-	Activity func(a *schema.Activity)
+	Activity *ActivityChange
 	// Fingerprint is the intent whose activity snapshot Activity edits.
 	Fingerprint string
 	// Note is a value-free line for the log when the step does something
@@ -138,7 +138,7 @@ func stepProposal(f Facts, r Rules) Decision {
 		// Decided on arrival; publishing or the ack did not complete.
 		return publish(a, recorded(a, grantOf(f.Env)), f.Env)
 	case f.GivingUp && f.parked() && a.Seq == f.Seq:
-		return end(f, Verdict{Decision: Deny, Code: schema.CodeProcessingFailed})
+		return end(f, Ruling{Decision: Deny, Code: schema.CodeProcessingFailed})
 	case f.GivingUp && f.Found:
 		return Decision{} // decided by another input: that decision stands
 	case f.GivingUp || f.Env == nil:
@@ -155,7 +155,7 @@ func stepProposal(f Facts, r Rules) Decision {
 	if v.Decision == Park && f.IntentBound {
 		// Done or under way already: the same receipt, from dispatch,
 		// with no new approval asked (nothing will be dispatched).
-		v = Verdict{Decision: Permit, Evaluations: v.Evaluations, Bound: true}
+		v = Ruling{Decision: Permit, Evaluations: v.Evaluations, Bound: true}
 	}
 	a = kv.Approval{
 		Host: f.Ref.Host, ProposalID: f.Ref.ProposalID, Fingerprint: env.Grounded.Fingerprint, Referent: env.Grounded.Referent,
@@ -182,7 +182,7 @@ func stepTimer(f Facts, r Rules) Decision {
 	case !f.parked():
 		return Decision{} // nothing parked, or a grant decided first
 	case f.GivingUp:
-		return end(f, Verdict{Decision: Deny, Code: schema.CodeProcessingFailed})
+		return end(f, Ruling{Decision: Deny, Code: schema.CodeProcessingFailed})
 	case f.Now < a.ExpiresAtMs:
 		// Fired early by another processor's clock: wait for our own,
 		// under a message id the stream has not seen.
@@ -217,12 +217,12 @@ func stepGrant(f Facts, r Rules) Decision {
 	case replay:
 		return publish(a, recorded(a, m.Grant), f.Env)
 	}
-	var v Verdict
+	var v Ruling
 	note := ""
 	if f.Env == nil {
 		// The stream lost the envelope (purged): end the proposal rather
 		// than loop on it.
-		v, note = Verdict{Decision: Deny, Code: schema.CodeProcessingFailed}, "parked envelope unavailable; proposal ended"
+		v, note = Ruling{Decision: Deny, Code: schema.CodeProcessingFailed}, "parked envelope unavailable; proposal ended"
 	} else {
 		v = DecideStandalone(r.Policy, *m, f.Env, a.Fingerprint, a.ExpiresAtMs, f.Now)
 	}
@@ -238,7 +238,7 @@ func stepGrant(f Facts, r Rules) Decision {
 
 // end decides a parked proposal with v (giving up on it) and cancels its
 // expiry.
-func end(f Facts, v Verdict) Decision {
+func end(f Facts, v Ruling) Decision {
 	a := f.Record
 	decide(&a, v, f.ID, f.Now)
 	d := publish(a, v, nil)
@@ -260,7 +260,7 @@ func failed(f Facts) Decision {
 		o.Referent = schema.StringPtr(env.Grounded.Referent)
 		a.Fingerprint, a.Referent = env.Grounded.Fingerprint, env.Grounded.Referent
 	}
-	decide(&a, Verdict{Decision: Deny, Code: schema.CodeProcessingFailed}, f.ID, f.Now)
+	decide(&a, Ruling{Decision: Deny, Code: schema.CodeProcessingFailed}, f.ID, f.Now)
 	return Decision{Outcome: &o, Writes: kv.ApprovalWrites{From: kv.StateNone, Record: &a}}
 }
 
@@ -278,7 +278,7 @@ func expiryTimer(r Rules, ref schema.ProposalRef, dueMs int64, msgID string) kv.
 }
 
 // decide records verdict v, reached at nowMs by input by, in a.
-func decide(a *kv.Approval, v Verdict, by string, nowMs int64) {
+func decide(a *kv.Approval, v Ruling, by string, nowMs int64) {
 	a.State = kv.StateDenied
 	if v.Decision == Permit {
 		a.State = kv.StatePermitted
@@ -293,24 +293,24 @@ func decide(a *kv.Approval, v Verdict, by string, nowMs int64) {
 
 // recorded is the verdict a record holds, for republishing it. g is the
 // grant that was judged (it is not stored in the record: its input has it).
-func recorded(a kv.Approval, g *schema.Grant) Verdict {
+func recorded(a kv.Approval, g *schema.Grant) Ruling {
 	switch a.State {
 	case kv.StateParked:
-		return Verdict{Decision: Park, Code: schema.CodeApprovalRequired, Evaluations: a.Evaluations}
+		return Ruling{Decision: Park, Code: schema.CodeApprovalRequired, Evaluations: a.Evaluations}
 	case kv.StatePermitted:
 		if a.Bound {
-			return Verdict{Decision: Permit, Evaluations: a.Evaluations, Bound: true}
+			return Ruling{Decision: Permit, Evaluations: a.Evaluations, Bound: true}
 		}
-		return Verdict{Decision: Permit, Evaluations: a.Evaluations, Grant: g}
+		return Ruling{Decision: Permit, Evaluations: a.Evaluations, Grant: g}
 	}
-	return Verdict{Decision: Deny, Code: a.Code, Evaluations: a.Evaluations, Grant: g}
+	return Ruling{Decision: Deny, Code: a.Code, Evaluations: a.Evaluations, Grant: g}
 }
 
 // publish is what a recorded verdict publishes: the hand-off to dispatch,
 // or the outcome; then the activity snapshot. env is nil when the
 // proposal's envelope is not at hand (an expiry, a give-up, a lost
 // envelope).
-func publish(a kv.Approval, v Verdict, env *schema.Envelope) Decision {
+func publish(a kv.Approval, v Ruling, env *schema.Envelope) Decision {
 	at := a.DecidedAtMs
 	if v.Decision == Park {
 		at = a.ArrivedAtMs

@@ -41,8 +41,9 @@ const (
 	Keep = "keep"
 )
 
-// Verdict is the stage's decision about one proposal.
-type Verdict struct {
+// Ruling is the authorization decision about one proposal: park, permit,
+// deny, or keep it parked.
+type Ruling struct {
 	Decision string
 	// Code is the denial's closed code; APPROVAL_REQUIRED when parked.
 	Code schema.Code
@@ -58,21 +59,21 @@ type Verdict struct {
 	Event *schema.Incident
 }
 
-func keep(phase schema.Phase, code schema.Code) Verdict {
+func keep(phase schema.Phase, code schema.Code) Ruling {
 	inc := schema.NewIncident(phase, code)
-	return Verdict{Decision: Keep, Code: code, Event: &inc}
+	return Ruling{Decision: Keep, Code: code, Event: &inc}
 }
 
-func fromDecision(d policy.Decision, g *schema.Grant) Verdict {
-	v := Verdict{Decision: Permit, Code: d.Code, Evaluations: d.Evaluations, Grant: g}
+func fromDecision(d policy.Decision, g *schema.Grant) Ruling {
+	v := Ruling{Decision: Permit, Code: d.Code, Evaluations: d.Evaluations, Grant: g}
 	if !d.Permitted() {
 		v.Decision = Deny
 	}
 	return v
 }
 
-func denyGrant(code schema.Code, g *schema.Grant) Verdict {
-	return Verdict{
+func denyGrant(code schema.Code, g *schema.Grant) Ruling {
+	return Ruling{
 		Decision:    Deny,
 		Code:        code,
 		Evaluations: []schema.PolicyEvaluation{{Layer: policy.LayerGrant, Outcome: schema.EvalDeny, ReasonCode: code}},
@@ -81,23 +82,23 @@ func denyGrant(code schema.Code, g *schema.Grant) Verdict {
 }
 
 // TimedOut is the verdict on a parked proposal whose approval.ttl passed.
-func TimedOut() Verdict { return denyGrant(schema.CodeApprovalTimedOut, nil) }
+func TimedOut() Ruling { return denyGrant(schema.CodeApprovalTimedOut, nil) }
 
 // DecideProposal judges a grounded envelope as it arrives. With an inline
 // grant (authenticated by the proposal's own signature at admission) it
 // decides now. Without one, the managed-policy rules that do not need a
 // grant are applied first, so that nobody is asked to approve what policy
 // refuses anyway; what they allow is parked.
-func DecideProposal(p Policy, env *schema.Envelope, nowMs int64) Verdict {
+func DecideProposal(p Policy, env *schema.Envelope, nowMs int64) Ruling {
 	t := policy.TargetOf(env)
 	if g := env.Proposal.Grant; g != nil {
 		return fromDecision(p.Rules.Authorize(g, t, nowMs), g)
 	}
 	s := p.Rules.Screen(t)
 	if !s.Permitted() {
-		return Verdict{Decision: Deny, Code: s.Code, Evaluations: s.Evaluations}
+		return Ruling{Decision: Deny, Code: s.Code, Evaluations: s.Evaluations}
 	}
-	return Verdict{Decision: Park, Code: schema.CodeApprovalRequired, Evaluations: s.Evaluations}
+	return Ruling{Decision: Park, Code: schema.CodeApprovalRequired, Evaluations: s.Evaluations}
 }
 
 // Standalone is a message read from host h's grants subject: a grant or a
@@ -175,7 +176,7 @@ func peekSchema(body []byte) string {
 // nor a grant that is not yet valid (GRANT_NOT_YET_VALID: a valid grant can
 // still come). A matching decline ends the proposal APPROVAL_DECLINED; a
 // grant ends it like an inline one (SPEC §2.2).
-func DecideStandalone(p Policy, m Standalone, env *schema.Envelope, fp string, expiresAtMs, nowMs int64) Verdict {
+func DecideStandalone(p Policy, m Standalone, env *schema.Envelope, fp string, expiresAtMs, nowMs int64) Ruling {
 	tenant := &env.Proposal.Context.Tenant
 	if m.Signed && !trust.Permits(p.Tenants, m.Host, tenant.TenantRef, tenant.SecurityDomainRef) {
 		return keep(schema.PhaseAdmission, schema.CodeAdmissionUnauthenticated)
@@ -202,7 +203,7 @@ func DecideStandalone(p Policy, m Standalone, env *schema.Envelope, fp string, e
 // Outcome is the outcome of a verdict that parks or denies proposal to,
 // bound to fingerprint and referent. A parked proposal's
 // outcome tells the frontend what to ask (summary, spend) and until when.
-func Outcome(to schema.ProposalRef, fingerprint, referent string, v Verdict, atMs int64, approval *schema.Approval) schema.Outcome {
+func Outcome(to schema.ProposalRef, fingerprint, referent string, v Ruling, atMs int64, approval *schema.Approval) schema.Outcome {
 	o := schema.FailureOutcome(to, schema.NewIncident(schema.PhaseAuthorization, v.Code), atMs)
 	if fingerprint != "" {
 		o.Fingerprint = schema.StringPtr(fingerprint)
@@ -228,7 +229,7 @@ func ApprovalRequest(env *schema.Envelope, expiresAtMs int64) *schema.Approval {
 
 // HandOff is the envelope a permitted proposal carries to dispatch: the
 // grant that authorized it and every evaluation on the way.
-func HandOff(env *schema.Envelope, v Verdict, atMs int64) schema.Envelope {
+func HandOff(env *schema.Envelope, v Ruling, atMs int64) schema.Envelope {
 	out := *env
 	out.Authorization = &schema.AuthorizationRecord{Evaluations: v.Evaluations, DecidedAtMs: atMs, Bound: v.Bound}
 	if v.Grant != nil {
@@ -242,7 +243,7 @@ func HandOff(env *schema.Envelope, v Verdict, atMs int64) schema.Envelope {
 // per-proposal lock, so a parked proposal's write can land after the write
 // of the grant that resumed it. At the same millisecond, a final decision
 // is newer than a pending one.
-func stale(recorded *schema.ActivityDecision, v Verdict, atMs int64) bool {
+func stale(recorded *schema.ActivityDecision, v Ruling, atMs int64) bool {
 	if recorded == nil {
 		return false
 	}
@@ -258,47 +259,62 @@ var (
 	decisionOutcome = map[string]string{Park: "pending", Permit: "permit", Deny: "deny"}
 )
 
-// ActivityEdit records a verdict in the intent's activity snapshot: the
-// authorization section (never the grant's author or signature, the
-// payload, or tenant and actor ids). env may be nil (an approval that
-// timed out is decided from the Pebble record alone); then only the
-// decision changes.
+// ActivityChange records a ruling in the intent's activity snapshot (see
+// Apply). It is data, not a closure: a step's Decision carries it, and the
+// shell applies it once the outcomes are acknowledged.
+type ActivityChange struct {
+	Ref schema.ProposalRef
+	// Env may be nil (an approval that timed out is decided from the
+	// record alone); then only the decision changes.
+	Env                 *schema.Envelope
+	Ruling              Ruling
+	AtMs                int64
+	ApprovalExpiresAtMs int64
+}
+
+// ActivityEdit is the change that records ruling v of the proposal ref at
+// atMs.
+func ActivityEdit(ref schema.ProposalRef, env *schema.Envelope, v Ruling, atMs, approvalExpiresAtMs int64) *ActivityChange {
+	return &ActivityChange{Ref: ref, Env: env, Ruling: v, AtMs: atMs, ApprovalExpiresAtMs: approvalExpiresAtMs}
+}
+
+// Apply records the ruling in the snapshot a: the authorization section
+// (never the grant's author or signature, the payload, or tenant and actor
+// ids).
 //
 // The snapshot is per intent, and several proposals can carry one intent.
 // Once one of them was authorized, or a receipt exists, the snapshot
 // describes that one: a later proposal of the same intent is only listed,
 // whatever its own decision (its outcome tells its proposer).
-func ActivityEdit(ref schema.ProposalRef, env *schema.Envelope, v Verdict, atMs, approvalExpiresAtMs int64) func(a *schema.Activity) {
-	return func(a *schema.Activity) {
-		a.AddProposal(ref)
-		if a.Receipt != nil || (a.Status == schema.ActivityAuthorized && v.Decision != Permit) || stale(a.Decision, v, atMs) {
-			return
-		}
-		if env != nil {
-			in := &env.Proposal.Intent
-			a.Provider, a.Capability, a.Operation, a.Environment = in.Provider, in.Capability, in.Operation, in.Environment
-			a.Referent = env.Grounded.Referent
-			a.Summary = in.Display.Summary
-			a.ExternalSpend = in.ExternalSpend
-			a.Requester = env.Proposal.Requester
-		}
-		a.Status = activityStatus[v.Decision]
-		a.PolicyEvaluations = append([]schema.PolicyEvaluation{}, v.Evaluations...)
-		reason := v.Code
-		if v.Decision == Permit {
-			reason = ""
-		}
-		a.Decision = &schema.ActivityDecision{Outcome: decisionOutcome[v.Decision], ReasonCode: reason, DecidedAtMs: atMs}
-		auth := &schema.ActivityAuthorization{ApprovalExpiresAtMs: approvalExpiresAtMs}
-		if a.Authorization != nil && approvalExpiresAtMs == 0 {
-			auth.ApprovalExpiresAtMs = a.Authorization.ApprovalExpiresAtMs
-		}
-		// Only a well-formed grant's fields are recorded: a malformed one's
-		// method could be any string.
-		if g := v.Grant; g != nil && g.Valid() {
-			auth.Method, auth.Assurance = g.AuthorizationMethod, g.AuthenticationAssurance
-			auth.IssuedAtMs, auth.ExpiresAtMs = g.IssuedAtMs, g.ExpiresAtMs
-		}
-		a.Authorization = auth
+func (c *ActivityChange) Apply(a *schema.Activity) {
+	a.AddProposal(c.Ref)
+	if a.Receipt != nil || (a.Status == schema.ActivityAuthorized && c.Ruling.Decision != Permit) || stale(a.Decision, c.Ruling, c.AtMs) {
+		return
 	}
+	if env := c.Env; env != nil {
+		in := &env.Proposal.Intent
+		a.Provider, a.Capability, a.Operation, a.Environment = in.Provider, in.Capability, in.Operation, in.Environment
+		a.Referent = env.Grounded.Referent
+		a.Summary = in.Display.Summary
+		a.ExternalSpend = in.ExternalSpend
+		a.Requester = env.Proposal.Requester
+	}
+	a.Status = activityStatus[c.Ruling.Decision]
+	a.PolicyEvaluations = append([]schema.PolicyEvaluation{}, c.Ruling.Evaluations...)
+	reason := c.Ruling.Code
+	if c.Ruling.Decision == Permit {
+		reason = ""
+	}
+	a.Decision = &schema.ActivityDecision{Outcome: decisionOutcome[c.Ruling.Decision], ReasonCode: reason, DecidedAtMs: c.AtMs}
+	auth := &schema.ActivityAuthorization{ApprovalExpiresAtMs: c.ApprovalExpiresAtMs}
+	if a.Authorization != nil && c.ApprovalExpiresAtMs == 0 {
+		auth.ApprovalExpiresAtMs = a.Authorization.ApprovalExpiresAtMs
+	}
+	// Only a well-formed grant's fields are recorded: a malformed one's
+	// method could be any string.
+	if g := c.Ruling.Grant; g != nil && g.Valid() {
+		auth.Method, auth.Assurance = g.AuthorizationMethod, g.AuthenticationAssurance
+		auth.IssuedAtMs, auth.ExpiresAtMs = g.IssuedAtMs, g.ExpiresAtMs
+	}
+	a.Authorization = auth
 }

@@ -134,10 +134,10 @@ func TestDecideProposal(t *testing.T) {
 // judge is what the grants consumer decides for a message on host h's
 // grants subject, when host "frontdesk"'s proposal "prop-1" (flight) is
 // parked until expires: the event-only answers as Keep verdicts.
-func judge(p Policy, h string, body []byte, hdr nats.Header, expires, at int64) Verdict {
+func judge(p Policy, h string, body []byte, hdr nats.Header, expires, at int64) Ruling {
 	m, inc, _ := ReadStandalone(p, h, body, hdr)
 	if inc != nil {
-		return Verdict{Decision: Keep, Code: inc.Code, Event: inc}
+		return Ruling{Decision: Keep, Code: inc.Code, Event: inc}
 	}
 	if m.Host.Name != "frontdesk" || m.ProposalID != "prop-1" {
 		return keep(schema.PhaseAuthorization, schema.CodeGrantUnmatched)
@@ -308,7 +308,7 @@ func ref(id string) schema.ProposalRef { return schema.ProposalRef{Host: "frontd
 func TestActivityEdit(t *testing.T) {
 	env := withGrant(grant())
 	var a schema.Activity
-	ActivityEdit(ref("prop-1"), flight(), DecideProposal(Policy{}, flight(), now), now, now+600_000)(&a)
+	ActivityEdit(ref("prop-1"), flight(), DecideProposal(Policy{}, flight(), now), now, now+600_000).Apply(&a)
 	if a.Status != schema.ActivityAwaitingApproval || a.Decision.Outcome != "pending" || a.Decision.ReasonCode != schema.CodeApprovalRequired ||
 		a.Authorization.ApprovalExpiresAtMs != now+600_000 || a.Authorization.Method != "" {
 		t.Fatalf("parked activity = %+v %+v %+v", a, a.Decision, a.Authorization)
@@ -317,7 +317,7 @@ func TestActivityEdit(t *testing.T) {
 		t.Errorf("parked activity = %+v", a)
 	}
 	v := DecideProposal(Policy{}, env, now+5)
-	ActivityEdit(ref("prop-1"), env, v, now+5, 0)(&a)
+	ActivityEdit(ref("prop-1"), env, v, now+5, 0).Apply(&a)
 	if a.Status != schema.ActivityAuthorized || a.Decision.Outcome != "permit" || a.Decision.ReasonCode != "" || a.Decision.DecidedAtMs != now+5 {
 		t.Errorf("permitted activity decision = %+v", a.Decision)
 	}
@@ -335,14 +335,14 @@ func TestActivityEdit(t *testing.T) {
 	// Once authorized, a later proposal of the same intent is only listed.
 	bad := grant()
 	bad.AuthorizationMethod = "telepathy"
-	ActivityEdit(ref("prop-2"), nil, Verdict{Decision: Deny, Code: schema.CodeGrantMalformed, Grant: bad}, now+6, 0)(&a)
+	ActivityEdit(ref("prop-2"), nil, Ruling{Decision: Deny, Code: schema.CodeGrantMalformed, Grant: bad}, now+6, 0).Apply(&a)
 	if a.Status != schema.ActivityAuthorized || a.Decision.Outcome != "permit" || !slices.Equal(a.Proposals, []schema.ProposalRef{ref("prop-1"), ref("prop-2")}) {
 		t.Errorf("activity after a later denial = %+v %+v", a, a.Decision)
 	}
 	// So is any decision once a receipt exists.
 	a.Receipt = &schema.Receipt{Status: "confirmed"}
 	a.Status = "confirmed"
-	ActivityEdit(ref("prop-3"), env, v, now+7, 0)(&a)
+	ActivityEdit(ref("prop-3"), env, v, now+7, 0).Apply(&a)
 	if a.Status != "confirmed" || a.Decision.DecidedAtMs != now+5 || len(a.Proposals) != 3 {
 		t.Errorf("activity after the receipt = %+v %+v", a, a.Decision)
 	}
@@ -350,24 +350,24 @@ func TestActivityEdit(t *testing.T) {
 	// does not roll the snapshot back.
 	var late schema.Activity
 	park := DecideProposal(Policy{}, flight(), now)
-	ActivityEdit(ref("prop-5"), flight(), Verdict{Decision: Deny, Code: schema.CodeGrantExpired}, now, 0)(&late)
-	ActivityEdit(ref("prop-5"), flight(), park, now, now+600_000)(&late)
+	ActivityEdit(ref("prop-5"), flight(), Ruling{Decision: Deny, Code: schema.CodeGrantExpired}, now, 0).Apply(&late)
+	ActivityEdit(ref("prop-5"), flight(), park, now, now+600_000).Apply(&late)
 	if late.Status != schema.ActivityDenied || late.Decision.ReasonCode != schema.CodeGrantExpired {
 		t.Errorf("late park write = %+v", late.Decision)
 	}
-	ActivityEdit(ref("prop-5"), flight(), Verdict{Decision: Deny, Code: schema.CodeGrantMalformed}, now-1, 0)(&late)
+	ActivityEdit(ref("prop-5"), flight(), Ruling{Decision: Deny, Code: schema.CodeGrantMalformed}, now-1, 0).Apply(&late)
 	if late.Decision.ReasonCode != schema.CodeGrantExpired {
 		t.Errorf("older decision applied: %+v", late.Decision)
 	}
-	ActivityEdit(ref("prop-6"), flight(), park, now+1, now+600_001)(&late)
+	ActivityEdit(ref("prop-6"), flight(), park, now+1, now+600_001).Apply(&late)
 	if late.Status != schema.ActivityAwaitingApproval {
 		t.Errorf("a newer proposal of the intent is not shown: %+v", late.Decision)
 	}
 	// Before that, a denial replaces the picture; a malformed grant's
 	// fields are not recorded.
 	var d schema.Activity
-	ActivityEdit(ref("prop-4"), flight(), DecideProposal(Policy{}, flight(), now), now, now+600_000)(&d)
-	ActivityEdit(ref("prop-4"), nil, Verdict{Decision: Deny, Code: schema.CodeGrantMalformed, Grant: bad}, now+6, 0)(&d)
+	ActivityEdit(ref("prop-4"), flight(), DecideProposal(Policy{}, flight(), now), now, now+600_000).Apply(&d)
+	ActivityEdit(ref("prop-4"), nil, Ruling{Decision: Deny, Code: schema.CodeGrantMalformed, Grant: bad}, now+6, 0).Apply(&d)
 	if d.Status != schema.ActivityDenied || d.Decision.ReasonCode != schema.CodeGrantMalformed || d.Authorization.Method != "" ||
 		d.Authorization.ApprovalExpiresAtMs != now+600_000 || d.Provider != "duffel" {
 		t.Errorf("denied activity = %+v %+v", d, d.Authorization)

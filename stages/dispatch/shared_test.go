@@ -62,7 +62,7 @@ func sharedStages(t *testing.T, timeout, margin time.Duration) (a, b *dispatch.S
 		j := kvjs.NewJournal(kvjs.JournalOptions{KV: bucket, JS: js, Writer: self,
 			Timers: &kvjs.Schedules{JS: js, Subjects: subj, Seal: sealer}})
 		return &dispatch.Stage{
-			Journal: j, Adapters: map[string]adapters.Adapter{"demo": fake}, Providers: []config.Provider{prov},
+			Journal: j, Adapters: map[string]dispatch.Adapter{"demo": fake}, Providers: []dispatch.Provider{{Name: prov.Name, Timeout: prov.Timeout, UnavailableRetry: prov.UnavailableRetry, MaxInFlight: prov.MaxInFlight}},
 			Policy: policy.Rules{ClockSkew: 30 * time.Second, MaxGrantLifetime: 24 * time.Hour},
 			NC:     nc, Clock: stages.SystemClock{}, Metrics: metrics.New(nil, []string{"demo"}),
 			Route:             stages.Route{Subjects: subj, Self: subjects.StageDispatch, Next: subjects.StageReconciliation},

@@ -8,21 +8,18 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/portcullis/portcullis/kv"
-
 	"github.com/nats-io/nats.go"
 
 	"github.com/portcullis/portcullis/fingerprint"
 	"github.com/portcullis/portcullis/internal/activity"
 	"github.com/portcullis/portcullis/internal/adapters"
-	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/disclosure"
 	"github.com/portcullis/portcullis/internal/fault"
 	"github.com/portcullis/portcullis/internal/policy"
+	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
-	"github.com/portcullis/portcullis/subjects"
 )
 
 // Stage is the dispatch stage's handler: it locks the fingerprint, loads
@@ -30,8 +27,8 @@ import (
 // steps again, until the step publishes.
 type Stage struct {
 	Journal   kv.Journal
-	Adapters  map[string]adapters.Adapter // by provider name
-	Providers []config.Provider
+	Adapters  map[string]Adapter // by provider name
+	Providers []Provider
 	// Policy re-checks the grant and managed policy (SPEC §3 step 3).
 	Policy policy.Rules
 	// NC carries disclosure requests (core NATS request-reply).
@@ -67,28 +64,32 @@ func (s *Stage) rules() Rules {
 	}
 }
 
-func (s *Stage) provider(name string) (config.Provider, adapters.Adapter, bool) {
+// Adapter is a provider's adapter, as dispatch calls it (an
+// internal/adapters.Adapter).
+type Adapter interface {
+	// Kind is the adapter's kind; receipts record it as `adapter`.
+	Kind() string
+	// Dispatch sends the action once. It never retries on its own.
+	Dispatch(ctx context.Context, req schema.DispatchRequest) (schema.AdapterReply, error)
+}
+
+func (s *Stage) provider(name string) (Provider, Adapter, bool) {
 	for _, p := range s.Providers {
 		if p.Name == name {
 			a := s.Adapters[name]
 			return p, a, a != nil
 		}
 	}
-	return config.Provider{}, nil, false
+	return Provider{}, nil, false
 }
 
 // decodeEnvelope reads an authorized, grounded envelope for its subject.
 func (s *Stage) decodeEnvelope(in *stages.Input) (*schema.Envelope, error) {
-	var env schema.Envelope
-	if err := schema.DecodeEnvelope(in.Data, &env); err != nil {
-		return nil, fmt.Errorf("dispatch: envelope: %w: %w", stages.ErrPermanent, err)
+	env, err := s.Route.Envelope(in, stages.Authorized)
+	if err != nil {
+		return nil, fmt.Errorf("dispatch: %w: %w", stages.ErrPermanent, err)
 	}
-	_, _, tok, ok := s.Route.Subjects.ParseStage(in.Subject)
-	if !ok || env.Grounded == nil || env.Authorization == nil || !schema.ValidFingerprint(env.Grounded.Fingerprint) ||
-		tok != subjects.ProposalToken(env.Host, env.Proposal.ProposalID) {
-		return nil, fmt.Errorf("dispatch: envelope not grounded and authorized, or not for its subject: %w", stages.ErrPermanent)
-	}
-	return &env, nil
+	return env, nil
 }
 
 // bound reports whether the envelope's fingerprint and idempotency key are
@@ -124,13 +125,12 @@ func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 func (s *Stage) GiveUp(ctx context.Context, in *stages.Input, cause error) (stages.Result, error) {
 	env, err := s.decodeEnvelope(in)
 	if err != nil {
-		_, _, tok, _ := s.Route.Subjects.ParseStage(in.Subject)
-		h, id, ok := subjects.ParseProposalToken(tok)
+		ref, _, ok := s.Route.ProposalRef(in.Subject)
 		inc := schema.NewIncident(schema.PhaseDispatch, schema.CodeProcessingFailed)
-		if !ok || !schema.ValidProposalID(id) {
+		if !ok {
 			return stages.Result{Events: []schema.Incident{inc}}, nil
 		}
-		return stages.Result{Outcomes: []schema.Outcome{schema.FailureOutcome(schema.ProposalRef{Host: h, ProposalID: id}, inc, stages.NowMs(s.Clock))}}, nil
+		return stages.Result{Outcomes: []schema.Outcome{schema.FailureOutcome(ref, inc, stages.NowMs(s.Clock))}}, nil
 	}
 	if !bound(env) {
 		return rejected(), nil
@@ -276,7 +276,7 @@ func (s *Stage) facts(env *schema.Envelope, givingUp bool) (Facts, error) {
 
 // resolve asks the host's resolver for the disclosure's values: a closed
 // code for a failure that denies, an error for one that may pass (retried).
-func (s *Stage) resolve(ctx context.Context, env *schema.Envelope, prov config.Provider) (*disclosure.Disclosure, schema.Code, error) {
+func (s *Stage) resolve(ctx context.Context, env *schema.Envelope, prov Provider) (*disclosure.Disclosure, schema.Code, error) {
 	req, err := disclosure.RequestForEnvelope(env)
 	if err != nil {
 		return nil, "", fmt.Errorf("dispatch: disclosure request: %w: %w", stages.ErrPermanent, err)
@@ -357,7 +357,7 @@ func (s *Stage) result(env *schema.Envelope, d Decision) stages.Result {
 		fp, edit := env.Grounded.Fingerprint, d.Activity
 		res.Done = func(ctx context.Context) error {
 			fault.Hit(fault.DispatchAfterOutcome)
-			return s.Activity.Update(ctx, fp, edit)
+			return s.Activity.Update(ctx, fp, edit.Apply)
 		}
 	}
 	return res

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/portcullis/portcullis/internal/adapters"
-	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
@@ -38,7 +37,7 @@ type Facts struct {
 	Self string
 	// Provider is the intent's configured provider; Known is false when it
 	// is not configured or has no adapter. Adapter is the adapter's kind.
-	Provider config.Provider
+	Provider Provider
 	Adapter  string
 	Known    bool
 	// GivingUp: the runner gave up on the input (its retries are spent):
@@ -57,6 +56,20 @@ type Facts struct {
 	Reply      schema.AdapterReply
 	CallErr    error
 	Lease      Lease
+}
+
+// Provider is what dispatch uses of a configured provider
+// (providers.<name>).
+type Provider struct {
+	Name string
+	// Timeout bounds one call (and a disclosure request); with
+	// Rules.LeaseMargin it makes an in-flight record's lease.
+	Timeout time.Duration
+	// UnavailableRetry is how long a provider nobody answered is tried
+	// again before ADAPTER_UNAVAILABLE.
+	UnavailableRetry time.Duration
+	// MaxInFlight bounds its proposals handled at once (Bulkhead).
+	MaxInFlight int
 }
 
 // Lease names one in-flight record: its writer, its end and the attempt it
@@ -95,7 +108,7 @@ type Decision struct {
 	// Hold: keep the envelope for a redispatch (see finish).
 	Hold     bool
 	Events   []schema.Incident
-	Activity func(a *schema.Activity)
+	Activity *ActivityChange
 	Retry    time.Duration
 	// Verdict is the receipt's verdict when Writes holds a receipt.
 	Verdict *kv.Verdict
@@ -152,7 +165,7 @@ func Step(f Facts, r Rules) Decision {
 	case rec.Receipt != nil:
 		d := Decision{
 			Outcome:  outcome(rec.Outcome(ref, f.Now)),
-			Activity: rec.Project,
+			Activity: &ActivityChange{Record: &rec},
 		}
 		if len(rec.Proposals) != known {
 			d.Writes.Record = &rec
@@ -317,18 +330,12 @@ func finish(f Facts, rec kv.Intent, v kv.Verdict, step string, r Rules) Decision
 		}
 	}
 	return Decision{
-		Writes:  w,
-		Outcome: outcome(rec.Outcome(f.Env.Ref(), f.Now)),
-		Others:  others,
-		Hold:    rec.LostInFlight(),
-		Verdict: &v,
-		Activity: func(a *schema.Activity) {
-			rec.Project(a)
-			if disclosed != nil {
-				d := *disclosed
-				a.Disclosure = &d
-			}
-		},
+		Writes:   w,
+		Outcome:  outcome(rec.Outcome(f.Env.Ref(), f.Now)),
+		Others:   others,
+		Hold:     rec.LostInFlight(),
+		Verdict:  &v,
+		Activity: &ActivityChange{Record: &rec, Disclosed: disclosed},
 	}
 }
 
@@ -354,15 +361,41 @@ func end(f Facts, phase schema.Phase, code schema.Code) Decision {
 func ended(env *schema.Envelope, e kv.Ended) Decision {
 	o := schema.FailureOutcome(env.Ref(), schema.NewIncident(e.Phase, e.Code), e.AtMs)
 	o.Fingerprint, o.Referent = schema.StringPtr(env.Grounded.Fingerprint), schema.StringPtr(env.Grounded.Referent)
-	ref := env.Ref()
-	return Decision{Outcome: &o, Activity: func(a *schema.Activity) {
-		a.AddProposal(ref)
+	return Decision{Outcome: &o, Activity: &ActivityChange{Ref: env.Ref(), Ended: &e}}
+}
+
+// ActivityChange is a step's edit of its intent's activity snapshot (see
+// Apply). It is data, not a closure: the shell applies it once the
+// outcomes are acknowledged.
+type ActivityChange struct {
+	// Record, when set, is the intent's record, projected into the
+	// snapshot with the disclosure record Disclosed (nil: none).
+	Record    *kv.Intent
+	Disclosed *schema.DisclosureRecord
+	// Ended, when set, marks the proposal Ref denied at the re-check (the
+	// intent's own state is untouched; a receipt another proposal got stays
+	// the picture).
+	Ref   schema.ProposalRef
+	Ended *kv.Ended
+}
+
+// Apply makes the change to the snapshot a.
+func (c *ActivityChange) Apply(a *schema.Activity) {
+	if c.Record != nil {
+		c.Record.Project(a)
+		if c.Disclosed != nil {
+			d := *c.Disclosed
+			a.Disclosure = &d
+		}
+	}
+	if e := c.Ended; e != nil {
+		a.AddProposal(c.Ref)
 		if a.Receipt != nil {
 			return
 		}
 		a.Status = schema.ActivityDenied
 		a.Decision = &schema.ActivityDecision{Outcome: "deny", ReasonCode: e.Code, DecidedAtMs: e.AtMs}
-	}}
+	}
 }
 
 func outcome(o schema.Outcome) *schema.Outcome { return &o }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/portcullis/portcullis/internal/adapters"
-	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
@@ -42,7 +41,7 @@ func facts(mod func(f *Facts)) Facts {
 	env := envelope(false)
 	f := Facts{
 		Env: env, Record: kv.NewIntent(kv.IdentityOf(env), "fake", now), Now: now,
-		Provider: config.Provider{Name: "demo", UnavailableRetry: 30 * time.Second}, Adapter: "fake", Known: true,
+		Provider: Provider{Name: "demo", UnavailableRetry: 30 * time.Second}, Adapter: "fake", Known: true,
 	}
 	if mod != nil {
 		mod(&f)

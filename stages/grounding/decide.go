@@ -21,20 +21,21 @@ import (
 // (PROJECTION_UNAVAILABLE), not a discriminator failure.
 const MaxSubjectLen = 1024
 
-// Verdict is the grounding decision about one proposal.
-type Verdict struct {
+// Binding is the grounding decision about one proposal: bound to exactly
+// one target, or the incident why not.
+type Binding struct {
 	// Incident is the failure, or nil when grounded.
 	Incident *schema.Incident
 	// Referent is the one matching candidate's referent when grounded.
 	Referent string
 }
 
-// Grounded reports whether the verdict bound exactly one target.
-func (v Verdict) Grounded() bool { return v.Incident == nil }
+// Grounded reports whether the binding holds exactly one target.
+func (v Binding) Grounded() bool { return v.Incident == nil }
 
-func fail(code schema.Code) Verdict {
+func fail(code schema.Code) Binding {
 	inc := schema.NewIncident(schema.PhaseGrounding, code)
-	return Verdict{Incident: &inc}
+	return Binding{Incident: &inc}
 }
 
 // Precheck applies rules 1 and 2, which need no candidates: a malformed
@@ -57,10 +58,10 @@ func Precheck(p *schema.Proposal) *schema.Incident {
 // Decide applies rules 1–6 to a proposal and its candidates (inline, or a
 // candidate source's answer) with at most maxCandidates allowed. It has no
 // side effects.
-func Decide(p *schema.Proposal, candidates []schema.Candidate, maxCandidates int) Verdict {
+func Decide(p *schema.Proposal, candidates []schema.Candidate, maxCandidates int) Binding {
 	// 1–2. Subject and scope.
 	if inc := Precheck(p); inc != nil {
-		return Verdict{Incident: inc}
+		return Binding{Incident: inc}
 	}
 	subject, _ := Subject(p.Grounding.Subject)
 	// 3. The bound.
@@ -91,7 +92,7 @@ func Decide(p *schema.Proposal, candidates []schema.Candidate, maxCandidates int
 	if match < 0 {
 		return fail(schema.CodeDiscriminatorMismatch)
 	}
-	return Verdict{Referent: candidates[match].Referent}
+	return Binding{Referent: candidates[match].Referent}
 }
 
 // Subject returns grounding.subject normalized, or false when it is

@@ -5,10 +5,9 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/portcullis/portcullis/kv/pebble"
-
 	"github.com/portcullis/portcullis/fingerprint"
 	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/kv/pebble"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/subjects"
@@ -39,32 +38,16 @@ var _ stages.Handler = (*Stage)(nil)
 
 // Handle grounds one proposal.
 func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, error) {
-	_, kind, token, ok := s.Route.Subjects.ParseStage(in.Subject)
-	if !ok || kind != subjects.KindProposal {
-		return stages.Result{}, fmt.Errorf("grounding: unexpected subject: %w", stages.ErrPermanent)
-	}
-	var env schema.Envelope
-	if err := schema.DecodeEnvelope(in.Data, &env); err != nil {
-		return stages.Result{}, fmt.Errorf("grounding: envelope: %w: %w", err, stages.ErrPermanent)
+	env, err := s.Route.Envelope(in, stages.Admitted)
+	if err != nil {
+		return stages.Result{}, fmt.Errorf("grounding: %w: %w", err, stages.ErrPermanent)
 	}
 	p := &env.Proposal
-	if env.Schema != schema.SchemaEnvelope || token != subjects.ProposalToken(env.Host, p.ProposalID) || !p.Validate() {
-		return stages.Result{}, fmt.Errorf("grounding: envelope does not match its subject: %w", stages.ErrPermanent)
-	}
 	now := stages.NowMs(s.Clock)
 
-	var v Verdict
-	observation := p.Grounding.ObservationRef
-	if inc := Precheck(p); inc != nil {
-		v = Verdict{Incident: inc}
-	} else if p.Grounding.CandidateSource != "" {
-		var err error
-		v, observation, err = s.fromSource(ctx, in, p, now)
-		if err != nil {
-			return stages.Result{}, err
-		}
-	} else {
-		v = Decide(p, p.Grounding.Candidates, s.MaxCandidates)
+	v, observation, err := s.decide(ctx, in, p, now)
+	if err != nil {
+		return stages.Result{}, err
 	}
 	if !v.Grounded() {
 		return stages.Result{Outcomes: []schema.Outcome{schema.FailureOutcome(env.Ref(), *v.Incident, now)}}, nil
@@ -76,7 +59,7 @@ func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 		// holding one was not admitted by this version.
 		return stages.Result{}, fmt.Errorf("grounding: fingerprint: %w: %w", err, stages.ErrPermanent)
 	}
-	out := env
+	out := *env
 	// Candidate attributes and evidence go no further than this stage.
 	out.Proposal.Grounding.Candidates = nil
 	out.Proposal.Grounding.CandidateSource = ""
@@ -91,55 +74,54 @@ func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 		return stages.Result{}, fmt.Errorf("grounding: encode envelope: %w", err)
 	}
 	return stages.Result{Next: []stages.Message{{
-		Subject: s.Route.HandOff(token),
+		Subject: s.Route.HandOff(subjects.ProposalToken(env.Host, p.ProposalID)),
 		Data:    data,
 	}}}, nil
 }
 
-// fromSource decides with a candidate source's answer. The decision is
-// checkpointed before it is published: a source may answer differently
-// when asked again, and a redelivered input must not be decided twice.
-func (s *Stage) fromSource(ctx context.Context, in *stages.Input, p *schema.Proposal, now int64) (Verdict, string, error) {
-	key := kv.GroundingKey(in.Stream, in.StreamSeq, in.Data)
-	unlock := s.Store.Lock(string(key))
-	defer unlock()
-	rec, found, err := s.Store.Grounding(key)
-	if err != nil {
-		return Verdict{}, "", fmt.Errorf("grounding: read checkpoint: %w", err)
-	}
-	if found {
-		if rec.Code != "" {
-			if _, ok := schema.LookupCode(schema.PhaseGrounding, rec.Code); !ok {
-				return Verdict{}, "", fmt.Errorf("grounding: checkpoint: %w: %w", kv.ErrCorrupt, stages.ErrPermanent)
+// decide is the shell around Step: it reads the input's checkpoint under
+// its lock, asks the candidate source and writes the checkpoint (Sync) as
+// the steps ask, and returns the binding.
+func (s *Stage) decide(ctx context.Context, in *stages.Input, p *schema.Proposal, now int64) (Binding, string, error) {
+	f := Facts{Proposal: p, MaxCandidates: s.MaxCandidates, Now: now}
+	var key []byte
+	for {
+		d := Step(f)
+		switch d.Call {
+		case ReadCheckpoint:
+			key = kv.GroundingKey(in.Stream, in.StreamSeq, in.Data)
+			unlock := s.Store.Lock(string(key))
+			defer unlock()
+			rec, found, err := s.Store.Grounding(key)
+			if err != nil {
+				return Binding{}, "", fmt.Errorf("grounding: read checkpoint: %w", err)
 			}
-			return fail(rec.Code), "", nil
+			f.Read = true
+			if found {
+				c := Checkpoint(rec)
+				f.Checkpoint = &c
+			}
+			continue
+		case AskSource:
+			reply, err := s.Source.Ask(ctx, p)
+			if err != nil && !SourceFault(err) {
+				return Binding{}, "", err
+			}
+			f.Asked, f.Reply, f.SourceFailed = true, reply, err != nil
+			continue
 		}
-		return Verdict{Referent: rec.Referent}, rec.ObservationRef, nil
+		if d.Err != nil {
+			return Binding{}, "", fmt.Errorf("grounding: %w: %w: %w", d.Err, kv.ErrCorrupt, stages.ErrPermanent)
+		}
+		if d.Checkpoint != nil {
+			b := s.Store.NewBatch()
+			b.PutGrounding(key, kv.Grounding(*d.Checkpoint))
+			if err := b.Commit(pebble.Sync); err != nil {
+				return Binding{}, "", fmt.Errorf("grounding: record checkpoint: %w", err)
+			}
+		}
+		return d.Binding, d.ObservationRef, nil
 	}
-	var v Verdict
-	observation := ""
-	reply, err := s.Source.Ask(ctx, p)
-	switch {
-	case SourceFault(err):
-		v = fail(schema.CodeGroundingSourceUnavailable)
-	case err != nil:
-		return Verdict{}, "", err
-	default:
-		v = Decide(p, reply.Candidates, s.MaxCandidates)
-		observation = reply.ObservationRef
-	}
-	rec = kv.Grounding{AtMs: now}
-	if v.Grounded() {
-		rec.Referent, rec.ObservationRef = v.Referent, observation
-	} else {
-		rec.Code = v.Incident.Code
-	}
-	b := s.Store.NewBatch()
-	b.PutGrounding(key, rec)
-	if err := b.Commit(pebble.Sync); err != nil {
-		return Verdict{}, "", fmt.Errorf("grounding: record checkpoint: %w", err)
-	}
-	return v, observation, nil
 }
 
 // GiveUp ends a proposal grounding could not process (PROCESSING_FAILED),
@@ -151,12 +133,11 @@ func (s *Stage) fromSource(ctx context.Context, in *stages.Input, p *schema.Prop
 // only if no decision was there — otherwise that decision stands.
 func (s *Stage) GiveUp(_ context.Context, in *stages.Input, _ error) (stages.Result, error) {
 	inc := schema.NewIncident(schema.PhaseGrounding, schema.CodeProcessingFailed)
-	_, _, token, ok := s.Route.Subjects.ParseStage(in.Subject)
-	h, id, okToken := subjects.ParseProposalToken(token)
-	if !ok || !okToken || !schema.ValidProposalID(id) {
+	ref, _, ok := s.Route.ProposalRef(in.Subject)
+	if !ok {
 		return stages.Result{Events: []schema.Incident{inc}}, nil
 	}
-	ref, now := schema.ProposalRef{Host: h, ProposalID: id}, stages.NowMs(s.Clock)
+	now := stages.NowMs(s.Clock)
 	if s.Approvals != nil {
 		won, err := kv.EndApproval(s.Approvals, ref, schema.CodeProcessingFailed, in.Stream+"/"+strconv.FormatUint(in.StreamSeq, 10), now)
 		if err != nil {

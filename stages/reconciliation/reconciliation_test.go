@@ -6,16 +6,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/portcullis/portcullis/kv"
-
-	"github.com/portcullis/portcullis/kv/pebble"
-
 	"github.com/nats-io/nats.go"
 
 	"github.com/portcullis/portcullis/fingerprint"
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/admin"
 	"github.com/portcullis/portcullis/internal/testenv"
+	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/kv/pebble"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
@@ -584,7 +582,7 @@ func TestGiveUpRecordsWithoutAsking(t *testing.T) {
 	env.Recorder.Wait(t, "prop-g", last(schema.KindReconciliationRequired))
 	p := env.Processor()
 	st := &reconciliation.Stage{
-		Journal: pebble.NewJournal(p.Store()), Adapters: map[string]adapters.Adapter{"demo": fake}, Clock: clock,
+		Journal: pebble.NewJournal(p.Store()), Adapters: map[string]reconciliation.Adapter{"demo": fake}, Clock: clock,
 		Route:   stages.Route{Subjects: env.Subjects, Self: subjects.StageReconciliation},
 		Metrics: p.Metrics(), MaxAttempts: maxAttempts, Interval: interval,
 	}

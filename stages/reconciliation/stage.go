@@ -9,14 +9,12 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/portcullis/portcullis/kv"
-
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/internal/activity"
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/fault"
-	"github.com/portcullis/portcullis/internal/seal"
+	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
@@ -33,7 +31,7 @@ import (
 // operator's settlement never interleave.
 type Stage struct {
 	Journal  kv.Journal
-	Adapters map[string]adapters.Adapter // by provider name
+	Adapters map[string]Adapter // by provider name
 	// Route: the stage consumes its own timers (Self); it has no successor.
 	Route    stages.Route
 	Clock    stages.Clock
@@ -51,8 +49,15 @@ type Stage struct {
 	// Redispatch is the subject dispatch receives a proposal's hand-off on
 	// (its token: "<h>.<proposal_id>").
 	JS         jetstream.JetStream
-	Seal       *seal.Sealer
+	Seal       stages.Sealer
 	Redispatch func(token string) string
+}
+
+// Adapter is a provider's adapter, as reconciliation asks it (an
+// internal/adapters.Adapter).
+type Adapter interface {
+	// Reconcile asks, read-only, what became of an earlier dispatch.
+	Reconcile(ctx context.Context, req schema.ReconcileRequest) (schema.AdapterReply, error)
 }
 
 var _ stages.Handler = (*Stage)(nil)
@@ -274,7 +279,7 @@ func (s *Stage) result(d Decision, fp string) stages.Result {
 			res.Next = append(res.Next, m)
 		}
 	}
-	if v, rc := d.Verdict, d.Writes.Receipt; v != nil && rc != nil {
+	if v, rc := d.Finding, d.Writes.Receipt; v != nil && rc != nil {
 		s.Metrics.ReconcileAttempts.WithLabelValues(rc.Provider, v.AttemptStatus).Inc()
 		s.log().Info("reconciliation recorded", "fingerprint", rc.Fingerprint, "attempt_id", d.Writes.Attempt.AttemptID,
 			"attempt_status", v.AttemptStatus, "status", rc.Status, "receipt_id", rc.ReceiptID)
@@ -290,8 +295,8 @@ func (s *Stage) result(d Decision, fp string) stages.Result {
 // under a message id of the intent's redispatch (a second one, after a
 // crash, is a duplicate).
 func (s *Stage) redispatchMessage(data []byte, fp string, rec *kv.Intent) (stages.Message, bool) {
-	var env schema.Envelope
-	if err := schema.DecodeEnvelope(data, &env); err != nil || env.Grounded == nil || env.Grounded.Fingerprint != fp {
+	env, err := stages.DecodeEnvelope(data, stages.Grounded)
+	if err != nil || env.Grounded.Fingerprint != fp {
 		s.log().Error("reconciliation: a held envelope that is not the intent's; not dispatched again", "fingerprint", fp)
 		return stages.Message{}, false
 	}
@@ -400,61 +405,4 @@ func (s *Stage) Resolve(fp string, present bool, evidenceRef, operator string) (
 	}
 	s.log().Info("operator resolved an indeterminate action", "fingerprint", fp, "status", r.Status, "receipt_id", r.ReceiptID, "operator", operator)
 	return Resolution{Receipt: r, OutcomeKind: rec.Latest.Kind, Proposals: slices.Clone(rec.Proposals)}, nil
-}
-
-// Pending is one action whose effect is unknown, for the operator's queue.
-type Pending struct {
-	Fingerprint string               `json:"fingerprint"`
-	Provider    string               `json:"provider"`
-	Capability  string               `json:"capability"`
-	Operation   string               `json:"operation"`
-	Environment string               `json:"environment"`
-	Referent    string               `json:"referent"`
-	Proposals   []schema.ProposalRef `json:"proposals"`
-	// SinceMs is when the effect became unknown.
-	SinceMs int64 `json:"since_ms"`
-	// Attempts polls so far of MaxAttempts; Exhausted once they are spent.
-	Attempts    int  `json:"attempts"`
-	MaxAttempts int  `json:"max_attempts"`
-	Exhausted   bool `json:"exhausted"`
-	// NextAtMs is when the next poll is due (0: none).
-	NextAtMs int64 `json:"next_at_ms"`
-	// ErrorCode and ReceiptID are the latest receipt's.
-	ErrorCode string `json:"error_code"`
-	ReceiptID string `json:"receipt_id"`
-}
-
-// Indeterminate lists every action whose effect is unknown, oldest first.
-func (s *Stage) Indeterminate() ([]Pending, error) {
-	idx, err := s.Journal.Indeterminates()
-	if err != nil {
-		return nil, fmt.Errorf("reconciliation: read index: %w", err)
-	}
-	out := make([]Pending, 0, len(idx))
-	for _, e := range idx {
-		rec, found, err := s.Journal.Load(e.Fingerprint)
-		if err != nil {
-			return nil, fmt.Errorf("reconciliation: read journal: %w", err)
-		}
-		if !found || rec.Receipt == nil || rec.Receipt.Status != schema.StatusReconciliationRequired {
-			continue // settled meanwhile
-		}
-		out = append(out, Pending{
-			Fingerprint: rec.Fingerprint, Provider: rec.Provider, Capability: rec.Capability,
-			Operation: rec.Operation, Environment: rec.Environment, Referent: rec.Referent,
-			Proposals: slices.Clone(rec.Proposals), SinceMs: e.SinceMs,
-			Attempts: rec.ReconcileAttempt, MaxAttempts: s.MaxAttempts, Exhausted: rec.ReconcileExhausted,
-			NextAtMs: rec.ReconcileNextAtMs, ErrorCode: rec.Receipt.ErrorCode, ReceiptID: rec.Receipt.ReceiptID,
-		})
-	}
-	slices.SortStableFunc(out, func(a, b Pending) int {
-		switch {
-		case a.SinceMs < b.SinceMs:
-			return -1
-		case a.SinceMs > b.SinceMs:
-			return 1
-		}
-		return 0
-	})
-	return out, nil
 }

@@ -18,8 +18,6 @@ import (
 	"time"
 
 	"github.com/portcullis/portcullis/kv"
-
-	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
 )
@@ -81,8 +79,8 @@ type Decision struct {
 	Outcomes []schema.Outcome
 	Events   []schema.Incident
 	Activity bool
-	// Verdict is the attempt's verdict when Writes holds its receipt.
-	Verdict *Verdict
+	// Finding is the attempt's verdict when Writes holds its receipt.
+	Finding *Finding
 	// Note is a value-free reason when the step does nothing (an error
 	// when Alarm).
 	Note  string
@@ -174,7 +172,7 @@ func Step(f Facts, r Rules) Decision {
 		cp := f.Checkpoint
 		answered := n - rec.UnansweredPolls
 		v := Decide(rec.Receipt, f.Reply, f.CallErr, answered, r.MaxAttempts)
-		if v.AttemptStatus == metrics.AttemptUnavailable {
+		if v.AttemptStatus == AttemptUnavailable {
 			// Nobody received the question (the connector is away, its
 			// server restarting): not an answer, so never the last one —
 			// an outage never ends a proposal (SPEC §6).
@@ -215,7 +213,7 @@ func Step(f Facts, r Rules) Decision {
 // error, an interruption). Nothing can act on that request any more, so
 // the intent is dispatched again instead of ending FAILED_BEFORE_DISPATCH:
 // an outage never ends a proposal (SPEC §6).
-func Lost(v Verdict, rec kv.Intent) bool {
+func Lost(v Finding, rec kv.Intent) bool {
 	return v.Settled && v.Status == schema.StatusFailedBeforeDispatch && v.Resolution == kv.ResolvedByProvider &&
 		!Verifying(rec.Receipt) && rec.LostInFlight()
 }
@@ -224,7 +222,7 @@ func Lost(v Verdict, rec kv.Intent) bool {
 // reopens the intent for dispatch (kv.Intent.Reopen): no receipt (the
 // latest stays in the history), polling stops, the intent leaves the
 // indeterminate index, and the held envelope goes back to dispatch.
-func redispatch(f Facts, rec kv.Intent, cp kv.Attempt, v Verdict) Decision {
+func redispatch(f Facts, rec kv.Intent, cp kv.Attempt, v Finding) Decision {
 	cp.Status, cp.FinishedAtMs = v.AttemptStatus, f.Now
 	rec.Reopen(f.Now)
 	w := kv.IntentWrites{Record: &rec, Attempt: &cp, CancelTimer: true, Indeterminate: -1, SinceMs: f.Now}
@@ -291,7 +289,7 @@ func (r Rules) early(rec kv.Intent, nowMs int64) time.Duration {
 // finish records an attempt's verdict: the attempt finished, the new
 // receipt linked to the previous one, the next poll or its end, and the
 // indeterminate index; then the outcome for every proposal.
-func finish(f Facts, rec kv.Intent, cp kv.Attempt, v Verdict, r Rules) Decision {
+func finish(f Facts, rec kv.Intent, cp kv.Attempt, v Finding, r Rules) Decision {
 	prev := rec.Receipt
 	link := &schema.ReceiptReconcileRef{AttemptID: cp.AttemptID, PreviousReceiptID: prev.ReceiptID}
 	rc := rec.Settle(v.Verdict, AttemptStep(cp.AttemptID), link, nil, f.Now)
@@ -306,7 +304,7 @@ func finish(f Facts, rec kv.Intent, cp kv.Attempt, v Verdict, r Rules) Decision 
 		w.Timer = &t
 	}
 	w.Indeterminate, w.SinceMs = IndexChange(prev, &rc), f.Now
-	return Decision{Writes: w, Outcomes: rec.Outcomes(f.Now), Events: v.Events, Activity: true, Verdict: &v}
+	return Decision{Writes: w, Outcomes: rec.Outcomes(f.Now), Events: v.Events, Activity: true, Finding: &v}
 }
 
 // AttemptStep is the receipt step of attempt attemptID (ReceiptID's input).

@@ -4,17 +4,35 @@ import (
 	"errors"
 	"slices"
 
-	"github.com/portcullis/portcullis/kv"
-
 	"github.com/portcullis/portcullis/internal/adapters"
-	"github.com/portcullis/portcullis/metrics"
+	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 )
 
-// Verdict is what one attempt (or the operator) established: the
+// Attempt statuses: what one attempt established, the provider's answer
+// or why there was none. Each is recorded on the attempt's checkpoint and
+// is the `status` label of actions_reconciliation_attempts_total (SPEC §7;
+// TestAttemptStatuses holds them to the metric's closed set).
+const (
+	AttemptConfirmed            = schema.ReplyConfirmed
+	AttemptRejected             = schema.ReplyRejected
+	AttemptFailedBeforeDispatch = schema.ReplyFailedBeforeDispatch
+	AttemptIndeterminate        = schema.ReplyIndeterminate
+	AttemptMalformed            = "malformed"
+	AttemptUnavailable          = "unavailable"
+	AttemptError                = "error"
+	AttemptReplayed             = "replayed" // a checkpointed attempt seen again: not queried twice
+)
+
+// AttemptStatuses lists every attempt status.
+func AttemptStatuses() []string {
+	return []string{AttemptConfirmed, AttemptRejected, AttemptFailedBeforeDispatch, AttemptIndeterminate, AttemptMalformed, AttemptUnavailable, AttemptError, AttemptReplayed}
+}
+
+// Finding is what one attempt (or the operator) established: the
 // receipt's verdict, and the attempt's status for
 // actions_reconciliation_attempts_total ("" for the operator).
-type Verdict struct {
+type Finding struct {
 	kv.Verdict
 	AttemptStatus string
 	// Operator names the operator who settled it (Operator verdicts only).
@@ -25,7 +43,7 @@ type Verdict struct {
 
 // Absent reports whether v concludes that the action had no effect: the
 // provider answered rejected or failed_before_dispatch.
-func Absent(v Verdict) bool {
+func Absent(v Finding) bool {
 	return v.Settled && v.Resolution == kv.ResolvedByProvider &&
 		(v.Status == schema.StatusRejected || v.Status == schema.StatusFailedBeforeDispatch)
 }
@@ -34,8 +52,8 @@ func Absent(v Verdict) bool {
 // verified (acknowledged by the provider) rather than reconciled.
 func Verifying(prev *schema.Receipt) bool { return prev.Status == schema.StatusAcknowledged }
 
-func base(prev *schema.Receipt) Verdict {
-	return Verdict{Verdict: kv.Verdict{Attempted: prev.DispatchAttempted, ProviderActionID: prev.ProviderActionID, EvidenceRefs: []string{}}}
+func base(prev *schema.Receipt) Finding {
+	return Finding{Verdict: kv.Verdict{Attempted: prev.DispatchAttempted, ProviderActionID: prev.ProviderActionID, EvidenceRefs: []string{}}}
 }
 
 // Decide maps attempt n (of maxAttempts) of verifying or reconciling prev
@@ -56,15 +74,15 @@ func base(prev *schema.Receipt) Verdict {
 // the provider did accept the action, and verification failing says nothing
 // new about it). After the last attempt either becomes terminal
 // RECONCILIATION_REQUIRED with the attempt's incident and RECONCILE_EXHAUSTED.
-func Decide(prev *schema.Receipt, reply schema.AdapterReply, err error, n, maxAttempts int) Verdict {
+func Decide(prev *schema.Receipt, reply schema.AdapterReply, err error, n, maxAttempts int) Finding {
 	v := base(prev)
 	if err != nil {
-		status, code := metrics.AttemptError, schema.CodeReconcileError
+		status, code := AttemptError, schema.CodeReconcileError
 		switch {
 		case errors.Is(err, adapters.ErrNotInvoked):
-			status, code = metrics.AttemptUnavailable, schema.CodeReconcileUnavailable
+			status, code = AttemptUnavailable, schema.CodeReconcileUnavailable
 		case errors.Is(err, adapters.ErrMalformedReply):
-			status, code = metrics.AttemptMalformed, schema.CodeMalformedAdapterResult
+			status, code = AttemptMalformed, schema.CodeMalformedAdapterResult
 		}
 		return unknown(v, prev, status, code, "", n, maxAttempts)
 	}
@@ -88,7 +106,7 @@ func Decide(prev *schema.Receipt, reply schema.AdapterReply, err error, n, maxAt
 		i := schema.NewIncident(schema.PhaseDispatch, schema.CodeProviderFailedBeforeDispatch)
 		inc = &i
 	default: // indeterminate: the adapters refuse any other outcome as malformed
-		return unknown(v, prev, metrics.AttemptIndeterminate, schema.CodeProviderIndeterminate, reply.ErrorCode, n, maxAttempts)
+		return unknown(v, prev, AttemptIndeterminate, schema.CodeProviderIndeterminate, reply.ErrorCode, n, maxAttempts)
 	}
 	v.NextAction, v.Settled, v.AttemptStatus = schema.NextNone, true, reply.Outcome
 	v.Resolution = kv.ResolvedByProvider
@@ -110,7 +128,7 @@ func Decide(prev *schema.Receipt, reply schema.AdapterReply, err error, n, maxAt
 // no earlier than notBeforeMs. This attempt never exhausts reconciliation,
 // even as the last one: an answer it could not yet believe is not an
 // answer that could not tell.
-func Early(prev *schema.Receipt, reply schema.AdapterReply, n int, notBeforeMs int64) Verdict {
+func Early(prev *schema.Receipt, reply schema.AdapterReply, n int, notBeforeMs int64) Finding {
 	v := unknown(base(prev), prev, reply.Outcome, schema.CodeProviderIndeterminate, reply.ErrorCode, n, n+1)
 	v.NotBeforeMs = notBeforeMs
 	return v
@@ -119,18 +137,18 @@ func Early(prev *schema.Receipt, reply schema.AdapterReply, n int, notBeforeMs i
 // Replayed is the verdict of attempt n found started but unfinished (the
 // processor stopped while the provider was being asked): the provider is
 // not asked again, and the attempt counts as RECONCILE_ERROR.
-func Replayed(prev *schema.Receipt, n, maxAttempts int) Verdict {
-	return unknown(base(prev), prev, metrics.AttemptReplayed, schema.CodeReconcileError, "", n, maxAttempts)
+func Replayed(prev *schema.Receipt, n, maxAttempts int) Finding {
+	return unknown(base(prev), prev, AttemptReplayed, schema.CodeReconcileError, "", n, maxAttempts)
 }
 
 // Abandoned is the verdict of attempt n that the stage gave up on before
 // asking the provider (its store or stream kept failing): RECONCILE_ERROR,
 // so that polling moves on instead of stopping silently.
-func Abandoned(prev *schema.Receipt, n, maxAttempts int) Verdict {
-	return unknown(base(prev), prev, metrics.AttemptError, schema.CodeReconcileError, "", n, maxAttempts)
+func Abandoned(prev *schema.Receipt, n, maxAttempts int) Finding {
+	return unknown(base(prev), prev, AttemptError, schema.CodeReconcileError, "", n, maxAttempts)
 }
 
-func unknown(v Verdict, prev *schema.Receipt, status string, code schema.Code, providerCode string, n, maxAttempts int) Verdict {
+func unknown(v Finding, prev *schema.Receipt, status string, code schema.Code, providerCode string, n, maxAttempts int) Finding {
 	inc := schema.NewIncident(schema.PhaseReconciliation, code)
 	v.AttemptStatus = status
 	v.ErrorCode = providerCode
@@ -158,7 +176,7 @@ func unknown(v Verdict, prev *schema.Receipt, status string, code schema.Code, p
 // incident (nothing failed); OPERATOR_RESOLVED goes out as an event and is
 // the receipt's error_code, so that every reader can tell an operator's
 // settlement from a provider's; the receipt names the operator.
-func Operator(prev *schema.Receipt, present bool, evidenceRef, operator string) Verdict {
+func Operator(prev *schema.Receipt, present bool, evidenceRef, operator string) Finding {
 	v := base(prev)
 	v.Operator = operator
 	v.Status = schema.StatusRejected

@@ -132,7 +132,7 @@ func TestDecide(t *testing.T) {
 }
 
 func TestReplayedAndAbandoned(t *testing.T) {
-	for _, f := range []func(*schema.Receipt, int, int) reconciliation.Verdict{reconciliation.Replayed, reconciliation.Abandoned} {
+	for _, f := range []func(*schema.Receipt, int, int) reconciliation.Finding{reconciliation.Replayed, reconciliation.Abandoned} {
 		v := f(prevReceipt(schema.StatusReconciliationRequired), 1, 3)
 		if v.Status != schema.StatusReconciliationRequired || v.ErrorCode != string(schema.CodeReconcileError) || v.Settled || v.Exhausted {
 			t.Errorf("%+v", v)
@@ -165,5 +165,17 @@ func TestOperatorVerdict(t *testing.T) {
 	}
 	if v := reconciliation.Decide(prev, schema.AdapterReply{Outcome: schema.ReplyConfirmed}, nil, 1, 3); v.Operator != "" {
 		t.Errorf("a provider's answer names an operator: %q", v.Operator)
+	}
+}
+
+// TestAttemptStatuses: the words an attempt records are exactly the closed
+// label set of actions_reconciliation_attempts_total, so that no attempt
+// counts under a label the metric did not pre-create.
+func TestAttemptStatuses(t *testing.T) {
+	got, want := reconciliation.AttemptStatuses(), metrics.AttemptStatuses()
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("attempt statuses %v, metric labels %v", got, want)
 	}
 }
