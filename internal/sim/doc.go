@@ -3,7 +3,7 @@
 // dispatch.Step and reconciliation.Step, in shells that mirror
 // stages/dispatch and stages/reconciliation's Stage.run (lock, load, step,
 // commit, call, step again, reload on a conflict), against a simulated
-// shared journal (compare-and-set per fingerprint, held to the journaltest
+// shared journal (compare-and-set per fingerprint, held to the kvtest
 // conformance suite), a simulated work queue (ack wait, redelivery,
 // RetryAfter, give-up after the runner's limits), timers armed before the
 // commit and never cancelled (timers.Schedules), the held-envelope stream

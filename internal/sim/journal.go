@@ -17,7 +17,7 @@ import (
 // through its own kvjs.Journal.
 //
 // What it models, faithfully to kv.Journal's contract (and checked by
-// the journaltest conformance suite, TestJournalConformance): a record per
+// the kvtest journal conformance suite, TestJournalConformance): a record per
 // fingerprint with a revision; Commit is a compare-and-set against the
 // revision the first Load under Lock returned (none: expects no record),
 // and a commit that loses changes nothing but what is harmless on its own

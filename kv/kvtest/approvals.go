@@ -1,5 +1,6 @@
-// Package approvalstest is the conformance suite every kv.Approvals
-// backend passes: the single-node Pebble store and any replicated one.
+// RunApprovals is the conformance suite every kv.Approvals backend
+// passes: the single-node Pebble store and any replicated one.
+
 package kvtest
 
 import (

@@ -1,6 +1,12 @@
-// Package leaderkvtest opens shared buckets for tests the way processors
-// do, each on a connection of its own, and holds checks the conformance
-// suites of the stores built on them share.
+// Package kvtest holds the conformance suites every backend of a kv store
+// interface passes — RunJournal (kv.Journal), RunApprovals
+// (kv.Approvals) — run by each backend's tests on a real Pebble in a
+// temporary directory and on real shared buckets (kv/jetstream), and the
+// helpers they share: OpenBucket opens shared buckets for tests the way
+// processors do, each on a connection of its own.
+//
+// It imports kv and its backends for tests; no production package imports
+// it.
 package kvtest
 
 import (
@@ -38,7 +44,7 @@ func OpenBucket(t testing.TB, url string, b kvjs.Bucket) (jetstream.JetStream, j
 			return js, kv
 		}
 		if !kvjs.Unanswered(err) && !kvjs.NoPeers(err) || time.Now().After(deadline) {
-			t.Fatalf("leaderkvtest: bucket %s: %v", b.Name, err)
+			t.Fatalf("kvtest: bucket %s: %v", b.Name, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

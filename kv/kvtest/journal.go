@@ -1,11 +1,12 @@
-// Package journaltest is the conformance suite every kv.Journal backend
-// passes: the single-node Pebble journal and the replicated one.
+// RunJournal is the conformance suite every kv.Journal backend passes:
+// the single-node Pebble journal and the replicated one.
 //
 // Every write follows the protocol the stages follow: Lock, Load, decide,
 // Commit. The conflict cases hold for both kinds of backend: a journal
 // whose instances exclude each other with Lock (Pebble: one store, one
 // lock table) and a shared one whose Commit is a compare-and-set (two
 // processors, each with its own instance).
+
 package kvtest
 
 import (
