@@ -1,0 +1,303 @@
+package rules
+
+import (
+	"fmt"
+	"go/types"
+	"sort"
+	"strings"
+)
+
+// Module is the module path; rules name packages relative to it.
+const Module = "github.com/portcullis/portcullis"
+
+// A Layer is a set of packages, named by path relative to Module: "a/b" is
+// that package, "a/b/..." is a/b and every package below it. A package
+// belongs to the layer of its most specific pattern.
+type Layer struct {
+	Name     string
+	Packages []string
+}
+
+// Layers lists the module bottom-up, as docs/development.md draws it. A
+// package may import packages of its own layer and of the layers below.
+var Layers = []Layer{
+	{"wire", []string{
+		"schema/...", "subjects", "fingerprint", "internal/version",
+		"internal/keyfile", "internal/seal", "internal/trust", "internal/fault",
+		"internal/natscluster", "internal/policy", "internal/disclosure",
+		"internal/adapters", "internal/fixtures",
+	}},
+	{"configuration, metrics, clients", []string{
+		"internal/config", "internal/natsauth", "metrics", "client",
+	}},
+	{"state", []string{
+		"kv/...", "internal/leaderkv/...", "internal/journal/...",
+		"internal/approvals/...", "internal/activity", "internal/timers",
+		"internal/retention",
+	}},
+	{"pipeline", []string{"stages/..."}},
+	{"assembly and operator API", []string{
+		"internal/engine", "internal/admin", "internal/console",
+		"internal/migrate", "internal/sim",
+	}},
+	{"front ends and test harness", []string{
+		"internal/mcp", "internal/demo", "internal/bench", "testenv/...",
+		"internal/testenv/...",
+	}},
+	{"commands and system tests", []string{
+		"cmd/...", "internal/crashtest", "internal/clustertest",
+		"internal/attack", "internal/rules",
+	}},
+}
+
+// Backends are the storage backends and what they are built from: a stage
+// reaches state through the kv interfaces only.
+var Backends = []string{
+	"kv/pebble/...", "kv/jetstream/...", "kv/internal/...",
+	"internal/leaderkv/...", "github.com/cockroachdb/pebble/...",
+}
+
+// Operator is the operator code: it reads and settles state, never
+// running a stage's logic itself.
+var Operator = []string{"internal/admin/...", "internal/console/..."}
+
+// A Package is one node of the import graph: its path relative to Module
+// and the paths it imports (module packages relative, others in full).
+type Package struct {
+	Path    string
+	Imports []string
+}
+
+// Rel returns p relative to Module, or p unchanged when it is outside.
+func Rel(p string) string {
+	if p == Module {
+		return "."
+	}
+	return strings.TrimPrefix(p, Module+"/")
+}
+
+// match reports how specifically pattern names path: 0 not at all, else
+// the pattern's length plus one for an exact match (so "a/b" beats
+// "a/...").
+func match(pattern, path string) int {
+	if base, ok := strings.CutSuffix(pattern, "/..."); ok {
+		if path == base || strings.HasPrefix(path, base+"/") {
+			return len(base)
+		}
+		return 0
+	}
+	if path == pattern {
+		return len(pattern) + 1
+	}
+	return 0
+}
+
+func matchesAny(patterns []string, path string) bool {
+	for _, p := range patterns {
+		if match(p, path) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// LayerOf returns the index into layers of path's layer, or -1.
+func LayerOf(layers []Layer, path string) int {
+	best, at := 0, -1
+	for i, l := range layers {
+		for _, p := range l.Packages {
+			if m := match(p, path); m > best {
+				best, at = m, i
+			}
+		}
+	}
+	return at
+}
+
+// stageOf returns the stage a package belongs to ("dispatch" for
+// stages/dispatch and below), or "" for the runner and everything else.
+func stageOf(path string) string {
+	rest, ok := strings.CutPrefix(path, "stages/")
+	if !ok {
+		return ""
+	}
+	name, _, _ := strings.Cut(rest, "/")
+	return name
+}
+
+// Check returns every violation of the import rules in graph, sorted:
+// packages in no layer, upward imports, a stage importing another stage or
+// a backend, operator code importing a stage.
+func Check(layers []Layer, graph []Package) []string {
+	var out []string
+	inModule := map[string]bool{}
+	for _, p := range graph {
+		inModule[p.Path] = true
+	}
+	for _, p := range graph {
+		from := LayerOf(layers, p.Path)
+		if from < 0 {
+			out = append(out, fmt.Sprintf("%s: in no layer: add it to rules.Layers and to docs/development.md's layout", p.Path))
+		}
+		stage := stageOf(p.Path)
+		for _, imp := range p.Imports {
+			if inModule[imp] && from >= 0 {
+				if to := LayerOf(layers, imp); to > from {
+					out = append(out, fmt.Sprintf("%s (%s) imports %s (%s): upward", p.Path, layers[from].Name, imp, layers[to].Name))
+				}
+			}
+			if stage != "" {
+				if other := stageOf(imp); other != "" && other != stage {
+					out = append(out, fmt.Sprintf("%s imports %s: a stage imports no other stage (its successor comes from the pipeline table)", p.Path, imp))
+				}
+				if matchesAny(Backends, imp) {
+					out = append(out, fmt.Sprintf("%s imports %s: a stage imports no storage backend (only the kv interfaces)", p.Path, imp))
+				}
+			}
+			if matchesAny(Operator, p.Path) && stageOf(imp) != "" {
+				out = append(out, fmt.Sprintf("%s imports %s: operator code imports no stage", p.Path, imp))
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Public reports whether a module package is public: it has no internal
+// path element and is not a command.
+func Public(path string) bool {
+	for _, el := range strings.Split(path, "/") {
+		if el == "internal" {
+			return false
+		}
+	}
+	return match("cmd/...", path) == 0
+}
+
+// Exposed returns, sorted, every exported declaration of pkg whose type
+// names a type of an internal package: "Decl: names pkg/path.Type". A
+// named type from elsewhere is not looked into (its own package answers
+// for it), only its type arguments.
+func Exposed(pkg *types.Package) []string {
+	var out []string
+	seen := map[string]bool{}
+	report := func(decl string, t types.Type) {
+		for _, n := range internalNames(t) {
+			if line := decl + ": names " + n; !seen[line] {
+				seen[line] = true
+				out = append(out, line)
+			}
+		}
+	}
+	scope := pkg.Scope()
+	for _, name := range scope.Names() {
+		obj := scope.Lookup(name)
+		if !obj.Exported() {
+			continue
+		}
+		switch o := obj.(type) {
+		case *types.TypeName:
+			if o.IsAlias() {
+				report(name, o.Type())
+				continue
+			}
+			named, ok := o.Type().(*types.Named)
+			if !ok {
+				continue
+			}
+			report(name, exportedPart(named.Underlying()))
+			for i := 0; i < named.NumMethods(); i++ {
+				if m := named.Method(i); m.Exported() {
+					report(name+"."+m.Name(), m.Type())
+				}
+			}
+		default:
+			report(name, obj.Type())
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// exportedPart returns the part of a type's definition a user can see:
+// a struct's exported fields only; anything else whole.
+func exportedPart(t types.Type) types.Type {
+	s, ok := t.(*types.Struct)
+	if !ok {
+		return t
+	}
+	var fields []*types.Var
+	for i := 0; i < s.NumFields(); i++ {
+		if f := s.Field(i); f.Exported() {
+			fields = append(fields, f)
+		}
+	}
+	return types.NewStruct(fields, nil)
+}
+
+func internalNames(t types.Type) []string {
+	var out []string
+	visited := map[types.Type]bool{}
+	var walk func(types.Type)
+	walk = func(t types.Type) {
+		if t == nil || visited[t] {
+			return
+		}
+		visited[t] = true
+		switch t := t.(type) {
+		case *types.Named:
+			if obj := t.Obj(); obj.Pkg() != nil && !Public(Rel(obj.Pkg().Path())) && strings.HasPrefix(obj.Pkg().Path(), Module+"/") {
+				out = append(out, obj.Pkg().Path()+"."+obj.Name())
+			}
+			for i := 0; i < t.TypeArgs().Len(); i++ {
+				walk(t.TypeArgs().At(i))
+			}
+		case *types.Alias:
+			walk(types.Unalias(t))
+		case *types.Pointer:
+			walk(t.Elem())
+		case *types.Slice:
+			walk(t.Elem())
+		case *types.Array:
+			walk(t.Elem())
+		case *types.Chan:
+			walk(t.Elem())
+		case *types.Map:
+			walk(t.Key())
+			walk(t.Elem())
+		case *types.Signature:
+			walk(t.Params())
+			walk(t.Results())
+			if tp := t.TypeParams(); tp != nil {
+				for i := 0; i < tp.Len(); i++ {
+					walk(tp.At(i).Constraint())
+				}
+			}
+		case *types.Tuple:
+			for i := 0; i < t.Len(); i++ {
+				walk(t.At(i).Type())
+			}
+		case *types.Struct:
+			for i := 0; i < t.NumFields(); i++ {
+				walk(t.Field(i).Type())
+			}
+		case *types.Interface:
+			for i := 0; i < t.NumMethods(); i++ {
+				if m := t.Method(i); m.Exported() {
+					walk(m.Type())
+				}
+			}
+			for i := 0; i < t.NumEmbeddeds(); i++ {
+				walk(t.EmbeddedType(i))
+			}
+		case *types.Union:
+			for i := 0; i < t.Len(); i++ {
+				walk(t.Term(i).Type())
+			}
+		case *types.TypeParam:
+			walk(t.Constraint())
+		}
+	}
+	walk(t)
+	return out
+}
