@@ -42,7 +42,7 @@ var Layers = []Layer{
 	}},
 	{"front ends and test harness", []string{
 		"internal/mcp", "internal/demo", "internal/bench", "testenv/...",
-		"internal/testenv/...",
+		"internal/testenv/...", "internal/history",
 	}},
 	{"commands and system tests", []string{
 		"cmd/...", "internal/crashtest", "internal/clustertest",
@@ -60,6 +60,13 @@ var Backends = []string{
 // Operator is the operator code: it reads and settles state, never
 // running a stage's logic itself.
 var Operator = []string{"internal/admin/...", "internal/console/..."}
+
+// Known are the violations the module still has, each exactly as Check or
+// Exposed words it: a ratchet, not a waiver. TestModule fails on any
+// violation not listed here, and on any listed one that is gone (remove it
+// then), so the list only shrinks. What is left and why is in
+// docs/development.md ("Rules that keep the layout").
+var Known = []string{}
 
 // A Package is one node of the import graph: its path relative to Module
 // and the paths it imports (module packages relative, others in full).
