@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/portcullis/portcullis/internal/activity"
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/policy"
@@ -246,7 +245,7 @@ type Parts struct {
 	// Admission are the admission stage's records. nil: on Store.
 	Admission admission.Records
 	Approvals kv.Approvals
-	Activity  *activity.Store
+	Activity  kv.Activity
 	// Adapters are the providers' adapters, by provider name.
 	Adapters map[string]adapters.Adapter
 	// Routes are every stage's route, by name.

@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/portcullis/portcullis/internal/activity"
 	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
@@ -35,7 +34,7 @@ type Stage struct {
 	// Intents reads the dispatch journal: a new proposal without a grant
 	// whose intent is dispatched already is answered from it. nil: never.
 	Intents  Intents
-	Activity *activity.Store // nil: no activity snapshots
+	Activity kv.Activity // nil: no activity snapshots
 	// Route: the stage's own stream (proposals and approval timers) in,
 	// the next stage out — for the grants consumer's decisions too.
 	Route stages.Route

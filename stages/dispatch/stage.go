@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/portcullis/portcullis/fingerprint"
-	"github.com/portcullis/portcullis/internal/activity"
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/disclosure"
 	"github.com/portcullis/portcullis/internal/fault"
@@ -38,7 +37,7 @@ type Stage struct {
 	Route    stages.Route
 	Clock    stages.Clock
 	Metrics  *metrics.Metrics
-	Activity *activity.Store
+	Activity kv.Activity
 	Log      *slog.Logger
 	// ReconcileInterval is the wait before the first reconciliation or
 	// verification poll.

@@ -11,7 +11,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/portcullis/portcullis/internal/activity"
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/fault"
 	"github.com/portcullis/portcullis/kv"
@@ -36,7 +35,7 @@ type Stage struct {
 	Route    stages.Route
 	Clock    stages.Clock
 	Metrics  *metrics.Metrics
-	Activity *activity.Store // nil: no activity snapshots
+	Activity kv.Activity // nil: no activity snapshots
 	Log      *slog.Logger
 	// Interval is reconciliation.interval: poll n waits Backoff(Interval, n).
 	Interval time.Duration
