@@ -106,7 +106,7 @@ func TestApprovalsProcessors(t *testing.T) {
 		if err := a.Commit(ref, kv.ApprovalWrites{Record: &r}); err != nil {
 			t.Fatal(err)
 		}
-		var won atomic.Int32
+		var won, loaded atomic.Int32
 		var wg sync.WaitGroup
 		start := make(chan struct{})
 		for i, s := range []kv.Approvals{a, b, a, b} {
@@ -118,6 +118,7 @@ func TestApprovalsProcessors(t *testing.T) {
 					t.Errorf("Load: %v %v", found, err)
 					return
 				}
+				loaded.Add(1)
 				<-start
 				if !rec.Parked() {
 					return // decided before this one loaded
@@ -131,9 +132,10 @@ func TestApprovalsProcessors(t *testing.T) {
 				}
 			})
 		}
-		// Let every goroutine load (the ones that wait on a Lock load
-		// after the winner committed and see it decided).
-		time.Sleep(20 * time.Millisecond)
+		// Both processors have loaded the parked record before either
+		// commits (the second goroutine of each waits on its Lock, and
+		// loads after the winner committed: it sees it decided).
+		testenv.WaitFor(t, "a loader on each processor", func() bool { return loaded.Load() >= 2 })
 		close(start)
 		wg.Wait()
 		if won.Load() != 1 {
