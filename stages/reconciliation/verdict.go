@@ -9,26 +9,6 @@ import (
 	"github.com/portcullis/portcullis/schema"
 )
 
-// Attempt statuses: what one attempt established, the provider's answer
-// or why there was none. Each is recorded on the attempt's checkpoint and
-// is the `status` label of actions_reconciliation_attempts_total (SPEC §7;
-// TestAttemptStatuses holds them to the metric's closed set).
-const (
-	AttemptConfirmed            = schema.ReplyConfirmed
-	AttemptRejected             = schema.ReplyRejected
-	AttemptFailedBeforeDispatch = schema.ReplyFailedBeforeDispatch
-	AttemptIndeterminate        = schema.ReplyIndeterminate
-	AttemptMalformed            = "malformed"
-	AttemptUnavailable          = "unavailable"
-	AttemptError                = "error"
-	AttemptReplayed             = "replayed" // a checkpointed attempt seen again: not queried twice
-)
-
-// AttemptStatuses lists every attempt status.
-func AttemptStatuses() []string {
-	return []string{AttemptConfirmed, AttemptRejected, AttemptFailedBeforeDispatch, AttemptIndeterminate, AttemptMalformed, AttemptUnavailable, AttemptError, AttemptReplayed}
-}
-
 // Finding is what one attempt (or the operator) established: the
 // receipt's verdict, and the attempt's status for
 // actions_reconciliation_attempts_total ("" for the operator).

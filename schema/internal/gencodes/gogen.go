@@ -138,24 +138,39 @@ func metricsGo() ([]byte, error) {
 	var w goWriter
 	w.WriteString(header)
 	w.p("package metrics\n\nimport \"github.com/portcullis/portcullis/schema\"\n")
-	labels := func(doc, list, listDoc string, ls []label) {
-		w.p("%s\nconst (", doc)
-		var names []string
-		for _, l := range ls {
-			v := fmt.Sprintf("%q", l.Value)
-			if l.Expr != "" {
-				v = l.Expr
-			}
-			c := ""
-			if l.Doc != "" {
-				c = " // " + l.Doc
-			}
-			w.p("\t%s = %s%s", l.Const, v, c)
-			names = append(names, l.Const)
-		}
-		w.p(")\n\n%s\nfunc %s() []string {\n\treturn []string{%s}\n}\n", listDoc, list, strings.Join(names, ", "))
-	}
-	labels("// Results of one stage message (label `result`).", "Results", "// Results lists the closed set of stage results.", results)
-	labels("// Reconciliation attempt statuses (label `status`): the provider's answer,\n// or why there was none.", "AttemptStatuses", "// AttemptStatuses lists the closed set of attempt statuses.", attemptStatuses)
+	w.labels("// Results of one stage message (label `result`).", "Results", "// Results lists the closed set of stage results.", results)
+	w.labels("// Reconciliation attempt statuses (label `status`): the provider's answer,\n// or why there was none.", "AttemptStatuses", "// AttemptStatuses lists the closed set of attempt statuses.", attemptStatuses)
 	return w.format()
+}
+
+// reconciliationGo is stages/reconciliation/status_gen.go: the words an
+// attempt records on its checkpoint, which are the `status` label of
+// actions_reconciliation_attempts_total — the same set as metrics', from
+// the same table, so that the stage names no metrics package.
+func reconciliationGo() ([]byte, error) {
+	var w goWriter
+	w.WriteString(header)
+	w.p("package reconciliation\n\nimport \"github.com/portcullis/portcullis/schema\"\n")
+	w.labels("// Attempt statuses: what one attempt established, the provider's answer\n// or why there was none, recorded on the attempt's checkpoint; each is\n// the `status` label of actions_reconciliation_attempts_total (SPEC §7).", "AttemptStatuses", "// AttemptStatuses lists every attempt status.", attemptStatuses)
+	return w.format()
+}
+
+// labels writes a closed label set: its constants and the function that
+// lists them.
+func (w *goWriter) labels(doc, list, listDoc string, ls []label) {
+	w.p("%s\nconst (", doc)
+	var names []string
+	for _, l := range ls {
+		v := fmt.Sprintf("%q", l.Value)
+		if l.Expr != "" {
+			v = l.Expr
+		}
+		c := ""
+		if l.Doc != "" {
+			c = " // " + l.Doc
+		}
+		w.p("\t%s = %s%s", l.Const, v, c)
+		names = append(names, l.Const)
+	}
+	w.p(")\n\n%s\nfunc %s() []string {\n\treturn []string{%s}\n}\n", listDoc, list, strings.Join(names, ", "))
 }
