@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"cmp"
 	"fmt"
 
 	"github.com/portcullis/portcullis/schema"
@@ -104,4 +105,10 @@ type Approvals interface {
 	// block (a metrics scrape reads it): a backend keeps it current as
 	// records change rather than counting on demand.
 	Count() int
+}
+
+// CompareParked is the order in which every backend's Parked lists parked
+// approvals: the soonest to expire first, then by host and proposal id.
+func CompareParked(aExpiresAtMs int64, a schema.ProposalRef, bExpiresAtMs int64, b schema.ProposalRef) int {
+	return cmp.Or(cmp.Compare(aExpiresAtMs, bExpiresAtMs), cmp.Compare(a.Host, b.Host), cmp.Compare(a.ProposalID, b.ProposalID))
 }

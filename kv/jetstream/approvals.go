@@ -1,7 +1,6 @@
 package jetstream
 
 import (
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -277,7 +276,7 @@ func (r *Approvals) Parked(limit int) ([]kv.Approval, int, error) {
 	}
 	r.cmu.Unlock()
 	slices.SortFunc(idx, func(a, b parkedEntry) int {
-		return cmp.Or(cmp.Compare(a.expiresAtMs, b.expiresAtMs), cmp.Compare(a.ref.Host, b.ref.Host), cmp.Compare(a.ref.ProposalID, b.ref.ProposalID))
+		return kv.CompareParked(a.expiresAtMs, a.ref, b.expiresAtMs, b.ref)
 	})
 	out := []kv.Approval{}
 	for _, e := range idx {

@@ -1,7 +1,6 @@
 package pebble
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -97,7 +96,7 @@ func (p *Approvals) Parked(limit int) ([]kv.Approval, int, error) {
 		return nil, 0, fmt.Errorf("approvals: parked: %w", err)
 	}
 	slices.SortFunc(idx, func(a, b Parked) int {
-		return cmp.Or(cmp.Compare(a.ExpiresAtMs, b.ExpiresAtMs), cmp.Compare(a.Ref.Host, b.Ref.Host), cmp.Compare(a.Ref.ProposalID, b.Ref.ProposalID))
+		return kv.CompareParked(a.ExpiresAtMs, a.Ref, b.ExpiresAtMs, b.Ref)
 	})
 	out := []kv.Approval{}
 	for _, e := range idx {
