@@ -374,16 +374,22 @@ func (r *Runner) Run(ctx, workCtx context.Context) error {
 		errOnce  sync.Once
 		runErr   error
 	)
-	for _, it := range its {
+	for i, it := range its {
 		fetchers.Go(func() {
+			gone := 0 // heartbeat misses in a row with the consumer not found
 			for {
 				m, err := it.Next()
 				if errors.Is(err, jetstream.ErrNoHeartbeat) {
-					// The consumer's server went away or its leader moved
-					// (SPEC §6: never a reason to stop). The iterator pulls
-					// again by itself.
-					r.log.Warn("consumer heartbeats missed; pulling again", "err", err)
-					continue
+					if gone = runOf(gone, consumerGone(ctx, cons[i])); gone < 2 {
+						// The consumer's server went away or its leader
+						// moved (SPEC §6: never a reason to stop). The
+						// iterator pulls again by itself.
+						r.log.Warn("consumer heartbeats missed; pulling again", "err", err)
+						continue
+					}
+					// Deleted under it (said twice, a pull apart): the
+					// iterator may only ever see its pulls go unanswered.
+					err = fmt.Errorf("%w: %w", err, jetstream.ErrConsumerNotFound)
 				}
 				if err != nil {
 					if !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
@@ -441,6 +447,24 @@ type inputKey struct {
 }
 
 func keyOf(in *Input) inputKey { return inputKey{in.Stream, in.StreamSeq} }
+
+// consumerGone reports whether JetStream says c no longer exists — not
+// merely that it did not answer, which an outage or a leader election
+// also looks like.
+func consumerGone(ctx context.Context, c jetstream.Consumer) bool {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, err := c.Info(ctx)
+	return errors.Is(err, jetstream.ErrConsumerNotFound)
+}
+
+// runOf counts a run: n+1 while ok holds, else 0.
+func runOf(n int, ok bool) int {
+	if ok {
+		return n + 1
+	}
+	return 0
+}
 
 // liveSet is every input held, by key, for the heartbeats and to recognise
 // a redelivery of one that is still held.
