@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/portcullis/portcullis/internal/engine"
 )
 
 // ServerOptions are the embedded server's settings as the bench runs them
@@ -22,6 +24,7 @@ func ServerOptions(storeDir string, syncAlways bool, maxPayload int32) *server.O
 	return &server.Options{
 		ServerName: "portcullis", Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true,
 		StoreDir: storeDir, SyncAlways: syncAlways, NoSigs: true, NoLog: true, MaxPayload: maxPayload,
+		JetStreamMaxStore: engine.EmbeddedMaxStore,
 	}
 }
 

@@ -187,6 +187,11 @@ func (p *Processor) startServer(processorKey string) error {
 		NoSigs:     true,
 		NoLog:      true,
 		MaxPayload: EmbeddedMaxPayload(p.cfg),
+		// The streams' budgets are reservations against this limit, not
+		// space used; left unset, it is 75 % of the disk free at start,
+		// and the default budgets (about 10 GiB) refuse to be created on
+		// a disk with less than about 14 GiB free.
+		JetStreamMaxStore: EmbeddedMaxStore,
 	}
 	if n.Auth {
 		// Every role its own account, the processor's with JetStream
@@ -275,6 +280,13 @@ func (l *startLog) Warnf(string, ...any)   {}
 func (l *startLog) Errorf(string, ...any)  {}
 func (l *startLog) Debugf(string, ...any)  {}
 func (l *startLog) Tracef(string, ...any)  {}
+
+// EmbeddedMaxStore is the embedded server's JetStream file store limit,
+// nats-server's own upper bound. Every stream Portcullis creates has a
+// byte budget (streams.*_max_bytes) that JetStream reserves against it;
+// what the disk must hold is what the streams store, which their
+// retention bounds.
+const EmbeddedMaxStore = 1 << 40
 
 // EmbeddedMaxPayload is the embedded server's max_payload for c: the
 // largest proposal with its headers, and at least the nats-server default.

@@ -75,6 +75,8 @@ func New(dir string, o Options) (*Cluster, error) {
 listen: "127.0.0.1:%d"
 jetstream {
   store_dir: %q%s
+  # streams' budgets are reservations, not space used (engine.EmbeddedMaxStore)
+  max_file_store: 1099511627776
 }
 cluster {
   name: %q

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/portcullis/portcullis/internal/engine"
 	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/schema"
 )
@@ -126,5 +127,17 @@ func TestQuiesceSeesMessagesTheConsumerDoesNotKnowYet(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+	}
+}
+
+// TestServerStoreLimit: the test servers, like the processor's embedded
+// one, reserve the streams' byte budgets against an explicit store limit,
+// not against 75 % of the disk free at start (the default budgets, about
+// 10 GiB, could not be created on a disk with less than about 14 GiB free:
+// every test failed with "insufficient storage resources available").
+func TestServerStoreLimit(t *testing.T) {
+	s := testenv.StartServer(t, "")
+	if got := s.JetStreamConfig().MaxStore; got != engine.EmbeddedMaxStore {
+		t.Fatalf("JetStream max store %d, want %d", got, engine.EmbeddedMaxStore)
 	}
 }

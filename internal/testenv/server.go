@@ -42,6 +42,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/portcullis/portcullis/internal/engine"
 	"github.com/portcullis/portcullis/internal/natsauth"
 )
 
@@ -60,6 +61,9 @@ func StartServer(t testing.TB, dir string) *server.Server {
 		StoreDir:  dir,
 		NoSigs:    true,
 		NoLog:     true,
+		// As the processor's embedded server: the streams' budgets are
+		// reservations, not space used (engine.EmbeddedMaxStore).
+		JetStreamMaxStore: engine.EmbeddedMaxStore,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -109,7 +113,7 @@ func (e *Env) startServer(t testing.TB, addr string) *server.Server {
 	if p == 0 {
 		p = server.RANDOM_PORT
 	}
-	opts := &server.Options{Host: host, Port: p, JetStream: true, StoreDir: e.serverDir, NoSigs: true, NoLog: true}
+	opts := &server.Options{Host: host, Port: p, JetStream: true, StoreDir: e.serverDir, NoSigs: true, NoLog: true, JetStreamMaxStore: engine.EmbeddedMaxStore}
 	if e.auth != nil {
 		e.auth.apply(t, opts)
 	}
