@@ -100,7 +100,7 @@ func TestNATSPermissionsPrintsTheBlock(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	conf := filepath.Join(dir, "server.conf")
-	if err := os.WriteFile(conf, []byte(fmt.Sprintf("port: -1\njetstream {\n  store_dir: %q\n}\n", filepath.Join(dir, "js"))+out), 0o600); err != nil {
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf("port: -1\njetstream {\n  store_dir: %q\n  max_file_store: 1099511627776\n}\n", filepath.Join(dir, "js"))+out), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	opts, err := server.ProcessConfigFile(conf)

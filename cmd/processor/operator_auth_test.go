@@ -237,7 +237,7 @@ func TestOperatorWithExactPermissions(t *testing.T) {
 	subj := subjects.Default()
 
 	srv, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoSigs: true,
+		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, JetStreamMaxStore: 1 << 40,
 		Nkeys: []*server.NkeyUser{{Nkey: procPub}, {Nkey: opPub, Permissions: operatorPermissions(subj, opPub)}},
 	})
 	if err != nil {

@@ -155,7 +155,7 @@ func TestSignedProposalThroughAnExternalServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	conf := filepath.Join(dir, "server.conf")
-	text := fmt.Sprintf("host: \"127.0.0.1\"\nport: -1\njetstream {\n  store_dir: %q\n}\n%s", filepath.Join(dir, "js"), block)
+	text := fmt.Sprintf("host: \"127.0.0.1\"\nport: -1\njetstream {\n  store_dir: %q\n  max_file_store: 1099511627776\n}\n%s", filepath.Join(dir, "js"), block)
 	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}

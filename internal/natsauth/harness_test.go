@@ -106,7 +106,7 @@ func serverOptions(t *testing.T, mode string, cfg *config.Config, subj subjects.
 			}
 		}
 		return &server.Options{
-			Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
+			Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), JetStreamMaxStore: 1 << 40,
 			Accounts: accounts, Nkeys: users,
 		}
 	case modeConfig:
@@ -125,7 +125,7 @@ func serverOptions(t *testing.T, mode string, cfg *config.Config, subj subjects.
 func parseBlock(t *testing.T, block string) *server.Options {
 	t.Helper()
 	dir := t.TempDir()
-	conf := fmt.Sprintf("host: \"127.0.0.1\"\nport: -1\njetstream {\n  store_dir: %q\n}\n%s", filepath.Join(dir, "js"), block)
+	conf := fmt.Sprintf("host: \"127.0.0.1\"\nport: -1\njetstream {\n  store_dir: %q\n  max_file_store: 1099511627776\n}\n%s", filepath.Join(dir, "js"), block)
 	path := filepath.Join(dir, "server.conf")
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)

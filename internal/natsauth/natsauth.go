@@ -451,7 +451,8 @@ func AccountsBlock(cfg *config.Config, subj subjects.Subjects, processorKey stri
 	b.WriteString("# nkey user has per-user permissions as a second layer. A user without\n")
 	b.WriteString("# `permissions` has full rights in its account: only the processor's own.\n")
 	b.WriteString("# `allow_responses` also forbids every other publish; keep it with its role.\n")
-	b.WriteString("# The server needs `jetstream { … }` too; keep these accounts as they are.\n")
+	b.WriteString("# The server needs `jetstream { … }` too, with max_file_store at least the sum\n")
+	b.WriteString("# of the streams' budgets (JetStream reserves them); keep these accounts as they are.\n")
 	b.WriteString("accounts {\n")
 	for i, a := range model {
 		if i > 0 {
