@@ -128,6 +128,42 @@ func TestDispatchBoundaries(t *testing.T) {
 	}
 }
 
+// Killed after the in-flight write (the request never left), then killed
+// again by the restart that declared the dispatch interrupted, between its
+// receipt and keeping the envelope for a redispatch: reconciliation hears
+// "never received" past the fence but finds no envelope to send again. It
+// waits for dispatch's input to be redelivered, which keeps the envelope,
+// and the intent is sent again: CONFIRMED, received once. Before the fix
+// the finding stood and the proposal ended FAILED_BEFORE_DISPATCH for a
+// crash (seen once in TestClusterSoak, soak-0002).
+func TestDispatchCrashBeforeKeepingTheEnvelope(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t, testenv.NotStarted(), fastReconcile)
+	conn := connector(t, env)
+	p1 := testenv.StartProcess(t, env.Config, fault.Env+"="+fault.DispatchAfterInFlight)
+	p1.WaitLog(t, "processor started")
+	prop, key := inventoryProposal(t, "prop-twice")
+	conn.publish(t, prop)
+	killedAt(t, p1)
+	p2 := testenv.StartProcess(t, env.Config, fault.Env+"="+fault.DispatchAfterReceipt)
+	killedAt(t, p2)
+	if conn.DeliveredFor(key) != 0 {
+		t.Fatal("the request reached the provider before the restarts; the test needs it lost")
+	}
+	p3 := testenv.StartProcess(t, env.Config)
+	p3.WaitLog(t, "processor started")
+	final := env.Recorder.Wait(t, "prop-twice", testenv.Terminal)
+	if final.Kind != schema.KindConfirmed {
+		t.Errorf("settled as %s %v, want CONFIRMED", final.Kind, final.Incidents)
+	}
+	if got := conn.DeliveredFor(key); got != 1 {
+		t.Errorf("provider received the fingerprint %d times, want 1", got)
+	}
+	conn.checkTruth(t)
+	p3.Terminate()
+	p3.Wait(30 * time.Second)
+}
+
 // A burst of distinct intents and repeats, with the processor SIGKILLed at
 // a random moment and restarted: no fingerprint reaches the provider twice
 // and every proposal ends.

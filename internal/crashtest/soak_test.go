@@ -161,6 +161,9 @@ func TestClusterSoak(t *testing.T) {
 		ended[o.Kind]++
 		if !o.Terminal {
 			t.Errorf("%s: no terminal outcome (last: %s)", id, o.Kind)
+		}
+		if o.Kind != schema.KindConfirmed {
+			// What the processors logged of it, shown if the test fails.
 			traceIntent(t, nodes, keys[id], id)
 		}
 	}

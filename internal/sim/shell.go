@@ -178,9 +178,9 @@ func (t *task) dispatchStep() {
 		}
 		env := f.Env
 		var hold func()
-		if d.Hold {
+		if d.Hold != "" {
 			hold = func() {
-				id := "held/" + kv.Hex(fp) + "/" + env.Proposal.ProposalID + "/" + strconv.Itoa(d.Writes.Record.Redispatches)
+				id := d.Hold
 				if !w.msgIDs[id] {
 					w.msgIDs[id] = true
 					w.held[kv.Hex(fp)] = schema.MustMarshal(*env)

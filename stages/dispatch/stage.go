@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -335,12 +334,11 @@ func (s *Stage) result(env *schema.Envelope, d Decision) stages.Result {
 	if d.Outcome != nil {
 		res.Outcomes = append([]schema.Outcome{*d.Outcome}, d.Others...)
 	}
-	if d.Hold {
+	if d.Hold != "" {
 		// Kept (sealed, under the intent's own subject) for a redispatch,
 		// should reconciliation learn the request never arrived.
-		hex := kv.Hex(env.Grounded.Fingerprint)
-		res.Next = append(res.Next, stages.Message{Subject: s.Route.Subjects.Held(hex), Data: schema.MustMarshal(*env),
-			MsgID: "held/" + hex + "/" + env.Proposal.ProposalID + "/" + strconv.Itoa(d.Writes.Record.Redispatches)})
+		res.Next = append(res.Next, stages.Message{Subject: s.Route.Subjects.Held(kv.Hex(env.Grounded.Fingerprint)),
+			Data: schema.MustMarshal(*env), MsgID: d.Hold})
 	}
 	if rc := d.Writes.Receipt; rc != nil {
 		fault.Hit(fault.DispatchAfterReceipt)

@@ -12,6 +12,7 @@ package dispatch
 
 import (
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/portcullis/portcullis/internal/adapters"
@@ -105,8 +106,9 @@ type Decision struct {
 	// Others are the outcomes of the intent's other proposals (a dispatch
 	// sent again after a lost one).
 	Others []schema.Outcome
-	// Hold: keep the envelope for a redispatch (see finish).
-	Hold     bool
+	// Hold, when not "", is the message id under which the shell keeps
+	// the envelope for a redispatch (see finish and HeldID).
+	Hold     string
 	Events   []schema.Incident
 	Activity *ActivityChange
 	Retry    time.Duration
@@ -166,6 +168,14 @@ func Step(f Facts, r Rules) Decision {
 		d := Decision{
 			Outcome:  outcome(rec.Outcome(ref, f.Now)),
 			Activity: &ActivityChange{Record: &rec},
+		}
+		if rec.Receipt.Status == schema.StatusReconciliationRequired && rec.LostInFlight() {
+			// The envelope is kept after the receipt is committed: a crash
+			// between the two leaves none, and reconciliation could not
+			// send the intent again should its request turn out lost. A
+			// redelivery keeps it again (the same message id: a duplicate
+			// if it was kept).
+			d.Hold = HeldID(rec.Fingerprint, ref.ProposalID, rec.Redispatches)
 		}
 		if len(rec.Proposals) != known {
 			d.Writes.Record = &rec
@@ -333,7 +343,7 @@ func finish(f Facts, rec kv.Intent, v kv.Verdict, step string, r Rules) Decision
 		Writes:   w,
 		Outcome:  outcome(rec.Outcome(f.Env.Ref(), f.Now)),
 		Others:   others,
-		Hold:     rec.LostInFlight(),
+		Hold:     hold(rec, f.Env.Proposal.ProposalID),
 		Verdict:  &v,
 		Activity: &ActivityChange{Record: &rec, Disclosed: disclosed},
 	}
@@ -399,6 +409,22 @@ func (c *ActivityChange) Apply(a *schema.Activity) {
 }
 
 func outcome(o schema.Outcome) *schema.Outcome { return &o }
+
+// HeldID is the message id under which the envelope of proposal
+// proposalID is kept for fingerprint fp after redispatches redispatches:
+// one per proposal and dispatch, so that keeping it again is a duplicate.
+func HeldID(fp, proposalID string, redispatches int) string {
+	return "held/" + kv.Hex(fp) + "/" + proposalID + "/" + strconv.Itoa(redispatches)
+}
+
+// hold is Decision.Hold for a receipt just settled on rec: the envelope
+// is kept when the effect is unknown for want of an answer.
+func hold(rec kv.Intent, proposalID string) string {
+	if !rec.LostInFlight() {
+		return ""
+	}
+	return HeldID(rec.Fingerprint, proposalID, rec.Redispatches)
+}
 
 // MapDispatch turns an adapter's dispatch answer into a verdict. A timeout
 // or an unknown error after the request may have been sent is

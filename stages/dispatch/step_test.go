@@ -378,3 +378,52 @@ func TestPhaseOfAndInterrupted(t *testing.T) {
 		t.Errorf("interrupted = %+v", v)
 	}
 }
+
+// The envelope is kept (Decision.Hold) whenever the latest receipt leaves
+// the effect unknown for want of an answer — when that receipt is written,
+// and again on every later delivery of a proposal of the intent: a crash
+// between the receipt's commit and keeping the envelope would otherwise
+// leave reconciliation nothing to send again, and a request lost in flight
+// would end its proposal FAILED_BEFORE_DISPATCH (seen once in the cluster
+// soak).
+func TestStepKeepsTheEnvelope(t *testing.T) {
+	unknown := func(code schema.Code, redispatches int) kv.Intent {
+		r := settled(schema.StatusReconciliationRequired)
+		r.DispatchCode, r.Redispatches = code, redispatches
+		return r
+	}
+	ref := envelope(false).Proposal.ProposalID
+	fp := envelope(false).Grounded.Fingerprint
+	cases := []struct {
+		name string
+		f    Facts
+		hold string
+	}{
+		{"a timeout's receipt", facts(func(f *Facts) { f.Dispatched, f.CallErr = true, adapters.ErrTimeout }), HeldID(fp, ref, 0)},
+		{"an interrupted dispatch's receipt", facts(func(f *Facts) { f.Record.State, f.Found = kv.StateInFlight, true }), HeldID(fp, ref, 0)},
+		{"a confirmed receipt", facts(func(f *Facts) { f.Dispatched, f.Reply = true, schema.AdapterReply{Outcome: "confirmed"} }), ""},
+		{"an indeterminate answer: the provider did receive it", facts(func(f *Facts) {
+			f.Dispatched, f.Reply = true, schema.AdapterReply{Outcome: "indeterminate"}
+		}), ""},
+		{"redelivered after a timeout's receipt: kept again", facts(func(f *Facts) {
+			f.Record, f.Found = unknown(schema.CodeAdapterTimeout, 0), true
+		}), HeldID(fp, ref, 0)},
+		{"redelivered after an interruption's receipt, sent again twice: kept again", facts(func(f *Facts) {
+			f.Record, f.Found = unknown(schema.CodeDispatchInterrupted, 2), true
+		}), HeldID(fp, ref, 2)},
+		{"redelivered, sent again too often", facts(func(f *Facts) {
+			f.Record, f.Found = unknown(schema.CodeAdapterTimeout, kv.MaxRedispatches), true
+		}), ""},
+		{"redelivered after a settled receipt", facts(func(f *Facts) {
+			f.Record, f.Found = unknown(schema.CodeAdapterTimeout, 0), true
+			f.Record.Settle(kv.Verdict{Status: schema.StatusConfirmed, NextAction: schema.NextNone, Attempted: true}, "reconcile/a", nil, nil, now-5)
+		}), ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if d := Step(c.f, rules); d.Hold != c.hold {
+				t.Fatalf("hold %q, want %q (decision %+v)", d.Hold, c.hold, d)
+			}
+		})
+	}
+}

@@ -68,6 +68,24 @@ type Rules struct {
 	ClockSkew time.Duration
 	// PollSubject is this stage's timer subject for a fingerprint's hex.
 	PollSubject func(hex string) string
+	// HeldWait is how long after a lost dispatch began its envelope may
+	// still be missing from the held stream (0: DefaultHeldWait): dispatch
+	// keeps it after committing the receipt, and a crash between the two
+	// leaves it to the redelivery of dispatch's input (dispatch.Step keeps
+	// it again). Until then a request found lost is not concluded.
+	HeldWait time.Duration
+}
+
+// DefaultHeldWait is Rules.HeldWait's default: many times the runner's ack
+// wait, after which dispatch's input has been redelivered unless the
+// processors were down.
+const DefaultHeldWait = 2 * time.Minute
+
+func (r Rules) heldWait() time.Duration {
+	if r.HeldWait > 0 {
+		return r.HeldWait
+	}
+	return DefaultHeldWait
 }
 
 // Decision is what the shell does for one step, in this order: commit
@@ -196,9 +214,16 @@ func Step(f Facts, r Rules) Decision {
 				return Decision{ReadHeld: true}
 			case f.Held != nil:
 				return redispatch(f, rec, cp, v)
+			case f.Now <= rec.InFlightAtMs+r.heldWait().Milliseconds():
+				// Not kept yet: the dispatch that found the effect unknown
+				// stopped between its receipt and keeping the envelope,
+				// and its input's redelivery keeps it. Concluding now
+				// would end the proposal for a crash (SPEC §6).
+				v = Early(rec.Receipt, f.Reply, n, f.Now+r.early(rec, f.Now).Milliseconds())
+			default:
+				// The envelope is gone (its stream's max_age): the
+				// finding stands.
 			}
-			// The envelope is gone (its stream's max_age): the finding
-			// stands.
 		}
 		return finish(f, rec, cp, v, r)
 	}

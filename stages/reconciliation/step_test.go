@@ -272,6 +272,13 @@ func TestStepLostRequest(t *testing.T) {
 	lost := func(code schema.Code, redispatches int) kv.Intent {
 		r := waiting(rc, 1)
 		r.DispatchCode, r.Redispatches = code, redispatches
+		r.InFlightAtMs = 1000 - reconciliation.DefaultHeldWait.Milliseconds() - 1
+		return r
+	}
+	// Its dispatch began a moment ago: the envelope may not be kept yet.
+	recent := func(code schema.Code) kv.Intent {
+		r := lost(code, 0)
+		r.InFlightAtMs = 400
 		return r
 	}
 	never := schema.AdapterReply{Outcome: schema.ReplyFailedBeforeDispatch}
@@ -290,7 +297,10 @@ func TestStepLostRequest(t *testing.T) {
 	}{
 		{"lost: the held envelope is read first", at(lost(schema.CodeAdapterTimeout, 0), nil, false), true, false, ""},
 		{"lost, held: dispatched again", at(lost(schema.CodeDispatchInterrupted, 0), envelope, true), false, true, ""},
-		{"lost, nothing held: the finding stands", at(lost(schema.CodeAdapterError, 0), nil, true), false, false, schema.StatusFailedBeforeDispatch},
+		{"lost, nothing held long after: the finding stands", at(lost(schema.CodeAdapterError, 0), nil, true), false, false, schema.StatusFailedBeforeDispatch},
+		// A crash between dispatch's receipt and keeping the envelope: its
+		// input's redelivery keeps it; nothing is concluded meanwhile.
+		{"lost, nothing held yet: not concluded", at(recent(schema.CodeDispatchInterrupted), nil, true), false, false, schema.StatusReconciliationRequired},
 		{"the dispatch had an answer: the finding stands", at(lost(schema.CodeProviderIndeterminate, 0), envelope, true), false, false, schema.StatusFailedBeforeDispatch},
 		{"sent again too often: the finding stands", at(lost(schema.CodeAdapterTimeout, kv.MaxRedispatches), envelope, true), false, false, schema.StatusFailedBeforeDispatch},
 	} {
@@ -301,6 +311,11 @@ func TestStepLostRequest(t *testing.T) {
 			}
 			if got := d.Writes.Receipt; (got == nil) != (c.receipt == "") || (got != nil && got.Status != c.receipt) {
 				t.Fatalf("receipt %+v, want %q", got, c.receipt)
+			}
+			if c.receipt == schema.StatusReconciliationRequired {
+				if w := d.Writes; w.Receipt.NextAction != schema.NextReconcile || w.Timer == nil || w.Record.ReconcileExhausted {
+					t.Fatalf("not concluded, yet %+v", w)
+				}
 			}
 			if c.redispatch {
 				w := d.Writes
