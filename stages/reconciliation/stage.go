@@ -357,10 +357,12 @@ type Resolution struct {
 // in reconciliation.operator, and so does the activity record
 // (reconciliation.resolved_by). Only a fingerprint whose latest receipt is
 // reconciliation_required can be resolved, exhausted or still polling (its
-// pending poll is cancelled). The receipt, linked to the previous one, is
-// synced together with a timer due now that announces the outcome to every
-// proposal through the stage's runner, so that the announcement survives a
-// crash right after the decision.
+// pending poll then finds the record settled). The receipt, linked to the
+// previous one, is synced together with a timer due now that announces the
+// outcome to every proposal through the stage's runner, so that the
+// announcement survives a crash right after the decision. Resolve is the
+// shell around Settle: lock, load, settle, commit, and on kv.ErrConflict
+// load and settle again.
 func (s *Stage) Resolve(fp string, present bool, evidenceRef, operator string) (Resolution, error) {
 	if !schema.ValidFingerprint(fp) {
 		return Resolution{}, ErrInvalidFingerprint
@@ -370,29 +372,18 @@ func (s *Stage) Resolve(fp string, present bool, evidenceRef, operator string) (
 	}
 	unlock := s.Journal.Lock(fp)
 	defer unlock()
-	var rec kv.Intent
-	var r schema.Receipt
+	var st Settlement
 	for conflicts := 0; ; conflicts++ {
-		var found bool
-		var err error
-		rec, found, err = s.Journal.Load(fp)
+		rec, found, err := s.Journal.Load(fp)
 		if err != nil {
 			return Resolution{}, fmt.Errorf("reconciliation: %w", err)
 		}
-		if !found || rec.Receipt == nil {
-			return Resolution{}, ErrNotFound
+		st = Settle(SettleFacts{Fingerprint: fp, Record: rec, Found: found, Present: present,
+			EvidenceRef: evidenceRef, Operator: operator, Now: stages.NowMs(s.Clock)}, s.rules())
+		if st.Refused != nil {
+			return Resolution{}, st.Refused
 		}
-		if rec.Receipt.Status != schema.StatusReconciliationRequired {
-			return Resolution{}, fmt.Errorf("%w: its latest receipt is %s", ErrNotIndeterminate, rec.Receipt.Status)
-		}
-		now := stages.NowMs(s.Clock)
-		prev := rec.Receipt
-		v := Operator(prev, present, evidenceRef, operator)
-		link := &schema.ReceiptReconcileRef{AttemptID: kv.OperatorAttemptID(fp), PreviousReceiptID: prev.ReceiptID, Operator: operator}
-		r = rec.Settle(v.Verdict, OperatorStep, link, nil, now)
-		rec.ReconcileNextAtMs = 0
-		t := kv.AnnounceTimer(s.Route.Timer(kv.Hex(fp)), fp, OperatorStep, now)
-		err = s.Journal.Commit(fp, kv.IntentWrites{Record: &rec, Receipt: &r, Timer: &t, Indeterminate: -1})
+		err = s.Journal.Commit(fp, st.Writes)
 		if err == nil {
 			break
 		}
@@ -402,6 +393,7 @@ func (s *Stage) Resolve(fp string, present bool, evidenceRef, operator string) (
 		// A poll or a dispatch of the intent changed it meanwhile (on
 		// another processor): judge again on what it holds now.
 	}
+	rec, r := st.Writes.Record, st.Writes.Receipt
 	s.log().Info("operator resolved an indeterminate action", "fingerprint", fp, "status", r.Status, "receipt_id", r.ReceiptID, "operator", operator)
-	return Resolution{Receipt: r, OutcomeKind: rec.Latest.Kind, Proposals: slices.Clone(rec.Proposals)}, nil
+	return Resolution{Receipt: *r, OutcomeKind: rec.Latest.Kind, Proposals: slices.Clone(rec.Proposals)}, nil
 }

@@ -10,8 +10,9 @@
 // (Stage.Resolve, `processor reconcile resolve`).
 //
 // step.go is the pure part: Step decides one trigger from the journal and
-// the last reply; verdict.go maps answers to verdicts. stage.go locks,
-// loads, steps, commits, calls and steps again.
+// the last reply; settle.go's Settle decides an operator's settlement;
+// verdict.go maps answers to verdicts. stage.go locks, loads, steps,
+// commits, calls and steps again.
 package reconciliation
 
 import (
