@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"fmt"
+
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 )
@@ -28,7 +30,9 @@ import (
 // provider.unavailable_retry has passed since the first attempt that
 // provably reached nobody (no responders, or a request refused as late
 // after a pause), PROCESSING_FAILED from a give-up that found nothing
-// sent. Those are consistent with the provider (checked by 3).
+// sent. Those are consistent with the provider (checked by 3). An
+// operator's settlement supersedes a terminal RECONCILIATION_REQUIRED
+// (exhausted): it is the proposal's answer then, held to 2 and 3.
 func (w *World) check() {
 	for key, n := range w.prov.acts {
 		if n > 1 {
@@ -43,6 +47,10 @@ func (w *World) check() {
 		for i := range outs {
 			o := &outs[i]
 			if final != nil && o.Kind != final.Kind && !older(o, final) {
+				if operatorSettled(o) && final.Kind == schema.KindReconciliationRequired {
+					final = o // the operator's settlement of an exhausted effect (SPEC §3)
+					continue
+				}
 				w.violate("%s: %s after its terminal %s", ref.ProposalID, o.Kind, final.Kind)
 			}
 			if o.Terminal && final == nil {
@@ -61,7 +69,7 @@ func (w *World) check() {
 		case schema.KindReconciliationRequired:
 		default:
 			if acted {
-				w.violate("%s: %s %s but the provider acted", ref.ProposalID, final.Kind, codes(*final))
+				w.violate("%s: %s %s but the provider acted%s", ref.ProposalID, final.Kind, codes(*final), w.staleOperator(final))
 			}
 		}
 		for _, inc := range final.Incidents {
@@ -76,6 +84,88 @@ func (w *World) check() {
 			w.violate("reconcile attempt %s asked %d times", id, n)
 		}
 	}
+	w.checkSettlement(rec)
+}
+
+// checkSettlement verifies the invariants of an operator's settlement
+// (SPEC §3 Reconciliation, §6 "the operator commands … settle every
+// indeterminate action"):
+//
+//  6. the operator's attempt id is used once: one settlement at most is
+//     committed, one receipt at most carries kv.OperatorAttemptID, and it
+//     follows, linked, a reconciliation_required receipt;
+//  7. nothing dispatches the intent after its settlement: no processor
+//     sends it to the provider under a lease still open at the settlement
+//     (a processor stalled before its send may still send a late request,
+//     which every connector refuses), and reconciliation hands no held
+//     envelope back to dispatch;
+//  8. the settlement's outcome reaches every proposal of the intent (its
+//     announce timer, committed with it);
+//
+// and with 2 and 3: no outcome of another kind follows it (unless
+// recognisably stale), and it agrees with what the provider did.
+func (w *World) checkSettlement(rec kv.Intent) {
+	if len(w.settlements) > 1 {
+		w.violate("%d operator settlements committed", len(w.settlements))
+	}
+	opr := kv.OperatorAttemptID(fp)
+	rs := w.j.receipts[fp]
+	n := 0
+	for i, r := range rs {
+		if r.Reconciliation == nil || r.Reconciliation.AttemptID != opr {
+			continue
+		}
+		n++
+		if i == 0 || rs[i-1].Status != schema.StatusReconciliationRequired || r.Reconciliation.PreviousReceiptID != rs[i-1].ReceiptID {
+			w.violate("the operator's receipt %d does not follow, linked, a reconciliation_required receipt", i+1)
+		}
+	}
+	if n > 1 {
+		w.violate("the operator's attempt id is on %d receipts", n)
+	}
+	if len(w.settlements) == 0 {
+		return
+	}
+	s := w.settlements[0]
+	for _, sd := range w.sends {
+		// A request sent after the settlement that a connector may act on:
+		// its lease (not_after_ms, read by a clock up to the skew behind)
+		// still open when the settlement was committed. A stalled
+		// processor's late request is refused by the connector (SPEC §4).
+		if sd.at > s.at && sd.notAfter+clockSkew.Milliseconds() >= s.at {
+			w.violate("a dispatch request sent %dms after the operator's settlement, its lease open then", sd.at-s.at)
+		}
+	}
+	for _, at := range w.redispatches {
+		if at > s.at {
+			w.violate("dispatched again %dms after the operator's settlement", at-s.at)
+		}
+	}
+	for _, ref := range rec.Proposals {
+		got := false
+		for _, o := range w.outcomes[ref] {
+			got = got || o.Receipt != nil && o.Receipt.ReceiptID == s.receiptID
+		}
+		if !got {
+			w.violate("%s: the operator's settlement (%s) never announced to it", ref.ProposalID, s.kind)
+		}
+	}
+}
+
+// operatorSettled reports whether o carries an operator's settlement.
+func operatorSettled(o *schema.Outcome) bool {
+	return o.Receipt != nil && o.Receipt.Reconciliation != nil && o.Receipt.Reconciliation.AttemptID == kv.OperatorAttemptID(fp)
+}
+
+// staleOperator explains an absence the operator settled although the
+// provider acted: when it looked, and whether the provider acted after.
+func (w *World) staleOperator(final *schema.Outcome) string {
+	if !operatorSettled(final) || len(w.settlements) == 0 {
+		return ""
+	}
+	s := w.settlements[0]
+	return fmt.Sprintf(" (the operator looked %dms before the fence of the receipt it examined, committed %dms after looking, on the receipt it examined: %v; the provider acted at %v)",
+		s.absentAt-s.lookedAt, s.at-s.lookedAt, s.examined, w.prov.actedAt)
 }
 
 // Stats are what a run did, for the search's summary.

@@ -122,6 +122,25 @@ func (h *journalHandle) Lock(fp string) func() {
 	}
 }
 
+// TryLock is Lock when fp's lock is free (ok), and nothing otherwise:
+// the single-threaded simulation cannot block, so a second holder on one
+// processor (its operator command beside its stage's task) waits by
+// trying again later.
+func (h *journalHandle) TryLock(fp string) (unlock func(), ok bool) {
+	h.mu.Lock()
+	l := h.locks[fp]
+	if l == nil {
+		l = &sync.Mutex{}
+		h.locks[fp] = l
+	}
+	h.mu.Unlock()
+	if !l.TryLock() {
+		return nil, false
+	}
+	l.Unlock()
+	return h.Lock(fp), true
+}
+
 func (h *journalHandle) Load(fp string) (kv.Intent, bool, error) {
 	if !schema.ValidFingerprint(fp) {
 		return kv.Intent{}, false, fmt.Errorf("sim journal: load: not a fingerprint")

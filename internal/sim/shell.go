@@ -26,6 +26,7 @@ type task struct {
 
 	df        dispatch.Facts
 	rf        reconciliation.Facts
+	sf        reconciliation.SettleFacts // an operator's command (m nil)
 	conflicts int
 }
 
@@ -56,6 +57,23 @@ func (t *task) next(where string, fn func()) {
 }
 
 func (t *task) now() int64 { return t.w.procNow(t.p) }
+
+// lock takes the fingerprint's lock of the processor's journal and runs
+// then; while another holder of this processor has it (an operator's
+// command beside a stage's task), it tries again a little later.
+func (t *task) lock(then func()) {
+	unlock, ok := t.p.store.TryLock(fp)
+	if !ok {
+		t.w.at(t.w.now+1+t.w.rng.Int64N(20), func() {
+			if t.p.alive && t.p.epoch == t.epoch {
+				t.lock(then)
+			}
+		})
+		return
+	}
+	t.unlock = unlock
+	then()
+}
 
 // fail ends the delivery with a handler error: the runner redelivers it
 // with a backoff and, after runnerRetries failures, asks GiveUp.
@@ -124,29 +142,32 @@ func codes(o schema.Outcome) string {
 
 func (t *task) startDispatch(givingUp bool) {
 	t.next("dispatch start", func() {
-		t.unlock = t.p.store.Lock(fp)
-		// facts
-		env := t.m.env
-		f := dispatch.Facts{Env: env, Now: t.now(), GivingUp: givingUp, Self: t.p.self}
-		if e, found, _ := t.p.store.Ended(env.Ref()); found {
-			f.Ended = &e
-		}
-		rec, found, err := t.p.store.Load(fp)
-		if err != nil {
-			t.fail(err)
-			return
-		}
-		f.Provider, f.Known, f.Adapter = provConfig, true, "sim"
-		if !found {
-			rec = kv.NewIntent(kv.IdentityOf(env), f.Adapter, f.Now)
-		}
-		if t.w.cfg.Bug == BugResendOwn && rec.State == kv.StateInFlight && rec.InFlightBy == t.p.self {
-			rec.State = kv.StateNotInvoked // planted: "my own, so never sent"
-		}
-		f.Record, f.Found = rec, found
-		t.df = f
-		t.next("dispatch step", t.dispatchStep)
+		t.lock(func() { t.dispatchLoad(givingUp) })
 	})
+}
+
+// dispatchLoad is Stage.run's first load.
+func (t *task) dispatchLoad(givingUp bool) {
+	env := t.m.env
+	f := dispatch.Facts{Env: env, Now: t.now(), GivingUp: givingUp, Self: t.p.self}
+	if e, found, _ := t.p.store.Ended(env.Ref()); found {
+		f.Ended = &e
+	}
+	rec, found, err := t.p.store.Load(fp)
+	if err != nil {
+		t.fail(err)
+		return
+	}
+	f.Provider, f.Known, f.Adapter = provConfig, true, "sim"
+	if !found {
+		rec = kv.NewIntent(kv.IdentityOf(env), f.Adapter, f.Now)
+	}
+	if t.w.cfg.Bug == BugResendOwn && rec.State == kv.StateInFlight && rec.InFlightBy == t.p.self {
+		rec.State = kv.StateNotInvoked // planted: "my own, so never sent"
+	}
+	f.Record, f.Found = rec, found
+	t.df = f
+	t.next("dispatch step", t.dispatchStep)
 }
 
 func (t *task) dispatchStep() {
@@ -208,6 +229,7 @@ func (t *task) dispatchSend() {
 	}
 	t.next("dispatch before send", func() {
 		w.tracef("p%d sends %s (not_after %d)", t.p.id, f.Env.Proposal.ProposalID, req.NotAfterMs-start)
+		w.sends = append(w.sends, send{at: w.now, notAfter: req.NotAfterMs})
 		w.call(t, "dispatch", func() schema.AdapterReply { return w.prov.dispatch(req) }, func(r schema.AdapterReply, err error) {
 			f.Reply, f.CallErr, f.Dispatched, f.Now = r, err, true, t.now()
 			w.tracef("p%d dispatch reply %q err=%v", t.p.id, r.Outcome, err)
@@ -241,9 +263,10 @@ func (t *task) dispatchReload() {
 
 func (t *task) startReconcile(mayQuery bool) {
 	t.next("reconcile start", func() {
-		t.unlock = t.p.store.Lock(fp)
-		t.rf = reconciliation.Facts{Trigger: t.m.trigger, MayQuery: mayQuery}
-		t.reconcileLoad()
+		t.lock(func() {
+			t.rf = reconciliation.Facts{Trigger: t.m.trigger, MayQuery: mayQuery}
+			t.reconcileLoad()
+		})
 	})
 }
 
@@ -320,6 +343,7 @@ func (t *task) reconcileStep() {
 					w.violate("a held envelope that is not the intent's")
 					return
 				}
+				w.redispatches = append(w.redispatches, w.now)
 				w.publish(&message{stage: stageDispatch, env: env, msgID: "redispatch/" + kv.Hex(fp) + "/" + strconv.Itoa(n), dedup: true})
 			}
 		}

@@ -32,10 +32,18 @@ const (
 	// BugLateAccepted: the provider's connector acts on requests past
 	// their not_after_ms (the fence's far side missing).
 	BugLateAccepted
+	// BugSettleStale: the operator's settlement is decided from the record
+	// as the operator read it when it looked, not from the one loaded
+	// under the lock (a read-then-write across the operator's delay).
+	BugSettleStale
+	// BugSettleNoAnnounce: the settlement is committed without its
+	// announce timer.
+	BugSettleNoAnnounce
 )
 
 func (b Bug) String() string {
-	return [...]string{"none", "read-then-write journal", "resend after its own interruption", "connector ignores not_after_ms"}[b]
+	return [...]string{"none", "read-then-write journal", "resend after its own interruption", "connector ignores not_after_ms",
+		"settles the record the operator saw", "settlement without its announcement"}[b]
 }
 
 // Config is one run.
@@ -43,6 +51,12 @@ type Config struct {
 	Seed  uint64
 	Bug   Bug
 	Trace bool
+	// NoOperator: no operator in the run (seeds found before the operator
+	// was modelled replay as they ran then).
+	NoOperator bool
+	// UnboundOperator: the operator's command names the fingerprint only,
+	// not the receipt it examined (finding 4, doc.go).
+	UnboundOperator bool
 }
 
 // Settings of every run (the configuration the processors share).
@@ -109,12 +123,23 @@ type World struct {
 	held   map[string][]byte // the held stream: last envelope per intent
 	envs   map[schema.ProposalRef]*schema.Envelope
 
+	op          *operator // nil: no operator in this run
+	settlements []settlement
+	// sends and redispatches are the true times processors sent dispatch
+	// requests and handed held envelopes back to dispatch.
+	sends        []send
+	redispatches []int64
+
 	outcomes   map[schema.ProposalRef][]schema.Outcome
 	proposals  []schema.ProposalRef
 	violations []string
 	trace      []string
 	steps      int
 }
+
+// send is a dispatch request a processor sent: when (true time) and its
+// not_after_ms.
+type send struct{ at, notAfter int64 }
 
 type proc struct {
 	id          int
@@ -153,6 +178,7 @@ func New(cfg Config) *World {
 		w.procs = append(w.procs, &proc{id: i, self: fmt.Sprintf("p_sim%d", i), skew: skew(), store: w.j.handle(), alive: true})
 	}
 	w.tracef("profile %+v provider skew %dms", w.prof, w.prov.skew)
+	w.newOperator()
 	for i := range w.prof.proposals {
 		env := envelope(fmt.Sprintf("p-%d", i+1))
 		ref := env.Ref()
@@ -375,6 +401,7 @@ type provider struct {
 	w        *World
 	skew     int64
 	acts     map[string]int // idempotency key → actions
+	actedAt  []int64        // true times, relative to the start
 	attempts map[string]int // reconcile attempt id → times asked
 }
 
@@ -424,6 +451,7 @@ func (pv *provider) dispatch(req schema.DispatchRequest) schema.AdapterReply {
 		return schema.LateReply()
 	}
 	pv.acts[req.IdempotencyKey]++
+	pv.actedAt = append(pv.actedAt, pv.w.now-start)
 	pv.w.tracef("provider ACTS on %s (time %d)", req.IdempotencyKey[:8], pv.acts[req.IdempotencyKey])
 	return schema.AdapterReply{Outcome: schema.ReplyConfirmed, ProviderActionID: "act_" + req.IdempotencyKey[:8]}
 }

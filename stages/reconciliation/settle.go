@@ -2,6 +2,7 @@ package reconciliation
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
@@ -18,6 +19,21 @@ type SettleFacts struct {
 	// not (REJECTED).
 	Present     bool
 	EvidenceRef string
+	// Examined is the receipt id the operator examined (the one `processor
+	// reconcile list` showed): the finding is about that dispatch, and is
+	// refused (ErrSuperseded) when the latest receipt is another — the
+	// intent may have been dispatched again meanwhile (reconciliation's
+	// "lost in flight"), and a finding about an earlier dispatch says
+	// nothing of the later one (found by the simulation, internal/sim).
+	// "": whichever receipt is the latest (what Stage.Resolve sends).
+	Examined string
+	// ObservedAtMs is when the operator looked at the provider (0: Now,
+	// what Stage.Resolve sends): an absence is judged by when it was
+	// observed, not when it is recorded — an absence observed before the
+	// fence is not believed however late it is sent, as Step judges the
+	// provider's answers by when they were asked (found by the
+	// simulation, internal/sim).
+	ObservedAtMs int64
 	// Operator is the configured name of the operator who signed the
 	// request ("" for an unsigned one, accepted only in development).
 	Operator string
@@ -31,15 +47,21 @@ type SettleFacts struct {
 type Settlement struct {
 	Writes kv.IntentWrites
 	// Refused is ErrNotFound (no receipt: none yet, or an intent reopened
-	// for dispatch) or ErrNotIndeterminate (the latest receipt is not
-	// reconciliation_required).
+	// for dispatch), ErrNotIndeterminate (the latest receipt is not
+	// reconciliation_required; wrapping ErrTooEarly for an absence found
+	// before the dispatch's request expired) or ErrSuperseded (it is not
+	// the one examined).
 	Refused error
 }
 
 // Settle decides an operator's settlement of an indeterminate effect
 // (SPEC §3 Reconciliation, `processor reconcile resolve`). Only a record
 // whose latest receipt is reconciliation_required can be settled, polling
-// or exhausted: its pending poll is left to find the record settled. The
+// or exhausted: its pending poll is left to find the record settled. An
+// absence is not settled before the dispatch's not_after_ms plus the
+// clock skew (Rules.AbsentAfter), as reconciliation does not conclude it
+// from the provider before then: the request may still arrive and be
+// acted on. The
 // receipt names the operator and the operator's attempt id
 // (kv.OperatorAttemptID); the announce timer, due now, is committed with
 // it so that the outcome reaches every proposal even if the processor
@@ -55,6 +77,21 @@ func Settle(f SettleFacts, r Rules) Settlement {
 	prev := rec.Receipt
 	if prev.Status != schema.StatusReconciliationRequired {
 		return Settlement{Refused: fmt.Errorf("%w: its latest receipt is %s", ErrNotIndeterminate, prev.Status)}
+	}
+	if f.Examined != "" && f.Examined != prev.ReceiptID {
+		return Settlement{Refused: ErrSuperseded}
+	}
+	observed := f.Now
+	if f.ObservedAtMs > 0 {
+		observed = min(observed, f.ObservedAtMs)
+	}
+	if after := r.AbsentAfter(rec); !f.Present && observed <= after {
+		// What reconciliation does not believe from the provider before
+		// the fence it does not take from an operator either: the
+		// request may still reach the provider (SPEC §4; found by the
+		// simulation, internal/sim).
+		return Settlement{Refused: fmt.Errorf("%w: %w until %s", ErrNotIndeterminate, ErrTooEarly,
+			time.UnixMilli(after).UTC().Format(time.RFC3339Nano))}
 	}
 	v := Operator(prev, f.Present, f.EvidenceRef, f.Operator)
 	link := &schema.ReceiptReconcileRef{AttemptID: kv.OperatorAttemptID(f.Fingerprint), PreviousReceiptID: prev.ReceiptID, Operator: f.Operator}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
@@ -19,6 +20,10 @@ func TestSettle(t *testing.T) {
 	exhausted.ReconcileExhausted = true
 	polling := waiting(rc, 1)
 	polling.ReconcileNextAtMs = 4000
+	// leased: its dispatch's request expires at 6000 (not_after_ms); the
+	// clocks may be skew apart.
+	leased := waiting(rc, 1)
+	leased.InFlightUntilMs = 6000
 	facts := func(rec kv.Intent, present bool) reconciliation.SettleFacts {
 		return reconciliation.SettleFacts{Fingerprint: fpA, Record: rec, Found: true, Present: present,
 			EvidenceRef: "ticket:OPS-1", Operator: "alice", Now: 7000}
@@ -35,13 +40,23 @@ func TestSettle(t *testing.T) {
 		{name: "confirmed already", f: facts(waiting(schema.StatusConfirmed, 1), false), refuse: reconciliation.ErrNotIndeterminate},
 		{name: "acknowledged: verification is not indeterminate", f: facts(waiting(schema.StatusAcknowledged, 1), true), refuse: reconciliation.ErrNotIndeterminate},
 		{name: "settled by an operator before", f: facts(settledByOperator(), true), refuse: reconciliation.ErrNotIndeterminate},
+		{name: "another receipt than the one examined", f: examined(facts(polling, false), kv.ReceiptID(fpA, "interrupted")), refuse: reconciliation.ErrSuperseded},
+		{name: "the receipt examined", f: examined(facts(polling, false), polling.Receipt.ReceiptID), status: schema.StatusRejected, kind: schema.KindRejected},
 		{name: "present while polling", f: facts(polling, true), status: schema.StatusConfirmed, kind: schema.KindConfirmed},
 		{name: "absent while polling", f: facts(polling, false), status: schema.StatusRejected, kind: schema.KindRejected},
+		{name: "absent before the request expired", f: at(facts(leased, false), 6000), refuse: reconciliation.ErrTooEarly},
+		{name: "absent at the fence", f: at(facts(leased, false), 6000+skew), refuse: reconciliation.ErrNotIndeterminate},
+		{name: "absent after the fence", f: at(facts(leased, false), 6001+skew), status: schema.StatusRejected, kind: schema.KindRejected},
+		{name: "absent, observed before the fence, sent after it", f: observed(at(facts(leased, false), 9000), 6500), refuse: reconciliation.ErrTooEarly},
+		{name: "absent, observed after the fence", f: observed(at(facts(leased, false), 9000), 6001+skew), status: schema.StatusRejected, kind: schema.KindRejected},
+		{name: "present before the request expired", f: at(facts(leased, true), 5000), status: schema.StatusConfirmed, kind: schema.KindConfirmed},
 		{name: "present once exhausted", f: facts(exhausted, true), status: schema.StatusConfirmed, kind: schema.KindConfirmed},
 		{name: "absent once exhausted", f: facts(exhausted, false), status: schema.StatusRejected, kind: schema.KindRejected},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s := reconciliation.Settle(c.f, rules())
+			rs := rules()
+			rs.ClockSkew = skew * time.Millisecond
+			s := reconciliation.Settle(c.f, rs)
 			if c.refuse != nil {
 				if !errors.Is(s.Refused, c.refuse) || !s.Writes.Empty() {
 					t.Fatalf("settlement = %+v; want refused with %v, nothing written", s, c.refuse)
@@ -58,7 +73,7 @@ func TestSettle(t *testing.T) {
 			}
 			if r.Status != c.status || r.NextAction != schema.NextNone || r.ErrorCode != string(schema.CodeOperatorResolved) ||
 				!slices.Equal(r.EvidenceRefs, []string{"ticket:OPS-1"}) || (c.status == schema.StatusConfirmed && !r.DispatchAttempted) ||
-				r.RecordedAtMs != 7000 || r.ReceiptID != kv.ReceiptID(fpA, reconciliation.OperatorStep) {
+				r.RecordedAtMs != c.f.Now || r.ReceiptID != kv.ReceiptID(fpA, reconciliation.OperatorStep) {
 				t.Errorf("receipt = %+v", r)
 			}
 			if l := r.Reconciliation; l == nil || l.AttemptID != kv.OperatorAttemptID(fpA) || l.PreviousReceiptID != prev.ReceiptID || l.Operator != "alice" {
@@ -68,8 +83,8 @@ func TestSettle(t *testing.T) {
 				rec.ReceiptSeq != c.f.Record.ReceiptSeq+1 || rec.Receipt == nil || rec.Receipt.ReceiptID != r.ReceiptID || rec.NeedsWork() {
 				t.Errorf("record = %+v", rec)
 			}
-			want := kv.AnnounceTimer("t."+kv.Hex(fpA), fpA, reconciliation.OperatorStep, 7000)
-			if tm := w.Timer; tm == nil || tm.ID != want.ID || tm.MsgID != want.MsgID || tm.DueMs != 7000 || tm.Subject != want.Subject || string(tm.Data) != string(want.Data) {
+			want := kv.AnnounceTimer("t."+kv.Hex(fpA), fpA, reconciliation.OperatorStep, c.f.Now)
+			if tm := w.Timer; tm == nil || tm.ID != want.ID || tm.MsgID != want.MsgID || tm.DueMs != c.f.Now || tm.Subject != want.Subject || string(tm.Data) != string(want.Data) {
 				t.Errorf("timer = %+v; want the announcement due now, %+v", w.Timer, want)
 			}
 			if w.Indeterminate != -1 {
@@ -88,4 +103,21 @@ func settledByOperator() kv.Intent {
 	s := reconciliation.Settle(reconciliation.SettleFacts{Fingerprint: fpA, Record: rec, Found: true, Present: true,
 		EvidenceRef: "ticket:0", Now: 6000}, rules())
 	return *s.Writes.Record
+}
+
+const skew = 2000 // ms
+
+func at(f reconciliation.SettleFacts, nowMs int64) reconciliation.SettleFacts {
+	f.Now = nowMs
+	return f
+}
+
+func observed(f reconciliation.SettleFacts, atMs int64) reconciliation.SettleFacts {
+	f.ObservedAtMs = atMs
+	return f
+}
+
+func examined(f reconciliation.SettleFacts, receiptID string) reconciliation.SettleFacts {
+	f.Examined = receiptID
+	return f
 }

@@ -67,6 +67,12 @@ var (
 	ErrInvalidEvidence    = errors.New("reconciliation: evidence must be one line of at most 512 characters containing ':'")
 	ErrNotFound           = errors.New("reconciliation: no receipt for this fingerprint")
 	ErrNotIndeterminate   = errors.New("reconciliation: the effect is not indeterminate")
+	// ErrSuperseded (Settle, with SettleFacts.Examined): the latest
+	// receipt is not the one the operator examined.
+	ErrSuperseded = errors.New("reconciliation: the receipt examined is no longer the latest")
+	// ErrTooEarly (wrapped with ErrNotIndeterminate): an absence settled
+	// before the dispatch's request expired (Rules.AbsentAfter).
+	ErrTooEarly = errors.New("reconciliation: absence cannot be settled while the dispatch's request may still reach the provider")
 )
 
 // errTrigger marks a timer message that is not a valid trigger.
