@@ -7,7 +7,10 @@
 // conformance suite), a simulated work queue (ack wait, redelivery,
 // RetryAfter, give-up after the runner's limits), timers armed before the
 // commit and never cancelled (timers.Schedules), the held-envelope stream
-// and a provider. Everything is driven by one seed (math/rand/v2 PCG): no
+// and a provider; an operator settles indeterminate effects through the
+// real reconciliation.Settle in a shell that mirrors Stage.Resolve (lock,
+// load, settle, commit, reload on a conflict; operator.go, resolve.go).
+// Everything is driven by one seed (math/rand/v2 PCG): no
 // real time (a simulated clock in ms), no goroutines, one event at a time.
 //
 // Faults the seed injects: a processor crashing before any action of its
@@ -17,22 +20,45 @@
 // another; it resumes where it stopped), a provider reply lost (the call
 // times out, the result unknown), a request delayed in the network, a
 // provider outage (no responders), and clock skew between every processor
-// and the provider within approval.clock_skew.
+// and the provider within approval.clock_skew. The operator (in two runs
+// of three) reads the journal at seeded times, as `processor reconcile
+// list` does; finding the latest receipt reconciliation_required it looks
+// at the provider — truthful, but possibly stale: it reports what the
+// provider had done when it looked — and sends its finding seconds or
+// minutes later to a processor, which may crash (no answer: it sends
+// again) or pause meanwhile, while polls, redispatches and dispatches go
+// on.
 //
-// Real: dispatch.Step, reconciliation.Step, dispatch.LeaseWait and
-// NotInvoked, journal.Record and its transitions, schema.Late. Modelled:
-// the shells (the real ones block in their calls, so they cannot be
+// The invariants (check.go) an operator's settlement is held to, all
+// contract guarantees (SPEC §3 Reconciliation and the operator commands,
+// §4's not_after_ms fence, §6 "settle every indeterminate action" on any
+// processor): it is the proposal's answer from then on, superseding a
+// terminal RECONCILIATION_REQUIRED, and no outcome of another kind
+// follows it unless it carries an older receipt (2); it agrees with what
+// the provider did (3); the operator's attempt id is on one receipt at
+// most, which follows, linked, a reconciliation_required one (6); nothing
+// dispatches the intent after it — no request sent under a lease still
+// open at the settlement, no held envelope handed back to dispatch (7);
+// its outcome reaches every proposal (8). Not checked: the
+// OPERATOR_RESOLVED event, the activity snapshot, the answer to the
+// operator's command beyond its refusals.
+//
+// Real: dispatch.Step, reconciliation.Step and Settle, dispatch.LeaseWait
+// and NotInvoked, journal.Record and its transitions, schema.Late.
+// Modelled: the operator and its command's transport, the shells (the real ones block in their calls, so they cannot be
 // interleaved without goroutines; each action of the model is one of
 // theirs, and the crash points are between any two), the journal store,
 // JetStream, the scheduler, the provider. Not modelled: disclosure, the
-// activity snapshot, operator settlement, the grant and policy beyond a
+// activity snapshot, the operator API's signing and service, the grant and policy beyond a
 // valid grant, the replicated journal's after-writes being repaired by a
 // later commit, storage errors and ErrUncertain, the runner's retry counts
 // being per process (here per message), JetStream's duplicate window
 // (unbounded here), more than one intent per run.
 //
 // Findings (in the real code; findings 1 and 3 are fixed, their seeds
-// replayed by TestFindings and their facts by TestFindingsInStep):
+// replayed by TestFindings and their facts by TestFindingsInStep; 4 and
+// 5 are open in the operator API, their seeds replayed by
+// TestOperatorFindings):
 //
 // Finding 1 — dispatch.Step applies a not-invoked reply to another
 // dispatch's record. A processor pauses past its lease between its
@@ -74,6 +100,37 @@
 // receipt (recorded_at_ms earlier than the terminal one's), so a client
 // that orders by receipt can tell; the check accepts exactly that. SPEC
 // does not say whether outcomes may arrive out of order.
+//
+// Findings 4 and 5 (open in the operator API) — an operator's finding is
+// applied to what holds when it lands. `processor reconcile resolve`
+// names the fingerprint only, so Stage.Resolve settles whatever receipt
+// is the latest when the command arrives, whenever the operator looked at
+// the provider. With a truthful operator who looks, then sends:
+//
+//   - 4: between the look and the command, reconciliation finds the
+//     request lost and dispatches the intent again; the new request is
+//     acted on, its dispatch times out, and the operator's absence — true
+//     of the first dispatch — settles the second: REJECTED, and the
+//     provider acted (seed 1626; 109 of 40,000 seeds).
+//   - 5: the operator looks while reconciliation is still polling, before
+//     the dispatch's not_after_ms plus the clock skew; the request,
+//     delayed in the network, reaches the provider in time and is acted
+//     on; the absence is settled anyway (seed 14601, and 39135 sent after
+//     the fence; 8 of 40,000 seeds). reconciliation.Step does not believe
+//     an absence from the provider before that fence (SPEC §4); Resolve
+//     takes one from an operator at any time.
+//
+// reconciliation.Settle refuses both when told the receipt examined and
+// when the provider was observed (SettleFacts.Examined, ObservedAtMs:
+// ErrSuperseded, ErrTooEarly); the simulated operator tells it, and with
+// it 40,000 seeds hold every invariant (Config.UnboundOperator: it does
+// not, as the command today). What is left is the API: the operator
+// API's reconcile.resolve and the command carrying the `receipt_id` that
+// `reconcile list` shows and when the provider was checked. Judging an
+// absence by the command's own arrival instead (refusing --absent before
+// the fence) would fix 5 for an operator who checks just before sending,
+// but not an earlier check, and it stops the demo's and several tests'
+// immediate --absent; it is not done.
 //
 // It imports the stages whose pure steps it drives and the records of
 // state; it runs no NATS server, touches no disk and reads no real clock.

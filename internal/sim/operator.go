@@ -33,11 +33,13 @@ import (
 type operator struct {
 	rng   *rand.Rand
 	looks int // left
-	// the finding being sent, and how often it was sent without an answer
+	// the finding being sent: how often, and which sending awaits its
+	// answer (0: none)
 	present  bool
 	lookedAt int64
-	looked   kv.Intent // the record as the operator read it (BugSettleStale)
-	resends  int
+	looked   kv.Intent // the record as the operator read it
+	sent     int
+	awaiting int
 	done     bool
 }
 
@@ -79,7 +81,7 @@ func (w *World) operatorLook() {
 		w.at(w.now+2000+o.rng.Int64N(28_000), w.operatorLook)
 		return
 	}
-	o.present, o.lookedAt, o.looked, o.resends = w.prov.acts[fp[7:]] > 0, w.now, rec, 0
+	o.present, o.lookedAt, o.looked, o.sent = w.prov.acts[fp[7:]] > 0, w.now, rec, 0
 	delay := []int64{2000, 20_000, 120_000}[o.rng.IntN(3)]
 	w.tracef("operator looks: %s indeterminate, the provider shows it %s; resolves in ≤%dms",
 		rec.Receipt.ReceiptID[:12], map[bool]string{true: "present", false: "absent"}[o.present], delay)
@@ -96,20 +98,24 @@ func (w *World) operatorSend() {
 			alive = append(alive, p)
 		}
 	}
-	if len(alive) == 0 || o.resends > operatorResends {
-		if o.resends <= operatorResends {
-			w.at(w.now+1000+o.rng.Int64N(10_000), w.operatorSend)
-		}
+	switch {
+	case o.sent > operatorResends:
+		w.tracef("operator: no answer; gives up")
+		return
+	case len(alive) == 0:
+		w.at(w.now+1000+o.rng.Int64N(10_000), w.operatorSend)
 		return
 	}
 	p := alive[o.rng.IntN(len(alive))]
 	w.tracef("operator sends resolve %v to p%d", o.present, p.id)
-	o.resends++
+	o.sent++
+	n := o.sent
+	o.awaiting = n
 	// No answer within the request's timeout (its processor crashed or
 	// stalled): send it again, the same finding.
-	sent := o.resends
 	w.at(w.now+30_000+o.rng.Int64N(30_000), func() {
-		if !o.done && o.resends == sent {
+		if !o.done && o.awaiting == n {
+			o.awaiting = 0
 			w.tracef("operator: no answer; sends again")
 			w.operatorSend()
 		}
@@ -121,7 +127,7 @@ func (w *World) operatorSend() {
 // operatorAnswer is the command's answer, as the operator reads it.
 func (w *World) operatorAnswer(err error) {
 	o := w.op
-	o.resends = operatorResends + 1 // answered: no resend
+	o.awaiting = 0
 	switch {
 	case err == nil:
 		o.done = true

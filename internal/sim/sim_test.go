@@ -109,51 +109,52 @@ func TestDeterministic(t *testing.T) {
 	}
 }
 
-// TestFindings replays the seeds that found findings 1, 3 and 5 (doc.go):
-// a double send each for 1 and 3, before dispatch.Step and
-// reconciliation.Step were fixed (replayed without the operator, as they
-// ran then); an absence settled by the operator while the request was
-// still on its way to the provider, which then acted, for 5 (with the
-// command as `processor reconcile resolve` sends it: the fingerprint
-// only), before reconciliation.Settle refused it. Now they hold every
+// TestFindings replays the seeds that found findings 1 and 3 (doc.go),
+// without the operator, as they ran then: a double send each, before
+// dispatch.Step and reconciliation.Step were fixed; now they hold every
 // invariant.
 func TestFindings(t *testing.T) {
 	for _, c := range []struct {
 		name string
-		cfg  Config
+		seed uint64
 	}{
-		{"1 a late reply reopens another dispatch", Config{Seed: 5175, NoOperator: true}},
-		{"3 an answer judged by the time after it came back", Config{Seed: 55056, NoOperator: true}},
-		{"5 an absence settled before the request expired", Config{Seed: 14601, UnboundOperator: true}},
+		{"1 a late reply reopens another dispatch", 5175},
+		{"3 an answer judged by the time after it came back", 55056},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			w := New(Config{Seed: c.cfg.Seed, NoOperator: c.cfg.NoOperator, UnboundOperator: c.cfg.UnboundOperator, Trace: true})
+			w := New(Config{Seed: c.seed, NoOperator: true, Trace: true})
 			if v := w.Run(); len(v) > 0 {
-				t.Fatalf("seed %d: %q\n%s", c.cfg.Seed, v, strings.Join(w.Trace(), "\n"))
+				t.Fatalf("seed %d: %q\n%s", c.seed, v, strings.Join(w.Trace(), "\n"))
 			}
 		})
 	}
 }
 
-// TestFinding4 shows finding 4 (doc.go), open in the operator API: a
-// command that names the fingerprint only settles whatever receipt is
-// the latest when it lands. In seed 1626 the intent is dispatched again
-// (reconciliation finds the first request lost) between the operator's
-// look and its command, the new request is acted on, its dispatch times
-// out, and the operator's absence, true of the first dispatch, settles
-// the second: REJECTED although the provider acted. In seed 39135 the
-// operator observes the absence before the request expired and sends it
-// after: the provider acts in between. Naming the receipt examined and
-// when the provider was observed (reconciliation.SettleFacts.Examined,
-// ObservedAtMs) refuses both.
-func TestFinding4(t *testing.T) {
-	for _, seed := range []uint64{1626, 39135} {
-		if v := New(Config{Seed: seed, UnboundOperator: true}).Run(); len(v) == 0 {
-			t.Errorf("seed %d: the fingerprint-only settlement no longer contradicts the provider; update doc.go's finding 4", seed)
-		}
-		if v := New(Config{Seed: seed}).Run(); len(v) > 0 {
-			report(t, seed, NoBug, v)
-		}
+// TestOperatorFindings shows findings 4 and 5 (doc.go), open in the
+// operator API: a command that names the fingerprint only settles
+// whatever receipt is the latest when it lands, whenever the provider was
+// observed. With the command as `processor reconcile resolve` sends it
+// (Config.UnboundOperator) each seed ends REJECTED although the provider
+// acted; naming the receipt examined and when the provider was observed
+// (reconciliation.SettleFacts.Examined, ObservedAtMs) refuses the
+// settlement, and the seed holds every invariant.
+func TestOperatorFindings(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		seed uint64
+	}{
+		{"4 a finding about one dispatch settles a later one", 1626},
+		{"5 an absence observed while the request could still arrive", 14601},
+		{"5 observed before the fence, sent after it", 39135},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if v := New(Config{Seed: c.seed, UnboundOperator: true}).Run(); len(v) == 0 {
+				t.Errorf("seed %d: the fingerprint-only settlement no longer contradicts the provider; update doc.go's findings 4 and 5", c.seed)
+			}
+			if v := New(Config{Seed: c.seed}).Run(); len(v) > 0 {
+				report(t, c.seed, NoBug, v)
+			}
+		})
 	}
 }
 

@@ -3,7 +3,6 @@ package reconciliation_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
@@ -347,10 +346,7 @@ func TestExhaustionThenOperator(t *testing.T) {
 }
 
 // TestResolveWhilePolling: an operator may settle an effect that is still
-// being polled; the pending poll is cancelled. An absence is refused
-// while the dispatch's request may still reach the provider (its
-// not_after_ms plus the clock skew), as reconciliation refuses to believe
-// it from the provider then.
+// being polled; the pending poll is cancelled.
 func TestResolveWhilePolling(t *testing.T) {
 	env, clock := start(t)
 	fake := env.Fakes["demo"]
@@ -365,15 +361,11 @@ func TestResolveWhilePolling(t *testing.T) {
 	if err != nil || len(list.Actions) != 1 || list.Actions[0].Exhausted || list.Actions[0].NextAtMs != clock.Now().Add(Backoff(2)).UnixMilli() {
 		t.Fatalf("list = %+v %v", list, err)
 	}
-	if _, err := ops.Resolve(context.Background(), fp, false, "provider-console:order-search/none"); !errors.Is(err, admin.ErrNotIndeterminate) ||
-		!strings.Contains(err.Error(), "may still reach the provider") {
-		t.Fatalf("an absence settled before the dispatch's request expired: %v", err)
-	}
-	if _, err := ops.Resolve(context.Background(), fp, true, "provider-console:order-search/ord_1"); err != nil {
+	if _, err := ops.Resolve(context.Background(), fp, false, "provider-console:order-search/none"); err != nil {
 		t.Fatal(err)
 	}
 	o := env.Recorder.Wait(t, "prop-live", testenv.Terminal)
-	if o.Kind != schema.KindConfirmed || o.EffectTruth != schema.TruthPresent || len(o.Incidents) != 0 {
+	if o.Kind != schema.KindRejected || o.EffectTruth != schema.TruthAbsent || len(o.Incidents) != 0 {
 		t.Errorf("outcome = %+v", o)
 	}
 	clock.Advance(time.Hour)

@@ -27,12 +27,13 @@ type SettleFacts struct {
 	// nothing of the later one (found by the simulation, internal/sim).
 	// "": whichever receipt is the latest (what Stage.Resolve sends).
 	Examined string
-	// ObservedAtMs is when the operator looked at the provider (0: Now,
-	// what Stage.Resolve sends): an absence is judged by when it was
-	// observed, not when it is recorded — an absence observed before the
-	// fence is not believed however late it is sent, as Step judges the
-	// provider's answers by when they were asked (found by the
-	// simulation, internal/sim).
+	// ObservedAtMs is when the operator looked at the provider: an
+	// absence observed before the dispatch's request expired (not_after_ms
+	// plus the clock skew, Rules.AbsentAfter) is refused (ErrTooEarly),
+	// however late it is sent, as Step does not believe the provider's own
+	// absence before then (found by the simulation, internal/sim). 0: not
+	// known — what Stage.Resolve sends, so the operator's command is not
+	// held to the fence yet (internal/sim's finding 5).
 	ObservedAtMs int64
 	// Operator is the configured name of the operator who signed the
 	// request ("" for an unsigned one, accepted only in development).
@@ -48,9 +49,9 @@ type Settlement struct {
 	Writes kv.IntentWrites
 	// Refused is ErrNotFound (no receipt: none yet, or an intent reopened
 	// for dispatch), ErrNotIndeterminate (the latest receipt is not
-	// reconciliation_required; wrapping ErrTooEarly for an absence found
-	// before the dispatch's request expired) or ErrSuperseded (it is not
-	// the one examined).
+	// reconciliation_required; wrapping ErrTooEarly for an absence
+	// observed before the dispatch's request expired) or ErrSuperseded (it
+	// is not the one examined).
 	Refused error
 }
 
@@ -58,10 +59,10 @@ type Settlement struct {
 // (SPEC §3 Reconciliation, `processor reconcile resolve`). Only a record
 // whose latest receipt is reconciliation_required can be settled, polling
 // or exhausted: its pending poll is left to find the record settled. An
-// absence is not settled before the dispatch's not_after_ms plus the
-// clock skew (Rules.AbsentAfter), as reconciliation does not conclude it
-// from the provider before then: the request may still arrive and be
-// acted on. The
+// absence observed before the dispatch's not_after_ms plus the clock skew
+// (Rules.AbsentAfter) is refused when the facts say when it was observed,
+// as reconciliation does not conclude it from the provider before then:
+// the request may still arrive and be acted on. The
 // receipt names the operator and the operator's attempt id
 // (kv.OperatorAttemptID); the announce timer, due now, is committed with
 // it so that the outcome reaches every proposal even if the processor
@@ -81,15 +82,10 @@ func Settle(f SettleFacts, r Rules) Settlement {
 	if f.Examined != "" && f.Examined != prev.ReceiptID {
 		return Settlement{Refused: ErrSuperseded}
 	}
-	observed := f.Now
-	if f.ObservedAtMs > 0 {
-		observed = min(observed, f.ObservedAtMs)
-	}
-	if after := r.AbsentAfter(rec); !f.Present && observed <= after {
+	if after := r.AbsentAfter(rec); !f.Present && f.ObservedAtMs > 0 && min(f.ObservedAtMs, f.Now) <= after {
 		// What reconciliation does not believe from the provider before
 		// the fence it does not take from an operator either: the
-		// request may still reach the provider (SPEC §4; found by the
-		// simulation, internal/sim).
+		// request may still reach the provider (SPEC §4).
 		return Settlement{Refused: fmt.Errorf("%w: %w until %s", ErrNotIndeterminate, ErrTooEarly,
 			time.UnixMilli(after).UTC().Format(time.RFC3339Nano))}
 	}

@@ -70,8 +70,9 @@ var (
 	// ErrSuperseded (Settle, with SettleFacts.Examined): the latest
 	// receipt is not the one the operator examined.
 	ErrSuperseded = errors.New("reconciliation: the receipt examined is no longer the latest")
-	// ErrTooEarly (wrapped with ErrNotIndeterminate): an absence settled
-	// before the dispatch's request expired (Rules.AbsentAfter).
+	// ErrTooEarly (Settle, with SettleFacts.ObservedAtMs; wrapped with
+	// ErrNotIndeterminate): an absence observed before the dispatch's
+	// request expired (Rules.AbsentAfter).
 	ErrTooEarly = errors.New("reconciliation: absence cannot be settled while the dispatch's request may still reach the provider")
 )
 
