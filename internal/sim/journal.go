@@ -103,14 +103,38 @@ type session struct {
 var _ kv.Journal = (*journalHandle)(nil)
 
 func (h *journalHandle) Lock(fp string) func() {
+	l := h.mutex(fp)
+	l.Lock()
+	return h.locked(fp, l)
+}
+
+// TryLock is Lock when fp's lock is free (ok), and nothing otherwise:
+// the single-threaded simulation cannot block, so a second holder on one
+// processor (its operator command beside its stage's task) waits by
+// trying again later.
+func (h *journalHandle) TryLock(fp string) (unlock func(), ok bool) {
+	l := h.mutex(fp)
+	if !l.TryLock() {
+		return nil, false
+	}
+	return h.locked(fp, l), true
+}
+
+// mutex is fp's lock in this handle's table.
+func (h *journalHandle) mutex(fp string) *sync.Mutex {
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	l := h.locks[fp]
 	if l == nil {
 		l = &sync.Mutex{}
 		h.locks[fp] = l
 	}
-	h.mu.Unlock()
-	l.Lock()
+	return l
+}
+
+// locked opens the session of fp's lock l, just taken, and returns its
+// unlock.
+func (h *journalHandle) locked(fp string, l *sync.Mutex) func() {
 	h.mu.Lock()
 	h.sessions[fp] = &session{}
 	h.mu.Unlock()
@@ -120,25 +144,6 @@ func (h *journalHandle) Lock(fp string) func() {
 		h.mu.Unlock()
 		l.Unlock()
 	}
-}
-
-// TryLock is Lock when fp's lock is free (ok), and nothing otherwise:
-// the single-threaded simulation cannot block, so a second holder on one
-// processor (its operator command beside its stage's task) waits by
-// trying again later.
-func (h *journalHandle) TryLock(fp string) (unlock func(), ok bool) {
-	h.mu.Lock()
-	l := h.locks[fp]
-	if l == nil {
-		l = &sync.Mutex{}
-		h.locks[fp] = l
-	}
-	h.mu.Unlock()
-	if !l.TryLock() {
-		return nil, false
-	}
-	l.Unlock()
-	return h.Lock(fp), true
 }
 
 func (h *journalHandle) Load(fp string) (kv.Intent, bool, error) {
