@@ -15,8 +15,9 @@ import (
 // at the provider and, after a delay of its own, sends `processor
 // reconcile resolve` to a processor, which runs Stage.Resolve's shell
 // (resolve.go) around the real reconciliation.Settle, naming the receipt
-// it examined (SettleFacts.Examined; Config.UnboundOperator: only the
-// fingerprint, as the command does today — finding 4, doc.go).
+// it examined and when it looked (SettleFacts.Examined, ObservedAtMs;
+// Config.UnboundOperator: neither, as the command today — findings 4 and
+// 5, doc.go).
 //
 // It is truthful but possibly stale: it reports present or absent as the
 // provider stood when it looked, and commits seconds or minutes later,
@@ -27,9 +28,9 @@ import (
 // dispatch; ErrSuperseded: another receipt to examine; ErrTooEarly: the
 // request may still arrive).
 //
-// It draws from a random stream of its own, so a seed whose operator
-// never finds anything to settle runs as it did before the operator was
-// modelled (TestFindings replays its seeds with Config.NoOperator).
+// It draws from a random stream of its own, so that a run without it
+// (Config.NoOperator) is the run its seed made before the operator was
+// modelled (TestFindings replays findings 1 and 3 so).
 type operator struct {
 	rng   *rand.Rand
 	looks int // left
@@ -47,7 +48,6 @@ type operator struct {
 type settlement struct {
 	at        int64 // true time of the commit
 	lookedAt  int64
-	present   bool
 	receiptID string
 	kind      schema.Kind
 	absentAt  int64 // AbsentAfter of the record the operator examined

@@ -54,7 +54,7 @@ func (t *task) resolveSettle() {
 		return
 	}
 	rec, rc := s.Writes.Record, s.Writes.Receipt
-	w.settlements = append(w.settlements, settlement{at: w.now, lookedAt: w.op.lookedAt, present: f.Present,
+	w.settlements = append(w.settlements, settlement{at: w.now, lookedAt: w.op.lookedAt,
 		receiptID: rc.ReceiptID, kind: rec.Latest.Kind, absentAt: reconcileRules().AbsentAfter(w.op.looked),
 		examined: f.Record.Receipt.ReceiptID == w.op.looked.Receipt.ReceiptID})
 	w.tracef("p%d resolve: committed %s (%s)", t.p.id, rc.Status, rc.ReceiptID[:12])
