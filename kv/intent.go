@@ -133,6 +133,13 @@ type Intent struct {
 	// Redispatches counts the dispatches sent again after one was lost
 	// (Reopen), at most MaxRedispatches.
 	Redispatches int `json:"redispatches,omitempty"`
+	// ReceiptAfterMs is the recorded_at_ms of the latest receipt in the
+	// history while Receipt is nil after a Reopen: the next receipt is
+	// recorded after it, so that receipts stay ordered by recorded_at_ms
+	// although processors' clocks differ (a client that orders outcomes
+	// by their receipt would otherwise take a stale outcome published
+	// late for the newest; found by internal/sim, seed 87377).
+	ReceiptAfterMs int64 `json:"receipt_after_ms,omitempty"`
 	// Ended are the proposals of this intent that dispatch ended without
 	// dispatching them (a denial at its re-check, a give-up), the newest
 	// MaxEnded. They are written with the record's compare-and-set, so
@@ -170,6 +177,9 @@ func (r *Intent) LostInFlight() bool {
 // a new in-flight record, with a new lease, and a new receipt.
 func (r *Intent) Reopen(nowMs int64) {
 	r.State = StateLost
+	if r.Receipt != nil {
+		r.ReceiptAfterMs = max(r.ReceiptAfterMs, r.Receipt.RecordedAtMs)
+	}
 	r.Receipt = nil
 	r.ReconcileExhausted = false
 	r.ReconcileNextAtMs = 0
@@ -300,8 +310,11 @@ func (r *Intent) Settle(v Verdict, step string, link *schema.ReceiptReconcileRef
 		Reconciliation:    link,
 		RecordedAtMs:      nowMs,
 	}
+	if r.ReceiptAfterMs > 0 {
+		rc.RecordedAtMs = max(nowMs, r.ReceiptAfterMs+1)
+	}
 	if prev := r.Receipt; prev != nil {
-		rc.RecordedAtMs = max(nowMs, prev.RecordedAtMs+1)
+		rc.RecordedAtMs = max(rc.RecordedAtMs, prev.RecordedAtMs+1)
 		if rc.Disclosure == nil && prev.Disclosure != nil {
 			d := *prev.Disclosure
 			d.FieldClasses = slices.Clone(d.FieldClasses)

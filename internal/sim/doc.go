@@ -55,10 +55,11 @@
 // being per process (here per message), JetStream's duplicate window
 // (unbounded here), more than one intent per run.
 //
-// Findings (in the real code; findings 1 and 3 are fixed, their seeds
-// replayed by TestFindings and their facts by TestFindingsInStep; 4 and
-// 5 are open in the operator API, their seeds replayed by
-// TestOperatorFindings):
+// Findings (in the real code; findings 1, 3 and 6 are fixed, their seeds
+// replayed by TestFindings and the facts of 1 and 3 by
+// TestFindingsInStep, of 6 by reconciliation's
+// TestReceiptsOrderedAcrossRedispatch; 4 and 5 are open in the operator
+// API, their seeds replayed by TestOperatorFindings):
 //
 // Finding 1 — dispatch.Step applies a not-invoked reply to another
 // dispatch's record. A processor pauses past its lease between its
@@ -131,6 +132,19 @@
 // the fence) would fix 5 for an operator who checks just before sending,
 // but not an earlier check, and it stops the demo's and several tests'
 // immediate --absent; it is not done.
+//
+// Finding 6 — a redispatch's receipt recorded before the one it follows.
+// Receipts are recorded at max(now, the previous receipt's + 1), but a
+// reopened intent (reconciliation found the request lost) has no previous
+// receipt, so the new dispatch's receipt took the clock of its processor
+// alone: one behind the processor that recorded the last receipt gives a
+// CONFIRMED receipt an earlier recorded_at_ms than the
+// RECONCILIATION_REQUIRED before it. A processor paused with that older
+// record republishes its outcome after CONFIRMED, and finding 2's rule (a
+// stale outcome carries an older receipt) no longer tells it (seed 87377,
+// in a 200,000-seed search with the operator). Fixed: kv.Intent.Reopen
+// keeps the history's latest recorded_at_ms (ReceiptAfterMs) and the next
+// receipt is recorded after it.
 //
 // It imports the stages whose pure steps it drives and the records of
 // state; it runs no NATS server, touches no disk and reads no real clock.

@@ -366,3 +366,23 @@ func TestAbsenceJudgedByWhenItWasAsked(t *testing.T) {
 		}
 	}
 }
+
+// TestReceiptsOrderedAcrossRedispatch: the receipt of a dispatch sent
+// again after a reopen is recorded after the history's latest, even by a
+// processor whose clock is behind the one that recorded it — so that a
+// stale outcome published late carries a visibly older receipt (found by
+// internal/sim, seed 87377).
+func TestReceiptsOrderedAcrossRedispatch(t *testing.T) {
+	rec := waiting(schema.StatusReconciliationRequired, 1) // its receipt recorded at 1000
+	rec.Reopen(1000)
+	if rec.ReceiptAfterMs != 1000 {
+		t.Fatalf("reopened: receipt_after_ms = %d, want the latest receipt's 1000", rec.ReceiptAfterMs)
+	}
+	rc := rec.Settle(kv.Verdict{Status: schema.StatusConfirmed, NextAction: schema.NextNone, Attempted: true}, rec.DispatchStep("dispatch"), nil, nil, 400)
+	if rc.RecordedAtMs != 1001 {
+		t.Fatalf("the next receipt, by a clock 600ms behind: recorded_at_ms = %d, want 1001", rc.RecordedAtMs)
+	}
+	if rc := rec.Settle(kv.Verdict{Status: schema.StatusConfirmed, NextAction: schema.NextNone, Attempted: true}, "x", nil, nil, 5000); rc.RecordedAtMs != 5000 {
+		t.Errorf("a later clock: recorded_at_ms = %d, want 5000", rc.RecordedAtMs)
+	}
+}
