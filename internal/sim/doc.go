@@ -15,7 +15,11 @@
 //
 // Faults the seed injects: a processor crashing before any action of its
 // shell (losing its memory, locks and journal sessions; its input is
-// redelivered after the ack wait; it restarts with the same instance id), a
+// redelivered after the ack wait; it restarts with the same instance id)
+// — and between dispatch's commit and the publish of what it decided (the
+// outcomes, the held envelope: fault.DispatchAfterReceipt), drawn from a
+// stream of its own so that the seeds recorded before it replay alike
+// until such a crash — a
 // processor pausing past its lease (no heartbeat: its input goes to
 // another; it resumes where it stopped), a provider reply lost (the call
 // times out, the result unknown), a request delayed in the network, a
@@ -145,6 +149,22 @@
 // in a 200,000-seed search with the operator). Fixed: kv.Intent.Reopen
 // keeps the history's latest recorded_at_ms (ReceiptAfterMs) and the next
 // receipt is recorded after it.
+//
+// Finding 7 — a crash after a commit, before its publish (found once the
+// simulation crashed there; the real soak had shown the first half).
+// (a) Dispatch kept the envelope for a redispatch only with the receipt
+// that made the effect unknown: a processor that crashed between that
+// commit and keeping the envelope left reconciliation nothing to send
+// again, and a request lost in flight ended its proposal
+// FAILED_BEFORE_DISPATCH (TestClusterSoak in CI, soak-0002; reproduced by
+// internal/crashtest TestDispatchCrashBeforeKeepingTheEnvelope; planted
+// as BugHoldOnce, caught by seed 158). (b) A redispatch's receipt is told
+// to every proposal of the intent, but a processor that crashed after
+// committing it left the others without an end: the redelivery answered
+// only its own proposal (seed 792: 26 of 20,000 seeds). Fixed: every
+// delivery that finds such a receipt keeps the envelope again, and tells
+// the other proposals again; reconciliation waits for a missing envelope
+// (reconciliation.Rules.HeldWait) before letting the finding stand.
 //
 // It imports the stages whose pure steps it drives and the records of
 // state; it runs no NATS server, touches no disk and reads no real clock.

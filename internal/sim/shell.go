@@ -193,6 +193,15 @@ func (t *task) dispatchStep() {
 		f.Lease = dispatch.LeaseOf(f.Record)
 		t.next("dispatch after in-flight", t.dispatchSend)
 	default:
+		if w.cfg.Bug == BugHoldOnce && d.Writes.Receipt == nil {
+			d.Hold = "" // planted: kept only with the receipt
+		}
+		if !d.Writes.Empty() && w.afterCommit.Float64() < w.prof.crash {
+			// Between the handler's commit and the runner's publish of
+			// what it returned (fault.DispatchAfterReceipt).
+			w.crash(t.p, "dispatch after commit")
+			return
+		}
 		var outs []schema.Outcome
 		if d.Outcome != nil {
 			outs = append([]schema.Outcome{*d.Outcome}, d.Others...)

@@ -39,11 +39,17 @@ const (
 	// BugSettleNoAnnounce: the settlement is committed without its
 	// announce timer.
 	BugSettleNoAnnounce
+	// BugHoldOnce: dispatch keeps the envelope only with the receipt
+	// that makes the effect unknown, not again on a redelivery (the code
+	// before the fix of the CI soak's soak-0002: a crash between the
+	// receipt's commit and keeping the envelope left reconciliation
+	// nothing to send again).
+	BugHoldOnce
 )
 
 func (b Bug) String() string {
 	return [...]string{"none", "read-then-write journal", "resend after its own interruption", "connector ignores not_after_ms",
-		"settles the record the operator saw", "settlement without its announcement"}[b]
+		"settles the record the operator saw", "settlement without its announcement", "keeps the envelope only with its receipt"}[b]
 }
 
 // Config is one run.
@@ -108,6 +114,11 @@ func (e *events) Pop() any {
 type World struct {
 	cfg   Config
 	rng   *rand.Rand
+	// afterCommit decides whether a processor crashes between a dispatch
+	// commit and publishing what it decided: a stream of its own, so that
+	// the main one (and every seed recorded before it existed) runs the
+	// same until such a crash happens.
+	afterCommit *rand.Rand
 	now   int64 // true time, ms
 	seq   uint64
 	queue events
@@ -157,7 +168,7 @@ func (w *World) procNow(p *proc) int64 { return w.now + p.skew }
 // New makes the world of cfg.Seed.
 func New(cfg Config) *World {
 	w := &World{
-		cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed_f3ce)), now: start,
+		cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed_f3ce)), afterCommit: rand.New(rand.NewPCG(cfg.Seed, 0xaf7e_c0de)), now: start,
 		j: newSharedJournal(), msgIDs: map[string]bool{}, held: map[string][]byte{},
 		envs: map[schema.ProposalRef]*schema.Envelope{}, outcomes: map[schema.ProposalRef][]schema.Outcome{},
 	}

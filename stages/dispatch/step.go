@@ -169,6 +169,13 @@ func Step(f Facts, r Rules) Decision {
 			Outcome:  outcome(rec.Outcome(ref, f.Now)),
 			Activity: &ActivityChange{Record: &rec},
 		}
+		if rec.Receipt.Reconciliation == nil && rec.Redispatches > 0 {
+			// A redispatch's receipt is told to every proposal of the
+			// intent (finish); a crash between its commit and those
+			// outcomes leaves them to a redelivery (found by the
+			// simulation, internal/sim finding 7).
+			d.Others = othersOf(rec, ref, f.Now)
+		}
 		if rec.Receipt.Status == schema.StatusReconciliationRequired && rec.LostInFlight() {
 			// The envelope is kept after the receipt is committed: a crash
 			// between the two leaves none, and reconciliation could not
@@ -333,11 +340,7 @@ func finish(f Facts, rec kv.Intent, v kv.Verdict, step string, r Rules) Decision
 	disclosed := f.Disclosed
 	var others []schema.Outcome
 	if reopened {
-		for _, o := range rec.Outcomes(f.Now) {
-			if o.To() != f.Env.Ref() {
-				others = append(others, o)
-			}
-		}
+		others = othersOf(rec, f.Env.Ref(), f.Now)
 	}
 	return Decision{
 		Writes:   w,
@@ -409,6 +412,18 @@ func (c *ActivityChange) Apply(a *schema.Activity) {
 }
 
 func outcome(o schema.Outcome) *schema.Outcome { return &o }
+
+// othersOf are the outcomes rec's latest receipt gives the intent's
+// proposals other than ref.
+func othersOf(rec kv.Intent, ref schema.ProposalRef, nowMs int64) []schema.Outcome {
+	var others []schema.Outcome
+	for _, o := range rec.Outcomes(nowMs) {
+		if o.To() != ref {
+			others = append(others, o)
+		}
+	}
+	return others
+}
 
 // HeldID is the message id under which the envelope of proposal
 // proposalID is kept for fingerprint fp after redispatches redispatches:

@@ -427,3 +427,32 @@ func TestStepKeepsTheEnvelope(t *testing.T) {
 		})
 	}
 }
+
+// A redispatch's receipt is told to every proposal of the intent; a
+// delivery that finds it — the redispatch's input again, after a crash
+// between the receipt's commit and those outcomes — tells them again
+// (internal/sim finding 7: seed 792 left two proposals without an end).
+// A first dispatch's receipt is each proposal's own to hear.
+func TestStepRedispatchReceiptTellsEveryProposal(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		redispatches int
+		others       int
+	}{{"after a redispatch", 1, 1}, {"first dispatch", 0, 0}} {
+		t.Run(c.name, func(t *testing.T) {
+			f := facts(func(f *Facts) {
+				f.Record, f.Found = settled(schema.StatusConfirmed), true
+				f.Record.Redispatches = c.redispatches
+			})
+			d := Step(f, rules)
+			if len(d.Others) != c.others {
+				t.Fatalf("%d other outcomes, want %d: %+v", len(d.Others), c.others, d.Others)
+			}
+			for _, o := range d.Others {
+				if o.ProposalID != "p-0" || o.Kind != schema.KindConfirmed {
+					t.Errorf("other outcome %+v", o)
+				}
+			}
+		})
+	}
+}
