@@ -112,17 +112,17 @@ func (e *events) Pop() any {
 
 // World is one simulated run.
 type World struct {
-	cfg   Config
-	rng   *rand.Rand
+	cfg Config
+	rng *rand.Rand
 	// afterCommit decides whether a processor crashes between a dispatch
 	// commit and publishing what it decided: a stream of its own, so that
 	// the main one (and every seed recorded before it existed) runs the
 	// same until such a crash happens.
 	afterCommit *rand.Rand
-	now   int64 // true time, ms
-	seq   uint64
-	queue events
-	prof  profile
+	now         int64 // true time, ms
+	seq         uint64
+	queue       events
+	prof        profile
 
 	j     *sharedJournal
 	procs []*proc
