@@ -116,7 +116,7 @@
 //     request lost and dispatches the intent again; the new request is
 //     acted on, its dispatch times out, and the operator's absence — true
 //     of the first dispatch — settles the second: REJECTED, and the
-//     provider acted (seed 1626; 109 of 40,000 seeds).
+//     provider acted (seed 1626; 109 of 40,000 seeds; seed 1904 since the crash after a commit shifted the runs).
 //   - 5: the operator looks while reconciliation is still polling, before
 //     the dispatch's not_after_ms plus the clock skew; the request,
 //     delayed in the network, reaches the provider in time and is acted
