@@ -100,6 +100,13 @@ func TestOperatorCommands(t *testing.T) {
 		{name: "resolve bad evidence", args: []string{"reconcile", "resolve", fpA, "--present", "--evidence", "no colon", "--url", url}, code: 2},
 		{name: "resolve two fingerprints", args: []string{"reconcile", "resolve", fpA, fpB, "--present", "--evidence", "t:1", "--url", url}, code: 2},
 		{name: "resolve unknown", args: []string{"reconcile", "resolve", unknown, "--absent", "--evidence", "t:1", "--url", url}, code: 1, stderr: []string{"not_found"}},
+		{name: "resolve bad observed-at", args: []string{"reconcile", "resolve", fpA, "--absent", "--evidence", "t:1", "--observed-at", "yesterday", "--url", url},
+			code: 2, stderr: []string{"--observed-at must be RFC 3339"}},
+		{name: "resolve bad receipt", args: []string{"reconcile", "resolve", fpA, "--absent", "--evidence", "t:1", "--receipt", "r-1", "--url", url},
+			code: 1, stderr: []string{"receipt_id is not a receipt id", "bad_request"}},
+		{name: "resolve another receipt than the latest", args: []string{"reconcile", "resolve", fpA, "--present", "--evidence", "t:1",
+			"--receipt", "rcpt_" + strings.Repeat("0", 32), "--observed-at", "now", "--url", url},
+			code: 1, stderr: []string{"no longer the latest", "not_indeterminate"}},
 		{name: "resolve present", args: []string{"reconcile", "resolve", fpA, "--present", "--evidence", "ticket:OPS-9", "--url", url},
 			stdout: []string{"resolved " + fpA, "effect present → CONFIRMED", "ticket:OPS-9", "prop-a", "operator   " + testenv.OperatorName},
 			after: func(t *testing.T, _ string) {
@@ -270,5 +277,25 @@ func TestOperatorReadCommands(t *testing.T) {
 	}
 	if seen != 1 {
 		t.Errorf("page 2 lists %d intents:\n%s", seen, out.String())
+	}
+}
+
+// --observed-at takes RFC 3339, Unix milliseconds or now.
+func TestObservedAt(t *testing.T) {
+	now := time.UnixMilli(1_764_640_000_123)
+	for in, want := range map[string]int64{
+		"now":                         now.UnixMilli(),
+		"1764630000000":               1_764_630_000_000,
+		"2026-12-02T01:30:00Z":        time.Date(2026, 12, 2, 1, 30, 0, 0, time.UTC).UnixMilli(),
+		"2026-12-02T02:30:00.5+01:00": time.Date(2026, 12, 2, 1, 30, 0, 500e6, time.UTC).UnixMilli(),
+	} {
+		if got, err := observedAt(in, now); err != nil || got != want {
+			t.Errorf("observedAt(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "yesterday", "-5", "0", "2026-12-02"} {
+		if _, err := observedAt(in, now); err == nil {
+			t.Errorf("observedAt(%q) accepted", in)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -61,6 +62,8 @@ func cmdReconcileResolve(c *cmdline, args []string, _ io.Reader) int {
 	present := c.fs.Bool("present", false, "the effect happened: record CONFIRMED")
 	absent := c.fs.Bool("absent", false, "the effect did not happen: record REJECTED")
 	evidence := c.fs.String("evidence", "", "`REF`: where the finding can be checked (a ticket, a provider console reference): one line with ':', at most 512 characters")
+	receipt := c.fs.String("receipt", "", "`ID`: the receipt you examined (reconcile list, receipt): refused if another receipt is the latest by now (a redispatch since)")
+	observed := c.fs.String("observed-at", "", "`TIME` you looked at the provider (RFC 3339, Unix ms, or now): an absence seen before the dispatch's request expired is refused")
 	cn, asJSON, pos, code, done := c.operator(args)
 	if done {
 		return code
@@ -75,9 +78,32 @@ func cmdReconcileResolve(c *cmdline, args []string, _ io.Reader) int {
 	if !schema.ValidEvidenceRef(*evidence) {
 		return c.usageError("--evidence must be one line of at most 512 characters containing ':' (e.g. ticket:OPS-1234)")
 	}
+	checks := admin.ResolveChecks{ReceiptID: *receipt}
+	if *observed != "" {
+		at, err := observedAt(*observed, time.Now())
+		if err != nil {
+			return c.usageError("%v", err)
+		}
+		checks.ObservedAtMs = at
+	}
 	return answer(c, cn, asJSON, func(ctx context.Context, cl *admin.Client) (*admin.Resolved, error) {
-		return cl.ResolveTarget(ctx, target, *present, *evidence)
+		return cl.ResolveChecked(ctx, target, *present, *evidence, checks)
 	}, writeResolved)
+}
+
+// observedAt reads --observed-at: RFC 3339, Unix milliseconds, or "now".
+func observedAt(v string, now time.Time) (int64, error) {
+	if v == "now" {
+		return now.UnixMilli(), nil
+	}
+	if ms, err := strconv.ParseInt(v, 10, 64); err == nil && ms > 0 {
+		return ms, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return 0, fmt.Errorf("--observed-at must be RFC 3339 (2026-12-02T01:30:00Z), Unix milliseconds or now")
+	}
+	return t.UnixMilli(), nil
 }
 
 func writeResolved(w io.Writer, r *admin.Resolved) {

@@ -159,6 +159,23 @@ type ResolveRequest struct {
 	// EvidenceRef is where the finding can be checked (a ticket, a provider
 	// console reference): one line of at most 512 characters containing ':'.
 	EvidenceRef string `json:"evidence_ref"`
+	ResolveChecks
+}
+
+// ResolveChecks hold a resolution to what the operator examined; each is
+// optional, and each closes a way for a finding to settle what it was not
+// about (internal/sim findings 4 and 5).
+type ResolveChecks struct {
+	// ReceiptID is the receipt the operator examined (`reconcile list`,
+	// `receipt`): refused (not_indeterminate) when another receipt is the
+	// latest by then — after a redispatch, the provider may have acted on
+	// the new request.
+	ReceiptID string `json:"receipt_id,omitempty"`
+	// ObservedAtMs is when the operator looked at the provider (Unix ms):
+	// an absence observed before the dispatch's not_after_ms plus
+	// approval.clock_skew is refused (not_indeterminate), since the
+	// request may still have reached the provider after they looked.
+	ObservedAtMs int64 `json:"observed_at_ms,omitempty"`
 }
 
 // Resolved is what a resolution recorded. Its outcome reaches every

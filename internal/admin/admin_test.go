@@ -266,12 +266,12 @@ func (p *probe[T]) err() *Error  { return p.Error }
 // refusals as the API's errors.
 type stageResolver struct{ s *reconciliation.Stage }
 
-func (r stageResolver) Resolve(fp string, present bool, evidenceRef, operator string) (Resolution, error) {
-	res, err := r.s.Resolve(fp, present, evidenceRef, operator)
+func (r stageResolver) Resolve(fp string, present bool, evidenceRef, operator string, checks ResolveChecks) (Resolution, error) {
+	res, err := r.s.ResolveChecked(fp, present, evidenceRef, operator, checks.ReceiptID, checks.ObservedAtMs)
 	for code, sentinels := range map[string][]error{
 		CodeBadRequest:       {reconciliation.ErrInvalidFingerprint, reconciliation.ErrInvalidEvidence},
 		CodeNotFound:         {reconciliation.ErrNotFound},
-		CodeNotIndeterminate: {reconciliation.ErrNotIndeterminate},
+		CodeNotIndeterminate: {reconciliation.ErrNotIndeterminate, reconciliation.ErrSuperseded},
 	} {
 		for _, e := range sentinels {
 			if errors.Is(err, e) {

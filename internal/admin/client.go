@@ -131,11 +131,18 @@ func (c *Client) Resolve(ctx context.Context, fingerprint string, present bool, 
 // ResolveTarget records that the indeterminate effect of a fingerprint, or
 // of the fingerprint a proposal was grounded to, is present or absent.
 func (c *Client) ResolveTarget(ctx context.Context, t Target, present bool, evidenceRef string) (*Resolved, error) {
+	return c.ResolveChecked(ctx, t, present, evidenceRef, ResolveChecks{})
+}
+
+// ResolveChecked is ResolveTarget held to what the operator examined
+// (ResolveChecks).
+func (c *Client) ResolveChecked(ctx context.Context, t Target, present bool, evidenceRef string, checks ResolveChecks) (*Resolved, error) {
 	effect := EffectAbsent
 	if present {
 		effect = EffectPresent
 	}
-	return call[Resolved](ctx, c, subjects.AdminReconcileSolve, &ResolveRequest{Fingerprint: t.Fingerprint, Proposal: t.Proposal, Effect: effect, EvidenceRef: evidenceRef})
+	return call[Resolved](ctx, c, subjects.AdminReconcileSolve, &ResolveRequest{Fingerprint: t.Fingerprint, Proposal: t.Proposal,
+		Effect: effect, EvidenceRef: evidenceRef, ResolveChecks: checks})
 }
 
 // Approvals lists the proposals parked for approval, the soonest to expire

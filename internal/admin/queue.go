@@ -14,7 +14,7 @@ import (
 // fingerprint, bad evidence), CodeNotFound (no receipt) or
 // CodeNotIndeterminate; any other error is internal.
 type Resolver interface {
-	Resolve(fp string, present bool, evidenceRef, operator string) (Resolution, error)
+	Resolve(fp string, present bool, evidenceRef, operator string, checks ResolveChecks) (Resolution, error)
 }
 
 // Resolution is what an operator's settlement recorded.

@@ -18,14 +18,14 @@ type Resolver struct{ Stage *reconciliation.Stage }
 var _ admin.Resolver = Resolver{}
 
 // Resolve records an operator's finding (reconciliation.Stage.Resolve).
-func (r Resolver) Resolve(fp string, present bool, evidenceRef, operator string) (admin.Resolution, error) {
-	res, err := r.Stage.Resolve(fp, present, evidenceRef, operator)
+func (r Resolver) Resolve(fp string, present bool, evidenceRef, operator string, checks admin.ResolveChecks) (admin.Resolution, error) {
+	res, err := r.Stage.ResolveChecked(fp, present, evidenceRef, operator, checks.ReceiptID, checks.ObservedAtMs)
 	switch {
 	case errors.Is(err, reconciliation.ErrInvalidFingerprint), errors.Is(err, reconciliation.ErrInvalidEvidence):
 		return admin.Resolution{}, &admin.Error{Code: admin.CodeBadRequest, Message: err.Error()}
 	case errors.Is(err, reconciliation.ErrNotFound):
 		return admin.Resolution{}, &admin.Error{Code: admin.CodeNotFound, Message: "no receipt for " + fp}
-	case errors.Is(err, reconciliation.ErrNotIndeterminate):
+	case errors.Is(err, reconciliation.ErrNotIndeterminate), errors.Is(err, reconciliation.ErrSuperseded):
 		return admin.Resolution{}, &admin.Error{Code: admin.CodeNotIndeterminate, Message: err.Error()}
 	case err != nil:
 		return admin.Resolution{}, err

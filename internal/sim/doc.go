@@ -62,8 +62,9 @@
 // Findings (in the real code; findings 1, 3 and 6 are fixed, their seeds
 // replayed by TestFindings and the facts of 1 and 3 by
 // TestFindingsInStep, of 6 by reconciliation's
-// TestReceiptsOrderedAcrossRedispatch; 4 and 5 are open in the operator
-// API, their seeds replayed by TestOperatorFindings):
+// TestReceiptsOrderedAcrossRedispatch; 4 and 5 are closed only for an
+// operator who names what was examined, their seeds replayed by
+// TestOperatorFindings):
 //
 // Finding 1 — dispatch.Step applies a not-invoked reply to another
 // dispatch's record. A processor pauses past its lease between its
@@ -106,7 +107,7 @@
 // that orders by receipt can tell; the check accepts exactly that. SPEC
 // does not say whether outcomes may arrive out of order.
 //
-// Findings 4 and 5 (open in the operator API) — an operator's finding is
+// Findings 4 and 5 (closed when the operator names what was examined) — an operator's finding is
 // applied to what holds when it lands. `processor reconcile resolve`
 // names the fingerprint only, so Stage.Resolve settles whatever receipt
 // is the latest when the command arrives, whenever the operator looked at
@@ -129,9 +130,10 @@
 // when the provider was observed (SettleFacts.Examined, ObservedAtMs:
 // ErrSuperseded, ErrTooEarly); the simulated operator tells it, and with
 // it 40,000 seeds hold every invariant (Config.UnboundOperator: it does
-// not, as the command today). What is left is the API: the operator
-// API's reconcile.resolve and the command carrying the `receipt_id` that
-// `reconcile list` shows and when the provider was checked. Judging an
+// not, as a command that names neither). The operator API's
+// reconcile.resolve carries both (receipt_id, observed_at_ms; `processor
+// reconcile resolve --receipt --observed-at`), optional for compatibility:
+// an operator who names neither is still open to 4 and 5. Judging an
 // absence by the command's own arrival instead (refusing --absent before
 // the fence) would fix 5 for an operator who checks just before sending,
 // but not an earlier check, and it stops the demo's and several tests'

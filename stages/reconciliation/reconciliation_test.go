@@ -3,6 +3,7 @@ package reconciliation_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -375,6 +376,48 @@ func TestResolveWhilePolling(t *testing.T) {
 	}
 	if n := len(env.Recorder.Outcomes("prop-live")); n != 3 {
 		t.Errorf("outcomes = %d", n)
+	}
+}
+
+// TestResolveHeldToWhatWasExamined: an operator's finding names the
+// receipt examined and when the provider was looked at (admin
+// ResolveChecks); a finding about another receipt than the latest, or an
+// absence seen while the dispatch's request could still arrive, is
+// refused (internal/sim findings 4 and 5), and one that holds settles.
+func TestResolveHeldToWhatWasExamined(t *testing.T) {
+	env, clock := start(t)
+	fake := env.Fakes["demo"]
+	timeoutDispatch(fake)
+	script(fake, fail(adapters.ErrTimeout))
+	sent := clock.Now()
+	fp := propose(t, env, clock, "prop-examined")
+	env.Recorder.Wait(t, "prop-examined", last(schema.KindReconciliationRequired))
+	clock.Advance(time.Hour) // past the fence; the first poll cannot tell
+	env.Recorder.Wait(t, "prop-examined", nth(2))
+	env.Quiesce(t)
+	ops, ctx := env.Admin(), context.Background()
+	list, err := ops.List(ctx)
+	if err != nil || len(list.Actions) != 1 {
+		t.Fatalf("list = %+v %v", list, err)
+	}
+	latest := list.Actions[0].ReceiptID
+	target := admin.Target{Fingerprint: fp}
+	for _, c := range []struct {
+		name   string
+		checks admin.ResolveChecks
+		want   error
+	}{
+		{"not a receipt id", admin.ResolveChecks{ReceiptID: "receipt-1"}, admin.ErrBadRequest},
+		{"another receipt than the latest", admin.ResolveChecks{ReceiptID: "rcpt_" + strings.Repeat("0", 32)}, admin.ErrNotIndeterminate},
+		{"absent, seen when the request was sent", admin.ResolveChecks{ReceiptID: latest, ObservedAtMs: sent.UnixMilli()}, admin.ErrNotIndeterminate},
+	} {
+		if _, err := ops.ResolveChecked(ctx, target, false, "ticket:OPS-9", c.checks); !errors.Is(err, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, err, c.want)
+		}
+	}
+	res, err := ops.ResolveChecked(ctx, target, false, "ticket:OPS-9", admin.ResolveChecks{ReceiptID: latest, ObservedAtMs: clock.Now().UnixMilli()})
+	if err != nil || res.OutcomeKind != schema.KindRejected || res.Receipt.Reconciliation.PreviousReceiptID != latest {
+		t.Fatalf("resolve = %+v %v", res, err)
 	}
 }
 

@@ -371,6 +371,17 @@ type Resolution struct {
 // shell around Settle: lock, load, settle, commit, and on kv.ErrConflict
 // load and settle again.
 func (s *Stage) Resolve(fp string, present bool, evidenceRef, operator string) (Resolution, error) {
+	return s.ResolveChecked(fp, present, evidenceRef, operator, "", 0)
+}
+
+// ResolveChecked is Resolve held to what the operator examined: examined
+// (when not "") is the receipt id they looked at, refused with
+// ErrSuperseded when another receipt is the latest (a redispatch since,
+// whose request the provider may have acted on); observedAtMs (when > 0)
+// is when they looked at the provider, and an absence observed before the
+// dispatch's request expired is refused (ErrTooEarly): it may still
+// arrive (internal/sim findings 4 and 5).
+func (s *Stage) ResolveChecked(fp string, present bool, evidenceRef, operator, examined string, observedAtMs int64) (Resolution, error) {
 	if !schema.ValidFingerprint(fp) {
 		return Resolution{}, ErrInvalidFingerprint
 	}
@@ -386,7 +397,8 @@ func (s *Stage) Resolve(fp string, present bool, evidenceRef, operator string) (
 			return Resolution{}, fmt.Errorf("reconciliation: %w", err)
 		}
 		st = Settle(SettleFacts{Fingerprint: fp, Record: rec, Found: found, Present: present,
-			EvidenceRef: evidenceRef, Operator: operator, Now: stages.NowMs(s.Clock)}, s.rules())
+			EvidenceRef: evidenceRef, Operator: operator, Now: stages.NowMs(s.Clock),
+			Examined: examined, ObservedAtMs: observedAtMs}, s.rules())
 		if st.Refused != nil {
 			return Resolution{}, st.Refused
 		}
