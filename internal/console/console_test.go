@@ -279,6 +279,15 @@ func TestResolveForm(t *testing.T) {
 	if res.StatusCode != http.StatusBadRequest || !strings.Contains(body, "evidence") {
 		t.Errorf("bad evidence: %d", res.StatusCode)
 	}
+	// The form names the receipt the page showed: a finding about another
+	// receipt than the latest (a redispatch since) is refused.
+	if !strings.Contains(page, `name="receipt" value="rcpt_`) {
+		t.Fatalf("the form does not name the receipt shown:\n%s", page)
+	}
+	res, body = f.post(t, "/indeterminate/resolve", with(with(form, "csrf", tok), "receipt", "rcpt_"+strings.Repeat("0", 32)), nil)
+	if res.StatusCode != http.StatusConflict || !strings.Contains(body, "not_indeterminate") {
+		t.Errorf("a finding about another receipt: %d", res.StatusCode)
+	}
 	res, _ = f.post(t, "/indeterminate/resolve", with(form, "csrf", tok), nil)
 	loc := res.Header.Get("Location")
 	if res.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, "/timeline?q="+fp+"&resolved=rcpt_") {

@@ -187,7 +187,7 @@ func (p *pages) queue(w http.ResponseWriter, r *http.Request, status int, msg, f
 
 // resolve is the resolve form's POST: the request is signed with the
 // console's operator key, so the receipt and the activity record name
-// the operator, exactly as `processor reconcile resolve` does.
+// the operator, exactly as `processor reconcile resolve --receipt` does.
 func (p *pages) resolve(w http.ResponseWriter, r *http.Request) {
 	fp, ok := admin.NormalizeFingerprint(r.PostFormValue("fingerprint"))
 	effect, evidence := r.PostFormValue("effect"), strings.TrimSpace(r.PostFormValue("evidence"))
@@ -204,7 +204,10 @@ func (p *pages) resolve(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := p.ctx(r)
 	defer cancel()
-	res, err := p.c.cfg.Admin.Resolve(ctx, fp, effect == admin.EffectPresent, evidence)
+	// The receipt the page showed: the finding settles that one only, and
+	// is refused if a redispatch has made another the latest since.
+	checks := admin.ResolveChecks{ReceiptID: r.PostFormValue("receipt")}
+	res, err := p.c.cfg.Admin.ResolveChecked(ctx, admin.Target{Fingerprint: fp}, effect == admin.EffectPresent, evidence, checks)
 	if err != nil {
 		status, msg := p.problem(err)
 		p.queue(w, r, status, msg, fp)
