@@ -25,7 +25,7 @@ import (
 
 // Proposals map a proposal to the fingerprint it was grounded to (found
 // false if unknown): pebble.Store on one processor, the replicated admission
-// records (admission.Replicated) on a cluster.
+// records (kvjs.Admissions) on a cluster.
 type Proposals interface {
 	ProposalFingerprint(ref schema.ProposalRef) (fingerprint string, found bool, err error)
 }

@@ -243,7 +243,7 @@ type Parts struct {
 	Store   *pebble.Store
 	Journal kv.Journal
 	// Admission are the admission stage's records. nil: on Store.
-	Admission admission.Records
+	Admission kv.Admissions
 	Approvals kv.Approvals
 	Activity  kv.Activity
 	// Adapters are the providers' adapters, by provider name.
@@ -272,6 +272,10 @@ func newAdmission(p *Parts, r stages.Route) (stages.Handler, error) {
 		providers = append(providers, pr.Name)
 	}
 	c := p.Config
+	records := p.Admission
+	if records == nil {
+		records = pebble.AdmissionRecords{Store: p.Store}
+	}
 	return &admission.Stage{
 		Policy: admission.Policy{
 			AllowUnsigned:   c.Admission.AllowUnsigned,
@@ -280,7 +284,7 @@ func newAdmission(p *Parts, r stages.Route) (stages.Handler, error) {
 			Tenants:         c.Tenants,
 			Providers:       providers,
 		},
-		Records: p.Admission, Store: p.Store, Route: r, Clock: p.Clock, Log: p.stageLog(r.Self),
+		Records: records, Route: r, Clock: p.Clock, Log: p.stageLog(r.Self),
 	}, nil
 }
 

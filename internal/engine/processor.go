@@ -32,7 +32,6 @@ import (
 	"github.com/portcullis/portcullis/internal/seal"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/stages"
-	"github.com/portcullis/portcullis/stages/admission"
 	"github.com/portcullis/portcullis/stages/reconciliation"
 	"github.com/portcullis/portcullis/subjects"
 )
@@ -107,7 +106,7 @@ type Processor struct {
 	// nonces and proposals the proposal-to-fingerprint map the operator
 	// API reads: the store, or with a replicated journal the buckets a
 	// cluster shares.
-	admission admission.Records
+	admission kv.Admissions
 	nonces    admin.Nonces
 	proposals admin.Proposals
 	// replicatedNonces are nonces when they are the shared bucket's (nil
@@ -326,7 +325,7 @@ func (p *Processor) openJournal(ctx context.Context) error {
 			p.log.Warn("store.journal is local: the dispatch journal is in this processor's store, so no other processor may use this NATS and subject prefix (set store.journal = \"replicated\" to share it)")
 		}
 		p.journal = pebble.NewJournal(p.store)
-		p.admission, p.proposals = admission.Pebble{Store: p.store}, p.store
+		p.admission, p.proposals = pebble.AdmissionRecords{Store: p.store}, p.store
 		p.nonces = admin.PebbleNonces{Store: p.store, Window: admin.NonceWindow(p.clockMargin())}
 		return nil
 	}
@@ -363,7 +362,7 @@ func (p *Processor) openJournal(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("engine: %w", err)
 	}
-	rec := admission.NewReplicated(admission.ReplicatedOptions{KV: adm, JS: p.js, Local: p.store, Subjects: p.subj})
+	rec := kvjs.NewAdmissions(kvjs.AdmissionsOptions{KV: adm, JS: p.js, Local: p.store, Subjects: p.subj})
 	p.admission, p.proposals = rec, rec
 	p.replicatedNonces = &admin.ReplicatedNonces{KV: nonces, JS: p.js, Window: admin.NonceWindow(p.clockMargin())}
 	p.nonces = p.replicatedNonces

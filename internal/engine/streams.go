@@ -15,7 +15,6 @@ import (
 
 	"github.com/portcullis/portcullis/internal/admin"
 	"github.com/portcullis/portcullis/internal/config"
-	"github.com/portcullis/portcullis/stages/admission"
 	"github.com/portcullis/portcullis/subjects"
 )
 
@@ -142,7 +141,7 @@ func StreamConfigs(s subjects.Subjects, c *config.Config, pipeline []Spec) []jet
 		proposals, _ := c.RetentionHorizons()
 		out = append(out, kvjs.JournalBucket(s.JournalBucket(), c.NATS.Replicas).Stream(),
 			kvjs.ApprovalsBucket(s.ApprovalsBucket(), c.NATS.Replicas, ApprovalsHorizon(c)).Stream(),
-			admission.Bucket(s.AdmissionBucket(), c.NATS.Replicas, proposals).Stream(),
+			kvjs.AdmissionBucket(s.AdmissionBucket(), c.NATS.Replicas, proposals).Stream(),
 			admin.NonceBucket(s.NonceBucket(), c.NATS.Replicas).Stream())
 	}
 	return out
