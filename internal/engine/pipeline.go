@@ -290,7 +290,7 @@ func newAdmission(p *Parts, r stages.Route) (stages.Handler, error) {
 
 func newGrounding(p *Parts, r stages.Route) (stages.Handler, error) {
 	return &grounding.Stage{
-		Route: r, Clock: p.Clock, Store: p.Store,
+		Route: r, Clock: p.Clock, Checkpoints: p.Store,
 		Source:            &grounding.Source{Conn: p.NC, Subjects: p.Subjects, Timeout: p.Config.Grounding.SourceTimeout},
 		MaxCandidates:     p.Config.Grounding.MaxCandidates,
 		SourceMaxInFlight: p.Config.Grounding.SourceMaxInFlight,

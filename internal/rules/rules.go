@@ -67,11 +67,6 @@ var Operator = []string{"internal/admin/...", "internal/console/..."}
 // then), so the list only shrinks. What is left and why is in
 // docs/development.md ("Rules that keep the layout").
 var Known = []string{
-	// Admission records and grounding checkpoints have no kv interface yet:
-	// their stages open the backends themselves.
-	"stages/admission imports kv/jetstream: a stage imports no storage backend (only the kv interfaces)",
-	"stages/admission imports kv/pebble: a stage imports no storage backend (only the kv interfaces)",
-	"stages/grounding imports kv/pebble: a stage imports no storage backend (only the kv interfaces)",
 	// The stages' settings name the hosts, tenants and managed policies of
 	// internal/trust and internal/policy; stage-local settings types would
 	// end it.
