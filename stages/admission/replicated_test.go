@@ -40,8 +40,9 @@ func cluster(t *testing.T, url string, replicas, n int) ([]processor, nkeys.KeyP
 	host, _ := nkeys.CreateUser()
 	key, _ := host.PublicKey()
 	pol := admission.Policy{MaxPayloadBytes: 65536, Providers: []string{"demo"},
-		Hosts:   []trust.Host{{Name: testenv.HostName, PublicKey: key, Tenants: []string{"tenant:demo"}}},
-		Tenants: []trust.Tenant{{Ref: "tenant:demo", SecurityDomains: []string{"security-domain:demo"}}}}
+		Trust: trust.Policy{
+			Hosts:   []trust.Host{{Name: testenv.HostName, PublicKey: key, Tenants: []string{"tenant:demo"}}},
+			Tenants: []trust.Tenant{{Ref: "tenant:demo", SecurityDomains: []string{"security-domain:demo"}}}}}
 	bucket := fmt.Sprintf("admission_%d", buckets.Add(1))
 	subj := subjects.Default()
 	var out []processor

@@ -228,7 +228,7 @@ func (s *Stage) logRefusal(v Screening, in *stages.Input, code schema.Code) {
 func (s *Stage) GiveUp(ctx context.Context, in *stages.Input, _ error) (stages.Result, error) {
 	inc := schema.NewIncident(schema.PhaseAdmission, schema.CodeProcessingFailed)
 	h, _ := s.Route.Subjects.IngressHost(in.Subject)
-	if _, _, err := (trust.Verifier{Hosts: s.Policy.Hosts, AllowUnsigned: s.Policy.AllowUnsigned}).Authenticate(h, in.Data, in.Header); err != nil {
+	if _, err := s.Policy.trust().Authenticate(h, in.Data, in.Header); err != nil {
 		return stages.Result{Events: []schema.Incident{inc}}, nil
 	}
 	id, ok := schema.PeekProposalID(in.Data)
