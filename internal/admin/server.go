@@ -52,8 +52,9 @@ type Server struct {
 	// (approvals.list) and a proposal's decision (proposals.get).
 	Approvals kv.Approvals
 	// Nonces remembers operator request nonces: the processor's store, or
-	// on a cluster the shared bucket (ReplicatedNonces).
-	Nonces Nonces
+	// on a cluster the shared bucket (kv/pebble's or kv/jetstream's
+	// Nonces).
+	Nonces kv.Nonces
 	// Store maps a proposal to its fingerprint: the processor's store, or
 	// on a cluster the replicated admission records.
 	Store Proposals

@@ -107,11 +107,11 @@ type Processor struct {
 	// API reads: the store, or with a replicated journal the buckets a
 	// cluster shares.
 	admission kv.Admissions
-	nonces    admin.Nonces
+	nonces    kv.Nonces
 	proposals admin.Proposals
 	// replicatedNonces are nonces when they are the shared bucket's (nil
 	// otherwise): the retention loop sweeps them.
-	replicatedNonces *admin.ReplicatedNonces
+	replicatedNonces *kvjs.Nonces
 
 	stopFetch context.CancelFunc
 	stopWork  context.CancelFunc
@@ -326,7 +326,7 @@ func (p *Processor) openJournal(ctx context.Context) error {
 		}
 		p.journal = pebble.NewJournal(p.store)
 		p.admission, p.proposals = pebble.AdmissionRecords{Store: p.store}, p.store
-		p.nonces = admin.PebbleNonces{Store: p.store, Window: admin.NonceWindow(p.clockMargin())}
+		p.nonces = pebble.Nonces{Store: p.store, Window: admin.NonceWindow(p.clockMargin())}
 		return nil
 	}
 	// A processor that used a local journal has dispatched intents the
@@ -364,7 +364,7 @@ func (p *Processor) openJournal(ctx context.Context) error {
 	}
 	rec := kvjs.NewAdmissions(kvjs.AdmissionsOptions{KV: adm, JS: p.js, Local: p.store, Subjects: p.subj})
 	p.admission, p.proposals = rec, rec
-	p.replicatedNonces = &admin.ReplicatedNonces{KV: nonces, JS: p.js, Window: admin.NonceWindow(p.clockMargin())}
+	p.replicatedNonces = &kvjs.Nonces{KV: nonces, JS: p.js, Window: admin.NonceWindow(p.clockMargin())}
 	p.nonces = p.replicatedNonces
 	return nil
 }

@@ -13,7 +13,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/portcullis/portcullis/internal/admin"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/subjects"
 )
@@ -55,7 +54,7 @@ const headerAllowance = 4096
 // the buckets a cluster shares — the journal's (kvjs.JournalBucket), the
 // approvals' (kvjs.ApprovalsBucket, records kept for ApprovalsHorizon),
 // the admission records' (admission.Bucket) and the operator
-// nonces' (admin.NonceBucket) — and the Scheduled stages take their
+// nonces' (kvjs.NonceBucket) — and the Scheduled stages take their
 // timers' schedules.
 func StreamConfigs(s subjects.Subjects, c *config.Config, pipeline []Spec) []jetstream.StreamConfig {
 	if pipeline == nil {
@@ -142,7 +141,7 @@ func StreamConfigs(s subjects.Subjects, c *config.Config, pipeline []Spec) []jet
 		out = append(out, kvjs.JournalBucket(s.JournalBucket(), c.NATS.Replicas).Stream(),
 			kvjs.ApprovalsBucket(s.ApprovalsBucket(), c.NATS.Replicas, ApprovalsHorizon(c)).Stream(),
 			kvjs.AdmissionBucket(s.AdmissionBucket(), c.NATS.Replicas, proposals).Stream(),
-			admin.NonceBucket(s.NonceBucket(), c.NATS.Replicas).Stream())
+			kvjs.NonceBucket(s.NonceBucket(), c.NATS.Replicas).Stream())
 	}
 	return out
 }

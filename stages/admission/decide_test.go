@@ -215,7 +215,7 @@ func TestDecideNamesTheField(t *testing.T) {
 			Hosts:   []trust.Host{{Name: "frontdesk", PublicKey: hostKey, Tenants: []string{"tenant:demo", "tenant:unconfigured"}}},
 			Tenants: []trust.Tenant{{Ref: "tenant:demo", SecurityDomains: []string{"security-domain:demo"}}},
 		},
-		Providers:       []string{"demo"},
+		Providers: []string{"demo"},
 	}
 	cases := []struct {
 		name string
