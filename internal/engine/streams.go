@@ -53,7 +53,7 @@ const headerAllowance = 4096
 // replicated journal (store.journal) the list also holds the streams of
 // the buckets a cluster shares — the journal's (kvjs.JournalBucket), the
 // approvals' (kvjs.ApprovalsBucket, records kept for ApprovalsHorizon),
-// the admission records' (admission.Bucket) and the operator
+// the admission records' (kvjs.AdmissionBucket) and the operator
 // nonces' (kvjs.NonceBucket) — and the Scheduled stages take their
 // timers' schedules.
 func StreamConfigs(s subjects.Subjects, c *config.Config, pipeline []Spec) []jetstream.StreamConfig {
