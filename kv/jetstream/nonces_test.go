@@ -61,26 +61,9 @@ func testNonces(t *testing.T, url string, replicas int) {
 	ns := replicatedNonces(t, url, replicas, 3)
 	now := time.Now().UnixMilli()
 	// Racing claims of one nonce on three processors: one winner.
+	nonces := []kv.Nonces{ns[0], ns[1], ns[2]}
 	for round := range 10 {
-		nonce := fmt.Sprintf("nonce-race-%d-abcdefgh", round)
-		var wins atomic.Int64
-		var wg sync.WaitGroup
-		for _, n := range ns {
-			wg.Go(func() {
-				c, err := n.ClaimNonce(nonce, now)
-				if err != nil {
-					t.Error(err)
-					return // not a win: an error's claim is meaningless
-				}
-				if c == kv.NonceFresh {
-					wins.Add(1)
-				}
-			})
-		}
-		wg.Wait()
-		if wins.Load() != 1 {
-			t.Fatalf("round %d: %d claims of one nonce won", round, wins.Load())
-		}
+		kvtest.RaceNonce(t, nonces, fmt.Sprintf("nonce-race-%d-abcdefgh", round), now)
 	}
 	// Nothing is forgotten by time: no claim carries a TTL.
 	st, err := ns[0].JS.Stream(context.Background(), "KV_"+ns[0].KV.Bucket())

@@ -44,25 +44,7 @@ func RunNonces(t *testing.T, open OpenNonces) {
 		_, another := open(t)
 		ns := []kv.Nonces{another(), another(), another()}
 		for round := range 5 {
-			nonce := fmt.Sprintf("nonce-race-%d-abcdefgh", round)
-			var fresh atomic.Int64
-			var wg sync.WaitGroup
-			for _, n := range ns {
-				wg.Go(func() {
-					c, err := n.ClaimNonce(nonce, now)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if c == kv.NonceFresh {
-						fresh.Add(1)
-					}
-				})
-			}
-			wg.Wait()
-			if fresh.Load() != 1 {
-				t.Fatalf("round %d: %d claims of one nonce were fresh", round, fresh.Load())
-			}
+			RaceNonce(t, ns, fmt.Sprintf("nonce-race-%d-abcdefgh", round), now)
 		}
 	})
 
@@ -85,4 +67,28 @@ func RunNonces(t *testing.T, open OpenNonces) {
 		claim(t, s, "nonce-back-abcdefgh", later-w, kv.NonceFresh)
 		claim(t, s, "nonce-back-2-abcdefgh", later-w-1, kv.NonceTooOld)
 	})
+}
+
+// RaceNonce claims nonce, stamped stamp, on every one of ns at once and
+// fails t unless exactly one claim was fresh.
+func RaceNonce(t *testing.T, ns []kv.Nonces, nonce string, stamp int64) {
+	t.Helper()
+	var fresh atomic.Int64
+	var wg sync.WaitGroup
+	for _, n := range ns {
+		wg.Go(func() {
+			c, err := n.ClaimNonce(nonce, stamp)
+			if err != nil {
+				t.Error(err)
+				return // not a win: an error's claim is meaningless
+			}
+			if c == kv.NonceFresh {
+				fresh.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if fresh.Load() != 1 {
+		t.Fatalf("%s: %d claims of one nonce were fresh, want 1", nonce, fresh.Load())
+	}
 }
