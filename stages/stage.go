@@ -1,8 +1,11 @@
 // Package stages holds the shared stage runner and what every stage uses:
-// the Handler contract, results, the clock and the durable timer scheduler.
+// the Handler contract, results, the clock and the durable timer scheduler,
+// and the settings the stages take from the configuration (Trust, Grants).
 // Each stage lives in its own package below: a pure decision function with
 // table tests, and a thin Handler that gathers state, decides and returns a
-// Result for the runner to publish.
+// Result for the runner to publish. A stage imports no other stage and no
+// storage backend (only the kv interfaces), and its exported declarations
+// name only public types (internal/rules).
 package stages
 
 import (

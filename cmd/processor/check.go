@@ -75,7 +75,8 @@ func judge(body []byte, o judgeOptions) judgement {
 		return j
 	}
 	if o.host != nil {
-		if pr := admission.TenantProblem(o.tenants, *o.host, &p.Context); pr != nil {
+		t := trust.Policy{Hosts: []trust.Host{*o.host}, Tenants: o.tenants}
+		if pr := admission.TenantProblem(t, o.host.Name, &p.Context); pr != nil {
 			return refuse(pr)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages/admission"
 )
@@ -207,7 +208,7 @@ func TestCheckAgreesWithAdmission(t *testing.T) {
 	for _, p := range dev.Providers {
 		providers = append(providers, p.Name)
 	}
-	pol := admission.Policy{AllowUnsigned: true, MaxPayloadBytes: dev.Admission.MaxPayloadBytes, Providers: providers}
+	pol := admission.Policy{Trust: trust.Policy{AllowUnsigned: true}, MaxPayloadBytes: dev.Admission.MaxPayloadBytes, Providers: providers}
 	o := judgeOptions{maxBytes: dev.Admission.MaxPayloadBytes, maxCandidates: dev.Grounding.MaxCandidates, providers: providers}
 	var bodies [][]byte
 	for _, v := range vectors(t) {

@@ -35,7 +35,8 @@
 // carries a payload or protected value: receipts, outcomes, approvals and
 // activity are value-free.
 //
-// It owns the operator's requests and their signatures, nonces and answers.
+// It owns the operator's requests and their signatures, nonces and answers
+// (the nonces are kept by a kv.Nonces store: kv/pebble's or kv/jetstream's).
 // Operator code imports no stage (internal/rules): it reads and settles
 // state through the stores, never by running a stage's logic itself.
 package admin

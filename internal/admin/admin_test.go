@@ -171,8 +171,8 @@ func FuzzRequests(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	signedOnly := &Server{Journal: pebble.NewJournal(st), Approvals: ap, Nonces: PebbleNonces{Store: st, Window: NonceWindow(30 * time.Second)}, Store: st, Reconciliation: stageResolver{rec}, ReconcileMaxAttempts: 3, Subjects: subjects.Default(), Clock: clock, Operators: []config.Role{{Name: "oncall", PublicKey: opPub}}}
-	dev := &Server{Journal: pebble.NewJournal(st), Approvals: ap, Nonces: PebbleNonces{Store: st, Window: NonceWindow(30 * time.Second)}, Store: st, Reconciliation: stageResolver{rec}, ReconcileMaxAttempts: 3, Subjects: subjects.Default(), Clock: clock, AllowUnsigned: true}
+	signedOnly := &Server{Journal: pebble.NewJournal(st), Approvals: ap, Nonces: pebble.Nonces{Store: st, Window: NonceWindow(30 * time.Second)}, Store: st, Reconciliation: stageResolver{rec}, ReconcileMaxAttempts: 3, Subjects: subjects.Default(), Clock: clock, Operators: []config.Role{{Name: "oncall", PublicKey: opPub}}}
+	dev := &Server{Journal: pebble.NewJournal(st), Approvals: ap, Nonces: pebble.Nonces{Store: st, Window: NonceWindow(30 * time.Second)}, Store: st, Reconciliation: stageResolver{rec}, ReconcileMaxAttempts: 3, Subjects: subjects.Default(), Clock: clock, AllowUnsigned: true}
 	fp := "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 	stamp := func(ms int64, nonce string) string { return fmt.Sprintf(`"requested_at_ms":%d,"nonce":%q`, ms, nonce) }
 	n1, n2 := "AAAAAAAAAAAAAAAAAAAAAAAA", "bbbbbbbbbbbbbbbbbbbbbbbb_-"

@@ -25,7 +25,7 @@ import (
 
 // Proposals map a proposal to the fingerprint it was grounded to (found
 // false if unknown): pebble.Store on one processor, the replicated admission
-// records (admission.Replicated) on a cluster.
+// records (kvjs.Admissions) on a cluster.
 type Proposals interface {
 	ProposalFingerprint(ref schema.ProposalRef) (fingerprint string, found bool, err error)
 }
@@ -52,8 +52,9 @@ type Server struct {
 	// (approvals.list) and a proposal's decision (proposals.get).
 	Approvals kv.Approvals
 	// Nonces remembers operator request nonces: the processor's store, or
-	// on a cluster the shared bucket (ReplicatedNonces).
-	Nonces Nonces
+	// on a cluster the shared bucket (kv/pebble's or kv/jetstream's
+	// Nonces).
+	Nonces kv.Nonces
 	// Store maps a proposal to its fingerprint: the processor's store, or
 	// on a cluster the replicated admission records.
 	Store Proposals

@@ -31,6 +31,9 @@ import (
 )
 
 // srv asks a $SRV subject of the admin service and decodes the first answer.
+// window is the tests' window between accepted nonce stamps.
+const window = 10 * time.Second
+
 func srv(t *testing.T, nc *nats.Conn, verb micro.Verb, v any) {
 	t.Helper()
 	subject, err := micro.ControlSubject(verb, admin.ServiceName, "")
@@ -160,7 +163,7 @@ func TestQueueGroup(t *testing.T) {
 		}
 		defer nc.Close()
 		conns = append(conns, nc)
-		s := &admin.Server{Store: st, Journal: pebble.NewJournal(st), Nonces: admin.PebbleNonces{Store: st, Window: window}, Reconciliation: engine.Resolver{Stage: rec}, ReconcileMaxAttempts: 3, Subjects: subj, Clock: clock, Operators: []config.Role{{Name: "oncall", PublicKey: opPub}}}
+		s := &admin.Server{Store: st, Journal: pebble.NewJournal(st), Nonces: pebble.Nonces{Store: st, Window: window}, Reconciliation: engine.Resolver{Stage: rec}, ReconcileMaxAttempts: 3, Subjects: subj, Clock: clock, Operators: []config.Role{{Name: "oncall", PublicKey: opPub}}}
 		stop, err := s.Serve(nc)
 		if err != nil {
 			t.Fatal(err)

@@ -119,7 +119,7 @@ func TestStatusEveryProcessor(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer nc.Close()
-		s := &admin.Server{Store: st, Journal: pebble.NewJournal(st), Approvals: ap, Nonces: admin.PebbleNonces{Store: st, Window: admin.NonceWindow(0)}, Subjects: subj, Clock: clock,
+		s := &admin.Server{Store: st, Journal: pebble.NewJournal(st), Approvals: ap, Nonces: pebble.Nonces{Store: st, Window: admin.NonceWindow(0)}, Subjects: subj, Clock: clock,
 			Operators: []config.Role{{Name: "oncall", PublicKey: opPub}}, Self: func() admin.ProcessorStatus { return selves[id] }}
 		stop, err := s.Serve(nc)
 		if err != nil {

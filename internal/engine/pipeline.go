@@ -17,6 +17,7 @@ import (
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/internal/seal"
+	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
@@ -243,7 +244,7 @@ type Parts struct {
 	Store   *pebble.Store
 	Journal kv.Journal
 	// Admission are the admission stage's records. nil: on Store.
-	Admission admission.Records
+	Admission kv.Admissions
 	Approvals kv.Approvals
 	Activity  kv.Activity
 	// Adapters are the providers' adapters, by provider name.
@@ -259,9 +260,21 @@ type Parts struct {
 	recon *reconciliation.Stage
 }
 
+// The stages' settings from the configuration, in this one place: the
+// stages take them as interfaces of public types (stages.Grants,
+// stages.Trust), which policy.Rules and trust.Policy implement.
+
+// rules judge grants: the managed policies and the grant time rules.
 func (p *Parts) rules() policy.Rules {
 	c := p.Config
 	return policy.Rules{Managed: c.Policies, ClockSkew: c.Approval.ClockSkew, MaxGrantLifetime: c.Approval.MaxGrantLifetime}
+}
+
+// trust is whom admission and authorization believe: the hosts, the
+// tenants, admission.allow_unsigned.
+func (p *Parts) trust() trust.Policy {
+	c := p.Config
+	return trust.Policy{Hosts: c.Hosts, Tenants: c.Tenants, AllowUnsigned: c.Admission.AllowUnsigned}
 }
 
 func (p *Parts) stageLog(name string) *slog.Logger { return p.Log.With("stage", name) }
@@ -272,21 +285,23 @@ func newAdmission(p *Parts, r stages.Route) (stages.Handler, error) {
 		providers = append(providers, pr.Name)
 	}
 	c := p.Config
+	records := p.Admission
+	if records == nil {
+		records = pebble.AdmissionRecords{Store: p.Store}
+	}
 	return &admission.Stage{
 		Policy: admission.Policy{
-			AllowUnsigned:   c.Admission.AllowUnsigned,
+			Trust:           p.trust(),
 			MaxPayloadBytes: c.Admission.MaxPayloadBytes,
-			Hosts:           c.Hosts,
-			Tenants:         c.Tenants,
 			Providers:       providers,
 		},
-		Records: p.Admission, Store: p.Store, Route: r, Clock: p.Clock, Log: p.stageLog(r.Self),
+		Records: records, Route: r, Clock: p.Clock, Log: p.stageLog(r.Self),
 	}, nil
 }
 
 func newGrounding(p *Parts, r stages.Route) (stages.Handler, error) {
 	return &grounding.Stage{
-		Route: r, Clock: p.Clock, Store: p.Store,
+		Route: r, Clock: p.Clock, Checkpoints: p.Store,
 		Source:            &grounding.Source{Conn: p.NC, Subjects: p.Subjects, Timeout: p.Config.Grounding.SourceTimeout},
 		MaxCandidates:     p.Config.Grounding.MaxCandidates,
 		SourceMaxInFlight: p.Config.Grounding.SourceMaxInFlight,
@@ -310,10 +325,8 @@ func (p *Parts) authorizationStage() (*authorization.Stage, error) {
 		Policy: authorization.Policy{
 			Rules:         p.rules(),
 			ApprovalTTL:   c.Approval.TTL,
-			AllowUnsigned: c.Admission.AllowUnsigned,
 			MaxGrantBytes: c.Admission.MaxPayloadBytes,
-			Hosts:         c.Hosts,
-			Tenants:       c.Tenants,
+			Trust:         p.trust(),
 		},
 		Approvals: p.Approvals, Intents: p.Journal, Activity: p.Activity, Route: r, Clock: p.Clock, JS: p.JS, Seal: p.Seal,
 		Log: p.stageLog(r.Self),

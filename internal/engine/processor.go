@@ -32,7 +32,6 @@ import (
 	"github.com/portcullis/portcullis/internal/seal"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/stages"
-	"github.com/portcullis/portcullis/stages/admission"
 	"github.com/portcullis/portcullis/stages/reconciliation"
 	"github.com/portcullis/portcullis/subjects"
 )
@@ -107,12 +106,12 @@ type Processor struct {
 	// nonces and proposals the proposal-to-fingerprint map the operator
 	// API reads: the store, or with a replicated journal the buckets a
 	// cluster shares.
-	admission admission.Records
-	nonces    admin.Nonces
+	admission kv.Admissions
+	nonces    kv.Nonces
 	proposals admin.Proposals
 	// replicatedNonces are nonces when they are the shared bucket's (nil
 	// otherwise): the retention loop sweeps them.
-	replicatedNonces *admin.ReplicatedNonces
+	replicatedNonces *kvjs.Nonces
 
 	stopFetch context.CancelFunc
 	stopWork  context.CancelFunc
@@ -326,8 +325,8 @@ func (p *Processor) openJournal(ctx context.Context) error {
 			p.log.Warn("store.journal is local: the dispatch journal is in this processor's store, so no other processor may use this NATS and subject prefix (set store.journal = \"replicated\" to share it)")
 		}
 		p.journal = pebble.NewJournal(p.store)
-		p.admission, p.proposals = admission.Pebble{Store: p.store}, p.store
-		p.nonces = admin.PebbleNonces{Store: p.store, Window: admin.NonceWindow(p.clockMargin())}
+		p.admission, p.proposals = pebble.AdmissionRecords{Store: p.store}, p.store
+		p.nonces = pebble.Nonces{Store: p.store, Window: admin.NonceWindow(p.clockMargin())}
 		return nil
 	}
 	// A processor that used a local journal has dispatched intents the
@@ -363,9 +362,9 @@ func (p *Processor) openJournal(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("engine: %w", err)
 	}
-	rec := admission.NewReplicated(admission.ReplicatedOptions{KV: adm, JS: p.js, Local: p.store, Subjects: p.subj})
+	rec := kvjs.NewAdmissions(kvjs.AdmissionsOptions{KV: adm, JS: p.js, Local: p.store, Subjects: p.subj})
 	p.admission, p.proposals = rec, rec
-	p.replicatedNonces = &admin.ReplicatedNonces{KV: nonces, JS: p.js, Window: admin.NonceWindow(p.clockMargin())}
+	p.replicatedNonces = &kvjs.Nonces{KV: nonces, JS: p.js, Window: admin.NonceWindow(p.clockMargin())}
 	p.nonces = p.replicatedNonces
 	return nil
 }

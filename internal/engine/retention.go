@@ -35,7 +35,7 @@ func (p *Processor) sweeper(jr kv.Journal) *retention.Sweeper {
 // sharedSweep sweeps the buckets a cluster shares: the replicated
 // journal's finished records and old dispatch-time ends
 // (kvjs.Journal.Sweep), and the operator nonces no claim needs
-// (admin.ReplicatedNonces.Sweep). nil without them.
+// (kvjs.Nonces.Sweep). nil without them.
 func (p *Processor) sharedSweep(jr kv.Journal) func(context.Context, retention.Horizons, int64) (retention.Stats, error) {
 	rj, ok := jr.(*kvjs.Journal)
 	if !ok {

@@ -13,9 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/portcullis/portcullis/internal/admin"
 	"github.com/portcullis/portcullis/internal/config"
-	"github.com/portcullis/portcullis/stages/admission"
 	"github.com/portcullis/portcullis/subjects"
 )
 
@@ -55,8 +53,8 @@ const headerAllowance = 4096
 // replicated journal (store.journal) the list also holds the streams of
 // the buckets a cluster shares — the journal's (kvjs.JournalBucket), the
 // approvals' (kvjs.ApprovalsBucket, records kept for ApprovalsHorizon),
-// the admission records' (admission.Bucket) and the operator
-// nonces' (admin.NonceBucket) — and the Scheduled stages take their
+// the admission records' (kvjs.AdmissionBucket) and the operator
+// nonces' (kvjs.NonceBucket) — and the Scheduled stages take their
 // timers' schedules.
 func StreamConfigs(s subjects.Subjects, c *config.Config, pipeline []Spec) []jetstream.StreamConfig {
 	if pipeline == nil {
@@ -142,8 +140,8 @@ func StreamConfigs(s subjects.Subjects, c *config.Config, pipeline []Spec) []jet
 		proposals, _ := c.RetentionHorizons()
 		out = append(out, kvjs.JournalBucket(s.JournalBucket(), c.NATS.Replicas).Stream(),
 			kvjs.ApprovalsBucket(s.ApprovalsBucket(), c.NATS.Replicas, ApprovalsHorizon(c)).Stream(),
-			admission.Bucket(s.AdmissionBucket(), c.NATS.Replicas, proposals).Stream(),
-			admin.NonceBucket(s.NonceBucket(), c.NATS.Replicas).Stream())
+			kvjs.AdmissionBucket(s.AdmissionBucket(), c.NATS.Replicas, proposals).Stream(),
+			kvjs.NonceBucket(s.NonceBucket(), c.NATS.Replicas).Stream())
 	}
 	return out
 }

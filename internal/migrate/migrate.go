@@ -55,7 +55,6 @@ import (
 	"github.com/portcullis/portcullis/internal/seal"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
-	"github.com/portcullis/portcullis/stages/admission"
 	"github.com/portcullis/portcullis/subjects"
 )
 
@@ -148,7 +147,7 @@ type run struct {
 	subj     subjects.Subjects
 	journal  *kvjs.Journal
 	approval *kvjs.Approvals
-	admitted *admission.Replicated
+	admitted *kvjs.Admissions
 	sum      Summary
 	// timers are the local timers of what moved, removed at the end.
 	timers []string
@@ -253,7 +252,7 @@ func (r *run) open(ctx context.Context, sealer *seal.Sealer) error {
 		r.approval.Close()
 		return err
 	}
-	r.admitted = admission.NewReplicated(admission.ReplicatedOptions{KV: mb, JS: r.js, Local: r.store, Subjects: r.subj})
+	r.admitted = kvjs.NewAdmissions(kvjs.AdmissionsOptions{KV: mb, JS: r.js, Local: r.store, Subjects: r.subj})
 	return nil
 }
 

@@ -18,7 +18,6 @@ import (
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
-	"github.com/portcullis/portcullis/stages/admission"
 	"github.com/portcullis/portcullis/subjects"
 )
 
@@ -275,7 +274,7 @@ func TestMigrateIntoAnotherNATS(t *testing.T) {
 }
 
 // admissionBucket opens the admission records of cfg's NATS.
-func admissionBucket(t *testing.T, cfg *config.Config) *admission.Replicated {
+func admissionBucket(t *testing.T, cfg *config.Config) *kvjs.Admissions {
 	t.Helper()
 	nc, js, err := engine.Connect(cfg)
 	if err != nil {
@@ -286,13 +285,13 @@ func admissionBucket(t *testing.T, cfg *config.Config) *admission.Replicated {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var h *admission.Replicated
+	var h *kvjs.Admissions
 	testenv.Retry(t, func(ctx context.Context) error {
-		b, err := admission.Bucket(subj.AdmissionBucket(), 1, time.Hour).Ensure(ctx, js)
+		b, err := kvjs.AdmissionBucket(subj.AdmissionBucket(), 1, time.Hour).Ensure(ctx, js)
 		if err != nil {
 			return err
 		}
-		h = admission.NewReplicated(admission.ReplicatedOptions{KV: b, JS: js, Subjects: subj})
+		h = kvjs.NewAdmissions(kvjs.AdmissionsOptions{KV: b, JS: js, Subjects: subj})
 		return nil
 	})
 	return h

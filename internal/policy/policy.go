@@ -110,6 +110,18 @@ func (r Rules) Screen(t Target) Decision {
 	return Managed(r.Managed, nil, t)
 }
 
+// JudgeGrant is Authorize on env's target (stages.Grants).
+func (r Rules) JudgeGrant(g *schema.Grant, env *schema.Envelope, nowMs int64) (schema.Code, []schema.PolicyEvaluation) {
+	d := r.Authorize(g, TargetOf(env), nowMs)
+	return d.Code, d.Evaluations
+}
+
+// ScreenProposal is Screen on env's target (stages.Grants).
+func (r Rules) ScreenProposal(env *schema.Envelope) (schema.Code, []schema.PolicyEvaluation) {
+	d := r.Screen(TargetOf(env))
+	return d.Code, d.Evaluations
+}
+
 // CheckGrant returns the first grant check that fails, in this order, or "":
 // well formed (GRANT_MALFORMED); bound to this proposal and fingerprint
 // (GRANT_BINDING_MISMATCH); a window no longer than MaxGrantLifetime

@@ -143,3 +143,42 @@ type Tenant struct {
 
 // Speaks reports whether the host may speak for tenant.
 func (h Host) Speaks(tenant string) bool { return slices.Contains(h.Tenants, tenant) }
+
+// Policy is the trust the stages decide with (stages.Trust): the
+// configured hosts and tenants, and whether unsigned messages are
+// accepted. The engine builds it from the configuration.
+type Policy struct {
+	Hosts   []Host
+	Tenants []Tenant
+	// AllowUnsigned: see Verifier.
+	AllowUnsigned bool
+}
+
+// Authenticate is Verifier.Authenticate: signed reports a message its
+// host's key signed; an unsigned one is accepted only under AllowUnsigned.
+func (p Policy) Authenticate(h string, body []byte, hdr nats.Header) (signed bool, err error) {
+	_, signed, err = Verifier{Hosts: p.Hosts, AllowUnsigned: p.AllowUnsigned}.Authenticate(h, body, hdr)
+	return signed, err
+}
+
+// Speaks reports whether the configured host named h may speak for
+// tenant, a configured tenant.
+func (p Policy) Speaks(h, tenant string) bool {
+	host, ok := p.host(h)
+	return ok && host.Speaks(tenant) && slices.ContainsFunc(p.Tenants, func(t Tenant) bool { return t.Ref == tenant })
+}
+
+// Permits is Permits for the configured host named h; a host that is not
+// configured is permitted nothing.
+func (p Policy) Permits(h, tenant, securityDomain string) bool {
+	host, ok := p.host(h)
+	return ok && Permits(p.Tenants, host, tenant, securityDomain)
+}
+
+func (p Policy) host(name string) (Host, bool) {
+	i := slices.IndexFunc(p.Hosts, func(h Host) bool { return h.Name == name })
+	if i < 0 {
+		return Host{}, false
+	}
+	return p.Hosts[i], true
+}

@@ -1,6 +1,6 @@
 // Package jetstream is kv's replicated backend: the stores a cluster's
 // processors share, each on a JetStream KV bucket (Journal, Approvals,
-// Schedules for timers), and what those buckets have in common (Handle,
+// Admissions, Schedules for timers), and what those buckets have in common (Handle,
 // CAS: once in the leaderkv package).
 //
 // What the KV buckets processors share on a cluster

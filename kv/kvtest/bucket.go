@@ -1,6 +1,7 @@
 // Package kvtest holds the conformance suites every backend of a kv store
 // interface passes — RunJournal (kv.Journal), RunApprovals
-// (kv.Approvals) — run by each backend's tests on a real Pebble in a
+// (kv.Approvals), RunAdmissions (kv.Admissions), RunGroundings
+// (kv.Groundings) — run by each backend's tests on a real Pebble in a
 // temporary directory and on real shared buckets (kv/jetstream), and the
 // helpers they share: OpenBucket opens shared buckets for tests the way
 // processors do, each on a connection of its own.

@@ -14,6 +14,15 @@ func (s *Store) Grounding(key []byte) (kv.Grounding, bool, error) {
 	return g, found, err
 }
 
+var _ kv.Groundings = (*Store)(nil)
+
+// PutGrounding records a checkpoint in a synced batch of its own.
+func (s *Store) PutGrounding(key []byte, g kv.Grounding) error {
+	b := s.NewBatch()
+	b.PutGrounding(key, g)
+	return b.Commit(Sync)
+}
+
 // PutGrounding records a checkpoint.
 func (b *Batch) PutGrounding(key []byte, g kv.Grounding) {
 	b.set(groundingKey(key), g)

@@ -3,6 +3,7 @@ package pebble
 import (
 	"crypto/sha256"
 	"fmt"
+	"time"
 
 	"github.com/portcullis/portcullis/kv"
 )
@@ -110,4 +111,19 @@ func (s *Store) sweepNonces(b *Batch, floorMs int64) error {
 		n++
 		return n < MaxNonceSweep, nil
 	})
+}
+
+// Nonces are one processor's operator request nonces (kv.Nonces), in its
+// store.
+type Nonces struct {
+	Store *Store
+	// Window is admin.NonceWindow of the processor's margin.
+	Window time.Duration
+}
+
+var _ kv.Nonces = Nonces{}
+
+// ClaimNonce claims nonce in the store (Store.ClaimNonce).
+func (n Nonces) ClaimNonce(nonce string, requestedAtMs int64) (kv.NonceClaim, error) {
+	return n.Store.ClaimNonce(nonce, requestedAtMs, n.Window.Milliseconds())
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/kv/kvtest"
 )
 
 // countNonces counts the two kinds of nonce records.
@@ -212,4 +213,12 @@ func TestClaimNonceConcurrent(t *testing.T) {
 	if fresh.Load() != 1 {
 		t.Errorf("%d claims of one nonce succeeded", fresh.Load())
 	}
+}
+
+func TestNonces(t *testing.T) {
+	kvtest.RunNonces(t, func(t *testing.T) (kv.Nonces, func() kv.Nonces) {
+		s := open(t)
+		n := Nonces{Store: s, Window: kvtest.NonceWindow}
+		return n, func() kv.Nonces { return n }
+	})
 }

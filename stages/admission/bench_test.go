@@ -14,8 +14,9 @@ func BenchmarkDecide(b *testing.B) {
 	host, _ := nkeys.CreateUser()
 	key, _ := host.PublicKey()
 	pol := Policy{MaxPayloadBytes: 65536, Providers: []string{"demo"},
-		Hosts:   []trust.Host{{Name: "h", PublicKey: key, Tenants: []string{"tenant:demo"}}},
-		Tenants: []trust.Tenant{{Ref: "tenant:demo", SecurityDomains: []string{"security-domain:demo"}}}}
+		Trust: trust.Policy{
+			Hosts:   []trust.Host{{Name: "h", PublicKey: key, Tenants: []string{"tenant:demo"}}},
+			Tenants: []trust.Tenant{{Ref: "tenant:demo", SecurityDomains: []string{"security-domain:demo"}}}}}
 	body := []byte(lumber)
 	hdr, _ := trust.Sign(host, body)
 	b.SetBytes(int64(len(body)))

@@ -16,15 +16,26 @@ import (
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/stages"
 )
 
 // Policy is what admission decides with.
 type Policy struct {
-	AllowUnsigned   bool
+	// Trust authenticates hosts (unsigned proposals only under
+	// admission.allow_unsigned, development only) and says which tenants
+	// and security domains each may speak for (trust.Policy). nil:
+	// nothing is authenticated.
+	Trust           stages.Trust
 	MaxPayloadBytes int
-	Hosts           []trust.Host
-	Tenants         []trust.Tenant
 	Providers       []string
+}
+
+// trust is p.Trust, trust.Policy{} (no host) when unset.
+func (p Policy) trust() stages.Trust {
+	if p.Trust == nil {
+		return trust.Policy{}
+	}
+	return p.Trust
 }
 
 // Screening is admission's decision about one message: whom it is
@@ -126,16 +137,15 @@ const (
 )
 
 // TenantProblem is admission's tenant and domain check of a signed
-// proposal from host (SPEC §2.7, trust.Permits): nil when the host may
+// proposal from host (SPEC §2.7, Trust.Permits): nil when the host may
 // speak for the tenant and the domain is one of the tenant's, else which of
 // the two earned ADMISSION_TENANT_NOT_PERMITTED.
-func TenantProblem(tenants []trust.Tenant, host trust.Host, ctx *schema.Context) *schema.Problem {
-	if trust.Permits(tenants, host, ctx.Tenant.TenantRef, ctx.Tenant.SecurityDomainRef) {
+func TenantProblem(t stages.Trust, host string, ctx *schema.Context) *schema.Problem {
+	if t.Permits(host, ctx.Tenant.TenantRef, ctx.Tenant.SecurityDomainRef) {
 		return nil
 	}
 	p := schema.Problem{Path: "/context/tenant/security_domain_ref", Rule: RuleDomainForeign, Code: schema.CodeAdmissionTenantNotPermitted, Offset: -1}
-	if !slices.Contains(host.Tenants, ctx.Tenant.TenantRef) ||
-		!slices.ContainsFunc(tenants, func(t trust.Tenant) bool { return t.Ref == ctx.Tenant.TenantRef }) {
+	if !t.Speaks(host, ctx.Tenant.TenantRef) {
 		p.Path, p.Rule = "/context/tenant/tenant_ref", RuleTenantForeign
 	}
 	return &p
@@ -146,16 +156,16 @@ func TenantProblem(tenants []trust.Tenant, host trust.Host, ctx *schema.Context)
 // proves came from h gets only an incident event), then strict decoding,
 // complete context, tenant and domain, provider. It has no side effects.
 func Decide(p Policy, h string, body []byte, hdr nats.Header) Screening {
-	host, signed, err := trust.Verifier{Hosts: p.Hosts, AllowUnsigned: p.AllowUnsigned}.Authenticate(h, body, hdr)
+	signed, err := p.trust().Authenticate(h, body, hdr)
 	if err != nil {
 		return refuse(Screening{AuthError: err}, schema.CodeAdmissionUnauthenticated)
 	}
-	v, ok := checked(Screening{Host: host.Name}, body, p.MaxPayloadBytes)
+	v, ok := checked(Screening{Host: h}, body, p.MaxPayloadBytes)
 	if !ok {
 		return v
 	}
 	if signed {
-		if pr := TenantProblem(p.Tenants, host, &v.Proposal.Context); pr != nil {
+		if pr := TenantProblem(p.trust(), h, &v.Proposal.Context); pr != nil {
 			return refuse(v, pr.Code, *pr)
 		}
 	}

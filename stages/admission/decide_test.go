@@ -49,8 +49,7 @@ func TestDecide(t *testing.T) {
 	stranger, _ := nkeys.CreateUser()
 	hostKey, _ := host.PublicKey()
 	otherKey, _ := other.PublicKey()
-	pol := Policy{
-		MaxPayloadBytes: 4096,
+	tr := trust.Policy{
 		Hosts: []trust.Host{
 			{Name: "frontdesk", PublicKey: hostKey, Tenants: []string{"tenant:demo"}},
 			{Name: "elsewhere", PublicKey: otherKey, Tenants: []string{"tenant:other"}},
@@ -59,10 +58,11 @@ func TestDecide(t *testing.T) {
 			{Ref: "tenant:demo", SecurityDomains: []string{"security-domain:demo"}},
 			{Ref: "tenant:other", SecurityDomains: []string{"security-domain:other"}},
 		},
-		Providers: []string{"demo"},
 	}
+	pol := Policy{MaxPayloadBytes: 4096, Trust: tr, Providers: []string{"demo"}}
 	dev := pol
-	dev.AllowUnsigned = true
+	tr.AllowUnsigned = true
+	dev.Trust = tr
 	sign := func(kp nkeys.KeyPair, body []byte) nats.Header {
 		h, err := trust.Sign(kp, body)
 		if err != nil {
@@ -211,9 +211,11 @@ func TestDecideNamesTheField(t *testing.T) {
 	hostKey, _ := host.PublicKey()
 	pol := Policy{
 		MaxPayloadBytes: 4096,
-		Hosts:           []trust.Host{{Name: "frontdesk", PublicKey: hostKey, Tenants: []string{"tenant:demo", "tenant:unconfigured"}}},
-		Tenants:         []trust.Tenant{{Ref: "tenant:demo", SecurityDomains: []string{"security-domain:demo"}}},
-		Providers:       []string{"demo"},
+		Trust: trust.Policy{
+			Hosts:   []trust.Host{{Name: "frontdesk", PublicKey: hostKey, Tenants: []string{"tenant:demo", "tenant:unconfigured"}}},
+			Tenants: []trust.Tenant{{Ref: "tenant:demo", SecurityDomains: []string{"security-domain:demo"}}},
+		},
+		Providers: []string{"demo"},
 	}
 	cases := []struct {
 		name string
@@ -279,7 +281,7 @@ func FuzzDecide(f *testing.F) {
 	f.Add([]byte(lumber[:len(lumber)/2]))
 	f.Add([]byte(lumber[len(lumber)/2:]))
 	f.Add([]byte(`{"proposal_id":"p","proposal_id":"q"}`))
-	pol := Policy{AllowUnsigned: true, MaxPayloadBytes: 65536, Providers: []string{"demo"}}
+	pol := Policy{Trust: trust.Policy{AllowUnsigned: true}, MaxPayloadBytes: 65536, Providers: []string{"demo"}}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		v := Decide(pol, "h", body, nil)
 		if v.Incident == nil {

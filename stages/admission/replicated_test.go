@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	kvjs "github.com/portcullis/portcullis/kv/jetstream"
 	"github.com/portcullis/portcullis/kv/kvtest"
 
 	"github.com/portcullis/portcullis/kv/pebble"
@@ -28,7 +29,7 @@ var buckets atomic.Int64
 // processor is one processor's admission stage on the shared records.
 type processor struct {
 	stage   *admission.Stage
-	records *admission.Replicated
+	records *kvjs.Admissions
 	js      jetstream.JetStream
 }
 
@@ -39,13 +40,14 @@ func cluster(t *testing.T, url string, replicas, n int) ([]processor, nkeys.KeyP
 	host, _ := nkeys.CreateUser()
 	key, _ := host.PublicKey()
 	pol := admission.Policy{MaxPayloadBytes: 65536, Providers: []string{"demo"},
-		Hosts:   []trust.Host{{Name: testenv.HostName, PublicKey: key, Tenants: []string{"tenant:demo"}}},
-		Tenants: []trust.Tenant{{Ref: "tenant:demo", SecurityDomains: []string{"security-domain:demo"}}}}
+		Trust: trust.Policy{
+			Hosts:   []trust.Host{{Name: testenv.HostName, PublicKey: key, Tenants: []string{"tenant:demo"}}},
+			Tenants: []trust.Tenant{{Ref: "tenant:demo", SecurityDomains: []string{"security-domain:demo"}}}}}
 	bucket := fmt.Sprintf("admission_%d", buckets.Add(1))
 	subj := subjects.Default()
 	var out []processor
 	for i := range n {
-		js, h := kvtest.OpenBucket(t, url, admission.Bucket(bucket, replicas, time.Hour))
+		js, h := kvtest.OpenBucket(t, url, kvjs.AdmissionBucket(bucket, replicas, time.Hour))
 		if i == 0 {
 			testenv.Retry(t, func(ctx context.Context) error {
 				_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: subj.OutcomesStream(), Subjects: []string{subj.Outcomes()}, Replicas: replicas, AllowDirect: true})
@@ -57,9 +59,9 @@ func cluster(t *testing.T, url string, replicas, n int) ([]processor, nkeys.KeyP
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = st.Close() })
-		rec := admission.NewReplicated(admission.ReplicatedOptions{KV: h, JS: js, Local: st, Subjects: subj})
+		rec := kvjs.NewAdmissions(kvjs.AdmissionsOptions{KV: h, JS: js, Local: st, Subjects: subj})
 		out = append(out, processor{
-			stage: &admission.Stage{Policy: pol, Records: rec, Store: st,
+			stage: &admission.Stage{Policy: pol, Records: rec,
 				Route: stages.Route{Subjects: subj, Self: subjects.StageAdmission, Next: subjects.StageGrounding}, Clock: stages.SystemClock{}},
 			records: rec, js: js,
 		})

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/portcullis/portcullis/kv/pebble"
-
 	"github.com/portcullis/portcullis/internal/fault"
 	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/kv"
@@ -18,9 +16,9 @@ import (
 // Stage is the admission stage's handler.
 type Stage struct {
 	Policy Policy
-	// Records remember the ids hosts have used. nil: Pebble on Store.
-	Records Records
-	Store   *pebble.Store
+	// Records remember the ids hosts have used (kv/pebble's or
+	// kv/jetstream's Admissions).
+	Records kv.Admissions
 	// Route: the hosts' proposals stream in, the next stage out.
 	Route stages.Route
 	Clock stages.Clock
@@ -68,7 +66,7 @@ func (s *Stage) dedupe(v Screening, in *stages.Input, givingUp bool, now int64) 
 		f.DeliveryID, f.Digest = v.Proposal.Context.Delivery.DeliveryID, Digest(v.Proposal)
 		unlock := rs.Lock(kv.ProposalLockKey(ref))
 		defer unlock()
-		unlockDelivery := rs.Lock("delivery/" + ref.Host + "\x00" + f.DeliveryID)
+		unlockDelivery := rs.Lock(kv.DeliveryLockKey(ref.Host, f.DeliveryID))
 		defer unlockDelivery()
 		d, found, err := rs.Delivery(ref.Host, f.DeliveryID)
 		if err != nil {
@@ -164,13 +162,8 @@ func (s *Stage) handOff(v Screening, forwarded kv.Admitted, now int64) (stages.R
 	}, nil
 }
 
-// records are the stage's Records: Pebble on Store unless set.
-func (s *Stage) records() Records {
-	if s.Records != nil {
-		return s.Records
-	}
-	return Pebble{Store: s.Store}
-}
+// records are the stage's Records.
+func (s *Stage) records() kv.Admissions { return s.Records }
 
 // replay republishes a proposal's recorded outcome; a proposal still in
 // flight has none yet, and its outcome comes on its own.
@@ -235,7 +228,7 @@ func (s *Stage) logRefusal(v Screening, in *stages.Input, code schema.Code) {
 func (s *Stage) GiveUp(ctx context.Context, in *stages.Input, _ error) (stages.Result, error) {
 	inc := schema.NewIncident(schema.PhaseAdmission, schema.CodeProcessingFailed)
 	h, _ := s.Route.Subjects.IngressHost(in.Subject)
-	if _, _, err := (trust.Verifier{Hosts: s.Policy.Hosts, AllowUnsigned: s.Policy.AllowUnsigned}).Authenticate(h, in.Data, in.Header); err != nil {
+	if _, err := s.Policy.trust().Authenticate(h, in.Data, in.Header); err != nil {
 		return stages.Result{Events: []schema.Incident{inc}}, nil
 	}
 	id, ok := schema.PeekProposalID(in.Data)

@@ -39,7 +39,7 @@ type Facts struct {
 	// Claimed: the claim Decision.Admit asked for was made; Claim is what
 	// it found taken.
 	Claimed bool
-	Claim   Claim
+	Claim   kv.AdmissionClaim
 }
 
 // Answer is how a message is answered.

@@ -43,7 +43,7 @@ func TestStep(t *testing.T) {
 		}), admission.Decision{Answer: admission.AnswerReplay, Replay: schema.ProposalRef{Host: "h1", ProposalID: "p-0"},
 			Note: "admission: repeated delivery; the recorded outcome is republished"}},
 		{"the claim lost the delivery id", with(func(f *admission.Facts) {
-			f.Claimed, f.Claim = true, admission.Claim{Delivery: &kv.Delivery{ProposalID: "p-0", Seq: other}}
+			f.Claimed, f.Claim = true, kv.AdmissionClaim{Delivery: &kv.Delivery{ProposalID: "p-0", Seq: other}}
 		}), admission.Decision{Answer: admission.AnswerReplay, Replay: schema.ProposalRef{Host: "h1", ProposalID: "p-0"},
 			Note: "admission: repeated delivery; the recorded outcome is republished"}},
 		{"same content under a new delivery id: a repeat", with(func(f *admission.Facts) {
@@ -51,7 +51,7 @@ func TestStep(t *testing.T) {
 		}), admission.Decision{Repeat: &kv.Delivery{ProposalID: "p-1", Seq: seq, AtMs: 100}, Answer: admission.AnswerReplay, Replay: ref,
 			Note: "admission: repeated proposal; the recorded outcome is republished"}},
 		{"the claim lost the proposal id to the same content: a repeat", with(func(f *admission.Facts) {
-			f.Claimed, f.Claim = true, admission.Claim{Admitted: &kv.Admitted{Digest: "dg", Seq: other}}
+			f.Claimed, f.Claim = true, kv.AdmissionClaim{Admitted: &kv.Admitted{Digest: "dg", Seq: other}}
 		}), admission.Decision{Repeat: &kv.Delivery{ProposalID: "p-1", Seq: seq, AtMs: 100}, Answer: admission.AnswerReplay, Replay: ref,
 			Note: "admission: repeated proposal; the recorded outcome is republished"}},
 		{"other content under a taken id: reused", with(func(f *admission.Facts) {
@@ -82,7 +82,7 @@ func TestStep(t *testing.T) {
 			f.GivingUp, f.Admitted = true, &kv.Admitted{Digest: "dg", Seq: other}
 		}), admission.Decision{Answer: admission.AnswerReused}},
 		{"giving up, taken by itself meanwhile: decided as Handle does", with(func(f *admission.Facts) {
-			f.GivingUp, f.Claimed, f.Claim = true, true, admission.Claim{Admitted: mine}
+			f.GivingUp, f.Claimed, f.Claim = true, true, kv.AdmissionClaim{Admitted: mine}
 		}), admission.Decision{Answer: admission.AnswerHandle}},
 		{"giving up, given up on elsewhere: that outcome", with(func(f *admission.Facts) {
 			a := *mine

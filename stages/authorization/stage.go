@@ -328,7 +328,7 @@ func (g grants) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 		s.logUnused(in, &m, res.Events)
 		return res, nil
 	}
-	ref := schema.ProposalRef{Host: m.Host.Name, ProposalID: m.ProposalID}
+	ref := schema.ProposalRef{Host: m.Host, ProposalID: m.ProposalID}
 	res, err := s.run(ctx, Facts{Input: FromGrant, Ref: ref, ID: inputID(in), Seq: in.StreamSeq, Message: &m})
 	if err == nil && len(res.Outcomes) == 0 && len(res.Replayed) == 0 && len(res.Next) == 0 {
 		s.logUnused(in, &m, res.Events)
@@ -347,7 +347,7 @@ func (s *Stage) logUnused(in *stages.Input, m *Standalone, events []schema.Incid
 	for _, e := range events {
 		codes = append(codes, string(e.Code))
 	}
-	args := []any{"codes", codes, "host", m.Host.Name}
+	args := []any{"codes", codes, "host", m.Host}
 	if m.ProposalID != "" {
 		args = append(args, "proposal_id", m.ProposalID)
 	}
@@ -368,7 +368,7 @@ func (g grants) GiveUp(ctx context.Context, in *stages.Input, cause error) (stag
 	s := g.s
 	h, _ := s.Route.Subjects.IngressHost(in.Subject)
 	if m, inc, _ := ReadStandalone(s.Policy, h, in.Data, in.Header); inc == nil && m.ProposalID != "" {
-		ref := schema.ProposalRef{Host: m.Host.Name, ProposalID: m.ProposalID}
+		ref := schema.ProposalRef{Host: m.Host, ProposalID: m.ProposalID}
 		// Giving up on a grant writes nothing: the only error is a record
 		// that cannot be read.
 		res, err := s.run(ctx, Facts{Input: FromGrant, Ref: ref, ID: inputID(in), Seq: in.StreamSeq, Message: &m, GivingUp: true})

@@ -17,6 +17,7 @@ import (
 	"github.com/portcullis/portcullis/internal/engine"
 	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/internal/testenv"
+	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
@@ -62,7 +63,7 @@ func newHarness(t *testing.T) *harness {
 	h.stage = &authorization.Stage{
 		Policy: authorization.Policy{
 			Rules: policy.Rules{Managed: policies()}, ApprovalTTL: ttl, MaxGrantBytes: 65536,
-			Hosts: env.Config.Hosts, Tenants: env.Config.Tenants,
+			Trust: trust.Policy{Hosts: env.Config.Hosts, Tenants: env.Config.Tenants},
 		},
 		Approvals: ap,
 		Activity:  &activity.Store{KV: bucket, Now: func() int64 { return stages.NowMs(clock) }},

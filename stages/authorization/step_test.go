@@ -26,12 +26,16 @@ const (
 
 var (
 	frontdesk = trust.Host{Name: "frontdesk", Tenants: []string{"tenant:demo"}}
+	// moved no longer speaks for the parked proposal's tenant.
+	moved     = trust.Host{Name: "moved", Tenants: []string{"tenant:other"}}
 	stepRules = Rules{
 		Policy: Policy{
 			Rules:       policy.Rules{Managed: []policy.ManagedPolicy{seedPolicy}, ClockSkew: 30 * time.Second, MaxGrantLifetime: 24 * time.Hour},
 			ApprovalTTL: time.Duration(ttlMs) * time.Millisecond,
-			Hosts:       []trust.Host{frontdesk},
-			Tenants:     []trust.Tenant{{Ref: "tenant:demo", SecurityDomains: []string{"security-domain:demo"}}},
+			Trust: trust.Policy{
+				Hosts:   []trust.Host{frontdesk, moved},
+				Tenants: []trust.Tenant{{Ref: "tenant:demo", SecurityDomains: []string{"security-domain:demo"}}},
+			},
 		},
 		TimerSubject: func(token string) string { return "timer." + token },
 	}
@@ -60,11 +64,11 @@ func signedGrant(edit func(g *schema.Grant)) *Standalone {
 	if edit != nil {
 		edit(g)
 	}
-	return &Standalone{Host: frontdesk, Signed: true, ProposalID: "prop-1", Grant: g}
+	return &Standalone{Host: frontdesk.Name, Signed: true, ProposalID: "prop-1", Grant: g}
 }
 
 func decline(fingerprint string) *Standalone {
-	return &Standalone{Host: frontdesk, Signed: true, ProposalID: "prop-1",
+	return &Standalone{Host: frontdesk.Name, Signed: true, ProposalID: "prop-1",
 		Decline: &schema.Decline{Schema: schema.SchemaDecline, ProposalID: "prop-1", IntentFingerprint: fingerprint, DeclinedBy: "actor:demo"}}
 }
 
@@ -161,10 +165,8 @@ func TestStep(t *testing.T) {
 	adversarial.AuthorizationMethod = schema.MethodAdversarialAuto
 	expired := grant()
 	expired.IssuedAtMs, expired.ExpiresAtMs = now-10, now
-	moved := frontdesk
-	moved.Tenants = []string{"tenant:other"}
 	unsigned := signedGrant(nil)
-	unsigned.Signed, unsigned.Host = false, moved // unsigned (development): no tenant check
+	unsigned.Signed, unsigned.Host = false, moved.Name // unsigned (development): no tenant check
 
 	cases := []struct {
 		name string
@@ -255,13 +257,13 @@ func TestStep(t *testing.T) {
 			stepWant{state: permitted, timer: "cancel", handOff: true, activity: true}},
 		{"unsigned grant (development): resumed without the tenant check", grantIn(unsigned).with(parkedRecord()).read(flight()),
 			stepWant{state: permitted, timer: "cancel", handOff: true, activity: true}},
-		{"grant from a host that no longer speaks for the tenant", grantIn(&Standalone{Host: moved, Signed: true, ProposalID: "prop-1", Grant: grant()}).with(parkedRecord()).read(flight()),
+		{"grant from a host that no longer speaks for the tenant", grantIn(&Standalone{Host: moved.Name, Signed: true, ProposalID: "prop-1", Grant: grant()}).with(parkedRecord()).read(flight()),
 			stepWant{event: schema.CodeAdmissionUnauthenticated}},
 		{"grant not yet valid: stays parked", grantIn(signedGrant(nil)).with(parkedRecord()).read(flight()).at(now - 31_000),
 			stepWant{event: schema.CodeGrantNotYetValid}},
 		{"grant issued 30s ahead: resumed", grantIn(signedGrant(nil)).with(parkedRecord()).read(flight()).at(now - 30_000),
 			stepWant{state: permitted, timer: "cancel", handOff: true, activity: true}},
-		{"grant malformed", grantIn(&Standalone{Host: frontdesk, Signed: true, ProposalID: "prop-1", Malformed: true}).with(parkedRecord()).read(flight()),
+		{"grant malformed", grantIn(&Standalone{Host: frontdesk.Name, Signed: true, ProposalID: "prop-1", Malformed: true}).with(parkedRecord()).read(flight()),
 			stepWant{state: denied, code: schema.CodeGrantMalformed, timer: "cancel", kind: deniedKind, incident: schema.CodeGrantMalformed, activity: true}},
 		{"grant of another intent", grantIn(signedGrant(func(g *schema.Grant) { g.IntentFingerprint = otherIntent.IntentFingerprint })).with(parkedRecord()).read(flight()),
 			stepWant{state: denied, code: schema.CodeGrantBindingMismatch, timer: "cancel", kind: deniedKind, incident: schema.CodeGrantBindingMismatch, activity: true}},

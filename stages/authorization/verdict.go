@@ -11,24 +11,40 @@ import (
 	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/stages"
 )
 
 // Policy is what the stage decides with.
 type Policy struct {
-	// Rules judge grants: managed policies, clock skew, grant lifetime.
-	Rules policy.Rules
+	// Rules judge grants: managed policies, clock skew, grant lifetime
+	// (policy.Rules). nil: policy.Rules{}.
+	Rules stages.Grants
 	// ApprovalTTL is how long a proposal without a grant waits for one.
 	ApprovalTTL time.Duration
-	// AllowUnsigned accepts standalone grants without a host signature,
-	// attributed to their subject's host (admission.allow_unsigned;
-	// development only).
-	AllowUnsigned bool
 	// MaxGrantBytes bounds a standalone grant's body (admission.max_payload_bytes).
 	MaxGrantBytes int
-	// Hosts sign standalone grants and declines for their own proposals.
-	Hosts []trust.Host
-	// Tenants list each tenant's security domains.
-	Tenants []trust.Tenant
+	// Trust authenticates standalone grants and declines, which hosts
+	// sign for their own proposals (unsigned ones only under
+	// admission.allow_unsigned, development only), and says which tenants
+	// and security domains each host may speak for (trust.Policy). nil:
+	// nothing is authenticated.
+	Trust stages.Trust
+}
+
+// grants are p.Rules, policy.Rules{} when unset.
+func (p Policy) grants() stages.Grants {
+	if p.Rules == nil {
+		return policy.Rules{}
+	}
+	return p.Rules
+}
+
+// trust is p.Trust, trust.Policy{} (no host) when unset.
+func (p Policy) trust() stages.Trust {
+	if p.Trust == nil {
+		return trust.Policy{}
+	}
+	return p.Trust
 }
 
 // Decisions.
@@ -64,9 +80,9 @@ func keep(phase schema.Phase, code schema.Code) Ruling {
 	return Ruling{Decision: Keep, Code: code, Event: &inc}
 }
 
-func fromDecision(d policy.Decision, g *schema.Grant) Ruling {
-	v := Ruling{Decision: Permit, Code: d.Code, Evaluations: d.Evaluations, Grant: g}
-	if !d.Permitted() {
+func fromDecision(code schema.Code, evaluations []schema.PolicyEvaluation, g *schema.Grant) Ruling {
+	v := Ruling{Decision: Permit, Code: code, Evaluations: evaluations, Grant: g}
+	if code != "" {
 		v.Decision = Deny
 	}
 	return v
@@ -90,21 +106,22 @@ func TimedOut() Ruling { return denyGrant(schema.CodeApprovalTimedOut, nil) }
 // grant are applied first, so that nobody is asked to approve what policy
 // refuses anyway; what they allow is parked.
 func DecideProposal(p Policy, env *schema.Envelope, nowMs int64) Ruling {
-	t := policy.TargetOf(env)
 	if g := env.Proposal.Grant; g != nil {
-		return fromDecision(p.Rules.Authorize(g, t, nowMs), g)
+		code, evals := p.grants().JudgeGrant(g, env, nowMs)
+		return fromDecision(code, evals, g)
 	}
-	s := p.Rules.Screen(t)
-	if !s.Permitted() {
-		return Ruling{Decision: Deny, Code: s.Code, Evaluations: s.Evaluations}
+	code, evals := p.grants().ScreenProposal(env)
+	if code != "" {
+		return Ruling{Decision: Deny, Code: code, Evaluations: evals}
 	}
-	return Ruling{Decision: Park, Code: schema.CodeApprovalRequired, Evaluations: s.Evaluations}
+	return Ruling{Decision: Park, Code: schema.CodeApprovalRequired, Evaluations: evals}
 }
 
 // Standalone is a message read from host h's grants subject: a grant or a
 // decline, authenticated for h.
 type Standalone struct {
-	Host   trust.Host
+	// Host is h, the host the message is authenticated for.
+	Host   string
 	Signed bool
 	// ProposalID names the parked proposal; "" when it cannot be read.
 	ProposalID string
@@ -123,12 +140,12 @@ type Standalone struct {
 // ADMISSION_UNAUTHENTICATED and changes nothing (SPEC §2.2); its error says
 // which check failed, for the log.
 func ReadStandalone(p Policy, h string, body []byte, hdr nats.Header) (Standalone, *schema.Incident, error) {
-	host, signed, err := trust.Verifier{Hosts: p.Hosts, AllowUnsigned: p.AllowUnsigned}.Authenticate(h, body, hdr)
+	signed, err := p.trust().Authenticate(h, body, hdr)
 	if err != nil {
 		inc := schema.NewIncident(schema.PhaseAdmission, schema.CodeAdmissionUnauthenticated)
 		return Standalone{}, &inc, err
 	}
-	m := Standalone{Host: host, Signed: signed}
+	m := Standalone{Host: h, Signed: signed}
 	if len(body) <= config.MaxMaxPayloadBytes {
 		m.ProposalID, _ = schema.PeekProposalID(body)
 	}
@@ -178,7 +195,7 @@ func peekSchema(body []byte) string {
 // grant ends it like an inline one (SPEC §2.2).
 func DecideStandalone(p Policy, m Standalone, env *schema.Envelope, fp string, expiresAtMs, nowMs int64) Ruling {
 	tenant := &env.Proposal.Context.Tenant
-	if m.Signed && !trust.Permits(p.Tenants, m.Host, tenant.TenantRef, tenant.SecurityDomainRef) {
+	if m.Signed && !p.trust().Permits(m.Host, tenant.TenantRef, tenant.SecurityDomainRef) {
 		return keep(schema.PhaseAdmission, schema.CodeAdmissionUnauthenticated)
 	}
 	if d := m.Decline; d != nil {
@@ -193,7 +210,8 @@ func DecideStandalone(p Policy, m Standalone, env *schema.Envelope, fp string, e
 	if m.Malformed {
 		return denyGrant(schema.CodeGrantMalformed, nil)
 	}
-	v := fromDecision(p.Rules.Authorize(m.Grant, policy.TargetOf(env), nowMs), m.Grant)
+	code, evals := p.grants().JudgeGrant(m.Grant, env, nowMs)
+	v := fromDecision(code, evals, m.Grant)
 	if v.Code == schema.CodeGrantNotYetValid {
 		return keep(schema.PhaseAuthorization, schema.CodeGrantNotYetValid)
 	}

@@ -139,7 +139,7 @@ func judge(p Policy, h string, body []byte, hdr nats.Header, expires, at int64) 
 	if inc != nil {
 		return Ruling{Decision: Keep, Code: inc.Code, Event: inc}
 	}
-	if m.Host.Name != "frontdesk" || m.ProposalID != "prop-1" {
+	if m.Host != "frontdesk" || m.ProposalID != "prop-1" {
 		return keep(schema.PhaseAuthorization, schema.CodeGrantUnmatched)
 	}
 	return DecideStandalone(p, m, flight(), fp, expires, at)
@@ -155,6 +155,8 @@ func TestStandaloneGrantsAndDeclines(t *testing.T) {
 		Rules:         policy.Rules{Managed: []policy.ManagedPolicy{seedPolicy}, ClockSkew: 30 * time.Second, MaxGrantLifetime: 24 * time.Hour},
 		ApprovalTTL:   10 * time.Minute,
 		MaxGrantBytes: 4096,
+	}
+	tr := trust.Policy{
 		Hosts: []trust.Host{
 			{Name: "frontdesk", PublicKey: hostKey, Tenants: []string{"tenant:demo"}},
 			{Name: "elsewhere", PublicKey: otherKey, Tenants: []string{"tenant:other"}},
@@ -164,10 +166,15 @@ func TestStandaloneGrantsAndDeclines(t *testing.T) {
 			{Ref: "tenant:other", SecurityDomains: []string{"security-domain:other"}},
 		},
 	}
+	pol.Trust = tr
 	dev := pol
-	dev.AllowUnsigned = true
+	devTrust := tr
+	devTrust.AllowUnsigned = true
+	dev.Trust = devTrust
 	moved := pol // the host no longer speaks for the parked proposal's tenant
-	moved.Hosts = []trust.Host{{Name: "frontdesk", PublicKey: hostKey, Tenants: []string{"tenant:other"}}}
+	movedTrust := tr
+	movedTrust.Hosts = []trust.Host{{Name: "frontdesk", PublicKey: hostKey, Tenants: []string{"tenant:other"}}}
+	moved.Trust = movedTrust
 	expires := now + 600_000
 	edit := func(v any, f func(m map[string]any)) []byte {
 		b, _ := json.Marshal(v)
@@ -385,7 +392,7 @@ func FuzzStandalone(f *testing.F) {
 	f.Add([]byte(`{"proposal_id":"prop-1","proposal_id":"prop-1"}`))
 	f.Add([]byte(`{"schema":"actions.decline.v1","proposal_id":"prop-1","intent_fingerprint":"` + fp + `","declined_by":"a"}`))
 	f.Add([]byte(`null`))
-	pol := Policy{Rules: policy.Rules{Managed: []policy.ManagedPolicy{seedPolicy}}, AllowUnsigned: true, MaxGrantBytes: 65536}
+	pol := Policy{Rules: policy.Rules{Managed: []policy.ManagedPolicy{seedPolicy}}, Trust: trust.Policy{AllowUnsigned: true}, MaxGrantBytes: 65536}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		v := judge(pol, "frontdesk", body, nil, now+600_000, now)
 		switch v.Decision {

@@ -13,7 +13,6 @@ import (
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/disclosure"
 	"github.com/portcullis/portcullis/internal/fault"
-	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
@@ -28,7 +27,7 @@ type Stage struct {
 	Adapters  map[string]Adapter // by provider name
 	Providers []Provider
 	// Policy re-checks the grant and managed policy (SPEC §3 step 3).
-	Policy policy.Rules
+	Policy stages.Grants
 	// NC carries disclosure requests (core NATS request-reply).
 	NC *nats.Conn
 	// Route: the stage's own stream in; Next is the stage that verifies

@@ -119,7 +119,8 @@ type Decision struct {
 // Rules are what every step decides with.
 type Rules struct {
 	// Policy re-checks the grant window and managed policy (step 3).
-	Policy policy.Rules
+	// nil: policy.Rules{} (the grant's own checks, no managed policy).
+	Policy stages.Grants
 	// ReconcileInterval is the wait before the first verification or
 	// reconciliation poll.
 	ReconcileInterval time.Duration
@@ -209,8 +210,8 @@ func Step(f Facts, r Rules) Decision {
 	if !f.Dispatched {
 		// Step 3, before every attempt: a grant can expire and a policy
 		// tighten while a provider is unreachable.
-		if d := r.Policy.Authorize(&f.Env.Authorization.Grant, policy.TargetOf(f.Env), f.Now); !d.Permitted() {
-			return end(f, PhaseOf(d.Code), d.Code)
+		if code, _ := r.grants().JudgeGrant(&f.Env.Authorization.Grant, f.Env, f.Now); code != "" {
+			return end(f, PhaseOf(code), code)
 		}
 		if !f.Known {
 			// Admission refuses unknown providers: the configuration
@@ -501,4 +502,12 @@ func PhaseOf(code schema.Code) schema.Phase {
 		return p
 	}
 	return schema.PhaseAuthorization
+}
+
+// grants are the rules' Policy, policy.Rules{} when unset.
+func (r Rules) grants() stages.Grants {
+	if r.Policy == nil {
+		return policy.Rules{}
+	}
+	return r.Policy
 }

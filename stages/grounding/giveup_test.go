@@ -31,7 +31,7 @@ func TestGiveUpClaimsTheProposalsEnd(t *testing.T) {
 	}
 	subj := subjects.Default()
 	st := &grounding.Stage{Route: stages.Route{Subjects: subj, Self: subjects.StageGrounding, Next: subjects.StageAuthorization},
-		Clock: stages.SystemClock{}, Store: store, MaxCandidates: 32, Approvals: ap}
+		Clock: stages.SystemClock{}, Checkpoints: store, MaxCandidates: 32, Approvals: ap}
 	in := func(id string, seq uint64) *stages.Input {
 		return &stages.Input{Subject: subj.Stage(subjects.StageGrounding, subjects.KindProposal, "h."+id), Data: []byte("{}"),
 			Stream: subj.StageStream(subjects.StageGrounding), StreamSeq: seq, Delivered: 9}

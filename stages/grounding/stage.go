@@ -7,7 +7,6 @@ import (
 
 	"github.com/portcullis/portcullis/fingerprint"
 	"github.com/portcullis/portcullis/kv"
-	"github.com/portcullis/portcullis/kv/pebble"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/subjects"
@@ -20,8 +19,9 @@ import (
 type Stage struct {
 	Route stages.Route
 	Clock stages.Clock
-	// Store keeps the decisions that asked a candidate source.
-	Store *pebble.Store
+	// Checkpoints keep the decisions that asked a candidate source
+	// (kv/pebble's Store).
+	Checkpoints kv.Groundings
 	// Source asks candidate sources.
 	Source *Source
 	// MaxCandidates is grounding.max_candidates.
@@ -90,9 +90,9 @@ func (s *Stage) decide(ctx context.Context, in *stages.Input, p *schema.Proposal
 		switch d.Call {
 		case ReadCheckpoint:
 			key = kv.GroundingKey(in.Stream, in.StreamSeq, in.Data)
-			unlock := s.Store.Lock(string(key))
+			unlock := s.Checkpoints.Lock(string(key))
 			defer unlock()
-			rec, found, err := s.Store.Grounding(key)
+			rec, found, err := s.Checkpoints.Grounding(key)
 			if err != nil {
 				return Binding{}, "", fmt.Errorf("grounding: read checkpoint: %w", err)
 			}
@@ -114,9 +114,7 @@ func (s *Stage) decide(ctx context.Context, in *stages.Input, p *schema.Proposal
 			return Binding{}, "", fmt.Errorf("grounding: %w: %w: %w", d.Err, kv.ErrCorrupt, stages.ErrPermanent)
 		}
 		if d.Checkpoint != nil {
-			b := s.Store.NewBatch()
-			b.PutGrounding(key, kv.Grounding(*d.Checkpoint))
-			if err := b.Commit(pebble.Sync); err != nil {
+			if err := s.Checkpoints.PutGrounding(key, kv.Grounding(*d.Checkpoint)); err != nil {
 				return Binding{}, "", fmt.Errorf("grounding: record checkpoint: %w", err)
 			}
 		}

@@ -46,7 +46,7 @@ func TestSourceDecisionIsCheckpointed(t *testing.T) {
 	nc.Flush()
 
 	st := &grounding.Stage{
-		Route: stages.Route{Subjects: subj, Self: subjects.StageGrounding, Next: subjects.StageAuthorization}, Clock: stages.SystemClock{}, Store: store, MaxCandidates: 32,
+		Route: stages.Route{Subjects: subj, Self: subjects.StageGrounding, Next: subjects.StageAuthorization}, Clock: stages.SystemClock{}, Checkpoints: store, MaxCandidates: 32,
 		Source: &grounding.Source{Conn: nc, Subjects: subj, Timeout: 5 * time.Second},
 	}
 	p := sourced("prop-flaky", "flaky", "payments-api (production)")
@@ -132,7 +132,7 @@ func FuzzHandle(f *testing.F) {
 	f.Cleanup(func() { store.Close() })
 	// A nil connection refuses every request: the source is unavailable.
 	st := &grounding.Stage{
-		Route: stages.Route{Subjects: subj, Self: subjects.StageGrounding, Next: subjects.StageAuthorization}, Clock: stages.SystemClock{}, Store: store, MaxCandidates: 4,
+		Route: stages.Route{Subjects: subj, Self: subjects.StageGrounding, Next: subjects.StageAuthorization}, Clock: stages.SystemClock{}, Checkpoints: store, MaxCandidates: 4,
 		Source: &grounding.Source{Subjects: subj, Timeout: time.Second},
 	}
 	seq := uint64(0)

@@ -1,4 +1,4 @@
-package admin_test
+package jetstream_test
 
 import (
 	"context"
@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
+	kvjs "github.com/portcullis/portcullis/kv/jetstream"
 	"github.com/portcullis/portcullis/kv/kvtest"
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/portcullis/portcullis/internal/admin"
 	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/kv"
 )
@@ -24,18 +24,18 @@ const window = 10 * time.Second
 
 // replicatedNonces opens n processors' nonces on one fresh bucket on url,
 // each on its own connection.
-func replicatedNonces(t *testing.T, url string, replicas, n int) []*admin.ReplicatedNonces {
+func replicatedNonces(t *testing.T, url string, replicas, n int) []*kvjs.Nonces {
 	t.Helper()
 	bucket := fmt.Sprintf("nonces_%d", nonceBuckets.Add(1))
-	var out []*admin.ReplicatedNonces
+	var out []*kvjs.Nonces
 	for range n {
-		js, h := kvtest.OpenBucket(t, url, admin.NonceBucket(bucket, replicas))
-		out = append(out, &admin.ReplicatedNonces{KV: h, JS: js, Window: window})
+		js, h := kvtest.OpenBucket(t, url, kvjs.NonceBucket(bucket, replicas))
+		out = append(out, &kvjs.Nonces{KV: h, JS: js, Window: window})
 	}
 	return out
 }
 
-func claimOn(t *testing.T, n *admin.ReplicatedNonces, nonce string, stamp int64) kv.NonceClaim {
+func claimOn(t *testing.T, n *kvjs.Nonces, nonce string, stamp int64) kv.NonceClaim {
 	t.Helper()
 	c, err := n.ClaimNonce(nonce, stamp)
 	if err != nil {
@@ -44,7 +44,7 @@ func claimOn(t *testing.T, n *admin.ReplicatedNonces, nonce string, stamp int64)
 	return c
 }
 
-func keys(t *testing.T, n *admin.ReplicatedNonces) int {
+func keys(t *testing.T, n *kvjs.Nonces) int {
 	t.Helper()
 	l, err := n.KV.ListKeys(context.Background())
 	if err != nil {
@@ -61,26 +61,9 @@ func testNonces(t *testing.T, url string, replicas int) {
 	ns := replicatedNonces(t, url, replicas, 3)
 	now := time.Now().UnixMilli()
 	// Racing claims of one nonce on three processors: one winner.
+	nonces := []kv.Nonces{ns[0], ns[1], ns[2]}
 	for round := range 10 {
-		nonce := fmt.Sprintf("nonce-race-%d-abcdefgh", round)
-		var wins atomic.Int64
-		var wg sync.WaitGroup
-		for _, n := range ns {
-			wg.Go(func() {
-				c, err := n.ClaimNonce(nonce, now)
-				if err != nil {
-					t.Error(err)
-					return // not a win: an error's claim is meaningless
-				}
-				if c == kv.NonceFresh {
-					wins.Add(1)
-				}
-			})
-		}
-		wg.Wait()
-		if wins.Load() != 1 {
-			t.Fatalf("round %d: %d claims of one nonce won", round, wins.Load())
-		}
+		kvtest.RaceNonce(t, nonces, fmt.Sprintf("nonce-race-%d-abcdefgh", round), now)
 	}
 	// Nothing is forgotten by time: no claim carries a TTL.
 	st, err := ns[0].JS.Stream(context.Background(), "KV_"+ns[0].KV.Bucket())
@@ -159,4 +142,21 @@ func TestReplicatedNoncesR3(t *testing.T) {
 		t.Skip("a three-server cluster")
 	}
 	testNonces(t, testenv.NewCluster(t).URL(), 3)
+}
+
+// sharedNonces opens nonces on one fresh bucket on url, each instance on
+// its own connection (another processor's).
+func sharedNonces(url string, replicas int) kvtest.OpenNonces {
+	return func(t *testing.T) (kv.Nonces, func() kv.Nonces) {
+		bucket := fmt.Sprintf("nonces_%d", nonceBuckets.Add(1))
+		another := func() kv.Nonces {
+			js, h := kvtest.OpenBucket(t, url, kvjs.NonceBucket(bucket, replicas))
+			return &kvjs.Nonces{KV: h, JS: js, Window: kvtest.NonceWindow}
+		}
+		return another(), another
+	}
+}
+
+func TestNoncesConformanceR1(t *testing.T) {
+	kvtest.RunNonces(t, sharedNonces(testenv.StartServer(t, "").ClientURL(), 1))
 }

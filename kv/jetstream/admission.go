@@ -1,4 +1,4 @@
-package admission
+package jetstream
 
 import (
 	"context"
@@ -8,10 +8,6 @@ import (
 	"fmt"
 	"time"
 
-	kvjs "github.com/portcullis/portcullis/kv/jetstream"
-
-	"github.com/portcullis/portcullis/kv/pebble"
-
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/kv"
@@ -19,7 +15,7 @@ import (
 	"github.com/portcullis/portcullis/subjects"
 )
 
-// Replicated are the admission records on a JetStream KV bucket that every
+// Admissions are the admission records (kv.Admissions) on a JetStream KV bucket that every
 // processor of a cluster shares (SPEC §6), so that a proposal id reused
 // with other content, or a repeated delivery id, is caught whichever
 // processors handle the two messages.
@@ -52,46 +48,56 @@ import (
 // the stream has none (the processor records an outcome before it
 // publishes it): a repeat is answered whichever processor handled the
 // proposal.
-type Replicated struct {
-	h        kvjs.Handle
-	local    *pebble.Store
+type Admissions struct {
+	h        Handle
+	local    AdmissionsLocal
 	subjects subjects.Subjects
 }
 
-var _ Records = (*Replicated)(nil)
+var _ kv.Admissions = (*Admissions)(nil)
 
-// ReplicatedOptions configure NewReplicated.
-type ReplicatedOptions struct {
+// AdmissionsLocal is what the shared records take from the processor's
+// own store (pebble.Store): its locks, shared with the retention sweep;
+// the outcomes it recorded before publishing them; and the fingerprints
+// it grounded proposals to.
+type AdmissionsLocal interface {
+	Lock(key string) (unlock func())
+	LastOutcome(ref schema.ProposalRef) (schema.Outcome, bool, error)
+	ProposalFingerprint(ref schema.ProposalRef) (fingerprint string, found bool, err error)
+}
+
+// AdmissionsOptions configure NewAdmissions.
+type AdmissionsOptions struct {
 	// KV is the admission bucket (EnsureBucket, Bind); JS reads the
 	// outcome stream.
 	KV jetstream.KeyValue
 	JS jetstream.JetStream
 	// Local is the processor's store: its locks (shared with the
 	// retention sweep), and the outcomes it recorded.
-	Local    *pebble.Store
+	Local    AdmissionsLocal
 	Subjects subjects.Subjects
 	// Timeouts bound each request (OpTimeout, retries included, default
 	// 5s; AttemptTimeout one try of it, default 1s: a stream electing a
 	// leader answers nothing).
-	kvjs.Timeouts
+	Timeouts
 }
 
-// NewReplicated returns the records on o.KV.
-func NewReplicated(o ReplicatedOptions) *Replicated {
-	return &Replicated{h: kvjs.Handle{KV: o.KV, JS: o.JS, Name: "admission", Timeouts: o.Timeouts}, local: o.Local, subjects: o.Subjects}
+// NewAdmissions returns the records on o.KV.
+func NewAdmissions(o AdmissionsOptions) *Admissions {
+	return &Admissions{h: Handle{KV: o.KV, JS: o.JS, Name: "admission", Timeouts: o.Timeouts}, local: o.Local, subjects: o.Subjects}
 }
 
-// Bucket is the admission records' bucket; every read from the stream's
+// AdmissionBucket is the admission records' bucket; every read from the stream's
 // leader. Records expire maxAge after their last write: the retention
 // horizon of proposals (config.RetentionHorizons), at least the streams'
 // MaxAge, so that a message that can still be redelivered or replayed
 // finds its records.
-func Bucket(name string, replicas int, maxAge time.Duration) kvjs.Bucket {
-	return kvjs.Bucket{Name: name, Replicas: replicas, MaxAge: maxAge,
+func AdmissionBucket(name string, replicas int, maxAge time.Duration) Bucket {
+	return Bucket{Name: name, Replicas: replicas, MaxAge: maxAge,
 		Description: "Portcullis admission records: proposal ids and delivery ids taken, value-free"}
 }
 
-func hashKey(kind string, parts ...string) string {
+func admissionHash(kind string, parts ...string) string {
 	h := sha256.New()
 	h.Write([]byte(kind))
 	for _, p := range parts {
@@ -101,45 +107,45 @@ func hashKey(kind string, parts ...string) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-func proposalKey(ref schema.ProposalRef) string {
-	return "prop." + hashKey("proposal", ref.Host, ref.ProposalID)
+func admittedKey(ref schema.ProposalRef) string {
+	return "prop." + admissionHash("proposal", ref.Host, ref.ProposalID)
 }
-func deliveryKey(host, id string) string { return "dlv." + hashKey("delivery", host, id) }
+func deliveryKey(host, id string) string { return "dlv." + admissionHash("delivery", host, id) }
 
-func (r *Replicated) do(f func(ctx context.Context) error) error { return r.h.Do(f) }
+func (r *Admissions) do(f func(ctx context.Context) error) error { return r.h.Do(f) }
 
-func (r *Replicated) Lock(key string) func() { return r.local.Lock(key) }
+func (r *Admissions) Lock(key string) func() { return r.local.Lock(key) }
 
-func (r *Replicated) Delivery(host, deliveryID string) (kv.Delivery, bool, error) {
+func (r *Admissions) Delivery(host, deliveryID string) (kv.Delivery, bool, error) {
 	var d kv.Delivery
 	_, found, err := r.h.Get(deliveryKey(host, deliveryID), &d)
 	return d, found, err
 }
 
-func (r *Replicated) Admitted(ref schema.ProposalRef) (kv.Admitted, bool, error) {
+func (r *Admissions) Admitted(ref schema.ProposalRef) (kv.Admitted, bool, error) {
 	var a kv.Admitted
-	_, found, err := r.h.Get(proposalKey(ref), &a)
+	_, found, err := r.h.Get(admittedKey(ref), &a)
 	return a, found, err
 }
 
-// Admit claims the delivery id, then the proposal id (the Replicated doc
+// Admit claims the delivery id, then the proposal id (the Admissions doc
 // comment says why in this order).
-func (r *Replicated) Admit(ref schema.ProposalRef, a kv.Admitted, deliveryID string, d kv.Delivery) (Claim, error) {
+func (r *Admissions) Admit(ref schema.ProposalRef, a kv.Admitted, deliveryID string, d kv.Delivery) (kv.AdmissionClaim, error) {
 	dkey := deliveryKey(ref.Host, deliveryID)
 	var gotD kv.Delivery
 	drev, won, err := r.h.Claim(dkey, d, &gotD)
 	if err != nil {
-		return Claim{}, err
+		return kv.AdmissionClaim{}, err
 	}
 	if !won && gotD.Seq != d.Seq {
-		return Claim{Delivery: &gotD}, nil
+		return kv.AdmissionClaim{Delivery: &gotD}, nil
 	}
 	var gotA kv.Admitted
-	if _, won, err = r.h.Claim(proposalKey(ref), a, &gotA); err != nil {
-		return Claim{}, err
+	if _, won, err = r.h.Claim(admittedKey(ref), a, &gotA); err != nil {
+		return kv.AdmissionClaim{}, err
 	}
 	if won {
-		return Claim{}, nil
+		return kv.AdmissionClaim{}, nil
 	}
 	if gotA.Seq != a.Seq && gotA.Digest != a.Digest {
 		// A reuse: refused, and its delivery id left free again. If this
@@ -147,16 +153,16 @@ func (r *Replicated) Admit(ref schema.ProposalRef, a kv.Admitted, deliveryID str
 		// republishes the first proposal's outcome on its own subject.
 		if err := r.do(func(ctx context.Context) error {
 			return r.h.KV.Delete(ctx, dkey, jetstream.LastRevision(drev))
-		}); err != nil && !kvjs.Lost(err) {
-			return Claim{}, fmt.Errorf("admission: withdraw delivery: %w", err)
+		}); err != nil && !Lost(err) {
+			return kv.AdmissionClaim{}, fmt.Errorf("admission: withdraw delivery: %w", err)
 		}
 	}
-	return Claim{Admitted: &gotA}, nil
+	return kv.AdmissionClaim{Admitted: &gotA}, nil
 }
 
 // Repeat claims the delivery id for a repeat; a delivery id another
 // message took meanwhile keeps its record.
-func (r *Replicated) Repeat(host, deliveryID string, d kv.Delivery) error {
+func (r *Admissions) Repeat(host, deliveryID string, d kv.Delivery) error {
 	var got kv.Delivery
 	_, _, err := r.h.Claim(deliveryKey(host, deliveryID), d, &got)
 	return err
@@ -164,15 +170,15 @@ func (r *Replicated) Repeat(host, deliveryID string, d kv.Delivery) error {
 
 // Forwarded overwrites the proposal's record with a, which this message's
 // own claim wrote (no other message writes a taken key).
-func (r *Replicated) Forwarded(ref schema.ProposalRef, a kv.Admitted) error {
-	return r.h.Put(proposalKey(ref), a)
+func (r *Admissions) Forwarded(ref schema.ProposalRef, a kv.Admitted) error {
+	return r.h.Put(admittedKey(ref), a)
 }
 
 // LastOutcome returns the latest outcome of the proposal that took ref's
 // id: the last message on its outcome subject that is that proposal's
 // (ownOutcome), and the local store's record when the stream has none.
 // An id nobody took has no outcome to repeat.
-func (r *Replicated) LastOutcome(ref schema.ProposalRef) (schema.Outcome, bool, error) {
+func (r *Admissions) LastOutcome(ref schema.ProposalRef) (schema.Outcome, bool, error) {
 	a, taken, err := r.Admitted(ref)
 	if err != nil || !taken {
 		return schema.Outcome{}, false, err
@@ -192,7 +198,7 @@ func (r *Replicated) LastOutcome(ref schema.ProposalRef) (schema.Outcome, bool, 
 // namesake's refusal raced the proposal's claim and was published after
 // some of its outcomes (then the subject is read forward for the last of
 // them, at most MaxOutcomeScan messages; beyond that found is false).
-func (r *Replicated) lastOwnOutcome(ref schema.ProposalRef, a kv.Admitted) (schema.Outcome, bool, error) {
+func (r *Admissions) lastOwnOutcome(ref schema.ProposalRef, a kv.Admitted) (schema.Outcome, bool, error) {
 	subject := r.subjects.Outcome(ref.Host, ref.ProposalID)
 	var last *jetstream.RawStreamMsg
 	err := r.do(func(ctx context.Context) error {
@@ -265,7 +271,7 @@ var errScanBound = errors.New("admission: more outcomes than a scan reads")
 // scanOutcomes reads the messages on an outcome subject from the first,
 // in order, until visit returns false, none is left, or limit were read
 // (errScanBound).
-func (r *Replicated) scanOutcomes(subject string, limit int, visit func(*jetstream.RawStreamMsg) bool) error {
+func (r *Admissions) scanOutcomes(subject string, limit int, visit func(*jetstream.RawStreamMsg) bool) error {
 	seq := uint64(1)
 	for range limit {
 		var m *jetstream.RawStreamMsg
@@ -305,7 +311,7 @@ func decodeOutcome(ref schema.ProposalRef, m *jetstream.RawStreamMsg) (schema.Ou
 // allows direct gets, SPEC §2.8).
 func LastStreamOutcome(js jetstream.JetStream, subj subjects.Subjects, ref schema.ProposalRef, op, attempt time.Duration) (schema.Outcome, bool, error) {
 	var m *jetstream.RawStreamMsg
-	err := kvjs.Budget{Op: op, Attempt: attempt}.Do(func(ctx context.Context) error {
+	err := Budget{Op: op, Attempt: attempt}.Do(func(ctx context.Context) error {
 		st, err := js.Stream(ctx, subj.OutcomesStream())
 		if err != nil {
 			return err
@@ -327,7 +333,7 @@ func LastStreamOutcome(js jetstream.JetStream, subj subjects.Subjects, ref schem
 // the one its outcomes name on the outcome stream — every outcome from
 // grounding on does (its fingerprint, approval or receipt): the last
 // message on its subject, else the first MaxFingerprintScan.
-func (r *Replicated) ProposalFingerprint(ref schema.ProposalRef) (string, bool, error) {
+func (r *Admissions) ProposalFingerprint(ref schema.ProposalRef) (string, bool, error) {
 	if fp, found, err := r.local.ProposalFingerprint(ref); err != nil || found {
 		return fp, found, err
 	}
@@ -359,8 +365,8 @@ const MaxFingerprintScan = 16
 // admission took (`processor migrate`) unless the key holds one: Present
 // when it is the same proposal's (its digest and time), otherwise a
 // Conflict, never overwritten.
-func (r *Replicated) ImportAdmitted(ref schema.ProposalRef, a kv.Admitted) (kvjs.Import, error) {
-	return kvjs.ImportJSON(r.h, proposalKey(ref), &a, func(got *kv.Admitted) bool {
+func (r *Admissions) ImportAdmitted(ref schema.ProposalRef, a kv.Admitted) (Import, error) {
+	return ImportJSON(r.h, admittedKey(ref), &a, func(got *kv.Admitted) bool {
 		return got.Digest == a.Digest && got.AtMs == a.AtMs
 	})
 }
@@ -369,8 +375,8 @@ func (r *Replicated) ImportAdmitted(ref schema.ProposalRef, a kv.Admitted) (kvjs
 // the hash it is stored by there (pebble.DeliveryHash: the same the bucket's
 // key is made of), unless the key holds one: Present when it names the
 // same proposal at the same time, otherwise a Conflict.
-func (r *Replicated) ImportDelivery(hash []byte, d kv.Delivery) (kvjs.Import, error) {
-	return kvjs.ImportJSON(r.h, "dlv."+hex.EncodeToString(hash), &d, func(got *kv.Delivery) bool {
+func (r *Admissions) ImportDelivery(hash []byte, d kv.Delivery) (Import, error) {
+	return ImportJSON(r.h, "dlv."+hex.EncodeToString(hash), &d, func(got *kv.Delivery) bool {
 		return got.ProposalID == d.ProposalID && got.AtMs == d.AtMs
 	})
 }
