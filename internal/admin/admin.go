@@ -280,15 +280,22 @@ type ActivityListRequest struct {
 	Before uint64 `json:"before,omitzero"`
 }
 
+// Intent is what names an intent in the operator API's lists: its
+// fingerprint and the target the fingerprint binds (kv.Identity without
+// the idempotency key, which the receipts carry).
+type Intent struct {
+	Fingerprint string `json:"fingerprint"`
+	Provider    string `json:"provider"`
+	Capability  string `json:"capability"`
+	Operation   string `json:"operation"`
+	Environment string `json:"environment"`
+	Referent    string `json:"referent"`
+}
+
 // ActivityEntry is the gist of one intent's activity snapshot.
 type ActivityEntry struct {
-	Fingerprint string               `json:"fingerprint"`
+	Intent      `json:",inline"`
 	Status      string               `json:"status"`
-	Provider    string               `json:"provider"`
-	Capability  string               `json:"capability"`
-	Operation   string               `json:"operation"`
-	Environment string               `json:"environment"`
-	Referent    string               `json:"referent"`
 	Proposals   []schema.ProposalRef `json:"proposals"`
 	UpdatedAtMs int64                `json:"updated_at_ms"`
 	// Revision is the snapshot's revision in the bucket.

@@ -26,13 +26,8 @@ type Resolution struct {
 
 // Pending is one action whose effect is unknown, for the operator's queue.
 type Pending struct {
-	Fingerprint string               `json:"fingerprint"`
-	Provider    string               `json:"provider"`
-	Capability  string               `json:"capability"`
-	Operation   string               `json:"operation"`
-	Environment string               `json:"environment"`
-	Referent    string               `json:"referent"`
-	Proposals   []schema.ProposalRef `json:"proposals"`
+	Intent    `json:",inline"`
+	Proposals []schema.ProposalRef `json:"proposals"`
 	// SinceMs is when the effect became unknown.
 	SinceMs int64 `json:"since_ms"`
 	// Attempts polls so far of MaxAttempts; Exhausted once they are spent.
@@ -63,8 +58,8 @@ func (s *Server) indeterminate() ([]Pending, error) {
 			continue // settled meanwhile
 		}
 		out = append(out, Pending{
-			Fingerprint: rec.Fingerprint, Provider: rec.Provider, Capability: rec.Capability,
-			Operation: rec.Operation, Environment: rec.Environment, Referent: rec.Referent,
+			Intent: Intent{Fingerprint: rec.Fingerprint, Provider: rec.Provider, Capability: rec.Capability,
+				Operation: rec.Operation, Environment: rec.Environment, Referent: rec.Referent},
 			Proposals: slices.Clone(rec.Proposals), SinceMs: e.SinceMs,
 			Attempts: rec.ReconcileAttempt, MaxAttempts: s.ReconcileMaxAttempts, Exhausted: rec.ReconcileExhausted,
 			NextAtMs: rec.ReconcileNextAtMs, ErrorCode: rec.Receipt.ErrorCode, ReceiptID: rec.Receipt.ReceiptID,

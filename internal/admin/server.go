@@ -612,8 +612,9 @@ func latestEntries(ctx context.Context, stream jetstream.Stream, keyPrefix strin
 			fp = schema.FingerprintOfKey(strings.TrimPrefix(m.Subject, keyPrefix))
 		}
 		entries = append(entries, ActivityEntry{
-			Fingerprint: fp, Status: a.Status, Provider: a.Provider, Capability: a.Capability, Operation: a.Operation,
-			Environment: a.Environment, Referent: a.Referent, Proposals: orEmpty(a.Proposals), UpdatedAtMs: a.UpdatedAtMs, Revision: m.Sequence,
+			Intent: Intent{Fingerprint: fp, Provider: a.Provider, Capability: a.Capability, Operation: a.Operation,
+				Environment: a.Environment, Referent: a.Referent},
+			Status: a.Status, Proposals: orEmpty(a.Proposals), UpdatedAtMs: a.UpdatedAtMs, Revision: m.Sequence,
 		})
 	}
 	var next uint64
