@@ -1,6 +1,7 @@
 package schema
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"reflect"
@@ -27,28 +28,35 @@ const MaxDepth = 64
 func WithinDepth(data []byte, max int) bool { return tooDeepAt(data, max) < 0 }
 
 // tooDeepAt is the offset of the first bracket that opens level max+1, or
-// -1 when there is none.
+// -1 when there is none. Most of a body is inside strings: it skips each
+// one with bytes.IndexByte to its next quote (a quote after an odd run of
+// backslashes is escaped: search on), rather than byte by byte. Each
+// backslash is counted once, so the scan stays linear.
 func tooDeepAt(data []byte, max int) int {
-	depth, inString, escaped := 0, false, false
-	for i, c := range data {
-		switch {
-		case inString:
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
+	depth := 0
+	for i := 0; i < len(data); i++ {
+		switch data[i] {
+		case '"':
+			for {
+				q := bytes.IndexByte(data[i+1:], '"')
+				if q < 0 {
+					return -1 // unterminated: the decoder's to refuse
+				}
+				i += 1 + q
+				run := 0
+				for data[i-1-run] == '\\' {
+					run++
+				}
+				if run%2 == 0 {
+					break
+				}
 			}
-		case c == '"':
-			inString = true
-		case c == '{' || c == '[':
+		case '{', '[':
 			depth++
 			if depth > max {
 				return i
 			}
-		case c == '}' || c == ']':
+		case '}', ']':
 			depth--
 		}
 	}
