@@ -34,6 +34,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -76,33 +77,40 @@ type Result struct {
 	IdempotencyKey string
 }
 
-// object is the SPEC §2.3 object. Member order is irrelevant: JCS sorts.
+// object is the SPEC §2.3 object. Member order is irrelevant to the result
+// (JCS sorts), but its fields are declared in JCS order so that the sort
+// in Canonicalize finds them in place.
 type object struct {
-	Schema              string         `json:"schema"`
-	TenantRef           string         `json:"tenant_ref"`
-	SecurityDomainRef   string         `json:"security_domain_ref"`
 	ActorRef            string         `json:"actor_ref"`
-	Provider            string         `json:"provider"`
 	Capability          string         `json:"capability"`
-	Operation           string         `json:"operation"`
 	Environment         string         `json:"environment"`
-	Referent            string         `json:"referent"`
+	ExternalSpend       *schema.Spend  `json:"external_spend"`
+	Operation           string         `json:"operation"`
 	Payload             jsontext.Value `json:"payload"`
 	ProtectedDisclosure *plan          `json:"protected_disclosure"`
-	ExternalSpend       *schema.Spend  `json:"external_spend"`
+	Provider            string         `json:"provider"`
+	Referent            string         `json:"referent"`
+	Schema              string         `json:"schema"`
+	SecurityDomainRef   string         `json:"security_domain_ref"`
+	TenantRef           string         `json:"tenant_ref"`
 }
 
 // plan is a disclosure plan with all five members always present, so that
-// an omitted require_reauthentication and an explicit false hash alike.
+// an omitted require_reauthentication and an explicit false hash alike
+// (fields in JCS order, as object's).
 type plan struct {
 	FieldClasses            []string `json:"field_classes"`
-	Recipient               string   `json:"recipient"`
 	Purpose                 string   `json:"purpose"`
-	Source                  string   `json:"source"`
+	Recipient               string   `json:"recipient"`
 	RequireReauthentication bool     `json:"require_reauthentication"`
+	Source                  string   `json:"source"`
 }
 
-// Canonical returns the JCS text of the SPEC §2.3 object for f.
+// Canonical returns the JCS text of the SPEC §2.3 object for f. The only
+// numbers in it are the payload's and the spend's amount: it checks those
+// (CheckNumbers) and canonicalizes the encoded object without walking all
+// of it again for numbers and validity, as Canonicalize does for a value
+// it did not build.
 func Canonical(f Fields) ([]byte, error) {
 	payload := f.Payload
 	if len(payload) == 0 {
@@ -130,13 +138,21 @@ func Canonical(f Fields) ([]byte, error) {
 			classes = []string{}
 		}
 		slices.Sort(classes)
-		o.ProtectedDisclosure = &plan{classes, d.Recipient, d.Purpose, d.Source, d.RequireReauthentication}
+		o.ProtectedDisclosure = &plan{FieldClasses: classes, Purpose: d.Purpose, Recipient: d.Recipient,
+			RequireReauthentication: d.RequireReauthentication, Source: d.Source}
 	}
 	raw, err := json.Marshal(o)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s", ErrNotCanonical, "encode")
 	}
-	return Canonicalize(raw)
+	if s := f.ExternalSpend; s != nil && !schema.ExactNumbers(strconv.AppendInt(nil, s.AmountMinor, 10)) {
+		return nil, ErrInexactNumber
+	}
+	v := jsontext.Value(raw)
+	if err := v.Canonicalize(); err != nil {
+		return nil, fmt.Errorf("%w: canonicalize", ErrNotCanonical)
+	}
+	return v, nil
 }
 
 // Canonicalize returns the RFC 8785 canonical form of one JSON value. It

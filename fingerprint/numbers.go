@@ -22,11 +22,11 @@ var ErrInexactNumber = fmt.Errorf("%w: number not exactly representable as an IE
 // ErrNotCanonical. It is schema.ExactNumbers, the rule admission applies to
 // every payload, with errors.
 func CheckNumbers(v jsontext.Value) error {
-	if !v.IsValid() { // exactly one value, no duplicate names
+	if schema.ExactNumbers(v) { // valid (one value, no duplicate names) and exact
+		return nil
+	}
+	if !v.IsValid() { // only on the way out: ExactNumbers validated it already
 		return fmt.Errorf("%w: invalid JSON", ErrNotCanonical)
 	}
-	if !schema.ExactNumbers(v) {
-		return ErrInexactNumber
-	}
-	return nil
+	return ErrInexactNumber
 }
