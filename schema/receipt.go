@@ -1,7 +1,6 @@
 package schema
 
 import (
-	"regexp"
 	"strings"
 )
 
@@ -64,10 +63,8 @@ const (
 	MaxReplyEvidence    = 20
 )
 
-var errorCodePattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
-
 // ValidErrorCode reports whether s is a valid receipt error code.
-func ValidErrorCode(s string) bool { return errorCodePattern.MatchString(s) }
+func ValidErrorCode(s string) bool { return errorCodeChars.spells(s, 1, 128) }
 
 // ValidEvidenceRef reports whether s is a bounded, single-line reference
 // containing ':'.

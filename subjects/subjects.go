@@ -45,11 +45,24 @@ var ErrInvalidPrefix = errors.New("subjects: invalid prefix")
 
 var (
 	prefixPattern = regexp.MustCompile(`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$`)
-	hostPattern   = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 )
 
-// ValidHost reports whether h can be a host's subject token (SPEC §1).
-func ValidHost(h string) bool { return hostPattern.MatchString(h) }
+// ValidHost reports whether h can be a host's subject token (SPEC §1):
+// ^[A-Za-z0-9_-]{1,64}$, checked byte by byte (it runs for every message
+// of every stage, where the regular expression cost a percent of the
+// processor's CPU).
+func ValidHost(h string) bool {
+	if len(h) < 1 || len(h) > 64 {
+		return false
+	}
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
 
 // Stage names. They are also the durable consumer names and the values of
 // the `stage` metric label.
