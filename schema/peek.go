@@ -1,6 +1,7 @@
 package schema
 
 import (
+	"bytes"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -319,4 +320,73 @@ func (s *peeker) hex4() (rune, bool) {
 	}
 	s.i += 4
 	return r, true
+}
+
+// PeekString reads the string member at path (object member names, from
+// the top) of the JSON document data without decoding the rest: routing
+// decisions made before a handler validates its input (the stages'
+// bulkheads). ok is false when data is not such a document as far as it
+// was read, or the member is absent or not a string; the first member of a
+// name counts, and duplicate names are not looked for. It is the scanner
+// PeekProposalID uses: what it passes over is checked (syntax, UTF-8,
+// escapes) but not decoded, iteratively at any depth.
+func PeekString(data []byte, path ...string) (string, bool) {
+	if len(path) == 0 {
+		return "", false
+	}
+	s := peeker{b: data}
+	for i, want := range path {
+		s.space()
+		if !s.take('{') {
+			return "", false
+		}
+		s.space()
+		if s.take('}') {
+			return "", false // absent
+		}
+		for {
+			s.space()
+			match, ok := s.strIs(want)
+			if !ok {
+				return "", false
+			}
+			s.space()
+			if !s.take(':') {
+				return "", false
+			}
+			s.space()
+			if match {
+				if i < len(path)-1 {
+					break // descend
+				}
+				return s.str(true)
+			}
+			if !s.value() {
+				return "", false
+			}
+			s.space()
+			if !s.take(',') {
+				return "", false // '}' (absent) or malformed
+			}
+		}
+	}
+	return "", false
+}
+
+// strIs reads a string as str does and reports whether its value is want,
+// without making a string of it unless it has escapes.
+func (s *peeker) strIs(want string) (match, ok bool) {
+	start := s.i
+	if _, ok := s.str(false); !ok {
+		return false, false
+	}
+	raw := s.b[start+1 : s.i-1]
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw) == want, true
+	}
+	end := s.i
+	s.i = start
+	v, _ := s.str(true)
+	s.i = end
+	return v == want, true
 }

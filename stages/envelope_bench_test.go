@@ -59,3 +59,19 @@ func BenchmarkEncodeEnvelope(b *testing.B) {
 		schema.MustMarshal(env)
 	}
 }
+
+// BenchmarkPeekString is the runner's bulkhead key of a dispatch and a
+// grounding hand-off, read before the envelope is decoded.
+func BenchmarkPeekString(b *testing.B) {
+	_, _, in := benchEnvelope(b)
+	b.SetBytes(int64(len(in.Data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if p, ok := stages.PeekString(in.Data, "proposal", "intent", "provider"); !ok || p == "" {
+			b.Fatal("no provider")
+		}
+		if _, ok := stages.PeekString(in.Data, "proposal", "grounding", "candidate_source"); ok {
+			b.Fatal("a candidate source")
+		}
+	}
+}
