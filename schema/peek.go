@@ -28,17 +28,11 @@ func PeekProposalID(data []byte) (string, bool) {
 	s.space()
 	if !s.take('}') {
 		for {
-			s.space()
-			name, ok := s.str(true)
+			isID, ok := s.name("proposal_id")
 			if !ok {
 				return "", false
 			}
-			s.space()
-			if !s.take(':') {
-				return "", false
-			}
-			s.space()
-			if name == "proposal_id" {
+			if isID {
 				found++
 				if id, ok = s.str(true); !ok { // not a string, or not a valid one
 					return "", false
@@ -345,16 +339,10 @@ func PeekString(data []byte, path ...string) (string, bool) {
 			return "", false // absent
 		}
 		for {
-			s.space()
-			match, ok := s.strIs(want)
+			match, ok := s.name(want)
 			if !ok {
 				return "", false
 			}
-			s.space()
-			if !s.take(':') {
-				return "", false
-			}
-			s.space()
 			if match {
 				if i < len(path)-1 {
 					break // descend
@@ -371,6 +359,21 @@ func PeekString(data []byte, path ...string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// name reads an object member's name and its colon, and the white space
+// around them, and reports whether the name is want.
+func (s *peeker) name(want string) (match, ok bool) {
+	s.space()
+	if match, ok = s.strIs(want); !ok {
+		return false, false
+	}
+	s.space()
+	if !s.take(':') {
+		return false, false
+	}
+	s.space()
+	return match, true
 }
 
 // strIs reads a string as str does and reports whether its value is want,
