@@ -132,6 +132,7 @@ func cmdBench(c *cmdline, args []string, _ io.Reader) int {
 
 	if *queued > 0 {
 		cfg := devConfig("")
+		queuedIngress(cfg, *queued)
 		var p *engine.Processor
 		var b bench.Backlog
 		err := prof.run(func() (err error) {
@@ -407,4 +408,13 @@ func writeProfile(file, name string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// queuedIngress makes room for a backlog of n proposals of one host in its
+// ingress stream: the per-host budget (streams.ingress_max_msgs, 10,000 by
+// default) would refuse the rest of a 100,000-proposal backlog published
+// before the processor starts (bench.Queued stores every one first).
+func queuedIngress(cfg *config.Config, n int) {
+	cfg.Streams.IngressMaxMsgs = max(cfg.Streams.IngressMaxMsgs, int64(n))
+	cfg.Streams.IngressMaxBytes = max(cfg.Streams.IngressMaxBytes, int64(n)*int64(cfg.Admission.MaxPayloadBytes+4096))
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/portcullis/portcullis/internal/config"
 	"math"
 	"regexp"
 	"strconv"
@@ -132,4 +133,20 @@ func benchOutput(t *testing.T, wants []string, args ...string) string {
 		t.Errorf("some proposals did not end CONFIRMED:\n%s", out)
 	}
 	return out
+}
+
+// A backlog larger than a host's ingress budget fits: the bench raises the
+// budget to the backlog (the default 10,000 refused 90,000 of -queued
+// 100000: "proposals not stored").
+func TestQueuedIngress(t *testing.T) {
+	cfg := config.Dev(t.TempDir())
+	queuedIngress(cfg, 100_000)
+	if cfg.Streams.IngressMaxMsgs < 100_000 || cfg.Streams.IngressMaxBytes < 100_000*int64(cfg.Admission.MaxPayloadBytes) {
+		t.Errorf("ingress budget %d msgs, %d bytes: too small for 100,000 proposals", cfg.Streams.IngressMaxMsgs, cfg.Streams.IngressMaxBytes)
+	}
+	small := config.Dev(t.TempDir())
+	queuedIngress(small, 10)
+	if small.Streams.IngressMaxMsgs != config.DefaultIngressMaxMsgs {
+		t.Errorf("a small backlog changed the budget: %d", small.Streams.IngressMaxMsgs)
+	}
 }
