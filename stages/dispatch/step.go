@@ -177,13 +177,13 @@ func Step(f Facts, r Rules) Decision {
 			// simulation, internal/sim finding 7).
 			d.Others = othersOf(rec, ref, f.Now)
 		}
-		if rec.Receipt.Status == schema.StatusReconciliationRequired && rec.LostInFlight() {
+		if rec.Receipt.Status == schema.StatusReconciliationRequired {
 			// The envelope is kept after the receipt is committed: a crash
 			// between the two leaves none, and reconciliation could not
 			// send the intent again should its request turn out lost. A
 			// redelivery keeps it again (the same message id: a duplicate
 			// if it was kept).
-			d.Hold = HeldID(rec.Fingerprint, ref.ProposalID, rec.Redispatches)
+			d.Hold = hold(rec, f.Env)
 		}
 		if len(rec.Proposals) != known {
 			d.Writes.Record = &rec
@@ -347,7 +347,7 @@ func finish(f Facts, rec kv.Intent, v kv.Verdict, step string, r Rules) Decision
 		Writes:   w,
 		Outcome:  outcome(rec.Outcome(f.Env.Ref(), f.Now)),
 		Others:   others,
-		Hold:     hold(rec, f.Env.Proposal.ProposalID),
+		Hold:     hold(rec, f.Env),
 		Verdict:  &v,
 		Activity: &ActivityChange{Record: &rec, Disclosed: disclosed},
 	}
@@ -433,13 +433,18 @@ func HeldID(fp, proposalID string, redispatches int) string {
 	return "held/" + kv.Hex(fp) + "/" + proposalID + "/" + strconv.Itoa(redispatches)
 }
 
-// hold is Decision.Hold for a receipt just settled on rec: the envelope
-// is kept when the effect is unknown for want of an answer.
-func hold(rec kv.Intent, proposalID string) string {
-	if !rec.LostInFlight() {
+// hold is Decision.Hold for env under rec's receipt: the envelope is kept
+// when the effect is unknown for want of an answer — unless it is a
+// proposal answered from its intent (Authorization.Bound: it carries no
+// grant of its own). Sent again, such an envelope would end at dispatch's
+// re-check and leave the intent lost, its other proposals waiting; the
+// envelope kept is always one that can be dispatched (the held stream
+// keeps the latest per intent, so a bound one would replace it).
+func hold(rec kv.Intent, env *schema.Envelope) string {
+	if !rec.LostInFlight() || env.Authorization.Bound {
 		return ""
 	}
-	return HeldID(rec.Fingerprint, proposalID, rec.Redispatches)
+	return HeldID(rec.Fingerprint, env.Proposal.ProposalID, rec.Redispatches)
 }
 
 // MapDispatch turns an adapter's dispatch answer into a verdict. A timeout

@@ -411,6 +411,16 @@ func TestStepKeepsTheEnvelope(t *testing.T) {
 		{"redelivered after an interruption's receipt, sent again twice: kept again", facts(func(f *Facts) {
 			f.Record, f.Found = unknown(schema.CodeDispatchInterrupted, 2), true
 		}), HeldID(fp, ref, 2)},
+		// A proposal answered from its intent carries no grant: sent again
+		// it would end at the re-check, so it never replaces the kept one.
+		{"a bound proposal finding a timeout's receipt", facts(func(f *Facts) {
+			f.Env.Authorization = &schema.AuthorizationRecord{Bound: true}
+			f.Record, f.Found = unknown(schema.CodeAdapterTimeout, 0), true
+		}), ""},
+		{"a bound proposal declaring the dispatch interrupted", facts(func(f *Facts) {
+			f.Env.Authorization = &schema.AuthorizationRecord{Bound: true}
+			f.Record.State, f.Found = kv.StateInFlight, true
+		}), ""},
 		{"redelivered, sent again too often", facts(func(f *Facts) {
 			f.Record, f.Found = unknown(schema.CodeAdapterTimeout, kv.MaxRedispatches), true
 		}), ""},
