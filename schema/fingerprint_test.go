@@ -50,3 +50,20 @@ func TestOutcomeNamedFingerprint(t *testing.T) {
 		}
 	}
 }
+
+func TestValidReceiptID(t *testing.T) {
+	for id, want := range map[string]bool{
+		"rcpt_" + strings.Repeat("0a", 16): true,
+		"rcpt_" + strings.Repeat("0A", 16): false,
+		"rcpt_" + strings.Repeat("0a", 15): false,
+		"rcpt_" + strings.Repeat("0a", 17): false,
+		"rcp_" + strings.Repeat("0a", 16):  false,
+		"opr_" + strings.Repeat("0a", 16):  false,
+		"":                                 false,
+		"rcpt_" + strings.Repeat("0g", 16): false,
+	} {
+		if schema.ValidReceiptID(id) != want {
+			t.Errorf("ValidReceiptID(%q) = %v", id, !want)
+		}
+	}
+}

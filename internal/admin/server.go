@@ -357,7 +357,7 @@ func (s *Server) resolve(operator string, req *ResolveRequest) (*Resolved, *Erro
 	if e != nil {
 		return nil, e
 	}
-	if req.ReceiptID != "" && !validReceiptID(req.ReceiptID) {
+	if req.ReceiptID != "" && !schema.ValidReceiptID(req.ReceiptID) {
 		return nil, bad("receipt_id is not a receipt id (rcpt_<32 hex>)")
 	}
 	if req.ObservedAtMs < 0 {
@@ -622,19 +622,4 @@ func latestEntries(ctx context.Context, stream jetstream.Stream, keyPrefix strin
 		next = seq + 1
 	}
 	return entries, next, nil
-}
-
-// validReceiptID reports whether id is a receipt id: "rcpt_" and 32
-// lowercase hex digits.
-func validReceiptID(id string) bool {
-	h, ok := strings.CutPrefix(id, "rcpt_")
-	if !ok || len(h) != 32 {
-		return false
-	}
-	for i := 0; i < len(h); i++ {
-		if c := h[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
 }
