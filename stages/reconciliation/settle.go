@@ -25,15 +25,15 @@ type SettleFacts struct {
 	// intent may have been dispatched again meanwhile (reconciliation's
 	// "lost in flight"), and a finding about an earlier dispatch says
 	// nothing of the later one (found by the simulation, internal/sim).
-	// "": whichever receipt is the latest (what Stage.Resolve sends).
+	// "": whichever receipt is the latest (a command without --receipt).
 	Examined string
 	// ObservedAtMs is when the operator looked at the provider: an
 	// absence observed before the dispatch's request expired (not_after_ms
 	// plus the clock skew, Rules.AbsentAfter) is refused (ErrTooEarly),
 	// however late it is sent, as Step does not believe the provider's own
 	// absence before then (found by the simulation, internal/sim). 0: not
-	// known — what Stage.Resolve sends, so the operator's command is not
-	// held to the fence yet (internal/sim's finding 5).
+	// given (a command without --observed-at), and the finding is not held
+	// to the fence (internal/sim's finding 5).
 	ObservedAtMs int64
 	// Operator is the configured name of the operator who signed the
 	// request ("" for an unsigned one, accepted only in development).
