@@ -78,6 +78,8 @@ type Store struct {
 	locks   kv.KeyedMutex
 	// timerAdded signals commits that added a timer (TimerAdded).
 	timerAdded chan struct{}
+	// timers is where the pending timers begin (timers.go).
+	timers timerFloor
 	// idMu serializes InstanceID's first call.
 	idMu sync.Mutex
 	// written counts NoSync commits that returned; synced is the count a
@@ -286,8 +288,10 @@ type Batch struct {
 	s   *Store
 	ops []op
 	err error
-	// addsTimer: committing wakes the scheduler.
-	addsTimer bool
+	// addsTimer: committing wakes the scheduler; earliestTimer is the
+	// earliest due time (ms, as keyed) among the timers it adds.
+	addsTimer     bool
+	earliestTimer uint64
 }
 
 type op struct {
@@ -371,6 +375,8 @@ func (b *Batch) Commit(d Durability) (err error) {
 		s.written.Add(1) // a Sync commit covers itself
 	}
 	if b.addsTimer {
+		// After the commit, before the signal: see timerFloor.
+		s.timers.lower(b.earliestTimer)
 		select {
 		case s.timerAdded <- struct{}{}:
 		default: // a signal is pending already
