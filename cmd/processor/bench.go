@@ -133,6 +133,7 @@ func cmdBench(c *cmdline, args []string, _ io.Reader) int {
 	if *queued > 0 {
 		cfg := devConfig("")
 		queuedIngress(cfg, *queued)
+		defer engine.LimitMemory(cfg)() // as processor run sets it
 		var p *engine.Processor
 		var b bench.Backlog
 		err := prof.run(func() (err error) {
@@ -186,7 +187,9 @@ func cmdBench(c *cmdline, args []string, _ io.Reader) int {
 		o.Replicas = 3
 		setup = fmt.Sprintf("in-process %d-server JetStream cluster, sync_always %v, replicas 3; %d processor(s), replicated journal", natscluster.Size, *syncAlways, *cluster)
 	} else {
-		p, err := engine.Start(ctx, engine.Options{Config: devConfig(""), Log: quiet})
+		cfg := devConfig("")
+		defer engine.LimitMemory(cfg)() // as processor run sets it
+		p, err := engine.Start(ctx, engine.Options{Config: cfg, Log: quiet})
 		if err != nil {
 			return fail(err)
 		}

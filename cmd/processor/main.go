@@ -204,6 +204,7 @@ func cmdRun(c *cmdline, args []string, _ io.Reader) int {
 		return c.usageError("give --dev or --config FILE")
 	}
 	log := newLog(stderr, &level)
+	defer engine.LimitMemory(cfg)()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	startCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
