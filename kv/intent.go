@@ -82,6 +82,15 @@ func IdentityOf(env *schema.Envelope) Identity {
 // Hex is a fingerprint's 64 hex digits (subject token, KV key).
 func Hex(fingerprint string) string { return schema.FingerprintKey(fingerprint) }
 
+// RedispatchID is the message id (before the processor's MsgID) of the
+// hand-off that sends the held envelope of fingerprint fp back to dispatch
+// after its redispatches-th reopening (Reopen): reconciliation publishes
+// under it, and dispatch recognizes by it that its input is that
+// redispatch — the one dispatch of the intent still to come.
+func RedispatchID(fp string, redispatches int) string {
+	return "redispatch/" + Hex(fp) + "/" + strconv.Itoa(redispatches)
+}
+
 // Intent is the value-free dispatch and reconciliation state of one
 // fingerprint.
 type Intent struct {

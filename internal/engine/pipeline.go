@@ -354,6 +354,7 @@ func newDispatch(p *Parts, r stages.Route) (stages.Handler, error) {
 		NC: p.NC, Route: r, Clock: p.Clock, Metrics: p.Metrics, Activity: p.Activity,
 		Log:               p.stageLog(r.Self),
 		ReconcileInterval: p.Config.Reconciliation.Interval,
+		MsgID:             p.Seal.MsgID,
 	}, nil
 }
 

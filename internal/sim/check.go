@@ -30,7 +30,12 @@ import (
 // provider.unavailable_retry has passed since the first attempt that
 // provably reached nobody (no responders, or a request refused as late
 // after a pause), PROCESSING_FAILED from a give-up that found nothing
-// sent. Those are consistent with the provider (checked by 3). An
+// sent. Those are consistent with the provider (checked by 3). A
+// proposal ended at dispatch's re-check (its own grant expired: the
+// short-grant runs) is answered about its own authorization only — a
+// re-check denial never ends the intent (docs/design.md), whose other
+// proposals may still dispatch it — so its denial is not held to 3; it is
+// recognized by its end recorded on the intent with the same code. An
 // operator's settlement supersedes a terminal RECONCILIATION_REQUIRED
 // (exhausted): it is the proposal's answer then, held to 2 and 3.
 func (w *World) check() {
@@ -68,7 +73,7 @@ func (w *World) check() {
 			}
 		case schema.KindReconciliationRequired:
 		default:
-			if acted {
+			if acted && !deniedAtReCheck(rec, ref, final) {
 				w.violate("%s: %s %s but the provider acted%s", ref.ProposalID, final.Kind, codes(*final), w.staleOperator(final))
 			}
 		}
@@ -198,4 +203,11 @@ func (w *World) Stats() Stats {
 // terminal receipt and published after it).
 func older(o, final *schema.Outcome) bool {
 	return o.Receipt != nil && final.Receipt != nil && o.Receipt.RecordedAtMs < final.Receipt.RecordedAtMs
+}
+
+// deniedAtReCheck reports whether final is the answer dispatch's re-check
+// gave ref alone (its end recorded on the intent, the same code).
+func deniedAtReCheck(rec kv.Intent, ref schema.ProposalRef, final *schema.Outcome) bool {
+	e, ok := rec.EndOf(ref)
+	return ok && len(final.Incidents) == 1 && final.Incidents[0].Code == e.Ended.Code && e.Ended.Phase != schema.PhaseDispatch
 }

@@ -168,6 +168,27 @@
 // the other proposals again; reconciliation waits for a missing envelope
 // (reconciliation.Rules.HeldWait) before letting the finding stand.
 //
+// Finding 8 — a redispatch denied at the re-check (found once a quarter
+// of the runs give the proposals grants that expire within two minutes,
+// a random stream of their own). A held envelope sent again after the
+// intent's request was found lost met dispatch's re-check with its grant
+// expired: the denial ended that proposal only, as any re-check denial
+// does, and the intent stayed lost with its other proposals at
+// RECONCILIATION_REQUIRED for good (planted back as BugRedispatchEndsOne,
+// caught by seed 230). Fixed: dispatch recognizes reconciliation's
+// redispatch by its message id (kv.RedispatchID under the processor's
+// MsgID) and a denial of it concludes the intent FAILED_BEFORE_DISPATCH
+// for every proposal, the reason as an incident event
+// (dispatch.TestStepDeniedRedispatch). Seed 39030 then showed that a
+// redelivered reconciliation trigger handed the envelope on under another
+// message id (its number read from the decision's writes, which a
+// redelivery has none of): not deduplicated, and not recognized. Fixed:
+// the decision carries the reopening's number (Decision.Redispatches).
+// A proposal ended at the re-check while another proposal of its intent
+// was dispatched is answered about its own grant (docs/design.md); the
+// check holds it to the provider only when its end is not recorded as
+// such (deniedAtReCheck).
+//
 // It imports the stages whose pure steps it drives and the records of
 // state; it runs no NATS server, touches no disk and reads no real clock.
 package sim

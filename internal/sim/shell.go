@@ -166,6 +166,7 @@ func (t *task) dispatchLoad(givingUp bool) {
 		rec.State = kv.StateNotInvoked // planted: "my own, so never sent"
 	}
 	f.Record, f.Found = rec, found
+	f.Redispatch = t.redispatchOf(rec)
 	t.df = f
 	t.next("dispatch step", t.dispatchStep)
 }
@@ -260,12 +261,22 @@ func (t *task) dispatchReload() {
 		rec = kv.NewIntent(kv.IdentityOf(f.Env), f.Adapter, f.Now)
 	}
 	f.Record, f.Found = rec, found
+	f.Redispatch = t.redispatchOf(rec)
 	if f.Ended == nil {
 		if e, found, _ := t.p.store.Ended(f.Env.Ref()); found {
 			f.Ended = &e
 		}
 	}
 	t.next("dispatch step after reload", t.dispatchStep)
+}
+
+// redispatchOf is Stage.redispatchOf: the message's id names rec's latest
+// redispatch.
+func (t *task) redispatchOf(rec kv.Intent) int {
+	if t.w.cfg.Bug == BugRedispatchEndsOne || rec.Redispatches == 0 || t.m.msgID != kv.RedispatchID(fp, rec.Redispatches) {
+		return 0
+	}
+	return rec.Redispatches
 }
 
 // ---- reconciliation: Stage.run ----
@@ -341,10 +352,7 @@ func (t *task) reconcileStep() {
 		}
 		var hand func()
 		if d.Redispatch != nil {
-			n := 0
-			if d.Writes.Record != nil {
-				n = d.Writes.Record.Redispatches
-			}
+			n := d.Redispatches
 			data := d.Redispatch
 			hand = func() {
 				env, err := stages.DecodeEnvelope(data, stages.Grounded)
@@ -353,7 +361,7 @@ func (t *task) reconcileStep() {
 					return
 				}
 				w.redispatches = append(w.redispatches, w.now)
-				w.publish(&message{stage: stageDispatch, env: env, msgID: "redispatch/" + kv.Hex(fp) + "/" + strconv.Itoa(n), dedup: true})
+				w.publish(&message{stage: stageDispatch, env: env, msgID: kv.RedispatchID(fp, n), dedup: true})
 			}
 		}
 		t.finish(d.Outcomes, hand, d.Retry.Milliseconds())

@@ -83,7 +83,7 @@ func report(t *testing.T, seed uint64, bug Bug, v []string) {
 // each: the checks can fail.
 func TestSimulationCatchesPlantedBug(t *testing.T) {
 	const k = 500
-	for _, bug := range []Bug{BugNoCAS, BugResendOwn, BugLateAccepted, BugSettleStale, BugSettleNoAnnounce, BugHoldOnce} {
+	for _, bug := range []Bug{BugNoCAS, BugResendOwn, BugLateAccepted, BugSettleStale, BugSettleNoAnnounce, BugHoldOnce, BugRedispatchEndsOne} {
 		t.Run(bug.String(), func(t *testing.T) {
 			for seed := uint64(1); seed <= k; seed++ {
 				w := New(Config{Seed: seed, Bug: bug})

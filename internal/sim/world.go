@@ -45,11 +45,17 @@ const (
 	// receipt's commit and keeping the envelope left reconciliation
 	// nothing to send again).
 	BugHoldOnce
+	// BugRedispatchEndsOne: dispatch does not recognize reconciliation's
+	// redispatch, so a held envelope denied at the re-check (its grant
+	// expired since) ends only its own proposal, as before the fix, and
+	// leaves the intent lost with its other proposals waiting.
+	BugRedispatchEndsOne
 )
 
 func (b Bug) String() string {
 	return [...]string{"none", "read-then-write journal", "resend after its own interruption", "connector ignores not_after_ms",
-		"settles the record the operator saw", "settlement without its announcement", "keeps the envelope only with its receipt"}[b]
+		"settles the record the operator saw", "settlement without its announcement", "keeps the envelope only with its receipt",
+		"a denied redispatch ends only its proposal"}[b]
 }
 
 // Config is one run.
@@ -119,10 +125,14 @@ type World struct {
 	// the main one (and every seed recorded before it existed) runs the
 	// same until such a crash happens.
 	afterCommit *rand.Rand
-	now         int64 // true time, ms
-	seq         uint64
-	queue       events
-	prof        profile
+	// grants decides the grants' lifetimes, a stream of its own for the
+	// same reason: in a quarter of the runs they expire within two
+	// minutes, so that a redispatch can meet an expired grant.
+	grants *rand.Rand
+	now    int64 // true time, ms
+	seq    uint64
+	queue  events
+	prof   profile
 
 	j     *sharedJournal
 	procs []*proc
@@ -168,7 +178,8 @@ func (w *World) procNow(p *proc) int64 { return w.now + p.skew }
 // New makes the world of cfg.Seed.
 func New(cfg Config) *World {
 	w := &World{
-		cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed_f3ce)), afterCommit: rand.New(rand.NewPCG(cfg.Seed, 0xaf7e_c0de)), now: start,
+		cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed_f3ce)), afterCommit: rand.New(rand.NewPCG(cfg.Seed, 0xaf7e_c0de)),
+		grants: rand.New(rand.NewPCG(cfg.Seed, 0x6a47_5e11)), now: start,
 		j: newSharedJournal(), msgIDs: map[string]bool{}, held: map[string][]byte{},
 		envs: map[schema.ProposalRef]*schema.Envelope{}, outcomes: map[schema.ProposalRef][]schema.Outcome{},
 	}
@@ -190,8 +201,12 @@ func New(cfg Config) *World {
 	}
 	w.tracef("profile %+v provider skew %dms", w.prof, w.prov.skew)
 	w.newOperator()
+	shortGrants := w.grants.IntN(4) == 0
 	for i := range w.prof.proposals {
 		env := envelope(fmt.Sprintf("p-%d", i+1))
+		if shortGrants {
+			env.Authorization.Grant.ExpiresAtMs = start + 5_000 + w.grants.Int64N(115_000)
+		}
 		ref := env.Ref()
 		w.envs[ref] = env
 		w.proposals = append(w.proposals, ref)

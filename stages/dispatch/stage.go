@@ -44,6 +44,10 @@ type Stage struct {
 	// records; LeaseMargin is Rules.LeaseMargin (0: the default).
 	Self        string
 	LeaseMargin time.Duration
+	// MsgID is the processor's message id for an id (stages.Sealer's
+	// MsgID): with it dispatch recognizes reconciliation's redispatch of a
+	// held envelope (Facts.Redispatch). nil: none is recognized.
+	MsgID func(id string) string
 }
 
 // maxConflicts bounds how often one input reloads the journal after
@@ -113,7 +117,7 @@ func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 		s.Log.Error("dispatch: fingerprint does not match the proposal it came with; message rejected", "seq", in.StreamSeq)
 		return rejected(), nil
 	}
-	return s.run(ctx, env, false)
+	return s.run(ctx, env, false, in.Header.Get(nats.MsgIdHdr))
 }
 
 // GiveUp ends a proposal dispatch could not process, from the journal: a
@@ -134,7 +138,7 @@ func (s *Stage) GiveUp(ctx context.Context, in *stages.Input, cause error) (stag
 	}
 	s.Log.Error("dispatch gave up on a proposal; ending it from the journal", "host", env.Host, "proposal_id", env.Proposal.ProposalID,
 		"fingerprint", env.Grounded.Fingerprint, "cause", cause)
-	return s.run(ctx, env, true)
+	return s.run(ctx, env, true, in.Header.Get(nats.MsgIdHdr))
 }
 
 // run is the shell around Step. On a shared journal another processor may
@@ -144,7 +148,7 @@ func (s *Stage) GiveUp(ctx context.Context, in *stages.Input, cause error) (stag
 // its reply, if another processor's record won (it found the dispatch's
 // lease lapsed and recorded DISPATCH_INTERRUPTED), is left to
 // reconciliation, which asks the provider what happened.
-func (s *Stage) run(ctx context.Context, env *schema.Envelope, givingUp bool) (stages.Result, error) {
+func (s *Stage) run(ctx context.Context, env *schema.Envelope, givingUp bool, msgID string) (stages.Result, error) {
 	fp := env.Grounded.Fingerprint
 	unlock := s.Journal.Lock(fp)
 	defer unlock()
@@ -152,6 +156,7 @@ func (s *Stage) run(ctx context.Context, env *schema.Envelope, givingUp bool) (s
 	if err != nil {
 		return stages.Result{}, err
 	}
+	f.Redispatch = s.redispatchOf(msgID, f.Record)
 	var disc *disclosure.Disclosure
 	defer func() {
 		if disc != nil {
@@ -178,6 +183,7 @@ func (s *Stage) run(ctx context.Context, env *schema.Envelope, givingUp bool) (s
 				if err := s.reload(&f); err != nil {
 					return stages.Result{}, err
 				}
+				f.Redispatch = s.redispatchOf(msgID, f.Record)
 				continue
 			}
 			if d.Call == CallProvider && !stages.Transient(err) {
@@ -222,6 +228,15 @@ func (s *Stage) run(ctx context.Context, env *schema.Envelope, givingUp bool) (s
 			return s.result(env, d), nil
 		}
 	}
+}
+
+// redispatchOf is the redispatch of rec an input with message id msgID is
+// (Facts.Redispatch): rec's latest, when msgID is its kv.RedispatchID's.
+func (s *Stage) redispatchOf(msgID string, rec kv.Intent) int {
+	if s.MsgID == nil || msgID == "" || rec.Redispatches == 0 || msgID != s.MsgID(kv.RedispatchID(rec.Fingerprint, rec.Redispatches)) {
+		return 0
+	}
+	return rec.Redispatches
 }
 
 // reload reads the fingerprint's record again after a conflict.

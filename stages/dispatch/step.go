@@ -44,6 +44,12 @@ type Facts struct {
 	// GivingUp: the runner gave up on the input (its retries are spent):
 	// end it from the journal, never call anything.
 	GivingUp bool
+	// Redispatch is the number of the intent's redispatch this input is —
+	// the held envelope reconciliation handed back after finding the
+	// intent's request lost in flight, recognized by its message id
+	// (kv.RedispatchID under the internal key: only a processor can have
+	// published it) — and 0 when it is not one.
+	Redispatch int
 
 	// After CallDisclosure: the resolved disclosure record, or the closed
 	// code of a disclosure failure.
@@ -211,6 +217,9 @@ func Step(f Facts, r Rules) Decision {
 		// Step 3, before every attempt: a grant can expire and a policy
 		// tighten while a provider is unreachable.
 		if code, _ := r.grants().JudgeGrant(&f.Env.Authorization.Grant, f.Env, f.Now); code != "" {
+			if awaitedRedispatch(f, rec) {
+				return notSentAgain(f, rec, PhaseOf(code), code, r)
+			}
 			return end(f, PhaseOf(code), code)
 		}
 		if !f.Known {
@@ -220,6 +229,8 @@ func Step(f Facts, r Rules) Decision {
 		}
 		if f.Env.Proposal.Intent.ProtectedDisclosure != nil {
 			switch {
+			case f.DisclosureCode != "" && awaitedRedispatch(f, rec):
+				return notSentAgain(f, rec, schema.PhaseDisclosure, f.DisclosureCode, r)
 			case f.DisclosureCode != "":
 				return end(f, schema.PhaseDisclosure, f.DisclosureCode)
 			case f.Disclosed == nil:
@@ -351,6 +362,32 @@ func finish(f Facts, rec kv.Intent, v kv.Verdict, step string, r Rules) Decision
 		Verdict:  &v,
 		Activity: &ActivityChange{Record: &rec, Disclosed: disclosed},
 	}
+}
+
+// awaitedRedispatch reports whether f's input is the redispatch rec waits
+// for: the intent reopened after its request was found lost (no receipt,
+// kv.StateLost) and this its latest reopening's hand-off. The held stream
+// keeps one envelope per intent, so no other redispatch of it is coming.
+func awaitedRedispatch(f Facts, rec kv.Intent) bool {
+	return f.Redispatch > 0 && f.Redispatch == rec.Redispatches && rec.State == kv.StateLost && rec.Receipt == nil
+}
+
+// notSentAgain concludes an intent whose redispatch cannot go: its request
+// was found lost in flight (the provider never received it, believed only
+// past its not_after_ms), and the held envelope sent again is denied at
+// the re-check (its grant expired meanwhile, a policy tightened,
+// disclosure refused). Nothing reached the provider and nothing will, so
+// the intent ends FAILED_BEFORE_DISPATCH — what reconciliation records for
+// a lost request with no envelope left to send — told to every proposal
+// (finish), with the reason it was not sent again as an incident event.
+// Ending only this proposal (end) would leave the intent lost and its
+// other proposals at RECONCILIATION_REQUIRED for good.
+func notSentAgain(f Facts, rec kv.Intent, phase schema.Phase, code schema.Code, r Rules) Decision {
+	v := kv.Verdict{Status: schema.StatusFailedBeforeDispatch, NextAction: schema.NextNone,
+		Incidents: incidents(schema.CodeProviderFailedBeforeDispatch), ErrorCode: string(schema.CodeProviderFailedBeforeDispatch)}
+	d := finish(f, rec, v, "dispatch", r)
+	d.Events = append(d.Events, schema.NewIncident(phase, code))
+	return d
 }
 
 // end ends one proposal without dispatching it — a denial at the step 3

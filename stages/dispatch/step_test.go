@@ -466,3 +466,114 @@ func TestStepRedispatchReceiptTellsEveryProposal(t *testing.T) {
 		})
 	}
 }
+
+// A held envelope sent again after the intent's request was found lost in
+// flight, and denied at the re-check (its grant expired meanwhile, or
+// disclosure refused), concludes the intent FAILED_BEFORE_DISPATCH for
+// every proposal: nothing reached the provider and nothing will be sent.
+// Ending only its own proposal left the intent lost and the others at
+// RECONCILIATION_REQUIRED for good (internal/sim, BugRedispatchEndsOne:
+// seed 230). Any other input of the lost intent is judged for itself.
+func TestStepDeniedRedispatch(t *testing.T) {
+	reopened := func(redispatches int) kv.Intent {
+		r := settled(schema.StatusReconciliationRequired) // with proposal p-0
+		r.DispatchCode = schema.CodeAdapterTimeout
+		for range redispatches {
+			r.Reopen(now - 5)
+		}
+		return r
+	}
+	expired := func(f *Facts) {
+		f.Env.Authorization.Grant.IssuedAtMs, f.Env.Authorization.Grant.ExpiresAtMs = now-2*time.Minute.Milliseconds(), now-time.Minute.Milliseconds()
+	}
+	for _, c := range []struct {
+		name     string
+		f        Facts
+		intent   bool        // the intent concluded (a receipt for all)
+		code     schema.Code // the denial: an event when the intent concluded, else the outcome's
+		provider bool        // the provider is called instead
+	}{
+		{"the awaited redispatch, its grant expired", facts(func(f *Facts) {
+			f.Record, f.Found, f.Redispatch = reopened(1), true, 1
+			expired(f)
+		}), true, schema.CodeGrantExpired, false},
+		{"the awaited redispatch, disclosure refused", facts(func(f *Facts) {
+			f.Env, f.DisclosureCode = envelope(true), schema.CodeDisclosureRefused
+			f.Record, f.Found, f.Redispatch = reopened(1), true, 1
+		}), true, schema.CodeDisclosureRefused, false},
+		{"the awaited redispatch, its grant valid: sent again", facts(func(f *Facts) {
+			f.Record, f.Found, f.Redispatch = reopened(1), true, 1
+		}), false, "", true},
+		{"another proposal of the lost intent, its grant expired", facts(func(f *Facts) {
+			f.Record, f.Found = reopened(1), true
+			expired(f)
+		}), false, schema.CodeGrantExpired, false},
+		{"an earlier reopening's hand-off", facts(func(f *Facts) {
+			f.Record, f.Found, f.Redispatch = reopened(2), true, 1
+			expired(f)
+		}), false, schema.CodeGrantExpired, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := Step(c.f, rules)
+			switch {
+			case c.provider:
+				if d.Call != CallProvider {
+					t.Fatalf("decision %+v, want the provider called", d)
+				}
+			case c.intent:
+				rc := d.Writes.Receipt
+				if rc == nil || rc.Status != schema.StatusFailedBeforeDispatch || rc.DispatchAttempted || d.Writes.Ended != nil {
+					t.Fatalf("receipt %+v, ended %+v: want the intent concluded FAILED_BEFORE_DISPATCH", rc, d.Writes.Ended)
+				}
+				if d.Outcome == nil || d.Outcome.Kind != schema.KindFailedBeforeDispatch || !d.Outcome.Terminal ||
+					d.Outcome.Incidents[0].Code != schema.CodeProviderFailedBeforeDispatch {
+					t.Fatalf("outcome %+v", d.Outcome)
+				}
+				if len(d.Others) != 1 || d.Others[0].ProposalID != "p-0" || d.Others[0].Kind != schema.KindFailedBeforeDispatch || !d.Others[0].Terminal {
+					t.Fatalf("the other proposal's outcome: %+v", d.Others)
+				}
+				if len(d.Events) != 1 || d.Events[0].Code != c.code {
+					t.Fatalf("events %+v, want the denial %s", d.Events, c.code)
+				}
+				if d.Hold != "" {
+					t.Fatalf("held again as %q", d.Hold)
+				}
+			default:
+				if d.Writes.Receipt != nil || d.Writes.Ended == nil || len(d.Others) != 0 {
+					t.Fatalf("writes %+v, others %+v: want only this proposal ended", d.Writes, d.Others)
+				}
+				if d.Outcome == nil || d.Outcome.Incidents[0].Code != c.code {
+					t.Fatalf("outcome %+v, want %s", d.Outcome, c.code)
+				}
+			}
+		})
+	}
+}
+
+// The shell recognizes reconciliation's redispatch by its message id: the
+// processor's MsgID of kv.RedispatchID for the record's latest reopening,
+// nothing else (an unsealed id, an earlier reopening's, none).
+func TestRedispatchOf(t *testing.T) {
+	mac := func(id string) string { return "mac(" + id + ")" }
+	rec := settled(schema.StatusReconciliationRequired)
+	rec.Reopen(now)
+	rec.Reopen(now)
+	for _, c := range []struct {
+		name  string
+		msgID string
+		macOf func(string) string
+		want  int
+	}{
+		{"the latest reopening's", mac(kv.RedispatchID(fp, 2)), mac, 2},
+		{"an earlier reopening's", mac(kv.RedispatchID(fp, 1)), mac, 0},
+		{"another intent's", mac(kv.RedispatchID("sha256:"+strings.Repeat("cd", 32), 2)), mac, 0},
+		{"not under the processor's MsgID", kv.RedispatchID(fp, 2), mac, 0},
+		{"no message id", "", mac, 0},
+		{"no MsgID configured", mac(kv.RedispatchID(fp, 2)), nil, 0},
+	} {
+		s := &Stage{MsgID: c.macOf}
+		if got := s.redispatchOf(c.msgID, rec); got != c.want {
+			t.Errorf("%s: %d, want %d", c.name, got, c.want)
+		}
+	}
+}

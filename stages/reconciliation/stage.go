@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -281,7 +280,7 @@ func (s *Stage) result(d Decision, fp string) stages.Result {
 	}
 	res := stages.Result{Outcomes: d.Outcomes, Events: d.Events, RetryAfter: d.Retry}
 	if d.Redispatch != nil {
-		if m, ok := s.redispatchMessage(d.Redispatch, fp, d.Writes.Record); ok {
+		if m, ok := s.redispatchMessage(d.Redispatch, fp, d.Redispatches); ok {
 			res.Next = append(res.Next, m)
 		}
 	}
@@ -298,21 +297,17 @@ func (s *Stage) result(d Decision, fp string) stages.Result {
 }
 
 // redispatchMessage is the hand-off of a held envelope back to dispatch,
-// under a message id of the intent's redispatch (a second one, after a
-// crash, is a duplicate).
-func (s *Stage) redispatchMessage(data []byte, fp string, rec *kv.Intent) (stages.Message, bool) {
+// under the message id of the intent's redispatches-th redispatch (a
+// second one, after a crash, is a duplicate; dispatch recognizes it by
+// it).
+func (s *Stage) redispatchMessage(data []byte, fp string, redispatches int) (stages.Message, bool) {
 	env, err := stages.DecodeEnvelope(data, stages.Grounded)
 	if err != nil || env.Grounded.Fingerprint != fp {
 		s.log().Error("reconciliation: a held envelope that is not the intent's; not dispatched again", "fingerprint", fp)
 		return stages.Message{}, false
 	}
-	n := 0
-	if rec != nil {
-		n = rec.Redispatches
-	}
 	token := subjects.ProposalToken(env.Host, env.Proposal.ProposalID)
-	return stages.Message{Subject: s.Redispatch(token), Data: data,
-		MsgID: "redispatch/" + kv.Hex(fp) + "/" + strconv.Itoa(n)}, true
+	return stages.Message{Subject: s.Redispatch(token), Data: data, MsgID: kv.RedispatchID(fp, redispatches)}, true
 }
 
 // updateActivity writes the intent's latest state into its snapshot. It

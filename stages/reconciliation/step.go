@@ -114,6 +114,11 @@ type Decision struct {
 	// Redispatch is the held envelope to hand to dispatch again: the
 	// request was lost in flight (see Lost).
 	Redispatch []byte
+	// Redispatches is the number of the intent's reopening Redispatch
+	// belongs to: its hand-off's message id is kv.RedispatchID's for it,
+	// the same when a redelivery hands it on again (a duplicate then), and
+	// dispatch recognizes the redispatch by it.
+	Redispatches int
 }
 
 // Step decides one trigger: an announcement republishes the latest
@@ -252,7 +257,7 @@ func redispatch(f Facts, rec kv.Intent, cp kv.Attempt, v Finding) Decision {
 	cp.Status, cp.FinishedAtMs = v.AttemptStatus, f.Now
 	rec.Reopen(f.Now)
 	w := kv.IntentWrites{Record: &rec, Attempt: &cp, CancelTimer: true, Indeterminate: -1, SinceMs: f.Now}
-	return Decision{Writes: w, Redispatch: f.Held, Activity: true, Note: "request lost in flight: dispatched again"}
+	return Decision{Writes: w, Redispatch: f.Held, Redispatches: rec.Redispatches, Activity: true, Note: "request lost in flight: dispatched again"}
 }
 
 // stepLost decides a trigger of an intent reconciliation reopened: the
@@ -269,7 +274,7 @@ func stepLost(f Facts) Decision {
 	if f.Held == nil {
 		return Decision{Note: "reopened intent without its envelope", Alarm: true}
 	}
-	return Decision{Redispatch: f.Held, Note: "request lost in flight: dispatched again"}
+	return Decision{Redispatch: f.Held, Redispatches: f.Record.Redispatches, Note: "request lost in flight: dispatched again"}
 }
 
 // AbsentAfter is the moment after which reconciliation may conclude that
