@@ -174,3 +174,65 @@ func TestUnansweredPollsNeverExhaust(t *testing.T) {
 		t.Errorf("settled by %s", o.Receipt.Reconciliation.AttemptID)
 	}
 }
+
+// A request lost in flight whose held envelope's grant has expired by the
+// time it is found lost is not sent again — and the intent ends for every
+// proposal: FAILED_BEFORE_DISPATCH (the provider never received it, and
+// nothing more is sent), the expired grant an incident event. Before, the
+// re-check ended only the proposal whose envelope was held and left the
+// intent lost, its other proposals at RECONCILIATION_REQUIRED for good
+// (internal/sim finding 8).
+func TestLostRequestWithExpiredGrantEndsTheIntent(t *testing.T) {
+	env, clock := start(t)
+	f := env.Fakes["demo"]
+	var mu sync.Mutex
+	calls := 0
+	f.OnDispatch(func(context.Context, schema.DispatchRequest) (schema.AdapterReply, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		return schema.AdapterReply{}, adapters.ErrTimeout // lost on the way: nothing acted
+	})
+	f.OnReconcile(func(context.Context, schema.ReconcileRequest) (schema.AdapterReply, error) {
+		return schema.AdapterReply{Outcome: schema.ReplyFailedBeforeDispatch}, nil
+	})
+	m, fp := lumber(t, clock, "expired-1")
+	env.PublishSigned(t, m, env.Host)
+	env.Recorder.Wait(t, "expired-1", last(schema.KindReconciliationRequired))
+	second := testenv.Set(testenv.Set(testenv.Lumber("expired-2"), "context.delivery.delivery_id", "delivery:expired-2"), "grant", m["grant"])
+	env.PublishSigned(t, second, env.Host)
+	env.Recorder.Wait(t, "expired-2", last(schema.KindReconciliationRequired))
+
+	// Past the grant's five minutes and the clock skew before any poll is
+	// past the fence: the first poll that finds the request lost hands back
+	// an envelope whose grant has expired.
+	clock.Advance(6 * time.Minute)
+	env.Quiesce(t)
+	for range 12 {
+		clock.Advance(10 * time.Second)
+		env.Quiesce(t)
+		if o := env.Recorder.Outcomes("expired-2"); o[len(o)-1].Terminal {
+			break
+		}
+	}
+	for _, id := range []string{"expired-1", "expired-2"} {
+		outs := env.Recorder.Outcomes(id)
+		o := outs[len(outs)-1]
+		if o.Kind != schema.KindFailedBeforeDispatch || !o.Terminal || o.Incidents[0].Code != schema.CodeProviderFailedBeforeDispatch {
+			t.Fatalf("%s: last outcome %+v, want a terminal FAILED_BEFORE_DISPATCH for the intent", id, o)
+		}
+	}
+	mu.Lock()
+	if calls != 1 {
+		t.Errorf("%d dispatch calls, want only the lost one", calls)
+	}
+	mu.Unlock()
+	var rec kv.Intent
+	if found, _ := env.Processor().Store().Intent(fp, &rec); !found || rec.Redispatches != 1 || rec.State != kv.StateDone ||
+		rec.Receipt == nil || rec.Receipt.Status != schema.StatusFailedBeforeDispatch {
+		t.Errorf("record: %+v", rec)
+	}
+	if g := gauge(t, env); g != 0 {
+		t.Errorf("actions_indeterminate_actions = %v", g)
+	}
+}
