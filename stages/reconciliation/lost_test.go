@@ -11,6 +11,7 @@ import (
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/stages"
 )
 
 // A request lost in flight is found and sent again, not failed (issue 19,
@@ -45,13 +46,8 @@ func TestLostRequestIsDispatchedAgain(t *testing.T) {
 		}
 		return schema.AdapterReply{Outcome: schema.ReplyConfirmed}, nil
 	})
-	m, fp := lumber(t, clock, "lost-1")
-	env.PublishSigned(t, m, env.Host)
-	env.Recorder.Wait(t, "lost-1", last(schema.KindReconciliationRequired))
 	// A second proposal of the same intent hears of it too.
-	second := testenv.Set(testenv.Set(testenv.Lumber("lost-2"), "context.delivery.delivery_id", "delivery:lost-2"), "grant", m["grant"])
-	env.PublishSigned(t, second, env.Host)
-	env.Recorder.Wait(t, "lost-2", last(schema.KindReconciliationRequired))
+	fp := twoLost(t, env, clock, "lost-1", "lost-2")
 
 	// Polls before the fence: the provider's "never received" is not
 	// believed yet, and nothing ends.
@@ -196,12 +192,7 @@ func TestLostRequestWithExpiredGrantEndsTheIntent(t *testing.T) {
 	f.OnReconcile(func(context.Context, schema.ReconcileRequest) (schema.AdapterReply, error) {
 		return schema.AdapterReply{Outcome: schema.ReplyFailedBeforeDispatch}, nil
 	})
-	m, fp := lumber(t, clock, "expired-1")
-	env.PublishSigned(t, m, env.Host)
-	env.Recorder.Wait(t, "expired-1", last(schema.KindReconciliationRequired))
-	second := testenv.Set(testenv.Set(testenv.Lumber("expired-2"), "context.delivery.delivery_id", "delivery:expired-2"), "grant", m["grant"])
-	env.PublishSigned(t, second, env.Host)
-	env.Recorder.Wait(t, "expired-2", last(schema.KindReconciliationRequired))
+	fp := twoLost(t, env, clock, "expired-1", "expired-2")
 
 	// Past the grant's five minutes and the clock skew before any poll is
 	// past the fence: the first poll that finds the request lost hands back
@@ -235,4 +226,18 @@ func TestLostRequestWithExpiredGrantEndsTheIntent(t *testing.T) {
 	if g := gauge(t, env); g != 0 {
 		t.Errorf("actions_indeterminate_actions = %v", g)
 	}
+}
+
+// twoLost proposes the lumber intent as first, then as second with the
+// same grant, each once its dispatch left the effect unknown
+// (RECONCILIATION_REQUIRED), and returns the intent's fingerprint.
+func twoLost(t *testing.T, env *testenv.Env, clock stages.Clock, first, second string) string {
+	t.Helper()
+	m, fp := lumber(t, clock, first)
+	env.PublishSigned(t, m, env.Host)
+	env.Recorder.Wait(t, first, last(schema.KindReconciliationRequired))
+	p := testenv.Set(testenv.Set(testenv.Lumber(second), "context.delivery.delivery_id", "delivery:"+second), "grant", m["grant"])
+	env.PublishSigned(t, p, env.Host)
+	env.Recorder.Wait(t, second, last(schema.KindReconciliationRequired))
+	return fp
 }
