@@ -207,6 +207,10 @@ func Step(f Facts, r Rules) Decision {
 		return end(f, schema.PhaseDispatch, schema.CodeProcessingFailed)
 	case f.GivingUp && rec.State == kv.StateNotInvoked:
 		return finish(f, rec, MapDispatch(schema.AdapterReply{}, adapters.ErrNotInvoked), "dispatch", r)
+	case f.GivingUp && awaitedRedispatch(f, rec):
+		// The redispatch of a lost request, given up: nothing was sent
+		// and nothing more will be (notSentAgain).
+		return notSentAgain(f, rec, schema.PhaseDispatch, schema.CodeProcessingFailed, r)
 	case f.GivingUp:
 		// Nothing was sent for it: it ends PROCESSING_FAILED, recorded on
 		// the intent first, so that no processor still deciding it can
@@ -376,7 +380,7 @@ func awaitedRedispatch(f Facts, rec kv.Intent) bool {
 // was found lost in flight (the provider never received it, believed only
 // past its not_after_ms), and the held envelope sent again is denied at
 // the re-check (its grant expired meanwhile, a policy tightened,
-// disclosure refused). Nothing reached the provider and nothing will, so
+// disclosure refused) or given up by the runner. Nothing reached the provider and nothing will, so
 // the intent ends FAILED_BEFORE_DISPATCH — what reconciliation records for
 // a lost request with no envelope left to send — told to every proposal
 // (finish), with the reason it was not sent again as an incident event.

@@ -501,6 +501,12 @@ func TestStepDeniedRedispatch(t *testing.T) {
 			f.Env, f.DisclosureCode = envelope(true), schema.CodeDisclosureRefused
 			f.Record, f.Found, f.Redispatch = reopened(1), true, 1
 		}), true, schema.CodeDisclosureRefused, false},
+		{"the awaited redispatch, given up", facts(func(f *Facts) {
+			f.Record, f.Found, f.Redispatch, f.GivingUp = reopened(1), true, 1, true
+		}), true, schema.CodeProcessingFailed, false},
+		{"another proposal of the lost intent, given up", facts(func(f *Facts) {
+			f.Record, f.Found, f.GivingUp = reopened(1), true, true
+		}), false, schema.CodeProcessingFailed, false},
 		{"the awaited redispatch, its grant valid: sent again", facts(func(f *Facts) {
 			f.Record, f.Found, f.Redispatch = reopened(1), true, 1
 		}), false, "", true},
