@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/kv"
 	kvjs "github.com/portcullis/portcullis/kv/jetstream"
 	"github.com/portcullis/portcullis/kv/kvtest"
@@ -33,19 +32,13 @@ func sharedAdmissions(url string, replicas int) kvtest.OpenAdmissions {
 	}
 }
 
-func TestAdmissionsR1(t *testing.T) {
-	url := testenv.StartServer(t, "").ClientURL()
-	kvtest.RunAdmissions(t, sharedAdmissions(url, 1))
-	t.Run("claims across processors", func(t *testing.T) { testCrossClaims(t, sharedAdmissions(url, 1)) })
-}
+func TestAdmissionsR1(t *testing.T) { testAdmissions(t, 1) }
+func TestAdmissionsR3(t *testing.T) { testAdmissions(t, 3) }
 
-func TestAdmissionsR3(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a three-server cluster")
-	}
-	url := testenv.NewCluster(t).URL()
-	kvtest.RunAdmissions(t, sharedAdmissions(url, 3))
-	t.Run("claims across processors", func(t *testing.T) { testCrossClaims(t, sharedAdmissions(url, 3)) })
+func testAdmissions(t *testing.T, replicas int) {
+	url := servers(t, replicas)
+	kvtest.RunAdmissions(t, sharedAdmissions(url, replicas))
+	t.Run("claims across processors", func(t *testing.T) { testCrossClaims(t, sharedAdmissions(url, replicas)) })
 }
 
 // Two processors each read a proposal id free and claim it (their locks

@@ -49,17 +49,12 @@ func (r *replicas) open(t *testing.T) *kvjs.Approvals {
 	return ap
 }
 
-func TestApprovalsR1(t *testing.T) {
-	url := testenv.StartServer(t, "").ClientURL()
-	kvtest.RunApprovals(t, func(t *testing.T) kv.Approvals { return newReplicas(url, 1).open(t) })
-}
+func TestApprovalsR1(t *testing.T) { testApprovals(t, 1) }
+func TestApprovalsR3(t *testing.T) { testApprovals(t, 3) }
 
-func TestApprovalsR3(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a three-server cluster")
-	}
-	url := testenv.NewCluster(t).URL()
-	kvtest.RunApprovals(t, func(t *testing.T) kv.Approvals { return newReplicas(url, 3).open(t) })
+func testApprovals(t *testing.T, replicas int) {
+	url := servers(t, replicas)
+	kvtest.RunApprovals(t, func(t *testing.T) kv.Approvals { return newReplicas(url, replicas).open(t) })
 }
 
 func parkedRecord(ref schema.ProposalRef, exp int64) kv.Approval {

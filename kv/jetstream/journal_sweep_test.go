@@ -206,16 +206,8 @@ func testSweep(t *testing.T, url string, replicas int) {
 	}
 }
 
-func TestSweepR1(t *testing.T) {
-	testSweep(t, testenv.StartServer(t, "").ClientURL(), 1)
-}
-
-func TestSweepR3(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a three-server cluster")
-	}
-	testSweep(t, testenv.NewCluster(t).URL(), 3)
-}
+func TestSweepR1(t *testing.T) { testSweep(t, servers(t, 1), 1) }
+func TestSweepR3(t *testing.T) { testSweep(t, servers(t, 3), 3) }
 
 // BenchmarkSweep measures a sweep of a replicated journal (R1) holding
 // n finished intents, each with two receipts and an attempt: "idle", none

@@ -45,16 +45,8 @@ func replicated(url string, replicas int) kvtest.OpenJournal {
 	}
 }
 
-func TestJournalR1(t *testing.T) {
-	kvtest.RunJournal(t, replicated(testenv.StartServer(t, "").ClientURL(), 1))
-}
-
-func TestJournalR3(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a three-server cluster")
-	}
-	kvtest.RunJournal(t, replicated(testenv.NewCluster(t).URL(), 3))
-}
+func TestJournalR1(t *testing.T) { kvtest.RunJournal(t, replicated(servers(t, 1), 1)) }
+func TestJournalR3(t *testing.T) { kvtest.RunJournal(t, replicated(servers(t, 3), 3)) }
 
 // BenchmarkReplicatedCommit measures one compare-and-set of a record
 // (Lock, Load, Commit of an update) on R1 (one server) and R3 (a

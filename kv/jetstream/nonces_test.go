@@ -13,7 +13,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/kv"
 )
 
@@ -133,16 +132,8 @@ func testNonces(t *testing.T, url string, replicas int) {
 	}
 }
 
-func TestReplicatedNoncesR1(t *testing.T) {
-	testNonces(t, testenv.StartServer(t, "").ClientURL(), 1)
-}
-
-func TestReplicatedNoncesR3(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a three-server cluster")
-	}
-	testNonces(t, testenv.NewCluster(t).URL(), 3)
-}
+func TestReplicatedNoncesR1(t *testing.T) { testNonces(t, servers(t, 1), 1) }
+func TestReplicatedNoncesR3(t *testing.T) { testNonces(t, servers(t, 3), 3) }
 
 // sharedNonces opens nonces on one fresh bucket on url, each instance on
 // its own connection (another processor's).
@@ -158,5 +149,5 @@ func sharedNonces(url string, replicas int) kvtest.OpenNonces {
 }
 
 func TestNoncesConformanceR1(t *testing.T) {
-	kvtest.RunNonces(t, sharedNonces(testenv.StartServer(t, "").ClientURL(), 1))
+	kvtest.RunNonces(t, sharedNonces(servers(t, 1), 1))
 }
