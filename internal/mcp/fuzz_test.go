@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/portcullis/portcullis/internal/config"
 )
@@ -37,7 +38,7 @@ func FuzzParseArguments(f *testing.F) {
 // A request state comes back through the client: only one this server
 // sealed, for this tool, these arguments and this session, opens.
 func FuzzOpenState(f *testing.F) {
-	s := &Server{key: []byte("0123456789abcdef0123456789abcdef")}
+	s := &Server{key: []byte("0123456789abcdef0123456789abcdef"), now: time.Now}
 	good := s.seal(state{Tool: "t", Digest: "d", Session: "s", ProposalID: "mcp-1", Stage: inputApprove})
 	f.Add(good)
 	f.Add(good + "x")
