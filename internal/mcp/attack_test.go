@@ -378,6 +378,30 @@ func TestProgressRisesAndStopsBeforeResult(t *testing.T) {
 	}
 }
 
+// Across the rounds of an input request (protocol 2026-07-28), the
+// progress of one call goes on rising: each round carries the last value
+// in its sealed state.
+func TestProgressRisesAcrossRounds(t *testing.T) {
+	f := start(t)
+	a := f.connectVersion(t, "", func(p *sdk.ElicitParams) *sdk.ElicitResult {
+		if strings.Contains(p.Message, "Which") {
+			return &sdk.ElicitResult{Action: "accept", Content: map[string]any{"target": "payments API — staging (svc:payments-staging)"}}
+		}
+		return &sdk.ElicitResult{Action: "accept", Content: map[string]any{"approve": true}}
+	})
+	if r, _ := a.call(t, "restart_service", map[string]any{"target": "payments API", "payload": reason("rounds")}); r.Status != "confirmed" {
+		t.Fatalf("%+v", r)
+	}
+	testenv.WaitFor(t, "the progress notifications", func() bool { return a.progress.Load() >= 4 })
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	got := slices.Clone(a.values)
+	slices.Sort(got) // the client hands notifications to its handler concurrently
+	if got := slices.Compact(got); len(got) != len(a.values) {
+		t.Errorf("progress values repeat across the rounds: %v", a.values)
+	}
+}
+
 func stagingLabel(p map[string]any) string {
 	enum := p["requestedSchema"].(map[string]any)["properties"].(map[string]any)["target"].(map[string]any)["enum"].([]any)
 	for _, e := range enum {

@@ -128,6 +128,7 @@ type agent struct {
 	mu        sync.Mutex
 	questions []string
 	progress  atomic.Int32
+	values    []float64 // progress values, in the order the client handled them
 }
 
 func (f *fixture) connect(t testing.TB, answer func(*sdk.ElicitParams) *sdk.ElicitResult) *agent {
@@ -149,8 +150,11 @@ func (f *fixture) connectVersion(t testing.TB, version string, answer func(*sdk.
 	a := &agent{}
 	opts := &sdk.ClientOptions{
 		Capabilities: &sdk.ClientCapabilities{},
-		ProgressNotificationHandler: func(context.Context, *sdk.ProgressNotificationClientRequest) {
+		ProgressNotificationHandler: func(_ context.Context, req *sdk.ProgressNotificationClientRequest) {
 			a.progress.Add(1)
+			a.mu.Lock()
+			a.values = append(a.values, req.Params.Progress)
+			a.mu.Unlock()
 		},
 	}
 	if answer != nil {
