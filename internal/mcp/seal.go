@@ -72,8 +72,8 @@ func (s *Server) seal(st state) string {
 
 func (s *Server) open(sealed, toolName, argDigest, session string) (state, error) {
 	body64, mac64, ok := strings.Cut(sealed, ".")
-	body, err1 := base64.RawURLEncoding.DecodeString(body64)
-	mac, err2 := base64.RawURLEncoding.DecodeString(mac64)
+	body, err1 := base64.RawURLEncoding.Strict().DecodeString(body64)
+	mac, err2 := base64.RawURLEncoding.Strict().DecodeString(mac64)
 	if !ok || err1 != nil || err2 != nil {
 		return state{}, errBadState
 	}
@@ -115,8 +115,9 @@ func (s *Server) openClarification(token string, t *tool, a args, session string
 	rest, ok := strings.CutPrefix(token, clarificationPrefix)
 	exp36, mac64, ok2 := strings.Cut(rest, ".")
 	exp, err1 := strconv.ParseInt(exp36, 36, 64)
-	mac, err2 := base64.RawURLEncoding.DecodeString(mac64)
-	if !ok || !ok2 || err1 != nil || err2 != nil || s.now().Unix() > exp {
+	mac, err2 := base64.RawURLEncoding.Strict().DecodeString(mac64)
+	// One spelling per token: base 36 reads either case.
+	if !ok || !ok2 || err1 != nil || err2 != nil || strconv.FormatInt(exp, 36) != exp36 || s.now().Unix() > exp {
 		return nil, errBadClarification
 	}
 	offered := t.choices(a.Target)

@@ -250,11 +250,11 @@ func (c *call) answer(ctx context.Context, p *schema.Proposal, rec *bound, chose
 		}
 		bound := t.record(*o.Referent)
 		v.record = &bound
-		if chosen != nil && *o.Referent != chosen.Referent {
-			// Grounding bound another record than the user picked: never
-			// approve it.
-			s.log.Warn("mcp: grounding bound another record than the user's choice", "tool", t.Name, "session", c.session, "proposal_id", o.ProposalID)
-			return pendingResult(o, &bound, "Portcullis bound this action to another record than the user picked, so this server did not approve it.")
+		if rec != nil && *o.Referent != rec.Referent {
+			// Grounding bound another record than the one the user picked
+			// and the display summary names: never approve it.
+			s.log.Warn("mcp: grounding bound another record than the proposal names", "tool", t.Name, "session", c.session, "proposal_id", o.ProposalID)
+			return pendingResult(o, &bound, "Portcullis bound this action to another record than the one its summary names, so this server did not approve it.")
 		}
 		if t.Approval == config.MCPApprovePolicy {
 			return c.grant(ctx, p, o, tr, bound, schema.MethodPolicy)
@@ -468,8 +468,9 @@ func (c *call) ask(ctx context.Context, st state, q question) *sdk.CallToolResul
 	var ans sdk.InputResponse
 	if got, err := c.req.Session.Elicit(ctx, q.params); err != nil {
 		// A failed elicitation, or an answer the SDK found outside the
-		// requested schema: no answer.
-		c.s.log.Warn("mcp: elicitation failed", "tool", c.t.Name, "session", c.session, "proposal_id", st.ProposalID, "error", err)
+		// requested schema: no answer. (The error may quote the answer,
+		// which the client wrote: it is not logged.)
+		c.s.log.Warn("mcp: elicitation failed or its answer broke the question's schema", "tool", c.t.Name, "session", c.session, "proposal_id", st.ProposalID)
 	} else {
 		ans = got
 	}
