@@ -609,3 +609,47 @@ func (w *wire) call(t *testing.T, tool string, args map[string]any, answer func(
 	}
 	return out
 }
+
+// The server's log names who did what — each tool call, question, answer
+// and approval with its session — and nothing a model or client wrote:
+// targets, payloads and elicitation answers (even one the SDK refused,
+// whose error quotes it) stay out of it, and out of the processor's log.
+func TestLogNamesSessionsNotValues(t *testing.T) {
+	f := start(t)
+	w := f.wire(t, "2025-11-25")
+	w.call(t, "restart_service", map[string]any{"target": "payments API SECRET-TARGET-1", "payload": reason("SECRET-PAYLOAD-2")},
+		func(map[string]any) string { return `{"action":"accept","content":{"target":"SECRET-ANSWER-3"}}` })
+	w.call(t, "restart_service", map[string]any{"target": "search API", "payload": reason("SECRET-PAYLOAD-4")},
+		func(map[string]any) string { return `{"action":"accept","content":{"approve":"SECRET-ANSWER-5"}}` })
+	a := f.connect(t, accept(true))
+	a.call(t, "restart_service", map[string]any{"target": "search API", "payload": reason("SECRET-PAYLOAD-6")})
+	f.env.Quiesce(t)
+	for name, log := range map[string][]byte{"the MCP server's log": f.log.Bytes(), "the processor's log": f.env.Logs.Bytes()} {
+		if bytes.Contains(log, []byte("SECRET")) {
+			t.Errorf("%s holds a value a model or client wrote:\n%s", name, log)
+		}
+	}
+	sessions := map[string]bool{}
+	for _, line := range strings.Split(string(f.log.Bytes()), "\n") {
+		if !strings.Contains(line, `"msg":"mcp: `) || strings.Contains(line, "mcp: propose failed") || strings.Contains(line, "mcp: no outcome") {
+			continue
+		}
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) != nil {
+			continue
+		}
+		s, _ := m["session"].(string)
+		if !strings.HasPrefix(s, "s-") {
+			t.Errorf("a line without its session: %s", line)
+		}
+		sessions[s] = true
+	}
+	if len(sessions) != 2 {
+		t.Errorf("sessions named: %v, want the two clients'", sessions)
+	}
+	for _, msg := range []string{"mcp: tool call", "mcp: asking the user", "mcp: clarification answered", "mcp: approval answered", "mcp: approved"} {
+		if !bytes.Contains(f.log.Bytes(), []byte(`"msg":"`+msg+`"`)) {
+			t.Errorf("no %q line", msg)
+		}
+	}
+}
