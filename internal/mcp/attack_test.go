@@ -41,6 +41,19 @@ func (f *fixture) sent() func() []string {
 	}
 }
 
+// nothingSent checks, once the pipeline is idle, that the provider was
+// asked nothing and that proposals proposals got outcomes.
+func (f *fixture) nothingSent(t *testing.T, sent func() []string, proposals int) {
+	t.Helper()
+	f.env.Quiesce(t)
+	if got := sent(); len(got) != 0 {
+		t.Errorf("dispatched to %v", got)
+	}
+	if n := len(f.env.StoredHistory(t)); n != proposals {
+		t.Errorf("%d proposals got outcomes, want %d", n, proposals)
+	}
+}
+
 // conforms checks a tool result against the outputSchema the tool
 // declares (MCP: a tool with an output schema returns structured content
 // that conforms to it).
@@ -124,13 +137,7 @@ func TestAttackFirstCallChoice(t *testing.T) {
 			t.Errorf("%s: the user was asked %d questions about refused calls", who.name, n)
 		}
 	}
-	f.env.Quiesce(t)
-	if got := sent(); len(got) != 0 {
-		t.Errorf("dispatched to %v", got)
-	}
-	if n := len(f.env.StoredHistory(t)); n != 0 {
-		t.Errorf("%d proposals were published", n)
-	}
+	f.nothingSent(t, sent, 0)
 }
 
 // Without elicitation, a clarification lists the offered choices and a
@@ -219,13 +226,7 @@ func TestAttackChoiceNotOffered(t *testing.T) {
 			t.Errorf("in the call, the answer %q: %+v; want needs_clarification", pick, out.result)
 		}
 	}
-	f.env.Quiesce(t)
-	if got := sent(); len(got) != 0 {
-		t.Errorf("dispatched to %v", got)
-	}
-	if n := len(f.env.StoredHistory(t)); n != 6 {
-		t.Errorf("%d proposals got outcomes, want the 6 first calls' clarifications only", n)
-	}
+	f.nothingSent(t, sent, 6) // the first calls' clarifications only
 }
 
 // Only "accept" with content exactly {"approve": true} approves. Every
@@ -425,12 +426,7 @@ type rounds struct {
 
 func (f *fixture) rawRounds(t *testing.T) *rounds {
 	t.Helper()
-	ctx := context.Background()
-	ct, st := sdk.NewInMemoryTransports()
-	ss, err := f.srv.MCP().Connect(ctx, st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ct := f.pipe(t)
 	cs, err := sdk.NewClient(&sdk.Implementation{Name: "raw-rounds", Version: "1"}, &sdk.ClientOptions{
 		Capabilities:   &sdk.ClientCapabilities{},
 		MultiRoundTrip: &sdk.MultiRoundTripOptions{Disabled: true},
@@ -438,11 +434,11 @@ func (f *fixture) rawRounds(t *testing.T) *rounds {
 			t.Error("an elicitation request within the call on protocol 2026-07-28")
 			return &sdk.ElicitResult{Action: "cancel"}, nil
 		},
-	}).Connect(ctx, ct, nil)
+	}).Connect(context.Background(), ct, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cs.Close(); _ = ss.Wait() })
+	t.Cleanup(func() { _ = cs.Close() })
 	return &rounds{cs: cs}
 }
 

@@ -142,11 +142,7 @@ func (f *fixture) connect(t testing.TB, answer func(*sdk.ElicitParams) *sdk.Elic
 func (f *fixture) connectVersion(t testing.TB, version string, answer func(*sdk.ElicitParams) *sdk.ElicitResult) *agent {
 	t.Helper()
 	ctx := context.Background()
-	ct, st := sdk.NewInMemoryTransports()
-	ss, err := f.srv.MCP().Connect(ctx, st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ct := f.pipe(t)
 	a := &agent{}
 	opts := &sdk.ClientOptions{
 		Capabilities: &sdk.ClientCapabilities{},
@@ -170,9 +166,23 @@ func (f *fixture) connectVersion(t testing.TB, version string, answer func(*sdk.
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cs.Close(); _ = ss.Wait() })
+	t.Cleanup(func() { _ = cs.Close() })
 	a.cs = cs
 	return a
+}
+
+// pipe connects a new session of the server over an in-memory transport
+// and returns the client's end; the session is awaited when the test ends
+// (after the client's cleanups close it).
+func (f *fixture) pipe(t testing.TB) *sdk.InMemoryTransport {
+	t.Helper()
+	ct, st := sdk.NewInMemoryTransports()
+	ss, err := f.srv.MCP().Connect(context.Background(), st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ss.Wait() })
+	return ct
 }
 
 // result is the structured content of a tool result.

@@ -351,7 +351,7 @@ func (c *call) resume(ctx context.Context, st state) *sdk.CallToolResult {
 			return s.waitFailed(st.ProposalID, err)
 		}
 		defer func() { _ = tr.Stop() }()
-		parked, err := s.host.Last(ctx, st.ProposalID)
+		parked, err := s.stored(ctx, st.ProposalID)
 		if err != nil {
 			return s.waitFailed(st.ProposalID, err)
 		}
@@ -388,6 +388,29 @@ func (c *call) resume(ctx context.Context, st state) *sdk.CallToolResult {
 		}
 	}
 	return errorResult(result{Status: StatusBadRequestState, WhatToDo: "Call the tool again with its arguments only."})
+}
+
+// storedWait bounds how long a call waits for an outcome it saw live to
+// be stored.
+const storedWait = 5 * time.Second
+
+// stored reads the last stored outcome of a proposal this server saw
+// parked. An outcome reaches subscribers a moment before the stream has
+// stored it, and an answer can come back that fast (a client answering
+// without a person): not stored yet is then not "none".
+func (s *Server) stored(ctx context.Context, id string) (schema.Outcome, error) {
+	deadline := time.Now().Add(storedWait)
+	for wait := 20 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
+		o, err := s.host.Last(ctx, id)
+		if !errors.Is(err, client.ErrNoOutcome) || time.Now().After(deadline) {
+			return o, err
+		}
+		select {
+		case <-ctx.Done():
+			return o, err
+		case <-time.After(wait):
+		}
+	}
 }
 
 // progress sends a progress notification of the call: its value rises
