@@ -154,6 +154,7 @@ func TestConsoleHostKeyFailsFast(t *testing.T) {
 	} {
 		args := append([]string{"console", "--url", env.Server.ClientURL(), "--nkey", seed, "--listen", "127.0.0.1:0"}, c.extra...)
 		code, out, took := runTimed(t, t.TempDir(), args...)
+		t.Logf("%s", out)
 		lines := strings.Split(strings.TrimSpace(out), "\n")
 		if code != 1 || len(lines) != 1 || !strings.Contains(out, c.want) || !strings.Contains(out, "expected the key of an operator block") {
 			t.Errorf("%s: exit %d after %s:\n%s\nwant one line naming %q and what was expected", c.name, code, took, out, c.want)
@@ -243,6 +244,7 @@ func TestRunWithoutTheProcessorsRightsFailsFast(t *testing.T) {
 		c.Metrics.Listen = ""
 	})
 	code, out, took := runTimed(t, dir, "run", "--config", cfg)
+	t.Logf("%s", out)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if code != 1 || len(lines) != 1 || !strings.Contains(out, `the key of host "frontdesk" in this configuration`) ||
 		!strings.Contains(out, "lacks the processor's rights") || !strings.Contains(out, "processor nats-permissions") {
