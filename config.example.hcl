@@ -230,8 +230,9 @@ retention {
 # anything a model says. A model's tool call gives only `target` (the
 # user's words for the target; not for a tool with a fixed referent),
 # `payload` (checked against payload_schema) and, after a clarification,
-# the `choice` the user picked. A clarification and an approval are asked
-# of the user by MCP elicitation; no tool approves.
+# the `choice` the user picked with that clarification's token. A
+# clarification and an approval are asked of the user by MCP elicitation;
+# no tool approves.
 mcp {
   host                = "frontdesk"           # required: a host block
   tenant_ref          = "tenant:demo"         # required: one of the host's tenants
@@ -262,7 +263,8 @@ mcp {
     # referent         = "svc:payments-prod"
     candidate "sku-1001" {
       resource = "Lumber: Cedar-8ft-GradeA"   # required: attributes.resource, what the target must match
-      summary  = "Cedar board, 8 ft, grade A" # required: unique; what the user chooses by
+      summary  = "Cedar board, 8 ft, grade A" # required: unique; what the user chooses by, and what every approval question names
+      aliases  = ["cedar grade A", "cedar grade A boards"] # other words users say for it: each grounds to this record (exact match once normalized); a word two records share asks which
     }
     candidate "sku-1002" {
       resource = "Lumber: Cedar-8ft-GradeB"

@@ -69,6 +69,7 @@ const (
 	RuleRefLen          Rule = "longer than 512 bytes"
 	RuleRequesterLen    Rule = "longer than 256 bytes"
 	RuleSummaryLen      Rule = "longer than 2000 characters"
+	RuleSummaryHidden   Rule = "holds a bidirectional control, another invisible format character or a control character other than tab and line breaks"
 	RuleSingleLine      Rule = "must be one non-blank line of at most 512 characters"
 	RuleEvidenceCount   Rule = "more than 64 entries"
 	RuleCandidateSource Rule = "must match ^[a-z0-9_-]{1,64}$"

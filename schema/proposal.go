@@ -352,6 +352,8 @@ func (p *Proposal) problems() []Problem {
 	}
 	if utf8.RuneCountInString(in.Display.Summary) > MaxSummaryLen {
 		bad("/intent/display/summary", RuleSummaryLen)
+	} else if HasInvisibleFormat(in.Display.Summary) {
+		bad("/intent/display/summary", RuleSummaryHidden)
 	}
 	g := &p.Grounding
 	if len(g.Scope) > MaxRefLen {

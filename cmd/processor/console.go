@@ -3,15 +3,19 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
-	"os"
+	"net/url"
 	"os/signal"
-	"runtime"
-	"strings"
 	"syscall"
+	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/portcullis/portcullis/internal/admin"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/console"
 )
@@ -23,21 +27,25 @@ with a resolve form, pending approvals, an intent's timeline (by fingerprint, <h
 id) and outcome and incident search. It logs in to NATS as an operator and uses only what an operator may:
 the signed operator API on <prefix>.admin.>, outcomes and incident events received live, direct gets and
 stream info; it creates no consumer. Every request is signed with --nkey's key, so a resolution names that
-operator as processor reconcile resolve does. --dev: no key (requests go unsigned; only a --dev processor
-answers them).
-It listens on loopback (` + console.DefaultListen + `) and answers only to that address. Another address
-needs --tls-cert, --tls-key and --token-file (a login token of at least 32 characters, in a file only its
-owner may read). Every form carries a CSRF token; the Content-Security-Policy allows only the console's own
-script and style.
+operator as processor reconcile resolve does. At start it asks the processor once: a key that may not use the
+operator API is one line naming whose key it is (--config FILE names the role), and exit 1.
+--dev: no key (requests go unsigned; only a --dev processor answers them), and no login on loopback.
+Every browser logs in first, on loopback too: the token is --token-file's (at least 32 characters, in a file
+only its owner may read), else one made at start in a new file only you may read; the URL to open, token
+included, is printed (as notebook servers do). Failed logins are limited per client (per browser on
+loopback). It listens on loopback (` + console.DefaultListen + `) and answers only to that address. Another
+address needs --tls-cert, --tls-key and --token-file. Every form carries a CSRF token; the
+Content-Security-Policy allows only the console's own script and style. Each login and resolution is logged
+with its session.
 The URL is --url, else the --config file's, else $` + EnvNATSURL + `, else ` + DefaultAdminURL + `.`
 
 // cmdConsole runs the console until SIGTERM or SIGINT.
 func cmdConsole(c *cmdline, args []string, _ io.Reader) int {
 	listen := c.fs.String("listen", console.DefaultListen, "`ADDR` to serve on (another than loopback needs --tls-cert, --tls-key and --token-file)")
-	dev := c.fs.Bool("dev", false, "development: no operator key needed (requests go unsigned; only a --dev processor answers them); loopback only")
+	dev := c.fs.Bool("dev", false, "development: no operator key needed (requests go unsigned; only a --dev processor answers them) and no login; loopback only")
 	certFile := c.fs.String("tls-cert", "", "serve HTTPS with this certificate `FILE` (PEM; with --tls-key)")
 	keyFile := c.fs.String("tls-key", "", "the certificate's private key `FILE` (PEM)")
-	tokenFile := c.fs.String("token-file", "", "require a login: the token is this `FILE`'s content (at least 32 characters, readable by its owner only)")
+	tokenFile := c.fs.String("token-file", "", "the login token is this `FILE`'s content (at least 32 characters, readable by its owner only); default: a new token in a new file, printed at start")
 	var level levelFlag
 	level.register(c, "the least severe `LEVEL` the console logs (JSON on standard error): debug, info, warn or error")
 	cn := &conn{}
@@ -52,12 +60,24 @@ func cmdConsole(c *cmdline, args []string, _ io.Reader) int {
 	if !ok {
 		return code
 	}
+	generated := ""
+	if opts.Token == "" && !opts.Open {
+		path, tok, remove, err := newTokenFile("console")
+		if err != nil {
+			return c.fail(err)
+		}
+		defer remove()
+		opts.Token, generated = tok, path
+	}
 	cl, sess, err := cn.client()
 	if err != nil {
 		return c.fail(err)
 	}
 	defer sess.close()
 	log := newLog(c.stderr, &level)
+	if err := probeOperator(cl, sess, cn, log); err != nil {
+		return c.fail(err)
+	}
 	opts.Admin, opts.Log = cl, log.With("component", "console")
 	con, err := console.New(opts)
 	if err != nil {
@@ -77,8 +97,19 @@ func cmdConsole(c *cmdline, args []string, _ io.Reader) int {
 		pub, _ := cl.Key.PublicKey()
 		signer = "operator " + pub
 	}
-	fmt.Fprintf(c.stdout, "Portcullis console on %s://%s/ — NATS %s, requests signed by %s. Ctrl-C stops.\n",
-		scheme, ln.Addr(), redactURL(cn.url), signer)
+	base := fmt.Sprintf("%s://%s/", scheme, ln.Addr())
+	fmt.Fprintf(c.stdout, "Portcullis console on %s — NATS %s, requests signed by %s. Ctrl-C stops.\n", base, redactURL(cn.url), signer)
+	switch {
+	case opts.Open:
+		fmt.Fprintf(c.stdout, "  No login (--dev): any program on this machine may use it.\n")
+		log.Info("console: serving", "url", base, "login", "none (--dev, loopback)")
+	case generated != "":
+		fmt.Fprintf(c.stdout, "  Open %slogin?token=%s\n  (the token is in %s, readable only by you; it ends with this console)\n", base, url.QueryEscape(opts.Token), generated)
+		log.Info("console: serving", "url", base, "login", "the token in "+generated)
+	default:
+		fmt.Fprintf(c.stdout, "  Log in with the token of %s.\n", *tokenFile)
+		log.Info("console: serving", "url", base, "login", "the token of "+*tokenFile)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	served := make(chan error, 1)
@@ -96,9 +127,52 @@ func cmdConsole(c *cmdline, args []string, _ io.Reader) int {
 	return 0
 }
 
+// probeOperator asks the processor for its status once, at start, so that
+// a key that may not use the operator API is one line at once — naming
+// whose key it is — instead of a console whose every page times out. A
+// processor that does not answer yet is only logged: the console may start
+// first.
+func probeOperator(cl *admin.Client, s *session, cn *conn, log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+	defer cancel()
+	_, err := cl.Status(ctx)
+	err = refusedBy(s.ctx, err)
+	var refused *errRefused
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &refused), errors.Is(err, nats.ErrPermissionViolation), errors.Is(err, admin.ErrUnauthenticated):
+		who := s.login()
+		if s.who != "" && s.key != nil {
+			pub, _ := s.key.PublicKey()
+			who = "the key " + pub + ", " + operatorWhose(cn, pub) + ","
+		}
+		return fmt.Errorf("%s may not use the operator API (%v): expected the key of an operator block, given with --nkey FILE", who, errors.Unwrap(err))
+	case errors.Is(err, admin.ErrNoProcessor), errors.Is(err, context.DeadlineExceeded):
+		log.Warn("console: no processor answers yet; the pages say so until one does", "error", err)
+		return nil
+	}
+	log.Warn("console: the processor's status could not be read", "error", err)
+	return nil
+}
+
+// operatorWhose names the role of a key from --config, when given.
+func operatorWhose(cn *conn, pub string) string {
+	if cn.config == "" {
+		return "which is not an operator's (--config FILE names its role)"
+	}
+	cfg, err := config.Load(cn.config)
+	if err != nil {
+		return "which is not an operator's"
+	}
+	return whose(cfg, cn.config, pub)
+}
+
 // consoleOptions checks the console's safety flags: loopback without TLS
-// or login is fine; any other address needs both; --dev stays on loopback;
-// without --dev a key must sign. It returns the options or the usage
+// is fine; any other address needs TLS and a token file; --dev stays on
+// loopback and needs no login; without --dev a key must sign. A login
+// token is required on every address; without --token-file (and without
+// --dev) the command makes one. It returns the options or the usage
 // error's code.
 func consoleOptions(c *cmdline, listen string, dev, haveKey bool, certFile, keyFile, tokenFile string) (console.Config, int, bool) {
 	var opts console.Config
@@ -130,27 +204,6 @@ func consoleOptions(c *cmdline, listen string, dev, haveKey bool, certFile, keyF
 		}
 		opts.Token = tok
 	}
+	opts.Open = dev && opts.Token == ""
 	return opts, 0, true
-}
-
-// readToken reads a login token: the file's content without surrounding
-// white space, at least console.MinTokenLen characters, in a file nobody
-// but its owner may read (where the system has such modes).
-func readToken(path string) (string, error) {
-	info, err := os.Stat(path)
-	if err != nil {
-		return "", err
-	}
-	if runtime.GOOS != "windows" && info.Mode().Perm()&0o077 != 0 {
-		return "", fmt.Errorf("%s may be read by others (mode %v): chmod 600 it", path, info.Mode().Perm())
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", err
-	}
-	tok := strings.TrimSpace(string(b))
-	if len(tok) < console.MinTokenLen || strings.ContainsAny(tok, "\r\n") {
-		return "", fmt.Errorf("%s: the token must be one line of at least %d characters (e.g. head -c 32 /dev/urandom | base64 > %s)", path, console.MinTokenLen, path)
-	}
-	return tok, nil
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/cookiejar"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -73,8 +74,9 @@ func TestConsoleFlags(t *testing.T) {
 
 // TestConsoleCommand runs the built `processor console` beside a processor
 // with NATS authentication on, logged in and signing as its operator: it
-// says where it serves, serves the queue, and stops on SIGTERM with exit
-// status 0.
+// says where it serves and the URL to open (a login token made at start),
+// serves the queue to the browser that opened it, and stops on SIGTERM
+// with exit status 0, its token file gone.
 func TestConsoleCommand(t *testing.T) {
 	env := testenv.New(t, testenv.WithAuth())
 	seed := writeSeed(t, env.Operator)
@@ -91,7 +93,8 @@ func TestConsoleCommand(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	line, err := bufio.NewReader(stdout).ReadString('\n')
+	lines := bufio.NewReader(stdout)
+	line, err := lines.ReadString('\n')
 	if err != nil {
 		t.Fatalf("no banner: %v\n%s", err, stderr.String())
 	}
@@ -99,7 +102,21 @@ func TestConsoleCommand(t *testing.T) {
 	if m == nil {
 		t.Fatalf("banner %q", line)
 	}
-	res, err := http.Get(m[1] + "/indeterminate")
+	open, _ := lines.ReadString('\n')
+	where, _ := lines.ReadString('\n')
+	login := regexp.MustCompile(`Open (http://\S+/login\?token=\S+)`).FindStringSubmatch(open)
+	file := regexp.MustCompile(`the token is in (\S+),`).FindStringSubmatch(where)
+	if login == nil || file == nil {
+		t.Fatalf("no URL to open: %q %q", open, where)
+	}
+	jar, _ := cookiejar.New(nil)
+	web := &http.Client{Jar: jar}
+	if res, err := web.Get(login[1]); err != nil {
+		t.Fatal(err)
+	} else {
+		res.Body.Close()
+	}
+	res, err := web.Get(m[1] + "/indeterminate")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,5 +130,8 @@ func TestConsoleCommand(t *testing.T) {
 	}
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("exit: %v\n%s", err, stderr.String())
+	}
+	if _, err := os.Stat(file[1]); !os.IsNotExist(err) {
+		t.Errorf("the token file outlived the console: %v", err)
 	}
 }

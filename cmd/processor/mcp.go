@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -34,9 +36,12 @@ signs every proposal, grant and decline with it, and reads only that host's outc
 catalogue of the --config file's mcp block (--dev: a demo catalogue on run --dev's providers, sent unsigned as
 host "` + config.DevMCPHost + `"). Clarifications and approvals are asked of the user by MCP elicitation; no tool approves.
 By default it speaks MCP on standard input and output (a desktop agent starts it); the log goes to standard
-error. --http ADDR serves Streamable HTTP at /mcp instead, on loopback unless given --tls-cert, --tls-key and
---token-file (clients then send "Authorization: Bearer <token>"); requests from another browser origin than
---allow-origin's are refused.
+error. --http ADDR serves Streamable HTTP at /mcp instead. Every HTTP request needs "Authorization: Bearer
+<token>", on loopback too: the token is --token-file's, else one made at start in a file only you may read
+(its path is printed; removed at exit). --dev serves loopback without a token. An address other than loopback
+needs --tls-cert, --tls-key and --token-file. Requests from another browser origin than --allow-origin's are
+refused. At start it checks that its NATS login may do what host "<mcp.host>" does, and exits at once naming
+the role the key belongs to if not.
 The URL is --url, else the --config file's, else $` + EnvNATSURL + `, else ` + DefaultAdminURL + `; the host's seed is --nkey, else
 $` + EnvHostNkey + `.`
 
@@ -48,7 +53,7 @@ func cmdMCP(c *cmdline, args []string, _ io.Reader) int {
 	httpAddr := c.fs.String("http", "", "serve Streamable HTTP on `ADDR` (e.g. "+DefaultMCPHTTPListen+") instead of stdio")
 	certFile := c.fs.String("tls-cert", "", "with --http: serve HTTPS with this certificate `FILE` (PEM; with --tls-key)")
 	keyFile := c.fs.String("tls-key", "", "the certificate's private key `FILE` (PEM)")
-	tokenFile := c.fs.String("token-file", "", "with --http: require this `FILE`'s content as a bearer token (at least 32 characters, mode 0600)")
+	tokenFile := c.fs.String("token-file", "", "with --http: require this `FILE`'s content as the bearer token (at least 32 characters, mode 0600; default: a new token in a new file, printed at start)")
 	origins := c.fs.String("allow-origin", "", "with --http: browser `ORIGINS` (comma-separated) allowed besides the server's own")
 	var level levelFlag
 	level.register(c, "the least severe `LEVEL` logged (JSON on standard error): debug, info, warn or error")
@@ -62,6 +67,7 @@ func cmdMCP(c *cmdline, args []string, _ io.Reader) int {
 		*nkey = os.Getenv(EnvHostNkey)
 	}
 	var m *config.MCP
+	var cfg *config.Config
 	prefix := ""
 	switch {
 	case *dev:
@@ -70,8 +76,8 @@ func cmdMCP(c *cmdline, args []string, _ io.Reader) int {
 		}
 		m = config.DevMCP()
 	default:
-		cfg, err := config.Load(*cfgPath)
-		if err != nil {
+		var err error
+		if cfg, err = config.Load(*cfgPath); err != nil {
 			return c.fail(err)
 		}
 		if cfg.MCP == nil {
@@ -89,7 +95,7 @@ func cmdMCP(c *cmdline, args []string, _ io.Reader) int {
 			*url = cn.url
 		}
 		if h, ok := cfg.Host(m.Host); ok && *nkey != "" {
-			if err := keyIs(*nkey, h.PublicKey, m.Host); err != nil {
+			if err := keyIs(*nkey, h.PublicKey, m.Host, cfg, *cfgPath); err != nil {
 				return c.fail(err)
 			}
 		}
@@ -119,12 +125,22 @@ func cmdMCP(c *cmdline, args []string, _ io.Reader) int {
 			}
 			tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 		}
-		if *tokenFile != "" {
+		switch {
+		case *tokenFile != "":
 			tok, err := readToken(*tokenFile)
 			if err != nil {
 				return c.fail(fmt.Errorf("--token-file: %w", err))
 			}
 			httpOpts.Token = tok
+		case *dev:
+			httpOpts.Open = true // loopback only (above), beside a run --dev that admits unsigned input anyway
+		default:
+			path, tok, remove, err := newTokenFile("mcp")
+			if err != nil {
+				return c.fail(err)
+			}
+			defer remove()
+			httpOpts.Token, *tokenFile = tok, path
 		}
 		for _, o := range strings.Split(*origins, ",") {
 			if o = strings.TrimSpace(o); o != "" {
@@ -151,6 +167,9 @@ func cmdMCP(c *cmdline, args []string, _ io.Reader) int {
 	defer nc.Close()
 	host, err := client.NewHost(nc, client.HostConfig{Name: m.Host, Prefix: prefix})
 	if err != nil {
+		return c.fail(err)
+	}
+	if err := probeHost(host, nc.PublicKey(), cfg, *cfgPath, log); err != nil {
 		return c.fail(err)
 	}
 	srv, err := mcp.New(m, host, mcp.Options{Log: log})
@@ -182,8 +201,18 @@ func cmdMCP(c *cmdline, args []string, _ io.Reader) int {
 	if tlsCfg != nil {
 		scheme = "https"
 	}
-	fmt.Fprintf(c.stdout, "Portcullis MCP server on %s://%s/mcp — host %s, NATS %s, proposals %s. Ctrl-C stops.\n",
-		scheme, ln.Addr(), m.Host, redactURL(*url), signer)
+	endpoint := fmt.Sprintf("%s://%s/mcp", scheme, ln.Addr())
+	door := "no token (--dev, loopback)"
+	if !httpOpts.Open {
+		door = "the token in " + *tokenFile
+	}
+	log.Info("mcp: serving Streamable HTTP", "endpoint", endpoint, "host", m.Host, "tools", len(m.Tools), "nats", redactURL(*url), "proposals", signer, "requires", door)
+	fmt.Fprintf(c.stdout, "Portcullis MCP server on %s — host %s, NATS %s, proposals %s. Ctrl-C stops.\n", endpoint, m.Host, redactURL(*url), signer)
+	if httpOpts.Open {
+		fmt.Fprintf(c.stdout, "  No token (--dev): any program on this machine may call it.\n")
+	} else {
+		fmt.Fprintf(c.stdout, "  Clients send \"Authorization: Bearer <token>\"; the token is in %s (readable only by you).\n", *tokenFile)
+	}
 	served := make(chan error, 1)
 	go func() {
 		if tlsCfg != nil {
@@ -206,9 +235,9 @@ func cmdMCP(c *cmdline, args []string, _ io.Reader) int {
 }
 
 // keyIs checks that a seed file holds the key of a host block, so that a
-// wrong --nkey is one clear line at start instead of proposals without
-// outcomes.
-func keyIs(seedFile, publicKey, hostName string) error {
+// wrong --nkey is one clear line at start, naming whose key it is, instead
+// of proposals without outcomes.
+func keyIs(seedFile, publicKey, hostName string, cfg *config.Config, cfgPath string) error {
 	kp, err := client.LoadSeed(seedFile)
 	if err != nil {
 		return err
@@ -219,7 +248,42 @@ func keyIs(seedFile, publicKey, hostName string) error {
 		return err
 	}
 	if pub != publicKey {
-		return fmt.Errorf("--nkey %s holds the key %s, not host %q's public_key %s", seedFile, pub, hostName, publicKey)
+		return fmt.Errorf("--nkey %s holds the key %s, %s, not host %q's public_key %s", seedFile, pub, whose(cfg, cfgPath, pub), hostName, publicKey)
 	}
+	return nil
+}
+
+// whose says which configured role a key belongs to, for a one-line
+// refusal.
+func whose(cfg *config.Config, cfgPath, pub string) string {
+	if cfg == nil {
+		return "which the processor's configuration (--config FILE) would name the role of"
+	}
+	if r := cfg.RoleOf(pub); r != "" {
+		return "the key of " + r + " in " + cfgPath
+	}
+	return "the key of no role in " + cfgPath
+}
+
+// probeHost checks at start that the login may do what the host role
+// does — read its outcomes (a direct get of an outcome that does not
+// exist) — so that a key of another role is one line at once, not tool
+// calls that time out. A processor not reachable yet is only logged: an
+// agent may start before it.
+func probeHost(host *client.Host, pub string, cfg *config.Config, cfgPath string, log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := host.Last(ctx, "mcp-probe-"+strconv.FormatInt(time.Now().UnixNano(), 36))
+	switch {
+	case err == nil, errors.Is(err, client.ErrNoOutcome):
+		return nil
+	case errors.Is(err, client.ErrPublishRefused):
+		who := "an anonymous login"
+		if pub != "" {
+			who = "the key " + pub + ", " + whose(cfg, cfgPath, pub) + ","
+		}
+		return fmt.Errorf("NATS refused %s what host %q may do (read its own outcomes): expected the key of host %q (its public_key), given with --nkey", who, host.Name(), host.Name())
+	}
+	log.Warn("mcp: the processor's outcome stream does not answer yet; tool calls will fail until it does", "error", err)
 	return nil
 }

@@ -47,8 +47,11 @@ interface Result {
   code?: string;
   receipt_id?: string;
   proposal_id?: string;
+  summary?: string;
+  record?: { referent: string; summary?: string };
   what_to_do: string;
   candidates?: { choice: string; summary: string }[];
+  clarification?: string;
 }
 
 async function call(client: Client, name: string, args: Record<string, unknown>): Promise<{ r: Result; isError: boolean }> {
@@ -77,28 +80,59 @@ test("an unambiguous action ends CONFIRMED; repeated, the same receipt", { timeo
   await client.close();
 });
 
-test("an ambiguous target without elicitation lists the candidates; the user's choice confirms", { timeout: 90_000 }, async () => {
+test("every tool declares an outputSchema, and the SDK checks each result against it", { timeout: 90_000 }, async () => {
+  const { client } = await agent(null);
+  const { tools } = await client.listTools();
+  for (const t of tools) {
+    assert.ok(t.outputSchema, `${t.name} declares no outputSchema`);
+  }
+  await client.close();
+});
+
+test("the user's words for a record ground to it (docs/agents.md's table)", { timeout: 90_000 }, async () => {
+  const { client } = await agent(null);
+  const { r } = await call(client, "adjust_stock", { target: "cedar grade A boards", payload: { quantity: 20 } });
+  assert.equal(r.status, "confirmed", JSON.stringify(r));
+  assert.equal(r.record?.referent, "sku-1001");
+  await client.close();
+});
+
+test("an ambiguous target without elicitation lists the candidates and a token; only the user's choice with it confirms", { timeout: 90_000 }, async () => {
   const { client } = await agent(null);
   const args: Record<string, unknown> = { target: "lumber: pine-8ft", payload: { quantity: 5 } };
   const { r, isError } = await call(client, "adjust_stock", args);
   assert.equal(r.status, "needs_clarification", JSON.stringify(r));
   assert.equal(isError, false);
   assert.deepEqual(r.candidates?.map((c) => c.choice), ["sku-2001", "sku-2002"]);
-  args["choice"] = "sku-2001";
-  assert.equal((await call(client, "adjust_stock", args)).r.status, "confirmed");
+  assert.ok(r.clarification);
+  // A choice without the clarification's token is the model's, not the user's.
+  const alone = await call(client, "adjust_stock", { ...args, choice: "sku-2001" });
+  assert.equal(alone.r.status, "bad_arguments", JSON.stringify(alone.r));
+  assert.equal(alone.isError, true);
+  const picked = await call(client, "adjust_stock", { ...args, choice: "sku-2001", clarification: r.clarification });
+  assert.equal(picked.r.status, "confirmed", JSON.stringify(picked.r));
+  assert.equal(picked.r.record?.referent, "sku-2001");
   await client.close();
 });
 
-test("an approval asked by elicitation: accepted ends CONFIRMED, declined ends DENIED", { timeout: 90_000 }, async () => {
+test("an approval asked by elicitation names the record picked: accepted ends CONFIRMED, declined ends DENIED", { timeout: 90_000 }, async () => {
   const yes = await agent((m) =>
     m.includes("Which one")
-      ? { action: "accept", content: { target: "payments API — production (svc:payments-prod)" } }
+      ? { action: "accept", content: { target: "payments API — staging (svc:payments-staging)" } }
       : { action: "accept", content: { approve: true } },
   );
   const accepted = await call(yes.client, "restart_service", { target: "payments API", payload: { reason: `ts ${unique}` } });
   assert.equal(accepted.r.status, "confirmed", JSON.stringify(accepted.r));
+  assert.equal(accepted.r.record?.referent, "svc:payments-staging");
   assert.equal(yes.asked.length, 2);
+  assert.match(yes.asked[1] ?? "", /payments API — staging \(svc:payments-staging\)/);
   await yes.client.close();
+
+  // An answer that is not exactly {"approve": true} approves nothing.
+  const loose = await agent((m) => (m.includes("Which one") ? { action: "cancel" } : { action: "accept", content: {} }));
+  const parked = await call(loose.client, "restart_service", { target: "search API", payload: { reason: `loose ${unique}` } });
+  assert.equal(parked.r.status, "pending_approval", JSON.stringify(parked.r));
+  await loose.client.close();
 
   const no = await agent(() => ({ action: "decline" }));
   const declined = await call(no.client, "restart_service", { target: "search API", payload: { reason: `ts ${unique}` } });

@@ -188,6 +188,9 @@ func Format(c *Config) []byte {
 				cb := tb.AppendNewBlock("candidate", []string{c.Referent}).Body()
 				str(cb, "resource", c.Resource)
 				str(cb, "summary", c.Summary)
+				if c.Aliases != nil {
+					list(cb, "aliases", c.Aliases)
+				}
 			}
 		}
 	}

@@ -67,8 +67,18 @@ type MCPTool struct {
 type MCPCandidate struct {
 	Referent string
 	Resource string // attributes.resource, what grounding matches
-	Summary  string // shown to the user when asked to choose
+	Summary  string // shown to the user when asked to choose, and in every approval question naming it
+	// Aliases are other words users say for this record ("cedar grade A
+	// boards"). Each is sent as one more candidate entry of the same
+	// referent, so that grounding's exact match binds the user's words to
+	// it; two records sharing a word make that word ambiguous (a
+	// clarification), as two records sharing a resource do.
+	Aliases []string
 }
+
+// Entries is how many candidate entries the record sends: its resource and
+// each alias.
+func (c MCPCandidate) Entries() int { return 1 + len(c.Aliases) }
 
 // Approval modes of a tool.
 const (
@@ -128,6 +138,7 @@ type candidateHCL struct {
 	Referent string    `hcl:"referent,label"`
 	Resource string    `hcl:"resource"`
 	Summary  string    `hcl:"summary"`
+	Aliases  *[]string `hcl:"aliases,optional"`
 	Body     hcl.Body  `hcl:",body"`
 	Range    hcl.Range `hcl:",def_range"`
 }
@@ -151,7 +162,7 @@ func (m *mcpHCL) build(d *diags) *MCP {
 			SummaryFields: or(t.SummaryFields, nil),
 		}
 		for _, c := range t.Candidates {
-			tool.Candidates = append(tool.Candidates, MCPCandidate{Referent: c.Referent, Resource: c.Resource, Summary: c.Summary})
+			tool.Candidates = append(tool.Candidates, MCPCandidate{Referent: c.Referent, Resource: c.Resource, Summary: c.Summary, Aliases: or(c.Aliases, nil)})
 		}
 		out.Tools = append(out.Tools, tool)
 	}
@@ -252,6 +263,7 @@ func (m *MCP) problems() []mcpProblem {
 			at("referent", "must be a single line of at most %d bytes", schema.MaxRefLen)
 		}
 		refs, summaries := map[string]bool{}, map[string]bool{}
+		entries := 0
 		for j, c := range t.Candidates {
 			cat := func(attr, format string, args ...any) {
 				ps = append(ps, mcpProblem{i, j, attr, fmt.Sprintf(format, args...)})
@@ -263,19 +275,26 @@ func (m *MCP) problems() []mcpProblem {
 			if strings.TrimSpace(c.Resource) == "" {
 				cat("resource", "must not be empty: grounding matches the target against it")
 			}
-			if !refOK(c.Summary) || summaries[c.Summary] {
-				cat("summary", "must be a unique, non-empty single line: the user chooses by it")
+			if !refOK(c.Summary) || summaries[c.Summary] || schema.HasInvisibleFormat(c.Summary) {
+				cat("summary", "must be a unique, non-empty single line without invisible format characters: the user chooses by it")
 			}
 			summaries[c.Summary] = true
+			for _, a := range c.Aliases {
+				if strings.TrimSpace(a) == "" || len(a) > schema.MaxRefLen || strings.ContainsAny(a, "\r\n") {
+					cat("aliases", "each alias is a non-empty single line of at most %d bytes: words users say for this record", schema.MaxRefLen)
+					break
+				}
+			}
+			entries += c.Entries()
 		}
-		if len(t.Candidates) > MaxMaxCandidates {
-			at("", "at most %d candidates", MaxMaxCandidates)
+		if entries > MaxMaxCandidates {
+			at("", "at most %d candidate entries (each candidate's resource and each of its aliases)", MaxMaxCandidates)
 		}
 		if msg := payloadSchemaProblem(t.PayloadSchema); msg != "" {
 			at("payload_schema", "%s", msg)
 		}
-		if strings.TrimSpace(t.Summary) == "" || strings.ContainsAny(t.Summary, "\r\n") {
-			at("summary", "must be a non-empty single line")
+		if strings.TrimSpace(t.Summary) == "" || strings.ContainsAny(t.Summary, "\r\n") || schema.HasInvisibleFormat(t.Summary) {
+			at("summary", "must be a non-empty single line without invisible format characters")
 		}
 		for _, f := range t.SummaryFields {
 			if f == "" {
@@ -341,6 +360,13 @@ func (c *Config) mcpRoleProblems() []mcpProblem {
 		if _, ok := c.Provider(schema.NormalizeName(t.Provider)); !ok {
 			ps = append(ps, mcpProblem{i, -1, "provider", fmt.Sprintf("no provider block %q", t.Provider)})
 		}
+		entries := 0
+		for _, cd := range t.Candidates {
+			entries += cd.Entries()
+		}
+		if entries > c.Grounding.MaxCandidates {
+			ps = append(ps, mcpProblem{i, -1, "", fmt.Sprintf("%d candidate entries (resources and aliases), more than grounding.max_candidates (%d): every call would be GROUNDING_CANDIDATES_UNBOUNDED", entries, c.Grounding.MaxCandidates)})
+		}
 	}
 	return ps
 }
@@ -368,7 +394,8 @@ const DevMCPHost = "mcp-agent"
 // configuration, so an unambiguous call ends CONFIRMED; "Lumber: Pine-8ft"
 // is two records, so it asks which), and restart_service (the same
 // provider, approved by the user: "payments API" is two services, "search
-// API" one, whose restart asks the user to approve).
+// API" one, whose restart asks the user to approve). Each record lists the
+// words users say for it (docs/agents.md's table, checked by a test).
 func DevMCP() *MCP {
 	return &MCP{
 		Host: DevMCPHost, TenantRef: "tenant:demo", SecurityDomainRef: "security-domain:demo", ActorRef: "actor:demo",
@@ -377,15 +404,20 @@ func DevMCP() *MCP {
 		Tools: []MCPTool{{
 			Name: "adjust_stock",
 			Description: "Adjust the stock count of one lumber item in the demo inventory by a quantity. " +
-				`The items are "Lumber: Cedar-8ft-GradeA", "Lumber: Cedar-8ft-GradeB" and "Lumber: Pine-8ft" (two records). ` +
+				`The items are "Lumber: Cedar-8ft-GradeA" ("cedar grade A"), "Lumber: Cedar-8ft-GradeB" ("cedar grade B") and ` +
+				`"Lumber: Pine-8ft" ("pine 8ft": two records, in aisle 4 and in the lumber yard). Pass the user's own words as target. ` +
 				"Approved in advance by the server's configuration.",
 			Provider: "demo", Capability: "inventory.adjust", Operation: "adjust_stock", Environment: "test", AccountRef: "inventory:demo",
 			Approval: MCPApprovePolicy,
 			Candidates: []MCPCandidate{
-				{Referent: "sku-1001", Resource: "Lumber: Cedar-8ft-GradeA", Summary: "Cedar board, 8 ft, grade A (sku-1001)"},
-				{Referent: "sku-1002", Resource: "Lumber: Cedar-8ft-GradeB", Summary: "Cedar board, 8 ft, grade B (sku-1002)"},
-				{Referent: "sku-2001", Resource: "Lumber: Pine-8ft", Summary: "Pine board, 8 ft, aisle 4 (sku-2001)"},
-				{Referent: "sku-2002", Resource: "Lumber: Pine-8ft", Summary: "Pine board, 8 ft, lumber yard (sku-2002)"},
+				{Referent: "sku-1001", Resource: "Lumber: Cedar-8ft-GradeA", Summary: "Cedar board, 8 ft, grade A",
+					Aliases: []string{"cedar grade A", "cedar grade A boards", "cedar 8ft grade A"}},
+				{Referent: "sku-1002", Resource: "Lumber: Cedar-8ft-GradeB", Summary: "Cedar board, 8 ft, grade B",
+					Aliases: []string{"cedar grade B", "cedar grade B boards", "cedar 8ft grade B"}},
+				{Referent: "sku-2001", Resource: "Lumber: Pine-8ft", Summary: "Pine board, 8 ft, aisle 4",
+					Aliases: []string{"pine 8ft", "pine boards", "pine 8ft aisle 4"}},
+				{Referent: "sku-2002", Resource: "Lumber: Pine-8ft", Summary: "Pine board, 8 ft, lumber yard",
+					Aliases: []string{"pine 8ft", "pine boards", "pine 8ft lumber yard"}},
 			},
 			PayloadSchema: `{"type": "object", "properties": {"quantity": {"type": "integer", "minimum": -1000, "maximum": 1000, ` +
 				`"description": "boards to add (negative: remove)"}}, "required": ["quantity"], "additionalProperties": false}`,
@@ -393,13 +425,17 @@ func DevMCP() *MCP {
 		}, {
 			Name: "restart_service",
 			Description: "Restart one service of the demo deployment. " +
-				`The services are "payments API" (a production and a staging service) and "search API". The user approves every restart.`,
+				`The services are "payments API" (a production and a staging service: "production payments API", "staging payments API") ` +
+				`and "search API". Pass the user's own words as target. The user approves every restart.`,
 			Provider: "demo", Capability: "ops.restart", Operation: "restart", Environment: "test", AccountRef: "ops:demo",
 			Approval: MCPApproveUser,
 			Candidates: []MCPCandidate{
-				{Referent: "svc:payments-prod", Resource: "payments API", Summary: "payments API — production (svc:payments-prod)"},
-				{Referent: "svc:payments-staging", Resource: "payments API", Summary: "payments API — staging (svc:payments-staging)"},
-				{Referent: "svc:search", Resource: "search API", Summary: "search API — production (svc:search)"},
+				{Referent: "svc:payments-prod", Resource: "payments API", Summary: "payments API — production",
+					Aliases: []string{"production payments API", "payments API production", "prod payments API"}},
+				{Referent: "svc:payments-staging", Resource: "payments API", Summary: "payments API — staging",
+					Aliases: []string{"staging payments API", "payments API staging"}},
+				{Referent: "svc:search", Resource: "search API", Summary: "search API — production",
+					Aliases: []string{"search"}},
 			},
 			PayloadSchema: `{"type": "object", "properties": {"reason": {"type": "string", "minLength": 1, "maxLength": 200, ` +
 				`"description": "why, in a few words"}}, "required": ["reason"], "additionalProperties": false}`,

@@ -15,9 +15,12 @@
 //
 // Templates and assets are embedded; the pages work without JavaScript,
 // and a small same-origin script refreshes the live parts on server-sent
-// events. Safety (security.go): loopback by default with a Host check
-// against DNS rebinding; another address only with TLS and a login token;
-// a CSRF token on every form; a strict Content-Security-Policy.
+// events. Safety (security.go): a login token on every address (loopback
+// too; only Open, for --dev on loopback, serves without one); loopback by
+// default with a Host check against DNS rebinding; another address only
+// with TLS; failed logins limited per client; a CSRF token on every form;
+// a strict Content-Security-Policy; every login and resolution logged
+// with its session.
 //
 // It owns the console's pages, sessions and live events. Operator code
 // imports no stage (internal/rules): every read and settlement goes through
@@ -52,9 +55,14 @@ type Config struct {
 	// `processor run --dev`). Its NC is also the connection the console
 	// reads streams and receives live messages on.
 	Admin *admin.Client
-	// Token, when not empty, is the login every browser must give first
-	// (a secret from a file). Required on a non-loopback address.
+	// Token is the login every browser must give first (a secret from a
+	// file, at least MinTokenLen characters). Required unless Open.
 	Token string
+	// Open serves without a login when Token is empty: `processor console
+	// --dev`, beside a `run --dev` processor that answers unsigned
+	// operator requests from any local program anyway. Serve refuses it
+	// on a listener that is not loopback.
+	Open bool
 	// TLS serves HTTPS (Serve wraps the listener); nil: plain HTTP, which
 	// only a loopback address may use.
 	TLS *tls.Config
@@ -97,8 +105,11 @@ func New(cfg Config) (*Console, error) {
 	if err != nil {
 		return nil, fmt.Errorf("console: %w", err)
 	}
+	if (!cfg.Open || cfg.Token != "") && len(cfg.Token) < MinTokenLen {
+		return nil, fmt.Errorf("console: a login token of at least %d characters is required on every address (Open serves without one: --dev, loopback only)", MinTokenLen)
+	}
 	c := &Console{cfg: cfg, subj: cfg.Admin.Subjects, nc: cfg.Admin.NC, js: js, log: cfg.Log}
-	g, err := newGuard(cfg.Token, cfg.TLS != nil, cfg.Now)
+	g, err := newGuard(cfg.Token, cfg.TLS != nil, cfg.Now, cfg.Log)
 	if err != nil {
 		return nil, err
 	}
@@ -126,6 +137,9 @@ func (c *Console) Handler() http.Handler { return c.guard.wrap(c.pages.mux()) }
 // own address (or localhost with its port): a page that DNS-rebinds a
 // name to 127.0.0.1 reaches nothing.
 func (c *Console) Serve(ln net.Listener) error {
+	if tcp, ok := ln.Addr().(*net.TCPAddr); c.guard.token == nil && (!ok || !tcp.IP.IsLoopback()) {
+		return fmt.Errorf("console: serving without a login (Open) on %s, which is not a loopback address", ln.Addr())
+	}
 	c.guard.allowHostsOf(ln.Addr())
 	if c.cfg.TLS != nil {
 		ln = tls.NewListener(ln, c.cfg.TLS)

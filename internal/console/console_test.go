@@ -47,7 +47,7 @@ func newFixture(t *testing.T, opts ...func(*console.Config)) *fixture {
 	}))
 	env.Fakes["demo"].TimeOut()
 	f := &fixture{env: env, clock: clock}
-	cfg := console.Config{Admin: env.Admin(), Now: clock.Now, Log: slog.New(slog.DiscardHandler)}
+	cfg := console.Config{Admin: env.Admin(), Now: clock.Now, Log: slog.New(slog.DiscardHandler), Open: true}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -530,7 +530,7 @@ func TestDevConsole(t *testing.T) {
 		return schema.AdapterReply{}, adapters.ErrTimeout
 	})
 	f := &fixture{env: env, clock: clock}
-	f.serve(t, console.Config{Admin: &admin.Client{NC: env.NC, Subjects: env.Subjects, Now: clock.Now}, Now: clock.Now, Log: slog.New(slog.DiscardHandler)})
+	f.serve(t, console.Config{Admin: &admin.Client{NC: env.NC, Subjects: env.Subjects, Now: clock.Now}, Now: clock.Now, Log: slog.New(slog.DiscardHandler), Open: true})
 	m := testenv.Granted(t, testenv.Lumber("prop-dev"), "sku-1001", clock.Now())
 	env.Publish(t, m)
 	env.Recorder.Wait(t, "prop-dev", testenv.Kind(schema.KindReconciliationRequired))

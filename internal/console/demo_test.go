@@ -67,7 +67,7 @@ func TestBrowserDemo(t *testing.T) {
 	}
 	t.Cleanup(nc.Close) // after the console's own cleanup
 	f := &fixture{}
-	f.serve(t, console.Config{Admin: &admin.Client{NC: nc, Subjects: subjects.Default(), Key: kp}, Log: slog.New(slog.DiscardHandler)})
+	f.serve(t, console.Config{Admin: &admin.Client{NC: nc, Subjects: subjects.Default(), Key: kp}, Log: slog.New(slog.DiscardHandler), Open: true})
 	base := f.base
 
 	dir := screenshots(t)

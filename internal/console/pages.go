@@ -213,7 +213,7 @@ func (p *pages) resolve(w http.ResponseWriter, r *http.Request) {
 		p.queue(w, r, status, msg, fp)
 		return
 	}
-	p.c.log.Info("console: resolved", "fingerprint", fp, "outcome", res.OutcomeKind, "receipt", res.Receipt.ReceiptID)
+	p.c.log.Info("console: resolved", "session", sessionLogOf(r), "fingerprint", fp, "outcome", res.OutcomeKind, "receipt", res.Receipt.ReceiptID)
 	http.Redirect(w, r, "/timeline?q="+fp+"&resolved="+res.Receipt.ReceiptID, http.StatusSeeOther)
 }
 
@@ -331,7 +331,13 @@ func (p *pages) search(w http.ResponseWriter, r *http.Request) {
 	p.render(w, r, status, "search", v)
 }
 
+// loginForm is the login page; with ?token= (the URL the command prints)
+// it logs in at once, and leaves the token out of the address bar.
 func (p *pages) loginForm(w http.ResponseWriter, r *http.Request) {
+	if tok := r.URL.Query().Get("token"); tok != "" && p.c.guard.token != nil {
+		p.loginWith(w, r, tok)
+		return
+	}
 	if p.c.guard.token == nil || sessionOf(r) != "" {
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 		return
@@ -344,13 +350,16 @@ func (p *pages) login(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 		return
 	}
-	switch p.c.guard.login(w, r.PostFormValue("token")) {
+	p.loginWith(w, r, r.PostFormValue("token"))
+}
+
+func (p *pages) loginWith(w http.ResponseWriter, r *http.Request, token string) {
+	switch p.c.guard.login(w, r, token) {
 	case loginOK:
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 	case loginLimited:
-		p.render(w, r, http.StatusTooManyRequests, "login", view{Title: "Log in", Error: "Too many failed logins; wait a minute."})
+		p.render(w, r, http.StatusTooManyRequests, "login", view{Title: "Log in", Error: "Too many failed logins from here; wait a minute."})
 	default:
-		p.c.log.Warn("console: failed login")
 		p.render(w, r, http.StatusUnauthorized, "login", view{Title: "Log in", Error: "Wrong token."})
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"encoding/hex"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -24,7 +26,16 @@ import (
 //     headers;
 //   - on a loopback listener, a request whose Host is not the console's own
 //     address is refused (DNS rebinding);
-//   - with a login token, every page but the login form needs a session;
+//   - every page but the login form needs a session, on every address (a
+//     loopback address is reachable by every program on the machine); only
+//     Open (`--dev`, loopback only) serves without a login;
+//   - failed logins are limited per client, never for everyone: per
+//     address, or on loopback — where every local program shares the
+//     address — per browser (its CSRF cookie); what then bounds guessing
+//     is the token (a generated one is 256 random bits);
+//   - /static/ serves its files and lists no directory;
+//   - each login, resolution and failed login is logged with a session id
+//     of the console's own (never the cookie, never a tenant or actor);
 //   - every POST needs the CSRF token of its form (an HMAC of the browser's
 //     CSRF cookie and session under a key that lives only in this process)
 //     and must not come from another origin (Sec-Fetch-Site / Origin).
@@ -37,9 +48,12 @@ const (
 	// sessionTTL is how long a login lasts; maxSessions bounds them.
 	sessionTTL  = 12 * time.Hour
 	maxSessions = 1024
-	// loginFailures failed logins a minute are allowed; then 429 until the
-	// minute is over.
+	// loginFailures failed logins a minute are allowed per client; then
+	// 429 for that client until the minute is over.
 	loginFailures = 10
+	// maxClients bounds the clients whose failures are counted (the
+	// oldest minute's are forgotten first).
+	maxClients = 4096
 )
 
 // csp is the Content-Security-Policy of every response.
@@ -48,21 +62,34 @@ const csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 's
 
 type guard struct {
 	key    []byte // CSRF token key, random per process
-	token  []byte // sha256 of the login token; nil: no login
+	token  []byte // sha256 of the login token; nil: no login (Open)
 	secure bool
 	now    func() time.Time
+	log    *slog.Logger
 	// hosts are the Host values a loopback listener answers (nil: any).
 	hosts map[string]bool
 	cop   *http.CrossOriginProtection
 
 	mu       sync.Mutex
-	sessions map[string]time.Time // session id → expiry
-	failMin  int64                // the minute failures counts
-	failures int
+	sessions map[string]session   // session cookie → its session
+	failures map[string]*failures // client → its failed logins
 }
 
-func newGuard(token string, secure bool, now func() time.Time) (*guard, error) {
-	g := &guard{key: make([]byte, 32), secure: secure, now: now, sessions: map[string]time.Time{}, cop: http.NewCrossOriginProtection()}
+// session is a login: when it ends, and the id the log names it by.
+type session struct {
+	expires time.Time
+	log     string
+}
+
+// failures counts one client's failed logins in one minute.
+type failures struct {
+	minute int64
+	n      int
+}
+
+func newGuard(token string, secure bool, now func() time.Time, log *slog.Logger) (*guard, error) {
+	g := &guard{key: make([]byte, 32), secure: secure, now: now, log: log, sessions: map[string]session{}, failures: map[string]*failures{},
+		cop: http.NewCrossOriginProtection()}
 	if _, err := rand.Read(g.key); err != nil {
 		return nil, err
 	}
@@ -92,6 +119,8 @@ type ctxKey int
 const (
 	csrfKey ctxKey = iota
 	sessionKey
+	sessionLogKey
+	csrfCookieKey
 )
 
 // wrap puts every door in front of h.
@@ -112,11 +141,15 @@ func (g *guard) wrap(h http.Handler) http.Handler {
 			return
 		}
 		if strings.HasPrefix(r.URL.Path, "/static/") {
+			if strings.HasSuffix(r.URL.Path, "/") {
+				http.NotFound(w, r) // no directory listings
+				return
+			}
 			h.ServeHTTP(w, r)
 			return
 		}
 		hd.Set("Cache-Control", "no-store")
-		session := g.session(r)
+		session, logID := g.session(r)
 		if g.token != nil && session == "" && r.URL.Path != "/login" {
 			if r.Method == http.MethodGet && r.URL.Path != "/events" && r.URL.Query().Get("fragment") == "" {
 				http.Redirect(w, r, "/login", http.StatusSeeOther)
@@ -139,6 +172,8 @@ func (g *guard) wrap(h http.Handler) http.Handler {
 		}
 		ctx := context.WithValue(r.Context(), csrfKey, g.csrfToken(csrf, session))
 		ctx = context.WithValue(ctx, sessionKey, session)
+		ctx = context.WithValue(ctx, sessionLogKey, logID)
+		ctx = context.WithValue(ctx, csrfCookieKey, csrf)
 		h.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
@@ -169,23 +204,60 @@ func (g *guard) validCSRF(cookie, session, token string) bool {
 	return hmac.Equal([]byte(token), []byte(g.csrfToken(cookie, session)))
 }
 
-// session returns the request's live session id ("" for none).
-func (g *guard) session(r *http.Request) string {
+// session returns the request's live session cookie ("" for none) and
+// the id the log names the session by ("open" for a console without a
+// login, "" without a session).
+func (g *guard) session(r *http.Request) (string, string) {
+	if g.token == nil {
+		return "", "open"
+	}
 	c, err := r.Cookie(sessionCookie)
 	if err != nil || c.Value == "" {
-		return ""
+		return "", ""
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	exp, ok := g.sessions[c.Value]
+	s, ok := g.sessions[c.Value]
 	if !ok {
-		return ""
+		return "", ""
 	}
-	if !g.now().Before(exp) {
+	if !g.now().Before(s.expires) {
 		delete(g.sessions, c.Value)
-		return ""
+		return "", ""
 	}
-	return c.Value
+	return c.Value, s.log
+}
+
+// client names who is logging in, for the failed-login limit: the
+// address (an IPv6 address by its /64, which one machine commonly holds
+// whole), or on loopback, which every local program shares, the browser
+// (its CSRF cookie).
+func client(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	ip := net.ParseIP(host)
+	switch {
+	case ip == nil:
+		return "addr " + host
+	case ip.IsLoopback():
+		cookie, _ := r.Context().Value(csrfCookieKey).(string)
+		return "browser " + cookie
+	case ip.To4() == nil:
+		return "net " + ip.Mask(net.CIDRMask(64, 128)).String()
+	}
+	return "addr " + ip.String()
+}
+
+// clientLabel is what the log says of a client: its address, never its
+// cookie.
+func clientLabel(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
 }
 
 // errTooManyLogins is login's answer while failures are rate limited.
@@ -198,46 +270,82 @@ const (
 )
 
 // login checks a token and, when it is right, starts a session and sets
-// its cookie.
-func (g *guard) login(w http.ResponseWriter, token string) loginResult {
+// its cookie. A client with loginFailures failed logins this minute is
+// refused until the minute is over — that client only.
+func (g *guard) login(w http.ResponseWriter, r *http.Request, token string) loginResult {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := g.now()
-	if m := now.Unix() / 60; m != g.failMin {
-		g.failMin, g.failures = m, 0
+	minute := now.Unix() / 60
+	who := client(r)
+	f := g.failures[who]
+	if f != nil && f.minute != minute {
+		delete(g.failures, who)
+		f = nil
 	}
-	if g.failures >= loginFailures {
+	if f != nil && f.n >= loginFailures {
+		g.log.Warn("console: login refused: too many failed logins from this client", "client", clientLabel(r))
 		return loginLimited
 	}
 	h := sha256.Sum256([]byte(token))
 	if g.token == nil || subtle.ConstantTimeCompare(h[:], g.token) != 1 {
-		g.failures++
+		if f == nil {
+			g.forgetClients(minute)
+			f = &failures{minute: minute}
+			g.failures[who] = f
+		}
+		f.n++
+		g.log.Warn("console: failed login", "client", clientLabel(r), "failures", f.n)
 		return loginWrong
 	}
-	for id, exp := range g.sessions {
-		if !now.Before(exp) {
+	for id, s := range g.sessions {
+		if !now.Before(s.expires) {
 			delete(g.sessions, id)
 		}
 	}
 	if len(g.sessions) >= maxSessions {
 		oldest, at := "", time.Time{}
-		for id, exp := range g.sessions {
-			if oldest == "" || exp.Before(at) {
-				oldest, at = id, exp
+		for id, s := range g.sessions {
+			if oldest == "" || s.expires.Before(at) {
+				oldest, at = id, s.expires
 			}
 		}
 		delete(g.sessions, oldest)
 	}
 	id := randomID()
-	g.sessions[id] = now.Add(sessionTTL)
+	logID := "c-" + randomHex(6)
+	g.sessions[id] = session{expires: now.Add(sessionTTL), log: logID}
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: id, Path: "/", HttpOnly: true, Secure: g.secure,
 		SameSite: http.SameSiteStrictMode, MaxAge: int(sessionTTL / time.Second)})
+	g.log.Info("console: logged in", "session", logID, "client", clientLabel(r))
 	return loginOK
+}
+
+// forgetClients makes room for one more client: the counts of past
+// minutes go first, then, if still full, any.
+func (g *guard) forgetClients(minute int64) {
+	if len(g.failures) < maxClients {
+		return
+	}
+	for k, f := range g.failures {
+		if f.minute != minute {
+			delete(g.failures, k)
+		}
+	}
+	for k := range g.failures {
+		if len(g.failures) < maxClients {
+			break
+		}
+		delete(g.failures, k)
+	}
 }
 
 // logout ends a session and clears its cookie.
 func (g *guard) logout(w http.ResponseWriter, session string) {
 	g.mu.Lock()
+	if s, ok := g.sessions[session]; ok {
+		g.log.Info("console: logged out", "session", s.log)
+	}
 	delete(g.sessions, session)
 	g.mu.Unlock()
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", HttpOnly: true, Secure: g.secure, SameSite: http.SameSiteStrictMode, MaxAge: -1})
@@ -249,6 +357,12 @@ func randomID() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
 // csrfOf is the CSRF token of the request's forms.
 func csrfOf(r *http.Request) string {
 	s, _ := r.Context().Value(csrfKey).(string)
@@ -257,5 +371,12 @@ func csrfOf(r *http.Request) string {
 
 func sessionOf(r *http.Request) string {
 	s, _ := r.Context().Value(sessionKey).(string)
+	return s
+}
+
+// sessionLogOf is the id the log names the request's session by ("open"
+// without a login).
+func sessionLogOf(r *http.Request) string {
+	s, _ := r.Context().Value(sessionLogKey).(string)
 	return s
 }

@@ -312,7 +312,7 @@ func (d *demo) leaveForOperator(pid, fp string) error {
 	d.event("%s", describe(parked, o))
 	url := d.proc.NATSURL()
 	d.printf("\nThe demo keeps running (--keep) until Ctrl-C: %s waits for an operator and %s for approval.\n", pid, parked)
-	d.printf("Settle the payment in the console, signed as the operator %q (open its Indeterminate page):\n\n", operatorName)
+	d.printf("Settle the payment in the console, signed as the operator %q (open the URL it prints, then its Indeterminate page):\n\n", operatorName)
 	d.printf("  processor console --url %s --nkey %s\n\n", url, d.opSeed)
 	d.printf("or from the command line:\n\n")
 	d.printf("  processor reconcile resolve %s --absent --evidence 'ledger-console:payments?invoice=INV-0042' \\\n      --url %s --nkey %s\n\n", fp, url, d.opSeed)

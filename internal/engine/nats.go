@@ -43,10 +43,12 @@ func loadInternalKey(path string) ([]byte, error) {
 func (p *Processor) connect() error {
 	n := p.cfg.NATS
 	url := n.URL
+	p.natsErrs = newNATSErrors(p.log.Warn)
 	opts := []nats.Option{
 		nats.Name("portcullis-processor"),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
+		p.natsErrs.option(),
 	}
 	if n.Embedded {
 		// The processor's own identity is created at every start: its seed

@@ -82,6 +82,7 @@ type Processor struct {
 	metrics  *metrics.Metrics
 	httpSrv  *http.Server
 	httpLn   net.Listener
+	natsErrs *natsErrors
 	seal     *seal.Sealer
 	adapters map[string]adapters.Adapter
 	recon    *reconciliation.Stage
@@ -209,6 +210,9 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 		return err
 	}
 	if err := p.connect(); err != nil {
+		return err
+	}
+	if err := p.checkRights(ctx); err != nil {
 		return err
 	}
 	pipeline := o.Pipeline

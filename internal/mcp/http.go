@@ -12,10 +12,15 @@ import (
 
 // HTTPOptions guard the Streamable HTTP transport.
 type HTTPOptions struct {
-	// Token, when set, is required as "Authorization: Bearer <token>" on
-	// every request. The command requires it (and TLS) on any address that
-	// is not loopback.
+	// Token is required as "Authorization: Bearer <token>" on every
+	// request, on every address: a loopback address is reachable by every
+	// local program, and the token is what makes a client the user's.
+	// Without a token (and without Open) every request is refused.
 	Token string
+	// Open serves without a token: `processor mcp --dev` on a loopback
+	// address only, beside a `run --dev` processor that admits unsigned
+	// proposals and grants from any local program anyway.
+	Open bool
 	// AllowedOrigins are the browser origins ("https://app.example") that
 	// may call the server besides its own; a request with any other Origin
 	// header is refused (403), so that a web page the user visits cannot
@@ -35,11 +40,12 @@ func (s *Server) HTTPHandler(o HTTPOptions) http.Handler {
 			http.Error(w, "origin not allowed", http.StatusForbidden)
 			return
 		}
-		if o.Token != "" {
+		if !o.Open {
 			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(o.Token)) != 1 {
+			if o.Token == "" || !ok || subtle.ConstantTimeCompare([]byte(got), []byte(o.Token)) != 1 {
+				s.log.Debug("mcp: http request without the token refused", "remote", r.RemoteAddr)
 				w.Header().Set("WWW-Authenticate", `Bearer realm="portcullis-mcp"`)
-				http.Error(w, "unauthorized", http.StatusUnauthorized)
+				http.Error(w, "unauthorized: send Authorization: Bearer <the token of processor mcp's token file>", http.StatusUnauthorized)
 				return
 			}
 		}

@@ -27,6 +27,22 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const quantitySchema = `{"type": "object", "properties": {"quantity": {"type": "integer", "minimum": 1, "maximum": 1000}}, "required": ["quantity"], "additionalProperties": false}`
 
+const reasonSchema = `{"type": "object", "properties": {"reason": {"type": "string", "minLength": 1, "maxLength": 200}}, "required": ["reason"], "additionalProperties": false}`
+
+// restart is the demo's restart_service on the fake provider "demo":
+// "payments API" is two services (production and staging, each with the
+// words users say for it), "search API" one.
+func restart(name, approval string) config.MCPTool {
+	return config.MCPTool{Name: name, Description: "Restart one service.", Provider: "demo", Capability: "ops.restart", Operation: "restart",
+		Environment: "test", AccountRef: "ops:demo", Approval: approval,
+		Candidates: []config.MCPCandidate{
+			{Referent: "svc:payments-prod", Resource: "payments API", Summary: "payments API — production", Aliases: []string{"production payments API"}},
+			{Referent: "svc:payments-staging", Resource: "payments API", Summary: "payments API — staging", Aliases: []string{"staging payments API"}},
+			{Referent: "svc:search", Resource: "search API", Summary: "search API — production"},
+		},
+		PayloadSchema: reasonSchema, Summary: "Restart", SummaryFields: []string{"reason"}}
+}
+
 // catalogue is the test's MCP configuration: tools on the fake providers
 // of testenv, speaking as testenv's host for its tenant.
 func catalogue() *config.MCP {
@@ -49,6 +65,8 @@ func catalogue() *config.MCP {
 			tool("adjust_stock_asking", "demo", "test", config.MCPApproveUser),
 			tool("adjust_stock_live", "demo", "live", config.MCPApprovePolicy),
 			tool("adjust_stock_slow", "slow", "test", config.MCPApprovePolicy),
+			restart("restart_service", config.MCPApproveUser),
+			restart("restart_service_policy", config.MCPApprovePolicy),
 		},
 	}
 }
@@ -64,11 +82,17 @@ type fixture struct {
 // forbids live actions.
 func start(t testing.TB) *fixture {
 	t.Helper()
+	return startWith(t, catalogue())
+}
+
+// startWith is start serving the catalogue m.
+func startWith(t testing.TB, m *config.MCP) *fixture {
+	t.Helper()
 	env := testenv.New(t, testenv.WithAuth(), testenv.WithConfig(func(c *config.Config) {
 		c.Providers = append(c.Providers, config.Provider{Name: "slow", Adapter: adapters.KindFake, Timeout: 2 * time.Second,
 			UnavailableRetry: 2 * time.Second, MaxInFlight: 4, Settings: adapters.FakeScript{}})
 		c.Policies = append(c.Policies, policy.ManagedPolicy{Name: "no-live", LiveActionsForbidden: true})
-		c.MCP = catalogue()
+		c.MCP = m
 	}))
 	env.Fakes["slow"].TimeOut()
 	if err := env.Config.Validate(); err != nil {
@@ -104,6 +128,7 @@ type agent struct {
 	mu        sync.Mutex
 	questions []string
 	progress  atomic.Int32
+	values    []float64 // progress values, in the order the client handled them
 }
 
 func (f *fixture) connect(t testing.TB, answer func(*sdk.ElicitParams) *sdk.ElicitResult) *agent {
@@ -117,16 +142,15 @@ func (f *fixture) connect(t testing.TB, answer func(*sdk.ElicitParams) *sdk.Elic
 func (f *fixture) connectVersion(t testing.TB, version string, answer func(*sdk.ElicitParams) *sdk.ElicitResult) *agent {
 	t.Helper()
 	ctx := context.Background()
-	ct, st := sdk.NewInMemoryTransports()
-	ss, err := f.srv.MCP().Connect(ctx, st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ct := f.pipe(t)
 	a := &agent{}
 	opts := &sdk.ClientOptions{
 		Capabilities: &sdk.ClientCapabilities{},
-		ProgressNotificationHandler: func(context.Context, *sdk.ProgressNotificationClientRequest) {
+		ProgressNotificationHandler: func(_ context.Context, req *sdk.ProgressNotificationClientRequest) {
 			a.progress.Add(1)
+			a.mu.Lock()
+			a.values = append(a.values, req.Params.Progress)
+			a.mu.Unlock()
 		},
 	}
 	if answer != nil {
@@ -142,9 +166,23 @@ func (f *fixture) connectVersion(t testing.TB, version string, answer func(*sdk.
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cs.Close(); _ = ss.Wait() })
+	t.Cleanup(func() { _ = cs.Close() })
 	a.cs = cs
 	return a
+}
+
+// pipe connects a new session of the server over an in-memory transport
+// and returns the client's end; the session is awaited when the test ends
+// (after the client's cleanups close it).
+func (f *fixture) pipe(t testing.TB) *sdk.InMemoryTransport {
+	t.Helper()
+	ct, st := sdk.NewInMemoryTransports()
+	ss, err := f.srv.MCP().Connect(context.Background(), st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ss.Wait() })
+	return ct
 }
 
 // result is the structured content of a tool result.
@@ -156,10 +194,14 @@ type result struct {
 	Code        string `json:"code"`
 	ReceiptID   string `json:"receipt_id"`
 	Summary     string `json:"summary"`
-	Candidates  []struct {
+	Record      *struct {
+		Referent, Summary string
+	} `json:"record"`
+	Candidates []struct {
 		Choice, Summary string
 	} `json:"candidates"`
-	WhatToDo string `json:"what_to_do"`
+	Clarification string `json:"clarification"`
+	WhatToDo      string `json:"what_to_do"`
 }
 
 func (a *agent) call(t *testing.T, tool string, args map[string]any) (result, *sdk.CallToolResult) {
@@ -172,6 +214,7 @@ func (a *agent) call(t *testing.T, tool string, args map[string]any) (result, *s
 	if err != nil {
 		t.Fatalf("call %s: %v", tool, err)
 	}
+	conforms(t, a.cs, tool, res)
 	raw, _ := json.Marshal(res.StructuredContent)
 	var r result
 	if err := json.Unmarshal(raw, &r); err != nil {
@@ -197,7 +240,7 @@ func TestConfirmedAndRepeated(t *testing.T) {
 	f := start(t)
 	a := f.connect(t, nil)
 	tools, err := a.cs.ListTools(context.Background(), nil)
-	if err != nil || len(tools.Tools) != 5 {
+	if err != nil || len(tools.Tools) != 7 {
 		t.Fatalf("tools: %v %v", tools, err)
 	}
 	r, res := a.call(t, "adjust_stock", cedar(20))
@@ -236,7 +279,7 @@ func TestClarificationThenApproval(t *testing.T) {
 func clarifyThenApprove(t *testing.T, f *fixture, version string, dispatched int) {
 	a := f.connectVersion(t, version, func(p *sdk.ElicitParams) *sdk.ElicitResult {
 		if strings.Contains(p.Message, "Which one") {
-			return &sdk.ElicitResult{Action: "accept", Content: map[string]any{"target": "Pine board, 8 ft, yard"}}
+			return &sdk.ElicitResult{Action: "accept", Content: map[string]any{"target": "Pine board, 8 ft, yard (sku-2002)"}}
 		}
 		return &sdk.ElicitResult{Action: "accept", Content: map[string]any{"approve": true}}
 	})
@@ -244,7 +287,8 @@ func clarifyThenApprove(t *testing.T, f *fixture, version string, dispatched int
 	if r.Status != "confirmed" || r.ReceiptID == "" {
 		t.Fatalf("after choosing and approving: %+v", r)
 	}
-	if a.asked.Load() != 2 || !strings.Contains(a.questions[0], "Which one") || !strings.Contains(a.questions[1], fmt.Sprintf("Adjust stock: Lumber: Pine-8ft — quantity: %d", dispatched)) {
+	if a.asked.Load() != 2 || !strings.Contains(a.questions[0], "Which one") ||
+		!strings.Contains(a.questions[1], "Adjust stock: Pine board, 8 ft, yard (sku-2002)") || !strings.Contains(a.questions[1], fmt.Sprintf("quantity: %d", dispatched)) {
 		t.Errorf("questions: %q", a.questions)
 	}
 	f.env.Quiesce(t)
@@ -254,8 +298,8 @@ func clarifyThenApprove(t *testing.T, f *fixture, version string, dispatched int
 }
 
 // Without elicitation a clarification is a result listing the candidates'
-// summaries and choices; calling again with the user's choice grounds to
-// exactly that candidate.
+// summaries and choices and the clarification token; calling again with
+// the user's choice and the token grounds to exactly that candidate.
 func TestClarificationWithoutElicitation(t *testing.T) {
 	f := start(t)
 	a := f.connect(t, nil)
@@ -267,7 +311,7 @@ func TestClarificationWithoutElicitation(t *testing.T) {
 	if len(r.Candidates) != 2 || r.Candidates[0].Summary != "Pine board, 8 ft, aisle 4" || r.Candidates[1].Choice != "sku-2002" {
 		t.Fatalf("candidates: %+v", r.Candidates)
 	}
-	args["choice"] = "sku-2002"
+	args["choice"], args["clarification"] = "sku-2002", r.Clarification
 	r, _ = a.call(t, "adjust_stock", args)
 	if r.Status != "confirmed" {
 		t.Fatalf("with the user's choice: %+v", r)

@@ -12,20 +12,35 @@ import (
 )
 
 // result is the structured content of every tool result: what a model
-// reads. Status is one closed word per situation (the README's table);
-// WhatToDo says, in a sentence for a model, what it may do next.
+// reads. Status is one closed word per situation (docs/agents.md's table);
+// WhatToDo says, in a sentence for a model, what it may do next. Every
+// result of every path conforms to OutputSchema.
 type result struct {
-	Status      string   `json:"status"`
-	Kind        string   `json:"kind,omitempty"`
-	EffectTruth string   `json:"effect_truth,omitempty"`
-	Terminal    bool     `json:"terminal"`
-	ProposalID  string   `json:"proposal_id,omitempty"`
-	Code        string   `json:"code,omitempty"`
-	Phase       string   `json:"phase,omitempty"`
-	ReceiptID   string   `json:"receipt_id,omitempty"`
-	Summary     string   `json:"summary,omitempty"`
-	Candidates  []choice `json:"candidates,omitempty"`
-	WhatToDo    string   `json:"what_to_do"`
+	Status      string `json:"status"`
+	Kind        string `json:"kind,omitempty"`
+	EffectTruth string `json:"effect_truth,omitempty"`
+	Terminal    bool   `json:"terminal"`
+	ProposalID  string `json:"proposal_id,omitempty"`
+	Code        string `json:"code,omitempty"`
+	Phase       string `json:"phase,omitempty"`
+	ReceiptID   string `json:"receipt_id,omitempty"`
+	// Summary is the proposal's display summary: the bound record, the
+	// operation's summary and the payload's summary fields.
+	Summary string `json:"summary,omitempty"`
+	// Record is the record the action is bound to (grounding's referent,
+	// with its candidate's summary), once known.
+	Record *resultRecord `json:"record,omitempty"`
+	// Candidates and Clarification: a clarification's offered choices
+	// and, without elicitation, the token the next call must carry.
+	Candidates    []choice `json:"candidates,omitempty"`
+	Clarification string   `json:"clarification,omitempty"`
+	WhatToDo      string   `json:"what_to_do"`
+}
+
+// resultRecord names the bound record.
+type resultRecord struct {
+	Referent string `json:"referent"`
+	Summary  string `json:"summary,omitempty"`
 }
 
 // choice is one candidate a clarification offers: what to show the user,
@@ -45,7 +60,66 @@ const (
 	StatusRejected           = "rejected"
 	StatusFailed             = "failed"
 	StatusEffectUnknown      = "effect_unknown"
+	StatusUnknown            = "unknown"
+	StatusBadArguments       = "bad_arguments"
+	StatusBadRequestState    = "bad_request_state"
 )
+
+// Statuses lists every status a result may carry.
+func Statuses() []string {
+	return []string{StatusConfirmed, StatusVerifying, StatusNeedsClarification, StatusPendingApproval, StatusDenied, StatusRejected,
+		StatusFailed, StatusEffectUnknown, StatusUnknown, StatusBadArguments, StatusBadRequestState}
+}
+
+// OutputSchema is the JSON Schema every tool declares as its outputSchema
+// and every result's structured content conforms to. It is closed
+// (additionalProperties false): a member added to result is added here.
+func OutputSchema() map[string]any {
+	str := func(desc string) map[string]any { return map[string]any{"type": "string", "description": desc} }
+	kinds := []any{}
+	for _, k := range schema.Kinds() {
+		kinds = append(kinds, string(k))
+	}
+	statuses := []any{}
+	for _, s := range Statuses() {
+		statuses = append(statuses, s)
+	}
+	return map[string]any{
+		"type": "object",
+		"properties": map[string]any{
+			"status":       map[string]any{"type": "string", "enum": statuses, "description": "where the action came to rest, in one word"},
+			"kind":         map[string]any{"type": "string", "enum": kinds, "description": "the outcome kind (PROTOCOL.md §2.4)"},
+			"effect_truth": map[string]any{"type": "string", "enum": []any{"NOT_DISPATCHED", "UNVERIFIED", "PRESENT", "ABSENT", "INDETERMINATE"}},
+			"terminal":     map[string]any{"type": "boolean", "description": "no later outcome will change this one"},
+			"proposal_id":  map[string]any{"type": "string", "pattern": "^[A-Za-z0-9_:-]{1,128}$", "description": "follow it with portcullis_status"},
+			"code":         str("the closed incident code, when the outcome has one"),
+			"phase":        str("the phase of that incident"),
+			"receipt_id":   str("the provider receipt"),
+			"summary":      str("what the action does: the record it is bound to, the operation and the payload's summary fields"),
+			"record": map[string]any{
+				"type":                 "object",
+				"description":          "the record the action is bound to",
+				"properties":           map[string]any{"referent": str("the record's id"), "summary": str("how the user knows it")},
+				"required":             []any{"referent"},
+				"additionalProperties": false,
+			},
+			"candidates": map[string]any{
+				"type":        "array",
+				"description": "the records a clarification offers; show the summaries to the user",
+				"items": map[string]any{
+					"type":                 "object",
+					"properties":           map[string]any{"choice": str("pass it as `choice` once the USER picked it"), "summary": str("what the user chooses by")},
+					"required":             []any{"choice", "summary"},
+					"additionalProperties": false,
+				},
+			},
+			"clarification": str("pass it unchanged as `clarification` with the user's `choice`, the same target and the same payload"),
+			"what_to_do":    str("what to do next, for a model"),
+		},
+		"required":             []any{"status", "terminal", "what_to_do"},
+		"additionalProperties": false,
+	}
+}
 
 func code(o schema.Outcome) string {
 	if len(o.Incidents) == 0 {
@@ -54,10 +128,22 @@ func code(o schema.Outcome) string {
 	return string(o.Incidents[len(o.Incidents)-1].Code)
 }
 
-// render maps an outcome for a model. t is nil for the status tool (no
-// candidates to offer).
-func (s *Server) render(t *tool, a args, o schema.Outcome, elicited bool) *sdk.CallToolResult {
-	r := result{Kind: string(o.Kind), EffectTruth: string(o.EffectTruth), Terminal: o.Terminal, ProposalID: o.ProposalID, Code: code(o)}
+// view is what a result shows beyond the outcome: the record and summary
+// of the call, and a clarification's offer.
+type view struct {
+	summary       string
+	record        *bound
+	offered       []choice
+	clarification string
+	// asked: the user was asked (by elicitation) and did not answer with
+	// a choice.
+	asked bool
+}
+
+// render maps an outcome for a model.
+func render(o schema.Outcome, v view) *sdk.CallToolResult {
+	r := result{Kind: string(o.Kind), EffectTruth: string(o.EffectTruth), Terminal: o.Terminal, ProposalID: o.ProposalID, Code: code(o),
+		Summary: v.summary}
 	if len(o.Incidents) > 0 {
 		r.Phase = string(o.Incidents[len(o.Incidents)-1].Phase)
 	}
@@ -67,24 +153,32 @@ func (s *Server) render(t *tool, a args, o schema.Outcome, elicited bool) *sdk.C
 	if o.Approval != nil {
 		r.Summary = o.Approval.Summary
 	}
+	rec := v.record
+	if o.Referent != nil && (rec == nil || rec.Referent != *o.Referent) {
+		rec = &bound{Referent: *o.Referent}
+	}
+	if rec != nil {
+		r.Record = &resultRecord{Referent: rec.Referent, Summary: rec.Summary}
+	}
 	isError := false
 	switch o.Kind {
 	case schema.KindConfirmed:
 		r.Status = StatusConfirmed
-		r.WhatToDo = "Done: the effect exists (receipt " + r.ReceiptID + "). Tell the user. Do not call again for the same action: it would be answered with this same receipt."
+		r.WhatToDo = "Done: the effect exists (receipt " + r.ReceiptID + "). Tell the user" + onRecord(rec) + ". Do not call again for the same action: it would be answered with this same receipt."
 	case schema.KindAcknowledged:
 		r.Status = StatusVerifying
-		r.WhatToDo = "The provider accepted the action; its effect is being verified. Do not call again. Check later with " + statusTool + "."
+		r.WhatToDo = "The provider accepted the action" + onRecord(rec) + "; its effect is being verified. Do not call again. Check later with " + statusTool + "."
 	case schema.KindNeedsApproval:
 		r.Status = StatusPendingApproval
-		r.WhatToDo = "Nothing was done yet: the action waits for a person to approve it, and you cannot approve it. " +
+		r.WhatToDo = "Nothing was done yet: the action" + onRecord(rec) + " waits for a person to approve it, and you cannot approve it. " +
 			"Tell the user it needs their approval; check later with " + statusTool + "."
 	case schema.KindNeedsClarification:
 		r.Status = StatusNeedsClarification
-		r.WhatToDo = clarify(t, a, &r, elicited)
+		r.Candidates, r.Clarification = v.offered, v.clarification
+		r.WhatToDo = clarify(v)
 	case schema.KindReconciliationRequired:
 		r.Status = StatusEffectUnknown
-		r.WhatToDo = "The effect is UNKNOWN: the action may or may not have happened, and Portcullis is finding out from the provider. " +
+		r.WhatToDo = "The effect is UNKNOWN: the action" + onRecord(rec) + " may or may not have happened, and Portcullis is finding out from the provider. " +
 			"Do NOT call this tool again for it (it would not be carried out twice, and would only report this again). " +
 			"Tell the user the outcome is unknown; check later with " + statusTool + "."
 		if o.Terminal {
@@ -115,27 +209,39 @@ func (s *Server) render(t *tool, a args, o schema.Outcome, elicited bool) *sdk.C
 	if r.ProposalID != "" {
 		text += ", proposal " + r.ProposalID
 	}
+	if r.Summary != "" {
+		text += ": " + r.Summary
+	}
 	text += ". " + r.WhatToDo
 	for _, c := range r.Candidates {
 		text += fmt.Sprintf("\n- %s (choice: %s)", c.Summary, c.Choice)
 	}
+	if r.Clarification != "" {
+		text += "\nclarification: " + r.Clarification
+	}
 	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: text}}, StructuredContent: r, IsError: isError}
+}
+
+func onRecord(rec *bound) string {
+	if rec == nil {
+		return ""
+	}
+	return " on " + rec.String()
 }
 
 const statusTool = "portcullis_status with this proposal_id"
 
-func clarify(t *tool, a args, r *result, elicited bool) string {
-	if t == nil || !t.hasChoices {
+func clarify(v view) string {
+	switch {
+	case len(v.offered) == 0:
 		return "Nothing was done: the target did not match exactly one record. Ask the user to name the target exactly, then call again with their words as `target`."
-	}
-	for _, c := range t.choices(a.Target) {
-		r.Candidates = append(r.Candidates, choice{Choice: c.Referent, Summary: c.Summary})
-	}
-	if elicited {
-		return "Nothing was done: the user did not pick a target. Ask the user which one they mean, then call again with the same arguments and `choice` set to the one THEY picked."
+	case v.asked:
+		return "Nothing was done: the user was asked which record they mean and did not pick one of those offered. " +
+			"Ask the user what they want; calling again with the same arguments asks them again."
 	}
 	return "Nothing was done: the target matches no single record. Show the user these candidates and ask which one they mean; " +
-		"then call again with the same arguments and `choice` set to the choice THEY picked. Never pick one yourself."
+		"then call again with the same target and payload, `choice` set to the choice THEY picked and `clarification` set to this result's clarification. " +
+		"Never pick one yourself."
 }
 
 func denied(c schema.Code) string {
@@ -157,11 +263,20 @@ func errorResult(r result) *sdk.CallToolResult {
 	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: r.Status + ": " + r.WhatToDo}}, StructuredContent: r, IsError: true}
 }
 
-func pendingResult(o schema.Outcome, what string) *sdk.CallToolResult {
+// badArguments refuses a call before anything is sent.
+func badArguments(what string) *sdk.CallToolResult {
+	return errorResult(result{Status: StatusBadArguments, WhatToDo: what + " Nothing was sent."})
+}
+
+// pendingResult: the action is parked, and what happened to its question.
+func pendingResult(o schema.Outcome, rec *bound, what string) *sdk.CallToolResult {
 	r := result{Status: StatusPendingApproval, Kind: string(o.Kind), EffectTruth: string(o.EffectTruth), ProposalID: o.ProposalID,
 		WhatToDo: what + " Check later with " + statusTool + "."}
 	if o.Approval != nil {
 		r.Summary = o.Approval.Summary
+	}
+	if rec != nil {
+		r.Record = &resultRecord{Referent: rec.Referent, Summary: rec.Summary}
 	}
 	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: r.Status + ", proposal " + r.ProposalID + ". " + r.WhatToDo}}, StructuredContent: r}
 }
@@ -171,7 +286,7 @@ func pendingResult(o schema.Outcome, what string) *sdk.CallToolResult {
 func (s *Server) sendFailed(id string, err error) *sdk.CallToolResult {
 	s.log.Warn("mcp: propose failed", "proposal_id", id, "error", err)
 	if errors.Is(err, client.ErrTimeout) {
-		return &sdk.CallToolResult{StructuredContent: result{Status: "unknown", ProposalID: id,
+		return &sdk.CallToolResult{StructuredContent: result{Status: StatusUnknown, ProposalID: id,
 			WhatToDo: "Portcullis did not confirm receiving the proposal in time: it may or may not have been received. Do not call again; check with " + statusTool + "."},
 			Content: []sdk.Content{&sdk.TextContent{Text: "unknown: the proposal " + id + " may or may not have been received. Do not call again; check with " + statusTool + "."}}}
 	}
@@ -183,7 +298,7 @@ func (s *Server) sendFailed(id string, err error) *sdk.CallToolResult {
 // server could not read: it says so, and how to follow it.
 func (s *Server) waitFailed(id string, err error) *sdk.CallToolResult {
 	s.log.Warn("mcp: no outcome", "proposal_id", id, "error", err)
-	r := result{Status: "unknown", ProposalID: id,
+	r := result{Status: StatusUnknown, ProposalID: id,
 		WhatToDo: "The proposal was sent but no outcome arrived in time. Do not call again; check with " + statusTool + "."}
 	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "unknown, proposal " + id + ". " + r.WhatToDo}}, StructuredContent: r}
 }
