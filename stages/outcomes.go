@@ -251,6 +251,27 @@ func (r *Runner) outcomeNATSMsg(m *outcomeMsg) (*nats.Msg, error) {
 	return msg, nil
 }
 
+// OutcomeMsgID is the message id (before the sealer's MsgID) of the i-th
+// outcome o an input published, its outputs' ids starting with base: the
+// input and what the outcome says (schema.Standing, but for at_ms). A
+// redelivered input that decides the same again republishes a duplicate
+// the stream drops; one that decides something else — the record moved
+// on meanwhile — publishes it under an id of its own, where an id of the
+// input alone made the stream drop the new answer as a duplicate of the
+// old for the duplicate window (found by internal/sim: a proposal ended
+// at the re-check after its RECONCILIATION_REQUIRED never heard its end).
+func OutcomeMsgID(base string, i int, o *schema.Outcome) string {
+	s := o.Standing()
+	id := base + "/o" + strconv.Itoa(i) + "/" + string(s.Kind) + "/" + strconv.FormatBool(s.Terminal)
+	if s.ReceiptID != "" {
+		return id + "/" + s.ReceiptID
+	}
+	if !s.Terminal {
+		id += "/" + strconv.FormatInt(s.AtMs, 10)
+	}
+	return id + "/" + s.Codes
+}
+
 // replayID is the message id of a repeat's replay of o: one per proposal,
 // outcome and ReplayEvery window, so that repeats inside a window are
 // duplicates the stream drops (and never sends live).
@@ -266,7 +287,7 @@ func (r *Runner) replayID(o *schema.Outcome) string {
 func (r *Runner) planOutcomes(ctx context.Context, base string, res Result) ([]*outcomeMsg, error) {
 	var out []*outcomeMsg
 	for i, o := range res.Outcomes {
-		m := &outcomeMsg{o: o, id: base + "/o" + strconv.Itoa(i)}
+		m := &outcomeMsg{o: o, id: OutcomeMsgID(base, i, &o)}
 		if !r.expect(m, r.last.Get(o.To())) {
 			continue
 		}
