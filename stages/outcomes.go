@@ -100,7 +100,7 @@ type LastOutcomes struct {
 }
 
 // DefaultLastOutcomes is NewLastOutcomes's size when given none.
-const DefaultLastOutcomes = 1 << 16
+const DefaultLastOutcomes = 1 << 14
 
 // NewLastOutcomes remembers about n subjects (≤ 0: DefaultLastOutcomes).
 func NewLastOutcomes(n int) *LastOutcomes {

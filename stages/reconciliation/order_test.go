@@ -11,15 +11,26 @@ import (
 	"github.com/portcullis/portcullis/schema"
 )
 
-// TestStaleOutcomeNeverLast reproduces issue 33's cluster soak on one
-// processor, a real server and a real store: dispatch records a timed-out
-// dispatch (RECONCILIATION_REQUIRED) and its publish of that outcome is
-// held up — the soak's "server is disconnected", retried — while
-// reconciliation confirms the effect and publishes CONFIRMED. The held
-// publish then goes out. SPEC §2.4 Order: the last outcome on the
-// subject, stored and live, is CONFIRMED; nothing non-terminal follows
-// it.
+// TestStaleOutcomeNeverLast reproduces issue 33's cluster soak with real
+// servers and stores: dispatch records a timed-out dispatch
+// (RECONCILIATION_REQUIRED) and its publish of that outcome is held up —
+// the soak's "server is disconnected", retried — while reconciliation
+// confirms the effect and publishes CONFIRMED. The held publish then goes
+// out. SPEC §2.4 Order: the last outcome on the subject, stored and live,
+// is CONFIRMED; nothing non-terminal follows it. On one server, and on a
+// three-server cluster (replicated streams and journal) with a second
+// processor beside the first: either may reconcile.
 func TestStaleOutcomeNeverLast(t *testing.T) {
+	t.Run("single node", func(t *testing.T) { testStaleOutcomeNeverLast(t, false) })
+	t.Run("cluster", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("a three-server cluster")
+		}
+		testStaleOutcomeNeverLast(t, true)
+	})
+}
+
+func testStaleOutcomeNeverLast(t *testing.T, cluster bool) {
 	release := make(chan struct{})
 	var once sync.Once
 	unblock := func() { once.Do(func() { close(release) }) }
@@ -34,10 +45,17 @@ func TestStaleOutcomeNeverLast(t *testing.T) {
 	})
 	defer restore()
 
-	env, clock := start(t)
+	var opts []testenv.Option
+	if cluster {
+		opts = append(opts, testenv.Clustered())
+	}
+	env, clock := start(t, opts...)
 	fake := env.Fakes["demo"]
 	timeoutDispatch(fake)
 	script(fake, reply("confirmed"))
+	if cluster {
+		env.AddProcessor(t, "second")
+	}
 	propose(t, env, clock, "prop-1")
 	select {
 	case <-held:
