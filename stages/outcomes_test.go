@@ -168,3 +168,49 @@ func TestRunnerReplaysTheLatest(t *testing.T) {
 		t.Errorf("live %v, want CONFIRMED and one replay of it", k)
 	}
 }
+
+// LastOutcomes only advances (a read older than what is known is
+// ignored), forgets on request, and stays bounded.
+func TestLastOutcomes(t *testing.T) {
+	l := stages.NewLastOutcomes(4)
+	ref := func(i int) schema.ProposalRef { return schema.ProposalRef{Host: "h", ProposalID: "p-" + strconv.Itoa(i)} }
+	l.Put(ref(1), stages.Known{Found: true, Seq: 9})
+	l.Put(ref(1), stages.Known{Found: true, Seq: 5}) // a replica behind
+	if k := l.Get(ref(1)); k.Seq != 9 {
+		t.Errorf("after an older read: %+v, want 9", k)
+	}
+	l.Forget(ref(1))
+	if k := l.Get(ref(1)); k.Found {
+		t.Errorf("forgotten: %+v", k)
+	}
+	for i := range 100 {
+		l.Put(ref(i), stages.Known{Found: true, Seq: uint64(i + 1)})
+	}
+	known := 0
+	for i := range 100 {
+		if l.Get(ref(i)).Found {
+			known++
+		}
+	}
+	if known > 4 || !l.Get(ref(99)).Found {
+		t.Errorf("%d subjects remembered of 100 with room for 4; the latest remembered: %v", known, l.Get(ref(99)).Found)
+	}
+}
+
+// PublishAfter and ReplayLast decide from what is known of a subject.
+func TestPublishAfter(t *testing.T) {
+	stale, confirmed := receiptOutcome("p", schema.KindReconciliationRequired, "r1", 10), receiptOutcome("p", schema.KindConfirmed, "r2", 20)
+	if ok, e := stages.PublishAfter(stale.Standing(), stages.Known{}); !ok || e != 0 {
+		t.Errorf("on an unknown subject: %v %d, want published expecting it empty", ok, e)
+	}
+	last := stages.Known{Found: true, Seq: 7, Standing: confirmed.Standing()}
+	if ok, _ := stages.PublishAfter(stale.Standing(), last); ok {
+		t.Error("a stale outcome published after CONFIRMED")
+	}
+	if ok, e := stages.PublishAfter(confirmed.Standing(), stages.Known{Found: true, Seq: 3, Standing: stale.Standing()}); !ok || e != 3 {
+		t.Errorf("CONFIRMED after the stale one: %v %d", ok, e)
+	}
+	if !stages.ReplayLast(stale.Standing(), last) || stages.ReplayLast(confirmed.Standing(), stages.Known{Found: true, Standing: stale.Standing()}) {
+		t.Error("a replay does not republish the latest of the two")
+	}
+}
