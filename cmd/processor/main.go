@@ -54,7 +54,7 @@ func commands() []command {
 		{name: "run", synopsis: "(--dev [--listen ADDR] [--metrics-listen ADDR] [--data DIR] | --config FILE) [--log-level LEVEL]", summary: "run the processor (--dev, or --config FILE)", run: cmdRun,
 			about: "Runs Portcullis until SIGTERM or SIGINT, then drains. --dev needs no configuration: an embedded NATS server\nwithout authentication on 127.0.0.1:4222, data under ./data, unsigned input admitted; providers:\n" + config.DevProviders + ".\nThe log is JSON on standard error; --log-level sets the least severe level logged (the development-mode\nwarnings are logged whatever it says)."},
 		{name: "validate", synopsis: "FILE | --config FILE", summary: "check a configuration file: every problem, with file:line", run: cmdValidate, maxArgs: 1,
-			about: "Parses and checks a configuration as `run --config` would and reports every problem found, sorted by position;\nalso that every file it names (nats.credentials, nats.tls's files, internal.key_file when it exists) can be read\nand holds what it should, and that the file sets anything at all. Exit 0: valid; 1: invalid; 2: usage."},
+			about: "Runs the check `run --config` runs before it starts (the same function; `check --config` and `migrate` too) and\nreports every problem found, sorted by position: keys and values; that every file it names (nats.credentials,\nnats.tls's files, internal.key_file when it exists) can be read and holds what it should; that the file sets\nanything at all; that no running processor holds its store.dir or nats.store_dir. Exit 0: valid; 1: invalid; 2: usage."},
 		{name: "bench", synopsis: "[flags]", summary: "measure the pipeline end to end against a raw JetStream chain", run: cmdBench,
 			about: "Runs a bare five-hop JetStream chain and then Portcullis end to end (granted proposals through every stage to a\nconnector over NATS) on a throwaway embedded server, and prints throughput, CPU per message, p50/p99 at -rate,\npeak RSS and their ratios. -cluster N runs both on an in-process three-server cluster (replicas 3, replicated\njournal) with N processors; -queued N instead drains N proposals published before the processor starts."},
 		{name: "fingerprint", synopsis: "[--referent R] [--config FILE] [--canonical] [FILE|-]", summary: "a proposal's grounded referent, fingerprint v2 and idempotency key (offline)", run: cmdFingerprint, maxArgs: 1,
@@ -195,7 +195,9 @@ func cmdRun(c *cmdline, args []string, _ io.Reader) int {
 		if set["listen"] || set["metrics-listen"] || set["data"] {
 			return c.usageError("--listen, --metrics-listen and --data go with --dev; set nats.listen and metrics.listen in the configuration")
 		}
-		loaded, err := config.Load(*path)
+		// validate's check, the same function: what one refuses the
+		// other refuses with the same file:line message.
+		loaded, err := config.Check(*path)
 		if err != nil {
 			return c.fail(err)
 		}

@@ -29,6 +29,7 @@ import (
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/admin"
 	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/internal/dirlock"
 	"github.com/portcullis/portcullis/internal/seal"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/stages"
@@ -94,6 +95,8 @@ type Processor struct {
 	closeApprovals func()
 	// health is what /readyz reads (health.go).
 	health health
+	// natsLock holds the embedded server's nats.store_dir (nil: none).
+	natsLock *dirlock.Lock
 	// consumers are the pipeline's runners and their durable consumers
 	// (Consumers).
 	consumers []Consumer
@@ -530,6 +533,9 @@ func (p *Processor) teardown() {
 	if p.srv != nil {
 		p.srv.Shutdown()
 		p.srv.WaitForShutdown()
+	}
+	if err := p.natsLock.Release(); err != nil {
+		p.log.Error("releasing the nats store_dir lock", "err", err)
 	}
 }
 
