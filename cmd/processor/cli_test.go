@@ -22,6 +22,8 @@ func runArgs(args ...string) (code int, stdout, stderr string) {
 // strayArgs gives, for every command that runs, arguments it accepts
 // with one argument too many ("stray") among them.
 var strayArgs = map[string][]string{
+	"init":              {"stray"},
+	"propose":           {"--config", "x.hcl", "a.json", "stray"},
 	"run":               {"--dev", "stray"},
 	"validate":          {"a.hcl", "stray"},
 	"bench":             {"stray", "-n", "1"},

@@ -1,10 +1,12 @@
 // Command processor runs Portcullis and its operator tools.
 //
+//	processor init [--dir DIR]          a small auth-on configuration with fresh keys, and the next commands
 //	processor run --dev                 embedded NATS, unsigned input, providers "demo" (fake) and "inventory" (nats)
 //	processor run --config FILE.hcl     as configured
 //	processor validate FILE             check a configuration (every problem, sorted)
 //	processor fingerprint [FILE|-]      a proposal's referent, fingerprint (v2) and idempotency key
 //	processor check [FILE|-]            which field of a proposal breaks which rule (offline); else its fingerprint
+//	processor propose --config F --nkey F [--approve] [FILE]   a host: publish a signed proposal, follow its outcomes
 //	processor demo                      the seed scenarios end to end, as a timeline
 //	processor receipts get FP|H/ID      an intent's receipts (asks the running processor over NATS)
 //	processor activity get FP|H/ID      an intent's activity snapshot (reads the KV bucket)
@@ -51,6 +53,8 @@ func main() {
 func commands() []command {
 	ref := "<fingerprint|host/proposal_id>"
 	return []command{
+		{name: "init", synopsis: "[--dir DIR] [--listen ADDR] [--metrics-listen ADDR]", summary: "write a small auth-on configuration, fresh host and operator keys and a proposal: a start for run --config", run: cmdInit,
+			about: initAbout},
 		{name: "run", synopsis: "(--dev [--listen ADDR] [--metrics-listen ADDR] [--data DIR] | --config FILE) [--log-level LEVEL]", summary: "run the processor (--dev, or --config FILE)", run: cmdRun,
 			about: "Runs Portcullis until SIGTERM or SIGINT, then drains. --dev needs no configuration: an embedded NATS server\nwithout authentication on 127.0.0.1:4222, data under ./data, unsigned input admitted; providers:\n" + config.DevProviders + ".\nThe log is JSON on standard error; --log-level sets the least severe level logged (the development-mode\nwarnings are logged whatever it says)."},
 		{name: "validate", synopsis: "FILE | --config FILE", summary: "check a configuration file: every problem, with file:line", run: cmdValidate, maxArgs: 1,
@@ -61,6 +65,8 @@ func commands() []command {
 			about: fingerprintAbout()},
 		{name: "check", synopsis: "[--referent R] [--config FILE [--host H] | --dev] [-o text|json] [FILE|-]", summary: "which field of a proposal breaks which rule, offline; its fingerprint when none does", run: cmdCheck, maxArgs: 1,
 			about: checkAbout()},
+		{name: "propose", synopsis: "--config FILE --nkey FILE [--approve|--decline] [--as ACTOR] [--id ID] [--url URL] [FILE|-]", summary: "act as a host: sign and publish a proposal, print its outcomes, grant its approval", run: cmdPropose, maxArgs: 1,
+			about: proposeAbout},
 		{name: "demo", synopsis: "[--keep] [--verbose] [--log-level LEVEL]", summary: "play the seed scenarios end to end on a throwaway embedded server", run: cmdDemo,
 			about: "Plays the seed scenarios on a throwaway embedded server (authentication on, a random loopback port, a temporary\ndata directory) and prints a timeline. --keep keeps it running until Ctrl-C and leaves its indeterminate payment\nfor an operator: it prints the `processor console` (and `processor reconcile resolve`) command line to settle it."},
 		{name: "receipts", summary: "receipt histories", subs: []command{
@@ -91,8 +97,8 @@ func commands() []command {
 			about: consoleAbout},
 		{name: "mcp", synopsis: "(--dev | --config FILE --nkey FILE) [--url URL] [--http ADDR [--tls-cert FILE --tls-key FILE --token-file FILE] [--allow-origin ORIGINS]]", summary: "serve agents through MCP as a host: the mcp block's tools, clarifications and approvals asked of the user", run: cmdMCP,
 			about: mcpAbout},
-		{name: "keygen", synopsis: "host|connector|resolver|source|operator|processor --out FILE | --stdout\n       processor keygen internal --out FILE", summary: "a new nkey for a role, or the internal HMAC key file", run: cmdKeygen, maxArgs: 1,
-			about: "Makes a user nkey: the seed goes to --out FILE (mode 0600, never overwritten), the public key to standard\noutput for the role block's public_key. `keygen internal --out FILE` makes an internal HMAC key file."},
+		{name: "keygen", synopsis: "host|connector|resolver|source|operator|processor --out FILE | --stdout\n       processor keygen internal --out FILE\n       processor keygen --public FILE", summary: "a new nkey for a role, or the internal HMAC key file; or an existing seed's public key", run: cmdKeygen, maxArgs: 1,
+			about: "Makes a user nkey: the seed goes to --out FILE (mode 0600, never overwritten), the public key to standard\noutput for the role block's public_key. `keygen internal --out FILE` makes an internal HMAC key file.\n`keygen --public FILE` makes nothing: it prints the public key of the seed in FILE."},
 		{name: "nats-permissions", synopsis: "--config FILE", summary: "print the nats-server accounts block for an external server", run: cmdNATSPermissions},
 		{name: "migrate", synopsis: "--config FILE [--accept-conflicts]", summary: "move a single node's local state into a cluster's buckets (processor stopped)", run: cmdMigrate, about: migrateAbout},
 		{name: "version", synopsis: "[-o text|json]", summary: "the module version and VCS revision and time of this build", run: cmdVersion},
