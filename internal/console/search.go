@@ -245,15 +245,7 @@ func (c *Console) search(ctx context.Context, q searchQuery) (*searchResult, err
 			return res, nil
 		}
 		for _, m := range msgs {
-			if !m.Time.Before(q.Until) {
-				return res, nil
-			}
-			res.Scanned++
-			if f, ok := c.match(q, m); ok {
-				res.Matches = append(res.Matches, f)
-			}
-			if len(res.Matches) >= q.Limit || res.Scanned >= searchScan {
-				res.Next = m.Seq
+			if !m.Time.Before(q.Until) || c.take(q, m, res) {
 				return res, nil
 			}
 		}
@@ -300,15 +292,7 @@ func (c *Console) searchNewest(ctx context.Context, q searchQuery, stream, filte
 			if m.Seq > end {
 				continue
 			}
-			if m.Time.Before(q.From) {
-				return res, nil
-			}
-			res.Scanned++
-			if f, ok := c.match(q, m); ok {
-				res.Matches = append(res.Matches, f)
-			}
-			if len(res.Matches) >= q.Limit || res.Scanned >= searchScan {
-				res.Next = m.Seq
+			if m.Time.Before(q.From) || c.take(q, m, res) {
 				return res, nil
 			}
 		}
@@ -318,6 +302,21 @@ func (c *Console) searchNewest(ctx context.Context, q searchQuery, stream, filte
 		end = start - 1
 	}
 	return res, nil
+}
+
+// take reads one message of a scan into res, and reports whether the
+// page is full (its limit of matches, or the scan's bound): then res.Next
+// continues from that message.
+func (c *Console) take(q searchQuery, m storedMsg, res *searchResult) (full bool) {
+	res.Scanned++
+	if f, ok := c.match(q, m); ok {
+		res.Matches = append(res.Matches, f)
+	}
+	if len(res.Matches) >= q.Limit || res.Scanned >= searchScan {
+		res.Next = m.Seq
+		return true
+	}
+	return false
 }
 
 // match reports whether a message matches the query's kind, code and
