@@ -96,7 +96,7 @@ func (e *Error) Is(target error) bool {
 // WithoutInUse is Check's error without its complaints about directories
 // a running processor holds (nil when those were all): for a command that
 // works beside the processor without opening its stores (processor check,
-// processor validate --running).
+// fingerprint and propose with --config).
 func WithoutInUse(err error) error {
 	var e *Error
 	if !errors.As(err, &e) {
