@@ -1,5 +1,6 @@
 # Portcullis configuration. Every key is shown with its default (or an
 # example where there is none) and is optional unless it says "required".
+# For a small start with keys of your own: processor init (docs/running.md).
 # "SPEC §N" below is section N of PROTOCOL.md, the wire contract.
 # Unknown keys and bad values are refused with file:line:
 #
@@ -12,7 +13,7 @@
 nats {
   embedded    = true             # run nats-server with JetStream in this process
   listen      = "127.0.0.1:4222" # embedded server's client address
-  store_dir   = "data/nats"      # embedded server's JetStream file store
+  store_dir   = "data/nats"      # embedded server's JetStream file store (its LOCK keeps a second processor off it)
   sync_always = false            # fsync every JetStream write before its ack (power-loss safe, slower)
   # url         = "nats://n1:4222,nats://n2:4222"  # instead of embedded
   # credentials = "/etc/portcullis/processor.creds" # with url: a .creds file (JWT + seed) or an nkey seed file (SU…)

@@ -48,7 +48,10 @@
 //
 // To do the same thing twice on purpose, make the intents differ (a request
 // id in the payload): an identical intent has the same fingerprint, and a
-// fingerprint is dispatched at most once.
+// fingerprint is dispatched at most once. A proposal of an intent an
+// earlier proposal dispatched gets that dispatch's receipt with
+// Outcome.RecordedEarlier set: tell the user it was done already, not
+// that it was just done.
 //
 // # Serving the processor
 //

@@ -488,3 +488,58 @@ func TestPublishRefused(t *testing.T) {
 		t.Errorf("Last: %v", err)
 	}
 }
+
+// A repeat of an intent says so (SPEC §2.4): the first proposal's
+// CONFIRMED is its own dispatch's, with no recorded_earlier on the wire;
+// the second proposal of the same intent gets the same receipt with
+// "recorded_earlier": true, live and in the outcome stream, and the Go
+// client reads it as Outcome.RecordedEarlier. The provider is called once.
+func TestRepeatSaysRecordedEarlier(t *testing.T) {
+	env := testenv.New(t, testenv.WithAuth())
+	inv := &provider{}
+	serveInventory(t, env, inv)
+	host := newHost(t, env, client.HostConfig{})
+	ctx := testContext(t)
+	first, again := inventory("prop-first"), inventory("prop-again")
+	testenv.Set(again, "intent.payload", first["intent"].(map[string]any)["payload"])
+	if a, b := testenv.FingerprintOf(t, first, "sku-1001"), testenv.FingerprintOf(t, again, "sku-1001"); a != b {
+		t.Fatalf("not one intent: %s, %s", a, b)
+	}
+	var outs []schema.Outcome
+	for _, p := range []map[string]any{first, again} {
+		tr, err := host.Propose(ctx, proposal(t, testenv.Granted(t, p, "sku-1001", time.Now())))
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := tr.Await(ctx, client.Terminal)
+		tr.Stop()
+		if err != nil {
+			t.Fatal(err)
+		}
+		outs = append(outs, o)
+	}
+	if outs[0].Kind != schema.KindConfirmed || outs[1].Kind != schema.KindConfirmed || outs[0].Receipt == nil || outs[1].Receipt == nil ||
+		outs[0].Receipt.ReceiptID != outs[1].Receipt.ReceiptID {
+		t.Fatalf("outcomes %+v\n%+v, want CONFIRMED with one receipt", outs[0], outs[1])
+	}
+	if outs[0].RecordedEarlier || !outs[1].RecordedEarlier {
+		t.Errorf("recorded_earlier: first %v, repeat %v; want false, true", outs[0].RecordedEarlier, outs[1].RecordedEarlier)
+	}
+	if n, _ := inv.counts(); n != 1 {
+		t.Errorf("%d dispatches, want 1", n)
+	}
+	env.Quiesce(t)
+	for id, want := range map[string]bool{"prop-first": false, "prop-again": true} {
+		m, err := env.JS.Stream(ctx, env.Subjects.OutcomesStream())
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := m.GetLastMsgForSubject(ctx, env.Subjects.Outcome(testenv.HostName, id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(string(raw.Data), `"recorded_earlier":true`); got != want {
+			t.Errorf("%s on the wire: %s\nwant recorded_earlier %v", id, raw.Data, want)
+		}
+	}
+}

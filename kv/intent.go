@@ -116,6 +116,12 @@ type Intent struct {
 	// records written before they existed: those count as the reader's own.
 	InFlightBy      string `json:"in_flight_by,omitempty"`
 	InFlightUntilMs int64  `json:"in_flight_until_ms,omitempty"`
+	// DispatchedFor is the proposal whose dispatch the latest in-flight
+	// record is (each in-flight record replaces it: one that reached
+	// nobody, or a request lost in flight, caused nothing). Every other
+	// proposal answered from its receipt gets recorded_earlier (Outcome).
+	// Nil in records written before it existed: their first proposal.
+	DispatchedFor *schema.ProposalRef `json:"dispatched_for,omitempty"`
 	// Receipt is the latest receipt; ReceiptSeq its number in the history.
 	Receipt    *schema.Receipt `json:"receipt,omitempty"`
 	ReceiptSeq uint64          `json:"receipt_seq,omitempty"`
@@ -344,7 +350,9 @@ func (r *Intent) Settle(v Verdict, step string, link *schema.ReceiptReconcileRef
 	return rc
 }
 
-// Outcome is the outcome the intent's latest receipt gives a proposal.
+// Outcome is the outcome the intent's latest receipt gives a proposal:
+// recorded_earlier when the receipt is of another proposal's dispatch
+// (SPEC §2.4).
 func (r *Intent) Outcome(to schema.ProposalRef, nowMs int64) schema.Outcome {
 	o := schema.NewOutcome(to, r.Latest.Kind, nowMs, slices.Clone(r.Latest.Incidents)...)
 	o.Terminal = r.Latest.Terminal
@@ -353,8 +361,24 @@ func (r *Intent) Outcome(to schema.ProposalRef, nowMs int64) schema.Outcome {
 	if r.Receipt != nil {
 		rc := *r.Receipt
 		o.Receipt = &rc
+		if by, ok := r.dispatcher(); ok && by != to {
+			o.RecordedEarlier = true
+		}
 	}
 	return o
+}
+
+// dispatcher is the proposal whose dispatch made the latest receipt:
+// DispatchedFor, or in a record written before it existed the intent's
+// first proposal (the one that dispatched it, unless it was ended since).
+func (r *Intent) dispatcher() (schema.ProposalRef, bool) {
+	switch {
+	case r.DispatchedFor != nil:
+		return *r.DispatchedFor, true
+	case len(r.Proposals) > 0:
+		return r.Proposals[0], true
+	}
+	return schema.ProposalRef{}, false
 }
 
 // Outcomes is the latest outcome for every proposal of the intent.

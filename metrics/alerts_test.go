@@ -113,7 +113,7 @@ func TestAlertsQueryExistingMetrics(t *testing.T) {
 			t.Errorf("%s: runbook_url %q, want %q", where, r.Annotations["runbook_url"], want)
 		}
 	}
-	for _, must := range []string{`actions_indeterminate_actions`, `result="gave_up"`, `code="ADAPTER_UNAVAILABLE"`,
+	for _, must := range []string{`actions_indeterminate_actions`, `result="gave_up"`, `actions_provider_unreachable`, `actions_indeterminate_exhausted`, `code="APPROVAL_TIMED_OUT"`, `actions_dispatch_duration_seconds_bucket`,
 		`actions_approvals_pending`, `actions_consumer_pending_messages`, `actions_ready`, upSelector, "absent(",
 		`code="INTERNAL_MESSAGE_REJECTED"`, `code="ADMISSION_UNAUTHENTICATED"`} {
 		found := false
@@ -134,7 +134,7 @@ func TestAlertTestsCoverEveryAlert(t *testing.T) {
 	if !slices.Contains(rt.RuleFiles, "alerts.yml") {
 		t.Errorf("rule_files %v lacks alerts.yml", rt.RuleFiles)
 	}
-	g := gather(t, metrics.New(pipeline(), []string{"demo"}))
+	g := gather(t, metrics.New(pipeline(), []string{"demo", "inventory", "payments"}))
 	fires, silent := map[string]bool{}, map[string]bool{}
 	for i, tc := range rt.Tests {
 		for _, s := range tc.InputSeries {

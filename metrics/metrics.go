@@ -41,6 +41,11 @@ type Metrics struct {
 	// (reconciliation_required receipts, exhausted ones included), read
 	// from the journal at each scrape (SetIndeterminateSource).
 	Indeterminate prometheus.GaugeFunc
+	// IndeterminateExhausted is the part of Indeterminate whose
+	// reconciliation is exhausted: terminal RECONCILIATION_REQUIRED,
+	// waiting for an operator, read at each scrape
+	// (SetExhaustedSource). Indeterminate less this is still polled.
+	IndeterminateExhausted prometheus.GaugeFunc
 	// ApprovalsPending is the number of proposals parked for a grant: at
 	// each scrape, the count given to SetApprovalsPending (the approvals
 	// store's), 0 until then.
@@ -58,6 +63,11 @@ type Metrics struct {
 	// is full (the stage before keeps them and tries again: back-pressure,
 	// nothing lost), as this processor last saw it, else 0.
 	StageFull *prometheus.GaugeVec
+	// ProviderUnreachable is 1 while the provider's last dispatch or
+	// reconcile call provably reached nobody (NATS "no responders": no
+	// connector serves it; a refused connection), as this processor last
+	// saw it, else 0: dispatches to it wait, then end ADAPTER_UNAVAILABLE.
+	ProviderUnreachable *prometheus.GaugeVec
 	// BuildInfo is 1, labelled with the build's module version, VCS
 	// revision and Go version.
 	BuildInfo *prometheus.GaugeVec
@@ -69,6 +79,8 @@ type Metrics struct {
 	approvals         atomic.Pointer[func() int]
 	indeterminate     atomic.Pointer[func() (int, error)]
 	lastIndeterminate atomic.Int64
+	exhausted         atomic.Pointer[func() (int, error)]
+	lastExhausted     atomic.Int64
 }
 
 // New creates the metrics on a new registry, with every series of the
@@ -118,6 +130,10 @@ func New(stages, providers []string) *Metrics {
 			Name: "actions_stage_full",
 			Help: "1 while the stage's stream refuses hand-offs because it is full (they are kept and published again once there is room), as this processor last saw it.",
 		}, []string{"stage"}),
+		ProviderUnreachable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "actions_provider_unreachable",
+			Help: "1 while the provider's last call reached nobody (no connector answers; dispatches to it wait, then end ADAPTER_UNAVAILABLE), as this processor last saw it.",
+		}, []string{"provider"}),
 		BuildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "actions_build_info",
 			Help: "Always 1; labelled with the processor's module version, VCS revision and Go version.",
@@ -133,6 +149,17 @@ func New(stages, providers []string) *Metrics {
 			}
 		}
 		return float64(m.lastIndeterminate.Load())
+	})
+	m.IndeterminateExhausted = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "actions_indeterminate_exhausted",
+		Help: "Of actions_indeterminate_actions, those whose reconciliation is exhausted: terminal RECONCILIATION_REQUIRED, waiting for an operator to settle them (processor reconcile resolve, the console).",
+	}, func() float64 {
+		if f := m.exhausted.Load(); f != nil {
+			if n, err := (*f)(); err == nil {
+				m.lastExhausted.Store(int64(n))
+			}
+		}
+		return float64(m.lastExhausted.Load())
 	})
 	m.Ready = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "actions_ready",
@@ -154,8 +181,8 @@ func New(stages, providers []string) *Metrics {
 	})
 	m.Registry.MustRegister(
 		m.StageMessages, m.StageDuration, m.Incidents, m.Dispatches, m.DispatchDuration,
-		m.ReconcileAttempts, m.Indeterminate, m.ApprovalsPending,
-		m.Outcomes, m.ConsumerPending, m.ConsumerAckPending, m.StageFull, m.BuildInfo, m.Ready,
+		m.ReconcileAttempts, m.Indeterminate, m.IndeterminateExhausted, m.ApprovalsPending,
+		m.Outcomes, m.ConsumerPending, m.ConsumerAckPending, m.StageFull, m.ProviderUnreachable, m.BuildInfo, m.Ready,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -177,6 +204,7 @@ func New(stages, providers []string) *Metrics {
 	}
 	for _, p := range providers {
 		m.DispatchDuration.WithLabelValues(p)
+		m.ProviderUnreachable.WithLabelValues(p)
 		for _, s := range schema.Statuses() {
 			m.Dispatches.WithLabelValues(p, string(s))
 		}
@@ -197,6 +225,11 @@ func (m *Metrics) Handler() http.Handler {
 // f reads the journal's own index: it must be cheap and must not wait on
 // the network.
 func (m *Metrics) SetIndeterminateSource(f func() (int, error)) { m.indeterminate.Store(&f) }
+
+// SetExhaustedSource makes IndeterminateExhausted report f's count at
+// each scrape (until then, and after a failed count, the last one; 0 at
+// first), as SetIndeterminateSource.
+func (m *Metrics) SetExhaustedSource(f func() (int, error)) { m.exhausted.Store(&f) }
 
 // SetReadiness makes Ready report f's answer at each scrape (until then it
 // reports 0). f must be cheap and must not block: no network calls.

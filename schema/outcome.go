@@ -40,6 +40,12 @@ type Outcome struct {
 	Receipt     *Receipt    `json:"receipt"`
 	Approval    *Approval   `json:"approval"`
 	AtMs        int64       `json:"at_ms"`
+	// RecordedEarlier is set on an outcome whose receipt came from the
+	// dispatch of another proposal of the same intent (SPEC §2.4): the
+	// effect, if any, is not this proposal's doing; a host tells "I just
+	// did it" from "it was done already" by it. Absent (false) otherwise,
+	// and on every outcome without a receipt.
+	RecordedEarlier bool `json:"recorded_earlier,omitzero"`
 }
 
 // NamedFingerprint is the fingerprint the outcome names: its own, its

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -222,22 +221,12 @@ func (e *errLogin) Error() string {
 }
 func (e *errLogin) Unwrap() error { return e.err }
 
-// natsSchemes are the URL schemes nats.go connects with.
-var natsSchemes = []string{"nats", "tls", "ws", "wss"}
-
 // checkURL refuses, at once, a server URL nats.go would only time out on
-// (an http:// address, a metrics listener): each of a comma-separated
-// list must be nats://, tls://, ws:// or wss://, or host:port alone.
+// (an http:// address, a metrics listener): the configuration's rule for
+// nats.url (config.NotNATS).
 func checkURL(raw, from string) error {
-	for _, one := range strings.Split(raw, ",") {
-		one = strings.TrimSpace(one)
-		if !strings.Contains(one, "://") {
-			continue // host:port: nats.go adds nats://
-		}
-		u, err := url.Parse(one)
-		if err != nil || !slices.Contains(natsSchemes, strings.ToLower(u.Scheme)) {
-			return fmt.Errorf("%s %s is not a NATS server URL: give nats://host:port (tls://, ws:// and wss:// work too); the processor's /metrics address is HTTP, not NATS", from, redactURL(one))
-		}
+	if bad := config.NotNATS(raw); bad != "" {
+		return fmt.Errorf("%s %s is not a NATS server URL: give nats://host:port (tls://, ws:// and wss:// work too); the processor's /metrics address is HTTP, not NATS", from, bad)
 	}
 	return nil
 }

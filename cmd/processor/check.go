@@ -285,8 +285,10 @@ func (c *cmdline) judgeOptions(fs *flag.FlagSet, referent, cfgPath string, dev b
 	case dev:
 		cfg = config.Dev(os.TempDir())
 	case cfgPath != "":
-		loaded, err := config.Load(cfgPath)
-		if err != nil {
+		// validate's and run's check, without what only a start needs:
+		// check opens no store, so a running processor's is no problem.
+		loaded, err := config.Check(cfgPath)
+		if err = config.WithoutInUse(err); err != nil {
 			return judgeOptions{}, c.fail(err), false
 		}
 		cfg = loaded

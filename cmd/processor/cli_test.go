@@ -22,6 +22,8 @@ func runArgs(args ...string) (code int, stdout, stderr string) {
 // strayArgs gives, for every command that runs, arguments it accepts
 // with one argument too many ("stray") among them.
 var strayArgs = map[string][]string{
+	"init":              {"stray"},
+	"propose":           {"--config", "x.hcl", "a.json", "stray"},
 	"run":               {"--dev", "stray"},
 	"validate":          {"a.hcl", "stray"},
 	"bench":             {"stray", "-n", "1"},
@@ -235,7 +237,7 @@ func TestValidateFilesAndEmpty(t *testing.T) {
 		file, want string
 	}{
 		{remote, "processor validate: " + remote + ":3,17-" + fmt.Sprint(17+len(missing)+2) + ": Unusable file for credentials; " + missing + " does not exist\n"},
-		{empty, "processor validate: " + empty + " configures nothing: it has no blocks or attributes, so every key takes its default (config.example.hcl shows them all)\n"},
+		{empty, "processor validate: " + empty + ":1,1-1: Configures nothing; it has no blocks or attributes, so every key takes its default (config.example.hcl shows them all; processor init writes a small one)\n"},
 	} {
 		start := time.Now()
 		code, out, errs := runArgs("validate", c.file)

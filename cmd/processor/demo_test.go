@@ -57,6 +57,21 @@ func TestDemo(t *testing.T) {
 			t.Errorf("the demo did not print %q", want)
 		}
 	}
+	// Headings and notes in a newcomer's words: the builders' terms at
+	// most as a SPEC reference in parentheses (issue 34: "seed 000",
+	// "grounding failure matrix", "sealed too (HMAC)").
+	for _, jargon := range []string{"seed 0", "matrix", "HMAC", "sealed", "fail closed"} {
+		if strings.Contains(s, jargon) {
+			t.Errorf("the demo says %q", jargon)
+		}
+	}
+	for _, l := range strings.Split(s, "\n") {
+		if regexp.MustCompile(`^[0-9]\. `).MatchString(l) {
+			if i := strings.Index(l, "SPEC §"); i >= 0 && !strings.Contains(l[:i], "(") {
+				t.Errorf("heading %q: a SPEC reference outside parentheses", l)
+			}
+		}
+	}
 	for _, secret := range demo.Secrets() {
 		if strings.Contains(s, secret) {
 			t.Errorf("the demo printed a protected value or the payload: %q", secret)

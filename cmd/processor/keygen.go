@@ -27,9 +27,26 @@ func cmdKeygen(c *cmdline, args []string, _ io.Reader) int {
 	stdout, stderr := c.stdout, c.stderr
 	out := c.fs.String("out", "", "write the secret to `FILE` (mode 0600; an existing file is never overwritten)")
 	toStdout := c.fs.Bool("stdout", false, "print the seed on standard output too, after the public key (alone, without --out)")
+	public := c.fs.String("public", "", "make nothing: print the public key of the nkey seed in `FILE` (a block's public_key)")
 	pos, code, done := c.parse(args)
 	if done {
 		return code
+	}
+	if *public != "" {
+		if len(pos) != 0 || *out != "" || *toStdout {
+			return c.usageError("--public FILE takes no kind, --out or --stdout: it only reads the seed")
+		}
+		kp, err := keyfile.LoadSeed(*public)
+		if err != nil {
+			return c.fail(fmt.Errorf("--public: %w", err))
+		}
+		defer kp.Wipe()
+		pub, err := kp.PublicKey()
+		if err != nil {
+			return c.fail(err)
+		}
+		fmt.Fprintln(stdout, pub)
+		return 0
 	}
 	if len(pos) != 1 {
 		return c.usageError("give the kind of key")

@@ -173,3 +173,47 @@ func TestKeygenRefusals(t *testing.T) {
 		t.Errorf("files left behind: %d", len(ents))
 	}
 }
+
+// keygen --public FILE prints the public key of an existing seed and
+// makes nothing; with a kind or --out it is a usage error.
+func TestKeygenPublic(t *testing.T) {
+	dir := t.TempDir()
+	seed := filepath.Join(dir, "h.nk")
+	var out, errb bytes.Buffer
+	if code := run([]string{"keygen", "host", "--out", seed}, nil, &out, &errb); code != 0 {
+		t.Fatalf("keygen: %d %s", code, errb.String())
+	}
+	made := out.String()
+	out.Reset()
+	if code := run([]string{"keygen", "--public", seed}, nil, &out, &errb); code != 0 || out.String() != made {
+		t.Errorf("keygen --public: exit %d, %q; want %q", code, out.String(), made)
+	}
+	for _, args := range [][]string{{"keygen", "host", "--public", seed}, {"keygen", "--public", seed, "--out", filepath.Join(dir, "x")}} {
+		if code := run(args, nil, &out, &errb); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
+	errb.Reset()
+	if code := run([]string{"keygen", "--public", filepath.Join(dir, "missing")}, nil, &out, &errb); code != 1 || !strings.Contains(errb.String(), "--public") {
+		t.Errorf("a missing seed: exit %d, %s", code, errb.String())
+	}
+}
+
+// init writes its four files once, and never over an existing one.
+func TestInitNeverOverwrites(t *testing.T) {
+	dir := t.TempDir()
+	var out, errb bytes.Buffer
+	if code := run([]string{"init", "--dir", dir}, nil, &out, &errb); code != 0 {
+		t.Fatalf("init: %d %s", code, errb.String())
+	}
+	before, _ := os.ReadFile(filepath.Join(dir, "host.nk"))
+	if code := run([]string{"init", "--dir", dir}, nil, &out, &errb); code != 1 || !strings.Contains(errb.String(), "refusing to overwrite") {
+		t.Errorf("init again: exit %d, %s", code, errb.String())
+	}
+	if after, _ := os.ReadFile(filepath.Join(dir, "host.nk")); !bytes.Equal(before, after) {
+		t.Error("init again changed host.nk")
+	}
+	if code := run([]string{"validate", filepath.Join(dir, "portcullis.hcl")}, nil, &out, &errb); code != 0 {
+		t.Errorf("validate of init's configuration: %s", errb.String())
+	}
+}

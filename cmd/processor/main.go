@@ -1,10 +1,12 @@
 // Command processor runs Portcullis and its operator tools.
 //
+//	processor init [--dir DIR]          a small auth-on configuration with fresh keys, and the next commands
 //	processor run --dev                 embedded NATS, unsigned input, providers "demo" (fake) and "inventory" (nats)
 //	processor run --config FILE.hcl     as configured
 //	processor validate FILE             check a configuration (every problem, sorted)
 //	processor fingerprint [FILE|-]      a proposal's referent, fingerprint (v2) and idempotency key
 //	processor check [FILE|-]            which field of a proposal breaks which rule (offline); else its fingerprint
+//	processor propose --config F --nkey F [--approve] [FILE]   a host: publish a signed proposal, follow its outcomes
 //	processor demo                      the seed scenarios end to end, as a timeline
 //	processor receipts get FP|H/ID      an intent's receipts (asks the running processor over NATS)
 //	processor activity get FP|H/ID      an intent's activity snapshot (reads the KV bucket)
@@ -51,16 +53,20 @@ func main() {
 func commands() []command {
 	ref := "<fingerprint|host/proposal_id>"
 	return []command{
+		{name: "init", synopsis: "[--dir DIR] [--listen ADDR] [--metrics-listen ADDR]", summary: "write a small auth-on configuration, fresh host and operator keys and a proposal: a start for run --config", run: cmdInit,
+			about: initAbout},
 		{name: "run", synopsis: "(--dev [--listen ADDR] [--metrics-listen ADDR] [--data DIR] | --config FILE) [--log-level LEVEL]", summary: "run the processor (--dev, or --config FILE)", run: cmdRun,
 			about: "Runs Portcullis until SIGTERM or SIGINT, then drains. --dev needs no configuration: an embedded NATS server\nwithout authentication on 127.0.0.1:4222, data under ./data, unsigned input admitted; providers:\n" + config.DevProviders + ".\nThe log is JSON on standard error; --log-level sets the least severe level logged (the development-mode\nwarnings are logged whatever it says)."},
 		{name: "validate", synopsis: "FILE | --config FILE", summary: "check a configuration file: every problem, with file:line", run: cmdValidate, maxArgs: 1,
-			about: "Parses and checks a configuration as `run --config` would and reports every problem found, sorted by position;\nalso that every file it names (nats.credentials, nats.tls's files, internal.key_file when it exists) can be read\nand holds what it should, and that the file sets anything at all. Exit 0: valid; 1: invalid; 2: usage."},
+			about: "Runs the check `run --config` runs before it starts (the same function; `check --config` and `migrate` too) and\nreports every problem found, sorted by position: keys and values; that every file it names (nats.credentials,\nnats.tls's files, internal.key_file when it exists) can be read and holds what it should; that the file sets\nanything at all; that no running processor holds its store.dir or nats.store_dir. Exit 0: valid; 1: invalid; 2: usage."},
 		{name: "bench", synopsis: "[flags]", summary: "measure the pipeline end to end against a raw JetStream chain", run: cmdBench,
 			about: "Runs a bare five-hop JetStream chain and then Portcullis end to end (granted proposals through every stage to a\nconnector over NATS) on a throwaway embedded server, and prints throughput, CPU per message, p50/p99 at -rate,\npeak RSS and their ratios. -cluster N runs both on an in-process three-server cluster (replicas 3, replicated\njournal) with N processors; -queued N instead drains N proposals published before the processor starts."},
 		{name: "fingerprint", synopsis: "[--referent R] [--config FILE] [--canonical] [FILE|-]", summary: "a proposal's grounded referent, fingerprint v2 and idempotency key (offline)", run: cmdFingerprint, maxArgs: 1,
 			about: fingerprintAbout()},
 		{name: "check", synopsis: "[--referent R] [--config FILE [--host H] | --dev] [-o text|json] [FILE|-]", summary: "which field of a proposal breaks which rule, offline; its fingerprint when none does", run: cmdCheck, maxArgs: 1,
 			about: checkAbout()},
+		{name: "propose", synopsis: "--config FILE --nkey FILE [--approve|--decline] [--as ACTOR] [--id ID] [--url URL] [FILE|-]", summary: "act as a host: sign and publish a proposal, print its outcomes, grant its approval", run: cmdPropose, maxArgs: 1,
+			about: proposeAbout},
 		{name: "demo", synopsis: "[--keep] [--verbose] [--log-level LEVEL]", summary: "play the seed scenarios end to end on a throwaway embedded server", run: cmdDemo,
 			about: "Plays the seed scenarios on a throwaway embedded server (authentication on, a random loopback port, a temporary\ndata directory) and prints a timeline. --keep keeps it running until Ctrl-C and leaves its indeterminate payment\nfor an operator: it prints the `processor console` (and `processor reconcile resolve`) command line to settle it."},
 		{name: "receipts", summary: "receipt histories", subs: []command{
@@ -91,8 +97,8 @@ func commands() []command {
 			about: consoleAbout},
 		{name: "mcp", synopsis: "(--dev | --config FILE --nkey FILE) [--url URL] [--http ADDR [--tls-cert FILE --tls-key FILE --token-file FILE] [--allow-origin ORIGINS]]", summary: "serve agents through MCP as a host: the mcp block's tools, clarifications and approvals asked of the user", run: cmdMCP,
 			about: mcpAbout},
-		{name: "keygen", synopsis: "host|connector|resolver|source|operator|processor --out FILE | --stdout\n       processor keygen internal --out FILE", summary: "a new nkey for a role, or the internal HMAC key file", run: cmdKeygen, maxArgs: 1,
-			about: "Makes a user nkey: the seed goes to --out FILE (mode 0600, never overwritten), the public key to standard\noutput for the role block's public_key. `keygen internal --out FILE` makes an internal HMAC key file."},
+		{name: "keygen", synopsis: "host|connector|resolver|source|operator|processor --out FILE | --stdout\n       processor keygen internal --out FILE\n       processor keygen --public FILE", summary: "a new nkey for a role, or the internal HMAC key file; or an existing seed's public key", run: cmdKeygen, maxArgs: 1,
+			about: "Makes a user nkey: the seed goes to --out FILE (mode 0600, never overwritten), the public key to standard\noutput for the role block's public_key. `keygen internal --out FILE` makes an internal HMAC key file.\n`keygen --public FILE` makes nothing: it prints the public key of the seed in FILE."},
 		{name: "nats-permissions", synopsis: "--config FILE", summary: "print the nats-server accounts block for an external server", run: cmdNATSPermissions},
 		{name: "migrate", synopsis: "--config FILE [--accept-conflicts]", summary: "move a single node's local state into a cluster's buckets (processor stopped)", run: cmdMigrate, about: migrateAbout},
 		{name: "version", synopsis: "[-o text|json]", summary: "the module version and VCS revision and time of this build", run: cmdVersion},
@@ -195,7 +201,9 @@ func cmdRun(c *cmdline, args []string, _ io.Reader) int {
 		if set["listen"] || set["metrics-listen"] || set["data"] {
 			return c.usageError("--listen, --metrics-listen and --data go with --dev; set nats.listen and metrics.listen in the configuration")
 		}
-		loaded, err := config.Load(*path)
+		// validate's check, the same function: what one refuses the
+		// other refuses with the same file:line message.
+		loaded, err := config.Check(*path)
 		if err != nil {
 			return c.fail(err)
 		}

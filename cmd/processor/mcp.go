@@ -162,7 +162,7 @@ func cmdMCP(c *cmdline, args []string, _ io.Reader) int {
 	}
 	nc, err := client.Connect(*url, seed, nats.Name("portcullis-mcp"))
 	if err != nil {
-		return c.fail(fmt.Errorf("%s: %w", redactURL(*url), err))
+		return c.fail(mcpConnectError(*url, *dev, seed != nil, err))
 	}
 	defer nc.Close()
 	host, err := client.NewHost(nc, client.HostConfig{Name: m.Host, Prefix: prefix})
@@ -232,6 +232,29 @@ func cmdMCP(c *cmdline, args []string, _ io.Reader) int {
 		return c.fail(err)
 	}
 	return 0
+}
+
+// mcpConnectError says what to pass when NATS refused the login, in the
+// command's words (the client package's speak of its Go API).
+func mcpConnectError(url string, dev, withKey bool, err error) error {
+	var refusal error
+	switch {
+	case !errors.Is(err, client.ErrLoginRefused):
+		return fmt.Errorf("%s: %w", redactURL(url), err)
+	case dev:
+		refusal = fmt.Errorf("NATS at %s requires a login, and --dev connects without one (it is for processor run --dev): "+
+			"run processor mcp --config FILE --nkey FILE, FILE the configuration with an mcp block and the seed of its host (processor keygen host)", redactURL(url))
+	case !withKey:
+		refusal = fmt.Errorf("NATS at %s requires a login: pass --nkey FILE, the seed of the mcp block's host (or set $%s)", redactURL(url), EnvHostNkey)
+	default:
+		refusal = fmt.Errorf("NATS at %s refused the login of --nkey's key: is it the public_key of the mcp block's host block in the processor's configuration?", redactURL(url))
+	}
+	for _, cause := range []error{nats.ErrAuthorization, nats.ErrAuthExpired, nats.ErrAuthRevoked} {
+		if errors.Is(err, cause) {
+			return fmt.Errorf("%w (%w)", refusal, cause)
+		}
+	}
+	return refusal
 }
 
 // keyIs checks that a seed file holds the key of a host block, so that a

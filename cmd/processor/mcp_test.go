@@ -134,3 +134,17 @@ func TestMCPRefusesUnsafeStarts(t *testing.T) {
 		}
 	}
 }
+
+// mcp --dev against a processor with authentication on says what to pass
+// in the command's words, not the Go client's (issue 34: it advised
+// client.LoadSeed).
+func TestMCPDevAgainstAuth(t *testing.T) {
+	env := testenv.New(t, testenv.WithAuth())
+	var out, errb bytes.Buffer
+	code := run([]string{"mcp", "--dev", "--url", env.Server.ClientURL()}, nil, &out, &errb)
+	msg := errb.String()
+	if code != 1 || !strings.Contains(msg, "requires a login") || !strings.Contains(msg, "processor mcp --config FILE --nkey FILE") ||
+		strings.Contains(msg, "client.") || strings.Contains(msg, "LoadSeed") {
+		t.Errorf("exit %d: %s", code, msg)
+	}
+}

@@ -35,7 +35,7 @@ func cmdMigrate(c *cmdline, args []string, _ io.Reader) int {
 	if *path == "" {
 		return c.usageError("--config is required")
 	}
-	cfg, err := config.Load(*path)
+	cfg, err := config.Check(*path)
 	if err != nil {
 		fmt.Fprintln(c.stderr, err)
 		return 1

@@ -122,10 +122,12 @@ func TestStartupFailuresAreOneLine(t *testing.T) {
 		{"nats port in use", []string{"run", "--dev", "--data", filepath.Join(dir, "d1"), "--listen", busy(t), "--metrics-listen", ""}, `nats\.listen .*address already in use`},
 		{"metrics port in use", []string{"run", "--dev", "--data", filepath.Join(dir, "d2"), "--listen", "127.0.0.1:0", "--metrics-listen", busy(t)}, `metrics\.listen .*address already in use`},
 		{"unreachable server", []string{"run", "--config", unreachable}, `connect to NATS at nats://127\.0\.0\.1:\d+: .*no servers available`},
-		{"bad internal key file", []string{"run", "--config", badKey}, `internal\.key_file: .*64 hex`},
-		// The embedded server's own reason, at once (it used to wait 10 s
-		// and say only "did not start within 10s").
-		{"nats store_dir unusable", []string{"run", "--config", badStore}, `embedded nats on 127\.0\.0\.1:0 \(store_dir .*/file/nats\): Can't start JetStream: .*not a directory`},
+		// The configuration check's file:line, as validate says it.
+		{"bad internal key file", []string{"run", "--config", badKey}, `badkey\.hcl:5,14-\d+: Unusable file for key_file; .*64 hex`},
+		// The reason, at once (it used to wait 10 s and say only "did not
+		// start within 10s"): the directory for the store's lock cannot
+		// be made.
+		{"nats store_dir unusable", []string{"run", "--config", badStore}, `embedded nats on 127\.0\.0\.1:0 \(store_dir .*/file/nats\): mkdir .*: not a directory`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -6,7 +6,7 @@
 #
 # 1. `processor run --dev`: the fingerprint vectors (npm test), then approve
 #    (CONFIRMED, the connector called once), the same intent again (the
-#    same receipt, the connector not called), a dispatch request sent after
+#    same receipt with recorded_earlier, the connector not called), a dispatch request sent after
 #    its not_after_ms (refused NOT_AFTER_PASSED, not applied) and one
 #    without it (rejected), a decline (DENIED, nothing dispatched), --last.
 # 2. `processor run --config` with a host and a connector block and NATS
@@ -150,6 +150,8 @@ rcpt=$(receipt "$tmp/confirm.log")
 step "host: the same intent again -> the same receipt, the connector not called"
 host repeat || die "host (repeat) failed"
 [ "$(receipt "$tmp/repeat.log")" = "$rcpt" ] || die "repeat: receipt $(receipt "$tmp/repeat.log"), want $rcpt"
+grep -q 'recorded earlier' "$tmp/repeat.log" || die "repeat: the outcome does not say recorded_earlier"
+! grep -q 'recorded earlier' "$tmp/confirm.log" || die "confirm: the first proposal's own outcome says recorded_earlier"
 [ "$(dispatches)" = 1 ] || die "connector: want 1 dispatch after the repeat, have $(dispatches)"
 
 step "connector: a dispatch after its not_after_ms is refused and not applied; one without it is rejected"

@@ -181,6 +181,10 @@ export interface Outcome {
   receipt: Receipt | null;
   approval: { fingerprint: string; summary: string; external_spend: Spend | null; expires_at_ms: number } | null;
   at_ms: number;
+  /** true when the receipt came from the dispatch of an earlier proposal of
+   * the same intent (SPEC §2.4): it was done already, not by this proposal.
+   * Absent otherwise. */
+  recorded_earlier?: true;
 }
 
 /** Decodes an outcome body, checking the members a host relies on. */
@@ -193,6 +197,7 @@ export function decodeOutcome(data: Uint8Array): Outcome {
     throw new Error("outcome: kind, terminal or proposal_id missing");
   }
   if (!Array.isArray(o["incidents"])) throw new Error("outcome: incidents missing");
+  if ("recorded_earlier" in o && o["recorded_earlier"] !== true) throw new Error("outcome: recorded_earlier is true or absent");
   return v as Outcome;
 }
 
@@ -205,6 +210,7 @@ export function describeOutcome(o: Outcome): string {
     const r = o.receipt;
     parts.push(`receipt ${r.receipt_id} status=${r.status} provider_action_id=${r.provider_action_id || "-"}`);
   }
+  if (o.recorded_earlier === true) parts.push("recorded earlier (an earlier proposal of the same intent did it)");
   return parts.join("; ");
 }
 

@@ -54,6 +54,9 @@ type Status struct {
 	ApprovalsPending int `json:"approvals_pending"`
 	// Processors are the processors that answered, the answering one first.
 	Processors []ProcessorStatus `json:"processors"`
+	// Operator is the configured name of the operator block whose key
+	// signed the request ("" for an unsigned one): who the asker acts as.
+	Operator string `json:"operator,omitempty"`
 }
 
 // ProcessorStatus is one processor as it sees itself.
@@ -114,12 +117,12 @@ func (s *Server) statsData(e *micro.Endpoint) any {
 	return &st
 }
 
-func (s *Server) status(_ string, _ *StatusRequest) (*Status, *Error) {
+func (s *Server) status(operator string, _ *StatusRequest) (*Status, *Error) {
 	n, err := s.Journal.CountIndeterminate()
 	if err != nil {
 		return nil, s.internal("counting indeterminate actions", err)
 	}
-	out := &Status{NowMs: stages.NowMs(s.Clock), Indeterminate: n, ApprovalsPending: s.Approvals.Count(), Processors: []ProcessorStatus{}}
+	out := &Status{NowMs: stages.NowMs(s.Clock), Indeterminate: n, ApprovalsPending: s.Approvals.Count(), Processors: []ProcessorStatus{}, Operator: operator}
 	if s.Self != nil {
 		out.Processors = append(out.Processors, s.Self())
 	}

@@ -45,6 +45,9 @@ func TestStatus(t *testing.T) {
 		p := st.Processors[0] // counted once each stage is done with its message
 		return stageOf(p, "dispatch").Finished() >= 1 && stageOf(p, "authorization").Finished() >= 2 && stageOf(p, "admission").Finished() >= 2
 	})
+	if st.Operator != testenv.OperatorName {
+		t.Errorf("operator %q, want the signing key's block name %q", st.Operator, testenv.OperatorName)
+	}
 	p := st.Processors[0]
 	if p.ID != env.Processor().InstanceID() || !p.Ready || p.Reason != "" || p.Version == "" || p.StartedAtMs <= 0 {
 		t.Errorf("processor = %+v", p)

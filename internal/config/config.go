@@ -11,6 +11,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -467,6 +468,9 @@ func (c *Config) Validate() error {
 	if c.NATS.Embedded == (c.NATS.URL != "") {
 		add("nats: exactly one of embedded and url")
 	}
+	if bad := NotNATS(c.NATS.URL); bad != "" {
+		add("nats.url: %s is not a NATS server URL (nats://host:port)", bad)
+	}
 	if c.NATS.Replicas < 1 || c.NATS.Replicas > MaxReplicas || (c.NATS.Embedded && c.NATS.Replicas != 1) {
 		add("nats.replicas: 1–%d, and 1 with the embedded server", MaxReplicas)
 	}
@@ -539,6 +543,34 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))
 	}
 	return nil
+}
+
+// natsSchemes are the URL schemes nats.go connects with.
+var natsSchemes = []string{"nats", "tls", "ws", "wss"}
+
+// NotNATS returns the first member of a comma-separated server URL list
+// that nats.go could only time out on — a scheme other than nats://,
+// tls://, ws:// or wss:// (http://, the metrics listener's), or no URL at
+// all — with any password hidden; "" when every member is one (host:port
+// alone is, nats.go adds nats://).
+func NotNATS(list string) string {
+	if list == "" {
+		return ""
+	}
+	for _, one := range strings.Split(list, ",") {
+		one = strings.TrimSpace(one)
+		if !strings.Contains(one, "://") {
+			continue
+		}
+		u, err := url.Parse(one)
+		if err != nil {
+			return "a server URL that does not parse"
+		}
+		if !slices.Contains(natsSchemes, strings.ToLower(u.Scheme)) {
+			return u.Redacted()
+		}
+	}
+	return ""
 }
 
 // HostForKey returns the configured host with that public key.

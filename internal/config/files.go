@@ -8,28 +8,42 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/nats-io/nkeys"
 
+	"github.com/portcullis/portcullis/internal/dirlock"
 	"github.com/portcullis/portcullis/internal/keyfile"
 )
 
 // ErrConfiguresNothing is returned by Check for a file without a single
 // block or attribute: every key would take its default, which is almost
 // certainly not what its author meant (the wrong file, or an empty one).
-var ErrConfiguresNothing = errors.New("configures nothing: it has no blocks or attributes, so every key takes its default (config.example.hcl shows them all)")
+var ErrConfiguresNothing = errors.New("configures nothing: it has no blocks or attributes, so every key takes its default (config.example.hcl shows them all; processor init writes a small one)")
 
-// Check is Load and then what `processor validate` adds to it: that the
-// file configures something, and that every file it names exists, can be
-// read and holds what it should — nats.credentials (a .creds file or an
-// nkey seed), nats.tls's cert_file and key_file (a certificate and its
-// key), ca_file (PEM certificates), internal.key_file when it exists (it
-// is created at the first start otherwise). Problems are diagnostics with
-// file:line, like Load's. Relative paths are taken from the current
-// directory, as the processor started there would take them.
+// Check is the one check of a configuration file that `processor
+// validate`, `processor run --config`, `processor check --config` and
+// `processor migrate` share, so that whatever one refuses the others
+// refuse with the same file:line message: Load (syntax, keys, values and
+// the rules between them, nats.url's scheme included), then
+//
+//   - that the file configures something (ErrConfiguresNothing);
+//   - that every file it names exists, can be read and holds what it
+//     should — nats.credentials (a .creds file or an nkey seed),
+//     nats.tls's cert_file and key_file (a certificate and its key),
+//     ca_file (PEM certificates), internal.key_file when it exists (it
+//     is created at the first start otherwise);
+//   - that no running processor holds its store.dir or its embedded
+//     server's nats.store_dir (their lock files, dirlock): the holder is
+//     named by its pid. A command that works beside a running processor
+//     drops these with WithoutInUse.
+//
+// Problems are diagnostics with file:line, like Load's. Relative paths
+// are taken from the current directory, as the processor started there
+// would take them.
 func Check(path string) (*Config, error) {
 	c, err := Load(path)
 	if err != nil {
@@ -45,23 +59,89 @@ func Check(path string) (*Config, error) {
 	}
 	body := f.Body.(*hclsyntax.Body)
 	if len(body.Attributes) == 0 && len(body.Blocks) == 0 {
-		return c, fmt.Errorf("%s %w", path, ErrConfiguresNothing)
+		return c, &Error{Diags: hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Configures nothing",
+			Detail: strings.TrimPrefix(ErrConfiguresNothing.Error(), "configures nothing: "), Extra: nothing{},
+			Subject: &hcl.Range{Filename: path, Start: hcl.InitialPos, End: hcl.InitialPos}}}}
 	}
 	var d diags
 	for _, ref := range c.fileRefs() {
 		if msg := ref.check(c); msg != "" {
-			if r := findAttr(body, ref.block, ref.attr); r != nil {
-				d.atRange(*r, "Unusable file for "+ref.attr, "%s", msg)
-			} else {
-				d.Diagnostics = append(d.Diagnostics, &hcl.Diagnostic{Severity: hcl.DiagError,
-					Summary: "Unusable file for " + ref.name(), Detail: msg})
-			}
+			d.about(body, ref.block, ref.attr, "Unusable file for "+ref.attr, "Unusable file for "+ref.name(), msg, nil)
+		}
+	}
+	for _, u := range c.dirs() {
+		var he *dirlock.HeldError
+		if errors.As(dirlock.Check(filepath.Join(u.dir, dirlock.Name)), &he) {
+			d.about(body, u.block, u.attr, "Directory in use", "Directory in use", dirlock.InUse(u.dir, he.Holder(), u.name()), inUse{})
 		}
 	}
 	if d.HasErrors() {
 		return c, newError(d.Diagnostics)
 	}
 	return c, nil
+}
+
+// nothing marks the diagnostic of ErrConfiguresNothing (errors.Is).
+type nothing struct{}
+
+// inUse marks the diagnostic of a directory a running processor holds.
+type inUse struct{}
+
+// Is makes errors.Is(err, ErrConfiguresNothing) true for Check's error
+// about an empty file.
+func (e *Error) Is(target error) bool {
+	return target == ErrConfiguresNothing && len(e.Diags) == 1 && e.Diags[0].Extra == nothing{}
+}
+
+// WithoutInUse is Check's error without its complaints about directories
+// a running processor holds (nil when those were all): for a command that
+// works beside the processor without opening its stores (processor check,
+// fingerprint and propose with --config).
+func WithoutInUse(err error) error {
+	var e *Error
+	if !errors.As(err, &e) {
+		return err
+	}
+	var keep hcl.Diagnostics
+	for _, d := range e.Diags {
+		if d.Extra != (inUse{}) {
+			keep = append(keep, d)
+		}
+	}
+	if len(keep) == 0 {
+		return nil
+	}
+	return &Error{Diags: keep}
+}
+
+// about adds a problem with the value of attr in the nested blocks path,
+// at its file:line when it is written there, else (a default) without a
+// position, summarized whole.
+func (d *diags) about(body *hclsyntax.Body, path []string, attr, summary, wholeSummary, detail string, extra any) {
+	if r := findAttr(body, path, attr); r != nil {
+		d.Diagnostics = append(d.Diagnostics, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: summary, Detail: detail, Subject: r, Extra: extra})
+		return
+	}
+	d.Diagnostics = append(d.Diagnostics, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: wholeSummary, Detail: detail, Extra: extra})
+}
+
+// dirRef is a data directory a configuration names.
+type dirRef struct {
+	block []string
+	attr  string
+	dir   string
+}
+
+func (r dirRef) name() string { return strings.Join(append(slices.Clone(r.block), r.attr), ".") }
+
+// dirs lists the directories a processor of c locks while it runs:
+// store.dir (Pebble), and the embedded server's nats.store_dir.
+func (c *Config) dirs() []dirRef {
+	out := []dirRef{{block: []string{"store"}, attr: "dir", dir: c.Store.Dir}}
+	if c.NATS.Embedded {
+		out = append(out, dirRef{block: []string{"nats"}, attr: "store_dir", dir: c.NATS.StoreDir})
+	}
+	return out
 }
 
 // fileRef is a file a configuration names: where (block path and

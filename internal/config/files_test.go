@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/internal/dirlock"
 	"github.com/portcullis/portcullis/internal/keyfile"
 	"github.com/portcullis/portcullis/internal/testenv"
 )
@@ -107,6 +108,69 @@ func TestCheckConfiguresNothing(t *testing.T) {
 		}
 		if _, err := config.Load(p); err != nil {
 			t.Errorf("%s: Load refuses it: %v (it is valid, only useless)", name, err)
+		}
+	}
+}
+
+// Check refuses a store.dir or an embedded nats.store_dir a running
+// processor holds (here: this process, through dirlock's table), at the
+// attribute, or without a line for a default; WithoutInUse drops only
+// those complaints, for commands that work beside the processor.
+func TestCheckInUse(t *testing.T) {
+	dir := t.TempDir()
+	store, nats := filepath.Join(dir, "s"), filepath.Join(dir, "n")
+	for _, d := range []string{store, nats} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		defer dirlock.Mark(filepath.Join(d, dirlock.Name))()
+	}
+	src := "store {\n  dir = \"" + store + "\"\n}\nnats {\n  store_dir = \"" + nats + "\"\n}\n"
+	p := write(t, filepath.Join(dir, "c.hcl"), src)
+	_, err := config.Check(p)
+	for _, w := range []string{
+		p + ":2,9-", "Directory in use; " + store + " is held by this process (pid", "give this processor a store.dir of its own",
+		p + ":5,15-", nats + " is held by this process", "give this processor a nats.store_dir of its own",
+	} {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Errorf("Check: %v\nwant it to say %q", err, w)
+		}
+	}
+	if err := config.WithoutInUse(err); err != nil {
+		t.Errorf("WithoutInUse: %v, want nil", err)
+	}
+	// With another problem, that one stays.
+	bad := write(t, filepath.Join(dir, "bad.hcl"), src+"internal {\n  key_file = \""+write(t, filepath.Join(dir, "k"), "x\n")+"\"\n}\n")
+	_, err = config.Check(bad)
+	if err = config.WithoutInUse(err); err == nil || strings.Contains(err.Error(), "in use") || !strings.Contains(err.Error(), "Unusable file for key_file") {
+		t.Errorf("WithoutInUse kept: %v", err)
+	}
+	// An external server's nats.store_dir is nobody's.
+	ext := write(t, filepath.Join(dir, "ext.hcl"), "nats {\n  url = \"nats://127.0.0.1:4222\"\n  store_dir = \""+nats+"\"\n}\nstore {\n  dir = \""+filepath.Join(dir, "s2")+"\"\n}\n")
+	if _, err := config.Check(ext); err != nil {
+		t.Errorf("an external server's configuration: %v", err)
+	}
+}
+
+// nats.url takes NATS URLs only: an http:// address (the metrics
+// listener's, a typo) is refused at its line, as every client refuses it.
+func TestNATSURLScheme(t *testing.T) {
+	for url, bad := range map[string]string{
+		"nats://a:4222":                  "",
+		"a:4222,b:4222":                  "",
+		"tls://a:4222, wss://b:443":      "",
+		"http://127.0.0.1:9464":          "http://127.0.0.1:9464",
+		"nats://a:4222,HTTPS://u:pw@b:1": "https://u:xxxxx@b:1",
+	} {
+		if got := config.NotNATS(url); got != bad {
+			t.Errorf("NotNATS(%q) = %q, want %q", url, got, bad)
+		}
+		_, err := config.Parse([]byte("nats {\n  url = \""+url+"\"\n}\n"), "c.hcl")
+		switch {
+		case bad == "" && err != nil:
+			t.Errorf("%s: %v", url, err)
+		case bad != "" && (err == nil || !strings.Contains(err.Error(), "c.hcl:2,") || !strings.Contains(err.Error(), "is not a NATS server URL") || strings.Contains(err.Error(), "pw")):
+			t.Errorf("%s: %v", url, err)
 		}
 	}
 }

@@ -325,6 +325,9 @@ func (f *fileHCL) build() (*Config, hcl.Diagnostics) {
 		if c.NATS.Credentials != "" && c.NATS.URL == "" {
 			d.at(n.Body, "credentials", "credentials go with url")
 		}
+		if bad := NotNATS(c.NATS.URL); bad != "" {
+			d.at(n.Body, "url", "%s is not a NATS server URL: give nats://host:port (tls://, ws:// and wss:// work too); an http:// address (the /metrics listener) is not NATS", bad)
+		}
 	}
 	if s := f.Store; s != nil {
 		c.Store.Dir = or(s.Dir, c.Store.Dir)

@@ -85,6 +85,13 @@ type Console struct {
 	pages *pages
 	stats *sampler
 
+	// who is the operator the console acts as (operatorName).
+	who struct {
+		sync.Mutex
+		name  string
+		asked time.Time
+	}
+
 	mu  sync.Mutex
 	srv *http.Server
 }

@@ -186,6 +186,18 @@ func TestPages(t *testing.T) {
 
 	_, page = f.get(t, "/timeline?q="+fp)
 	mustContain(t, "timeline by fingerprint", page, "ADAPTER_TIMEOUT", "RECONCILE_EXHAUSTED", "rcn_"+fp[7:23]+"_2", "frontdesk/prop-stuck")
+	// An exhausted intent's timeline: the resolve form for its latest
+	// receipt, and the way to the queue; newest first, with the toggle.
+	rs0, err := f.env.Admin().Receipts(context.Background(), fp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	latest := rs0.Receipts[len(rs0.Receipts)-1]
+	mustContain(t, "an exhausted intent's timeline", page, `id="settle"`, "Waiting for an operator", `action="/indeterminate/resolve"`,
+		`name="receipt" value="`+latest.ReceiptID+`"`, `href="/indeterminate"`, "Newest first", "order=oldest")
+	mustContain(t, "the header", page, `id="signer" title="`, ">operator "+testenv.OperatorName+"</span>")
+	_, parked := f.get(t, "/timeline?q=frontdesk/prop-wait")
+	mustContain(t, "a parked proposal's timeline", parked, `id="parked"`, `href="/approvals"`)
 	_, byProposal := f.get(t, "/timeline?q=frontdesk/prop-stuck")
 	mustContain(t, "timeline by proposal", byProposal, `id="intent-fingerprint">`+fp)
 	rs, err := f.env.Admin().Receipts(context.Background(), fp)
@@ -301,8 +313,14 @@ func TestResolveForm(t *testing.T) {
 	_, page = f.get(t, loc)
 	mustContain(t, "timeline after resolving", page, "Resolved by "+testenv.OperatorName+": effect absent (REJECTED)", "rejected — resolved by operator "+testenv.OperatorName)
 	entries := strings.Split(page, `<li class="entry`)
-	last := entries[len(entries)-1]
-	mustContain(t, "the timeline's last entry", last, "REJECTED", o.Receipt.ReceiptID, "resolved by operator "+testenv.OperatorName)
+	newest := entries[1] // newest first
+	mustContain(t, "the timeline's newest entry", newest, "REJECTED", o.Receipt.ReceiptID, "resolved by operator "+testenv.OperatorName)
+	_, oldest := f.get(t, loc+"&order=oldest")
+	entries = strings.Split(oldest, `<li class="entry`)
+	mustContain(t, "the timeline's last entry, oldest first", entries[len(entries)-1], "REJECTED", o.Receipt.ReceiptID)
+	if strings.Contains(page, `id="settle"`) {
+		t.Error("a settled intent's timeline offers the resolve form")
+	}
 	mustContain(t, "the timeline", page, "OPERATOR_RESOLVED", "ticket:OPS-42")
 	_, page = f.get(t, "/indeterminate")
 	if strings.Contains(page, `data-fingerprint="`+fp+`"`) || !strings.Contains(page, "No indeterminate actions.") {

@@ -90,8 +90,8 @@ func TestBrowserDemo(t *testing.T) {
 		chromedp.SendKeys(chromedp.CSS(row+` input[name="evidence"]`), "ledger-console:payments?invoice=INV-0042"))
 	shot(t, ctx, dir, "indeterminate")
 	do(t, ctx, "resolve", chromedp.Click(chromedp.CSS(row+` button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS(".flash")))
-	if s := text(t, ctx, "#timeline li:last-child"); !strings.Contains(s, "REJECTED") || !strings.Contains(s, "resolved by operator ops") {
-		t.Errorf("the timeline ends with %q", s)
+	if s := text(t, ctx, "#timeline li:first-child"); !strings.Contains(s, "REJECTED") || !strings.Contains(s, "resolved by operator ops") {
+		t.Errorf("the timeline's newest entry is %q", s)
 	}
 	shot(t, ctx, dir, "timeline")
 	out.Wait(t, "settled by the operator ops, evidence ledger-console:payments?invoice=INV-0042. Provider dispatches: 1.")

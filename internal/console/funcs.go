@@ -23,6 +23,9 @@ var funcs = template.FuncMap{
 	"spend":    spend,
 	"codes":    incidentCodes,
 	"contains": strings.Contains,
+	"resolving": func(csrf, fingerprint, receipt string) resolveForm {
+		return resolveForm{CSRF: csrf, Fingerprint: fingerprint, ReceiptID: receipt}
+	},
 	"kindclass": func(k schema.Kind) string {
 		return "kind-" + strings.ToLower(strings.ReplaceAll(string(k), "_", "-"))
 	},
@@ -88,4 +91,10 @@ func incidentCodes(in []schema.Incident) string {
 		out = append(out, string(i.Code))
 	}
 	return strings.Join(out, " + ")
+}
+
+// resolveForm is what the "resolve" template (layout.html) needs: the
+// queue's rows and an unsettled intent's timeline both show it.
+type resolveForm struct {
+	CSRF, Fingerprint, ReceiptID string
 }

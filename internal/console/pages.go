@@ -36,13 +36,15 @@ type pages struct {
 type view struct {
 	Title, Page string
 	CSRF        string
-	Signer      string
-	Unsigned    bool
-	LoggedIn    bool
-	Error       string
-	Flash       string
-	Now         time.Time
-	Data        any
+	// Signer is who the console acts as (the operator block's name once
+	// the processor has told it), SignerKey that operator's public key.
+	Signer, SignerKey string
+	Unsigned          bool
+	LoggedIn          bool
+	Error             string
+	Flash             string
+	Now               time.Time
+	Data              any
 }
 
 var pageNames = []string{"overview", "indeterminate", "approvals", "timeline", "search", "login"}
@@ -90,7 +92,11 @@ func (p *pages) render(w http.ResponseWriter, r *http.Request, status int, name 
 	v.Signer = "unsigned requests (--dev)"
 	if k := p.c.cfg.Admin.Key; k != nil {
 		if pub, err := k.PublicKey(); err == nil {
+			v.SignerKey = pub
 			v.Signer = "signing as operator " + pub[:6] + "…" + pub[len(pub)-4:]
+			if name := p.c.operatorName(r.Context()); name != "" {
+				v.Signer = "operator " + name
+			}
 		}
 	}
 	block := "layout"
@@ -271,6 +277,9 @@ func (p *pages) timeline(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			status, v.Error = p.problem(err)
 		}
+		if tl != nil {
+			tl.order(r.URL.Query().Get("order") == orderOldest)
+		}
 		d.Timeline = tl
 		if id := r.URL.Query().Get("resolved"); tl != nil && tl.Receipts != nil && id != "" {
 			for i := range tl.Receipts.Receipts {
@@ -286,6 +295,31 @@ func (p *pages) timeline(w http.ResponseWriter, r *http.Request) {
 	p.render(w, r, status, "timeline", v)
 }
 
+// Orders of the timeline and of search results: newest first unless
+// ?order=oldest.
+const (
+	orderNewest = "newest"
+	orderOldest = "oldest"
+)
+
+// operatorName is the configured name of the operator block whose key
+// the console signs with, as the processor answers it (status.get), ""
+// until it has: asked at most every few seconds until known, then kept.
+func (c *Console) operatorName(ctx context.Context) string {
+	c.who.Lock()
+	defer c.who.Unlock()
+	if c.who.name != "" || (!c.who.asked.IsZero() && time.Since(c.who.asked) < 5*time.Second) {
+		return c.who.name
+	}
+	c.who.asked = time.Now()
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if st, err := c.cfg.Admin.Status(ctx); err == nil {
+		c.who.name = st.Operator
+	}
+	return c.who.name
+}
+
 func effectOf(r *schema.Receipt) string {
 	if r.Status == schema.StatusConfirmed {
 		return "present (CONFIRMED)"
@@ -299,9 +333,11 @@ type searchData struct {
 	Asked   bool
 	Result  *searchResult
 	NextURL string
-	Kinds   []schema.Kind
-	Codes   []schema.Code
-	Phases  []schema.Phase
+	// ToggleURL is the same search in the other order.
+	ToggleURL string
+	Kinds     []schema.Kind
+	Codes     []schema.Code
+	Phases    []schema.Phase
 }
 
 func (p *pages) search(w http.ResponseWriter, r *http.Request) {
@@ -322,10 +358,9 @@ func (p *pages) search(w http.ResponseWriter, r *http.Request) {
 		}
 		d.Result = res
 		if res != nil && res.Next > 0 {
-			vals := q.values()
-			vals.Set("after", fmt.Sprint(res.Next))
-			d.NextURL = "/search?" + vals.Encode()
+			d.NextURL = q.next(res)
 		}
+		d.ToggleURL = q.toggled()
 	}
 	v.Data = d
 	p.render(w, r, status, "search", v)

@@ -11,16 +11,22 @@ import (
 	"github.com/portcullis/portcullis/subjects"
 )
 
-// Outcome and incident search: a forward scan of the outcome (or
-// incident) stream by batched direct gets, from a time (or after a
-// sequence, to continue) on the subject filter the query allows — a host's
-// outcomes, a phase's events — keeping what matches the kind and code. A
+// Outcome and incident search: a scan of the outcome (or incident) stream
+// by batched direct gets on the subject filter the query allows — a host's
+// outcomes, a phase's events — keeping what matches the kind and code.
+// Newest first (the default) it reads backward from the window's end (or
+// before a sequence, to continue), a chunk of sequences at a time; oldest
+// first (?order=oldest) forward from its start (or after a sequence). A
 // scan reads at most searchScan messages; when it stops early the page
-// offers to continue after the last one read.
+// offers to continue from the last one read.
 
 const (
-	// searchScan bounds the messages one search reads.
+	// searchScan bounds the messages one search reads; searchSpan the
+	// stream sequences a newest-first scan steps back over (it reads a
+	// chunk of sequences at a time, on the filter: a host's outcomes may
+	// be few among many).
 	searchScan = 10_000
+	searchSpan = 100_000
 	// DefaultSearchLimit is how many matches a page shows by default, at
 	// most maxSearchLimit.
 	defaultSearchLimit = 50
@@ -43,8 +49,11 @@ type searchQuery struct {
 	Code        schema.Code
 	Phase       schema.Phase
 	From, Until time.Time
-	After       uint64
-	Limit       int
+	// Oldest: oldest first, continuing After a sequence; else newest
+	// first, continuing Before one.
+	Oldest        bool
+	After, Before uint64
+	Limit         int
 }
 
 // found is one match.
@@ -61,8 +70,9 @@ type found struct {
 type searchResult struct {
 	Matches []found
 	Scanned int
-	// Next, when not 0, continues the scan after this sequence: the scan
-	// stopped at its bound or at the page's limit before the window's end.
+	// Next, when not 0, continues the scan from this sequence (after it
+	// oldest first, before it newest first): the scan stopped at its bound
+	// or at the page's limit before the window's end.
 	Next uint64
 }
 
@@ -100,12 +110,24 @@ func parseSearch(v url.Values, now time.Time) (searchQuery, []string) {
 		}
 		*t.to = at
 	}
-	if s := v.Get("after"); s != "" {
-		n, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			problems = append(problems, "after: a stream sequence")
+	switch o := v.Get("order"); o {
+	case "", orderNewest:
+	case orderOldest:
+		q.Oldest = true
+	default:
+		problems = append(problems, "order: newest or oldest")
+	}
+	for _, p := range []struct {
+		name string
+		to   *uint64
+	}{{"after", &q.After}, {"before", &q.Before}} {
+		if s := v.Get(p.name); s != "" {
+			n, err := strconv.ParseUint(s, 10, 64)
+			if err != nil {
+				problems = append(problems, p.name+": a stream sequence")
+			}
+			*p.to = n
 		}
-		q.After = n
 	}
 	if s := v.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
@@ -168,7 +190,28 @@ func (q searchQuery) values() url.Values {
 	v.Set("from", q.From.UTC().Format("2006-01-02T15:04:05"))
 	v.Set("until", q.Until.UTC().Format("2006-01-02T15:04:05"))
 	v.Set("limit", strconv.Itoa(q.Limit))
+	if q.Oldest {
+		v.Set("order", orderOldest)
+	}
 	return v
+}
+
+// next is the URL of the page that continues a result.
+func (q searchQuery) next(res *searchResult) string {
+	v := q.values()
+	if q.Oldest {
+		v.Set("after", strconv.FormatUint(res.Next, 10))
+	} else {
+		v.Set("before", strconv.FormatUint(res.Next, 10))
+	}
+	return "/search?" + v.Encode()
+}
+
+// toggled is the URL of the same search in the other order, from the
+// start.
+func (q searchQuery) toggled() string {
+	q.Oldest = !q.Oldest
+	return "/search?" + q.values().Encode()
 }
 
 func (c *Console) search(ctx context.Context, q searchQuery) (*searchResult, error) {
@@ -181,6 +224,9 @@ func (c *Console) search(ctx context.Context, q searchQuery) (*searchResult, err
 		if q.Phase != "" {
 			filter = c.subj.Incident(string(q.Phase))
 		}
+	}
+	if !q.Oldest {
+		return c.searchNewest(ctx, q, stream, filter)
 	}
 	req := batchRequest{NextFor: filter, Batch: scanChunk}
 	if q.After > 0 {
@@ -199,21 +245,78 @@ func (c *Console) search(ctx context.Context, q searchQuery) (*searchResult, err
 			return res, nil
 		}
 		for _, m := range msgs {
-			if !m.Time.Before(q.Until) {
-				return res, nil
-			}
-			res.Scanned++
-			if f, ok := c.match(q, m); ok {
-				res.Matches = append(res.Matches, f)
-			}
-			if len(res.Matches) >= q.Limit || res.Scanned >= searchScan {
-				res.Next = m.Seq
+			if !m.Time.Before(q.Until) || c.take(q, m, res) {
 				return res, nil
 			}
 		}
 		req = batchRequest{NextFor: filter, Batch: scanChunk, Seq: msgs[len(msgs)-1].Seq + 1}
 	}
 	return res, nil
+}
+
+// searchNewest scans backward: from the last message before the window's
+// end (or before q.Before), a chunk of sequences at a time, each chunk
+// read forward on the filter and taken newest first, until the window's
+// start, the page's limit or the scan's bound.
+func (c *Console) searchNewest(ctx context.Context, q searchQuery, stream, filter string) (*searchResult, error) {
+	res := &searchResult{}
+	first, end, err := c.seqs(ctx, stream)
+	if err != nil || end == 0 {
+		return res, err
+	}
+	if q.Before > 0 {
+		end = min(end, q.Before-1)
+	} else {
+		until := q.Until.UTC()
+		at, err := c.batch(ctx, stream, batchRequest{StartTime: &until, Batch: 1})
+		if err != nil {
+			return nil, err
+		}
+		if len(at) > 0 {
+			end = min(end, at[0].Seq-1) // the first message at or after the end
+		}
+	}
+	for spanned := uint64(0); end >= first && end > 0; {
+		if spanned >= searchSpan {
+			res.Next = end + 1 // the page continues before it
+			return res, nil
+		}
+		start := max(first, end-min(end-1, scanChunk-1))
+		spanned += end - start + 1
+		msgs, err := c.batch(ctx, stream, batchRequest{Seq: start, NextFor: filter, Batch: scanChunk})
+		if err != nil {
+			return nil, err
+		}
+		for i := len(msgs) - 1; i >= 0; i-- {
+			m := msgs[i]
+			if m.Seq > end {
+				continue
+			}
+			if m.Time.Before(q.From) || c.take(q, m, res) {
+				return res, nil
+			}
+		}
+		if start <= first {
+			break
+		}
+		end = start - 1
+	}
+	return res, nil
+}
+
+// take reads one message of a scan into res, and reports whether the
+// page is full (its limit of matches, or the scan's bound): then res.Next
+// continues from that message.
+func (c *Console) take(q searchQuery, m storedMsg, res *searchResult) (full bool) {
+	res.Scanned++
+	if f, ok := c.match(q, m); ok {
+		res.Matches = append(res.Matches, f)
+	}
+	if len(res.Matches) >= q.Limit || res.Scanned >= searchScan {
+		res.Next = m.Seq
+		return true
+	}
+	return false
 }
 
 // match reports whether a message matches the query's kind, code and

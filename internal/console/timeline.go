@@ -72,6 +72,39 @@ type timeline struct {
 	Found string
 	// Truncated: a proposal had more outcomes than the processor returns.
 	Truncated bool
+	// Oldest: the entries are oldest first (the page's toggle); else
+	// newest first.
+	Oldest bool
+	// Resolve is the latest receipt of an intent whose effect is unknown
+	// (still polled, or exhausted: Exhausted): the page offers the resolve
+	// form for it, as the queue does.
+	Resolve   *schema.Receipt
+	Exhausted bool
+	// Parked lists the intent's proposals waiting for a grant.
+	Parked []string
+}
+
+// unsettled finds what the page offers for an intent that is not settled:
+// the resolve form for an unknown effect, the approvals page for a parked
+// proposal.
+func (tl *timeline) unsettled() {
+	if rs := tl.Receipts; rs != nil && len(rs.Receipts) > 0 {
+		if last := rs.Receipts[len(rs.Receipts)-1]; last.Status == schema.StatusReconciliationRequired {
+			tl.Resolve, tl.Exhausted = &last, rs.Terminal
+		}
+	}
+	last := map[string]*schema.Outcome{}
+	for _, e := range tl.Entries {
+		if e.Kind == "outcome" {
+			last[e.Proposal] = e.Outcome // sorted oldest first: the last one stays
+		}
+	}
+	for name, o := range last {
+		if o.Kind == schema.KindNeedsApproval && !o.Terminal {
+			tl.Parked = append(tl.Parked, name)
+		}
+	}
+	slices.Sort(tl.Parked)
 }
 
 // userError is a query the console cannot answer as asked: shown to the
@@ -184,6 +217,7 @@ func (c *Console) timeline(ctx context.Context, q string) (*timeline, error) {
 		}
 	}
 	tl.sort()
+	tl.unsettled()
 	return tl, nil
 }
 
@@ -213,6 +247,8 @@ func (tl *timeline) addProposal(r schema.ProposalRef, p *admin.Proposal) {
 	}
 }
 
+// sort orders the entries oldest first (order shows them newest first
+// unless the page asks otherwise).
 func (tl *timeline) sort() {
 	for i := range tl.Entries {
 		tl.Entries[i].sortMs = max(tl.Entries[i].sortMs, tl.Entries[i].AtMs)
@@ -226,6 +262,14 @@ func (tl *timeline) sort() {
 		}
 		return cmpInt(int64(a.Seq), int64(b.Seq))
 	})
+}
+
+// order shows the entries oldest first, or newest first (the default).
+func (tl *timeline) order(oldest bool) {
+	tl.Oldest = oldest
+	if !oldest {
+		slices.Reverse(tl.Entries)
+	}
 }
 
 func cmpInt(a, b int64) int {

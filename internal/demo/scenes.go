@@ -19,7 +19,7 @@ import (
 // doors shows that the server admits only configured roles, each to its
 // own subjects.
 func (d *demo) doors() error {
-	d.section("0. Who may connect (SPEC §2.8)")
+	d.section("0. Only known clients connect, each to its own subjects only (SPEC §2.8)")
 	if _, err := nats.Connect(d.proc.NATSURL()); err == nil {
 		return errors.New("doors: an anonymous client connected")
 	} else {
@@ -44,12 +44,12 @@ func (d *demo) doors() error {
 	case <-time.After(5 * time.Second):
 		return errors.New("doors: the host could subscribe to an internal subject")
 	}
-	d.printf("           Internal hand-offs are sealed too (HMAC): a forged one would be rejected unread.\n")
+	d.printf("           Messages between Portcullis's own stages carry a secret signature: a forged one would be rejected unread.\n")
 	return nil
 }
 
 func (d *demo) lumber() error {
-	d.section("1. Grounding failure matrix (seed 000): \"lumber: cedar-8ft-gradea\"")
+	d.section("1. A target is never guessed: four ways \"lumber: cedar-8ft-gradea\" fails to name one record (SPEC §3)")
 	subject := "lumber: cedar-8ft-gradea"
 	cases := []struct {
 		pid  string
@@ -88,12 +88,12 @@ func (d *demo) lumber() error {
 	if n != 0 || d.inventory.Dispatches() != 0 {
 		return fmt.Errorf("a grounding failure reached authorization (%d) or the provider (%d)", n, d.inventory.Dispatches())
 	}
-	d.printf("  All four fail closed before authorization: authorization saw 0 of them, the provider 0 dispatches.\n")
+	d.printf("  All four stop before anything is authorized or sent: authorization saw 0 of them, the provider 0 dispatches.\n")
 	return nil
 }
 
 func (d *demo) payments() error {
-	d.section("2. \"Restart the payments API\" (seed 000): production and staging look alike")
+	d.section("2. \"Restart the payments API\": production and staging look alike, so it asks which")
 	d.printf("  The service catalog offers two candidates: svc:payments-prod \"payments-api (production)\"\n")
 	d.printf("  and svc:payments-staging \"payments-api (staging)\".\n")
 	vague := paymentsProposal("restart-vague", "the payments API")
@@ -135,7 +135,7 @@ func (d *demo) payments() error {
 }
 
 func (d *demo) flight() error {
-	d.section("3. Book a flight (seed 003): spend, approval, protected disclosure, a timeout, reconciliation")
+	d.section("3. Book a flight: the user approves the price, personal details go to the airline only, a timeout is settled by asking it")
 	const pid = "book-sea-jfk"
 	if err := d.propose(flightProposal(pid)); err != nil {
 		return err
@@ -236,7 +236,7 @@ func (d *demo) checkActivity(fp string) error {
 }
 
 func (d *demo) operator() error {
-	d.section("4. When nobody can tell: reconciliation gives up and an operator settles it")
+	d.section("4. When nobody can tell whether it happened: a person checks and settles it")
 	const pid = "pay-invoice-42"
 	p := lumberProposal(pid, "security-domain:demo", []any{candidate("invoice:INV-0042", map[string]any{"resource": "Invoice INV-0042"})})
 	in := p["intent"].(map[string]any)

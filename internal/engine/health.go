@@ -123,13 +123,20 @@ func (p *Processor) serveHealthz(w http.ResponseWriter, _ *http.Request) {
 }
 
 // serveReadyz answers 200 while the processor is ready, else 503 with the
-// reason.
+// reason; then a line for each provider nobody answers (the processor is
+// ready, but that provider's dispatches wait).
 func (p *Processor) serveReadyz(w http.ResponseWriter, _ *http.Request) {
+	var detail string
+	if p.reach != nil {
+		for _, d := range p.reach.detail() {
+			detail += "\n" + d
+		}
+	}
 	if ok, reason := p.readiness(); !ok {
-		plain(w, http.StatusServiceUnavailable, reason)
+		plain(w, http.StatusServiceUnavailable, reason+detail)
 		return
 	}
-	plain(w, http.StatusOK, "ok")
+	plain(w, http.StatusOK, "ok"+detail)
 }
 
 func plain(w http.ResponseWriter, code int, body string) {

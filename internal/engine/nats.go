@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/internal/dirlock"
 	"github.com/portcullis/portcullis/internal/keyfile"
 	"github.com/portcullis/portcullis/internal/natsauth"
 	"github.com/portcullis/portcullis/internal/seal"
@@ -179,6 +180,11 @@ func (p *Processor) startServer(processorKey string) error {
 	} else if err := probeListen(n.Listen); err != nil {
 		return fmt.Errorf("engine: nats.listen %s: %w", n.Listen, err)
 	}
+	// The store directory's lock first: nats-server does not lock it, and
+	// two servers on one JetStream store corrupt it.
+	if err := p.lockNATSStore(); err != nil {
+		return err
+	}
 	opts := &server.Options{
 		ServerName: "portcullis",
 		Host:       host,
@@ -236,6 +242,31 @@ func (p *Processor) startServer(processorKey string) error {
 		}
 	}
 	p.srv = srv
+	return nil
+}
+
+// ErrNATSStoreLocked is returned by Start when another processor holds the
+// embedded server's nats.store_dir.
+var ErrNATSStoreLocked = errors.New("engine: nats store directory in use")
+
+// lockNATSStore takes the lock file in nats.store_dir (dirlock.Name; made
+// with the directory if need be) for as long as the processor runs, as
+// Pebble's lock does for store.dir: a second processor on the same
+// embedded JetStream store is refused, naming the first.
+func (p *Processor) lockNATSStore() error {
+	n := p.cfg.NATS
+	if err := os.MkdirAll(n.StoreDir, 0o755); err != nil {
+		return fmt.Errorf("engine: embedded nats on %s (store_dir %s): %w", n.Listen, n.StoreDir, err)
+	}
+	lk, err := dirlock.Acquire(filepath.Join(n.StoreDir, dirlock.Name))
+	var he *dirlock.HeldError
+	switch {
+	case errors.As(err, &he):
+		return fmt.Errorf("%w: %s", ErrNATSStoreLocked, dirlock.InUse(n.StoreDir, he.Holder(), "nats.store_dir"))
+	case err != nil:
+		return fmt.Errorf("engine: embedded nats on %s (store_dir %s): %w", n.Listen, n.StoreDir, err)
+	}
+	p.natsLock = lk
 	return nil
 }
 

@@ -29,6 +29,7 @@ import (
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/admin"
 	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/internal/dirlock"
 	"github.com/portcullis/portcullis/internal/seal"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/stages"
@@ -95,6 +96,11 @@ type Processor struct {
 	closeApprovals func()
 	// health is what /readyz reads (health.go).
 	health health
+	// natsLock holds the embedded server's nats.store_dir (nil: none).
+	natsLock *dirlock.Lock
+	// reach is each provider's reachability, as this processor's calls
+	// showed it (reach.go): /readyz's detail, actions_provider_unreachable.
+	reach *reach
 	// consumers are the pipeline's runners and their durable consumers
 	// (Consumers).
 	consumers []Consumer
@@ -248,19 +254,24 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 		}
 	}
 	p.metrics.SetApprovalsPending(p.approvals.Count)
+	retry := map[string]time.Duration{}
+	for _, pr := range cfg.Providers {
+		retry[pr.Name] = pr.UnavailableRetry
+	}
+	p.reach = newReach(p.log, p.metrics, p.clock.Now, retry) // before /readyz is served
 	p.serveMetrics()
 
 	p.adapters = map[string]adapters.Adapter{}
 	for _, pr := range cfg.Providers {
-		if a, ok := o.Adapters[pr.Name]; ok {
-			p.adapters[pr.Name] = a
-			continue
+		a, ok := o.Adapters[pr.Name]
+		if !ok {
+			var err error
+			a, err = adapters.Build(pr.Adapter, pr.Settings, adapters.Provider{Name: pr.Name, Timeout: pr.Timeout}, adapters.Env{NC: p.nc, Subjects: subj, Now: p.clock.Now})
+			if err != nil {
+				return err
+			}
 		}
-		a, err := adapters.Build(pr.Adapter, pr.Settings, adapters.Provider{Name: pr.Name, Timeout: pr.Timeout}, adapters.Env{NC: p.nc, Subjects: subj, Now: p.clock.Now})
-		if err != nil {
-			return err
-		}
-		p.adapters[pr.Name] = a
+		p.adapters[pr.Name] = p.reach.watch(pr.Name, a)
 	}
 	p.history = newHistoryBudget(p.js, subj, cfg.Streams.HostHistoryMaxMsgs, p.log)
 	deps := stages.Deps{JS: p.js, Seal: p.seal, Subjects: subj, Metrics: p.metrics, Outcomes: p.store, Clock: p.clock, Log: p.log,
@@ -276,6 +287,7 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 	}
 	p.recon = parts.recon
 	p.metrics.SetIndeterminateSource(jr.CountIndeterminate)
+	p.metrics.SetExhaustedSource(func() (int, error) { return countExhausted(jr) })
 	// The operator's API (processor receipts, processor reconcile).
 	adm := &admin.Server{Journal: jr, Approvals: p.approvals, Nonces: p.nonces, Store: p.proposals, Reconciliation: Resolver{p.recon}, ReconcileMaxAttempts: cfg.Reconciliation.MaxAttempts, Subjects: subj, Clock: p.clock,
 		Log: p.log.With("component", "admin"), JS: p.js, Operators: cfg.Operators, AllowUnsigned: cfg.Admission.AllowUnsigned, Self: p.status}
@@ -535,6 +547,30 @@ func (p *Processor) teardown() {
 		p.srv.Shutdown()
 		p.srv.WaitForShutdown()
 	}
+	if err := p.natsLock.Release(); err != nil {
+		p.log.Error("releasing the nats store_dir lock", "err", err)
+	}
+}
+
+// countExhausted counts the indeterminate intents whose reconciliation is
+// exhausted (actions_indeterminate_exhausted): the journal's index, then
+// each record, read as the operator API's queue reads them.
+func countExhausted(jr kv.Journal) (int, error) {
+	idx, err := jr.Indeterminates()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, e := range idx {
+		rec, found, err := jr.Load(e.Fingerprint)
+		if err != nil {
+			return 0, err
+		}
+		if found && kv.IndeterminateReceipt(rec.Receipt) && rec.ReconcileExhausted {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // NATSURL is the client URL of the server the processor uses.

@@ -68,6 +68,12 @@ func TestEveryResultConforms(t *testing.T) {
 			bare := schema.Outcome{ProposalID: "mcp-1", Kind: k, Terminal: terminal, EffectTruth: k.EffectTruth()}
 			check(string(k)+"/no detail", render(bare, view{}).StructuredContent)
 			check(string(k)+"/pending", pendingResult(o, rec, "x").StructuredContent)
+			earlier := o
+			earlier.RecordedEarlier = true
+			if got := render(earlier, views["with record and summary"]).StructuredContent.(result); !got.RecordedEarlier {
+				t.Errorf("%s: recorded_earlier dropped from the result", k)
+			}
+			check(string(k)+"/recorded earlier", render(earlier, views["with record and summary"]).StructuredContent)
 		}
 	}
 	check("bad arguments", badArguments("payload/quantity: maximum").StructuredContent)

@@ -24,6 +24,9 @@ type result struct {
 	Code        string `json:"code,omitempty"`
 	Phase       string `json:"phase,omitempty"`
 	ReceiptID   string `json:"receipt_id,omitempty"`
+	// RecordedEarlier: the receipt is of an earlier proposal of the same
+	// intent (PROTOCOL.md §2.4): this call did not cause the effect.
+	RecordedEarlier bool `json:"recorded_earlier,omitzero"`
 	// Summary is the proposal's display summary: the bound record, the
 	// operation's summary and the payload's summary fields.
 	Summary string `json:"summary,omitempty"`
@@ -95,7 +98,9 @@ func OutputSchema() map[string]any {
 			"code":         str("the closed incident code, when the outcome has one"),
 			"phase":        str("the phase of that incident"),
 			"receipt_id":   str("the provider receipt"),
-			"summary":      str("what the action does: the record it is bound to, the operation and the payload's summary fields"),
+			"recorded_earlier": map[string]any{"type": "boolean", "const": true,
+				"description": "present when the receipt is of an earlier proposal of the same action: this call did not cause the effect, an earlier one did"},
+			"summary": str("what the action does: the record it is bound to, the operation and the payload's summary fields"),
 			"record": map[string]any{
 				"type":                 "object",
 				"description":          "the record the action is bound to",
@@ -150,6 +155,7 @@ func render(o schema.Outcome, v view) *sdk.CallToolResult {
 	if o.Receipt != nil {
 		r.ReceiptID = o.Receipt.ReceiptID
 	}
+	r.RecordedEarlier = o.RecordedEarlier
 	if o.Approval != nil {
 		r.Summary = o.Approval.Summary
 	}
@@ -165,6 +171,10 @@ func render(o schema.Outcome, v view) *sdk.CallToolResult {
 	case schema.KindConfirmed:
 		r.Status = StatusConfirmed
 		r.WhatToDo = "Done: the effect exists (receipt " + r.ReceiptID + "). Tell the user" + onRecord(rec) + ". Do not call again for the same action: it would be answered with this same receipt."
+		if o.RecordedEarlier {
+			r.WhatToDo = "Already done: an earlier request for the same action caused this effect (receipt " + r.ReceiptID + "); this call did not do it again. " +
+				"Tell the user it had already happened" + onRecord(rec) + ". Do not call again for it."
+		}
 	case schema.KindAcknowledged:
 		r.Status = StatusVerifying
 		r.WhatToDo = "The provider accepted the action" + onRecord(rec) + "; its effect is being verified. Do not call again. Check later with " + statusTool + "."

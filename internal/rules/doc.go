@@ -10,7 +10,9 @@
 //   - operator code (the operator API and the console) imports no stage;
 //   - a public package (one with no internal path element) exposes no
 //     internal type in any exported declaration, so that what users import
-//     never makes them name what they cannot import.
+//     never makes them name what they cannot import;
+//   - every relative link and image of every tracked Markdown file
+//     resolves, headings' anchors included (TestMarkdownLinksResolve).
 //
 // The checks are pure functions over a package graph (Check, Exposed), so
 // that their own tests plant violations in made-up graphs and see each

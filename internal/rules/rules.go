@@ -23,7 +23,7 @@ type Layer struct {
 var Layers = []Layer{
 	{"wire", []string{
 		"schema/...", "subjects", "fingerprint", "internal/version",
-		"internal/keyfile", "internal/seal", "internal/trust", "internal/fault",
+		"internal/keyfile", "internal/seal", "internal/trust", "internal/fault", "internal/dirlock",
 		"internal/natscluster", "internal/policy", "internal/disclosure",
 		"internal/adapters", "internal/fixtures",
 	}},

@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/portcullis/portcullis/internal/dirlock"
 	"github.com/portcullis/portcullis/kv"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -70,6 +71,7 @@ type Store struct {
 	mu      sync.RWMutex // held for reading by every operation, for writing by Close
 	db      *pebble.DB
 	dirLock *pebble.Lock // the directory's lock, released after db closes
+	unmark  func()       // drops dirLock from dirlock's table
 	closed  bool
 	fmu     sync.Mutex
 	failed  error // set once Pebble reports a fatal error; guarded by fmu
@@ -188,7 +190,7 @@ func Open(dir string, o Options) (*Store, error) {
 	lock, err := pebble.LockDirectory(dir, fs)
 	if err != nil {
 		if holder, locked := lockedBy(o.FS, dir, err); locked {
-			return nil, fmt.Errorf("%w: %s is held by %s: stop it, or give this processor a store.dir of its own", ErrLocked, dir, holder)
+			return nil, fmt.Errorf("%w: %s", ErrLocked, dirlock.InUse(dir, holder, "store.dir"))
 		}
 		return nil, fmt.Errorf("kv: open %s: %w", dir, err)
 	}
@@ -202,7 +204,7 @@ func Open(dir string, o Options) (*Store, error) {
 	if now == nil {
 		now = func() int64 { return time.Now().UnixMilli() }
 	}
-	return &Store{db: db, dirLock: lock, log: log, now: now, timerAdded: make(chan struct{}, 1)}, nil
+	return &Store{db: db, dirLock: lock, unmark: markLocked(o.FS, dir), log: log, now: now, timerAdded: make(chan struct{}, 1)}, nil
 }
 
 // Close closes the database. Operations still running finish first; later
@@ -215,6 +217,7 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	err := s.db.Close()
+	s.unmark()
 	if lerr := s.dirLock.Close(); err == nil {
 		err = lerr
 	}

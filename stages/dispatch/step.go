@@ -261,6 +261,7 @@ func Step(f Facts, r Rules) Decision {
 		rec.DispatchAttempts++
 		rec.InFlightAtMs = f.Now
 		rec.InFlightBy = f.Self
+		rec.DispatchedFor = &ref
 		margin := r.LeaseMargin
 		if margin <= 0 {
 			margin = DefaultLeaseMargin

@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -598,5 +599,70 @@ func TestRedispatchOf(t *testing.T) {
 		if got := s.redispatchOf(c.msgID, rec); got != c.want {
 			t.Errorf("%s: %d, want %d", c.name, got, c.want)
 		}
+	}
+}
+
+// An outcome says recorded_earlier exactly when its receipt came from the
+// dispatch of another proposal of the intent (SPEC §2.4): the proposal
+// that dispatched hears its own receipt without it, every later proposal
+// with it; one whose earlier attempt reached nobody (not invoked) and was
+// then dispatched for another proposal leaves the effect to that other one.
+func TestStepRecordedEarlier(t *testing.T) {
+	first := facts(nil)
+	d := Step(first, rules)
+	if d.Call != CallProvider || d.Writes.Record == nil {
+		t.Fatalf("first proposal: %+v", d)
+	}
+	rec := *d.Writes.Record
+	reply := facts(func(f *Facts) {
+		f.Record, f.Found, f.Dispatched, f.Reply = rec, true, true, schema.AdapterReply{Outcome: "confirmed"}
+		f.Lease = LeaseOf(rec)
+	})
+	d = Step(reply, rules)
+	if d.Outcome == nil || d.Outcome.Kind != schema.KindConfirmed || d.Outcome.RecordedEarlier {
+		t.Fatalf("the dispatching proposal's own outcome: %+v, want CONFIRMED without recorded_earlier", d.Outcome)
+	}
+	rec = *d.Writes.Record
+	repeat := facts(func(f *Facts) {
+		f.Record, f.Found = rec, true
+		f.Env.Proposal.ProposalID = "p-2"
+	})
+	d = Step(repeat, rules)
+	if d.Outcome == nil || d.Outcome.Kind != schema.KindConfirmed || !d.Outcome.RecordedEarlier {
+		t.Fatalf("a repeat of the intent: %+v, want CONFIRMED with recorded_earlier", d.Outcome)
+	}
+	// The dispatching proposal redelivered: still its own.
+	d = Step(facts(func(f *Facts) { f.Record, f.Found = rec, true }), rules)
+	if d.Outcome == nil || d.Outcome.RecordedEarlier {
+		t.Fatalf("the dispatching proposal redelivered: %+v", d.Outcome)
+	}
+	data, err := json.Marshal(d.Outcome)
+	if err != nil || strings.Contains(string(data), "recorded_earlier") {
+		t.Fatalf("absent, not false, on the wire: %s (%v)", data, err)
+	}
+
+	// p-1's attempt reached nobody; p-2 dispatches it: p-2's effect.
+	notInv := *Step(first, rules).Writes.Record
+	notInv.State, notInv.NotInvokedSinceMs = kv.StateNotInvoked, now
+	second := facts(func(f *Facts) {
+		f.Record, f.Found = notInv, true
+		f.Env.Proposal.ProposalID = "p-2"
+	})
+	d = Step(second, rules)
+	if d.Call != CallProvider {
+		t.Fatalf("p-2 after a not-invoked attempt: %+v", d)
+	}
+	rec = *d.Writes.Record
+	d = Step(facts(func(f *Facts) {
+		f.Env.Proposal.ProposalID = "p-2"
+		f.Record, f.Found, f.Dispatched, f.Reply = rec, true, true, schema.AdapterReply{Outcome: "confirmed"}
+		f.Lease = LeaseOf(rec)
+	}), rules)
+	if d.Outcome == nil || d.Outcome.RecordedEarlier {
+		t.Fatalf("p-2's own dispatch: %+v", d.Outcome)
+	}
+	others := othersOf(*d.Writes.Record, schema.ProposalRef{Host: "frontdesk", ProposalID: "p-2"}, now)
+	if len(others) != 1 || others[0].ProposalID != "p-1" || !others[0].RecordedEarlier {
+		t.Fatalf("p-1 told of p-2's dispatch: %+v, want recorded_earlier", others)
 	}
 }

@@ -77,6 +77,11 @@ func gauge(t *testing.T, env *testenv.Env) float64 {
 	return testutil.ToFloat64(env.Processor().Metrics().Indeterminate)
 }
 
+// exhaustedGauge is actions_indeterminate_exhausted as a scrape reads it.
+func exhaustedGauge(env *testenv.Env) float64 {
+	return testutil.ToFloat64(env.Processor().Metrics().IndeterminateExhausted)
+}
+
 func attempts(env *testenv.Env, status string) float64 {
 	return testutil.ToFloat64(env.Processor().Metrics().ReconcileAttempts.WithLabelValues("demo", status))
 }

@@ -247,6 +247,9 @@ func TestExhaustionThenOperator(t *testing.T) {
 	)
 	fp := propose(t, env, clock, "prop-ex")
 	env.Recorder.Wait(t, "prop-ex", last(schema.KindReconciliationRequired))
+	if g, x := gauge(t, env), exhaustedGauge(env); g != 1 || x != 0 {
+		t.Errorf("while polling: actions_indeterminate_actions = %v, actions_indeterminate_exhausted = %v; want 1, 0", g, x)
+	}
 	wantIncidents := [][]string{
 		{"reconciliation/RECONCILE_ERROR"},
 		{"reconciliation/RECONCILE_ERROR"},
@@ -277,8 +280,8 @@ func TestExhaustionThenOperator(t *testing.T) {
 	if n := len(asked.requests()); n != 0 {
 		t.Errorf("polled %d times after exhaustion", n)
 	}
-	if g := gauge(t, env); g != 1 {
-		t.Errorf("gauge = %v", g)
+	if g, x := gauge(t, env), exhaustedGauge(env); g != 1 || x != 1 {
+		t.Errorf("exhausted: actions_indeterminate_actions = %v, actions_indeterminate_exhausted = %v; want 1, 1", g, x)
 	}
 	activityOf(t, env, fp, func(a *schema.Activity) bool {
 		return a.Reconciliation != nil && a.Reconciliation.Exhausted && a.Reconciliation.Attempts == maxAttempts
