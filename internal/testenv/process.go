@@ -79,8 +79,17 @@ func WriteConfig(t testing.TB, cfg *config.Config) string {
 // process is killed when the test ends if still running.
 func StartProcess(t testing.TB, cfg *config.Config, env ...string) *Process {
 	t.Helper()
-	bin := ProcessorBinary(t)
-	cmd := exec.Command(bin, "run", "--config", WriteConfig(t, cfg))
+	return StartProcessIn(t, nil, cfg, env...)
+}
+
+// StartProcessIn is StartProcess with the command run by prefix: `ip
+// netns exec NS` runs the processor inside a network namespace (package
+// partition). The process is the processor's own once prefix exec'd it,
+// so signals reach it.
+func StartProcessIn(t testing.TB, prefix []string, cfg *config.Config, env ...string) *Process {
+	t.Helper()
+	argv := append(append([]string(nil), prefix...), ProcessorBinary(t), "run", "--config", WriteConfig(t, cfg))
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), env...)
 	dieWithParent(cmd) // a test binary that panics must not leave processors behind
 	logs := &LogBuffer{}
