@@ -3,10 +3,12 @@ package pebble
 import (
 	"bytes"
 	"errors"
+	"os"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/portcullis/portcullis/kv"
@@ -234,6 +236,33 @@ func TestFailedWALWriteIsAnError(t *testing.T) {
 	b.PutOutcome(schema.NewOutcome(schema.ProposalRef{Host: "h", ProposalID: "q"}, schema.KindDenied, 1))
 	if err := b.Commit(Sync); !errors.Is(err, ErrFailed) {
 		t.Fatalf("commit after failure: %v", err)
+	}
+}
+
+// A WAL write refused for lack of space fails the store with an error
+// that says so (errors.Is ENOSPC): readiness names a full disk.
+func TestFailedWALWriteKeepsItsCause(t *testing.T) {
+	var armed atomic.Bool
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if armed.Load() && strings.HasSuffix(op.Path, ".log") && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
+			return &os.PathError{Op: "write", Path: op.Path, Err: syscall.ENOSPC}
+		}
+		return nil
+	})
+	s, err := Open("db", Options{FS: errorfs.Wrap(vfs.NewMem(), inj)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	armed.Store(true)
+	b := s.NewBatch()
+	b.PutOutcome(schema.NewOutcome(schema.ProposalRef{Host: "h", ProposalID: "p"}, schema.KindDenied, 1))
+	err = b.Commit(Sync)
+	if !errors.Is(err, ErrFailed) || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("commit on a full disk: %v", err)
+	}
+	if f := s.Failed(); !errors.Is(f, ErrFailed) || !errors.Is(f, syscall.ENOSPC) {
+		t.Fatalf("Failed() = %v", f)
 	}
 }
 
