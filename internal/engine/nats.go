@@ -164,7 +164,7 @@ func redactURL(u string) string {
 // server is created.
 func (p *Processor) startServer(processorKey string) error {
 	n := p.cfg.NATS
-	host, portStr, err := net.SplitHostPort(n.Listen)
+	_, portStr, err := net.SplitHostPort(n.Listen)
 	if err != nil {
 		return fmt.Errorf("engine: nats.listen %q: %w", n.Listen, err)
 	}
@@ -177,6 +177,20 @@ func (p *Processor) startServer(processorKey string) error {
 	} else if err := probeListen(n.Listen); err != nil {
 		return fmt.Errorf("engine: nats.listen %s: %w", n.Listen, err)
 	}
+	p.srvKey = processorKey
+	srv, err := p.launchServer(port)
+	if err != nil {
+		return err
+	}
+	p.srv = srv
+	return nil
+}
+
+// launchServer creates and starts the embedded server on port (the
+// configured host), and waits until it accepts connections.
+func (p *Processor) launchServer(port int) (*server.Server, error) {
+	n := p.cfg.NATS
+	host, _, _ := net.SplitHostPort(n.Listen)
 	opts := &server.Options{
 		ServerName: "portcullis",
 		Host:       host,
@@ -195,24 +209,25 @@ func (p *Processor) startServer(processorKey string) error {
 	}
 	if n.Auth {
 		// Every role its own account, the processor's with JetStream
-		// (SPEC §2.8; natsauth).
-		accounts, users, err := natsauth.ServerAuth(p.cfg, p.subj, processorKey)
+		// (SPEC §2.8; natsauth). Built anew at every start: an account
+		// belongs to one server.
+		accounts, users, err := natsauth.ServerAuth(p.cfg, p.subj, p.srvKey)
 		if err != nil {
-			return fmt.Errorf("engine: embedded nats: %w", err)
+			return nil, fmt.Errorf("engine: embedded nats: %w", err)
 		}
 		opts.Accounts, opts.Nkeys = accounts, users
 	}
 	if t := n.TLS; t != nil {
 		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: t.CertFile, KeyFile: t.KeyFile})
 		if err != nil {
-			return fmt.Errorf("engine: nats.tls: %w", err)
+			return nil, fmt.Errorf("engine: nats.tls: %w", err)
 		}
 		opts.TLSConfig = tc
 		opts.TLSTimeout = 2
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
-		return fmt.Errorf("engine: embedded nats: %w", err)
+		return nil, fmt.Errorf("engine: embedded nats: %w", err)
 	}
 	// nats-server reports why it did not start (JetStream's store
 	// directory not writable, a listener it could not open) only to its
@@ -224,17 +239,16 @@ func (p *Processor) startServer(processorKey string) error {
 	if err := awaitStart(srv, fatal, embeddedStartTimeout); err != nil {
 		srv.Shutdown()
 		srv.WaitForShutdown()
-		return fmt.Errorf("engine: embedded nats on %s (store_dir %s): %w", n.Listen, n.StoreDir, err)
+		return nil, fmt.Errorf("engine: embedded nats on %s (store_dir %s): %w", n.Listen, n.StoreDir, err)
 	}
 	if n.Auth {
 		if err := natsauth.EnableJetStream(srv); err != nil {
 			srv.Shutdown()
 			srv.WaitForShutdown()
-			return fmt.Errorf("engine: embedded nats: %w", err)
+			return nil, fmt.Errorf("engine: embedded nats: %w", err)
 		}
 	}
-	p.srv = srv
-	return nil
+	return srv, nil
 }
 
 // embeddedStartTimeout bounds the embedded server's start when it reports

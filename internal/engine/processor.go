@@ -69,12 +69,15 @@ type Processor struct {
 	history *historyBudget
 	// legacy are the Scheduled stages whose stream takes their timers
 	// (legacyScheduled).
-	legacy   map[string]bool
-	cfg      *config.Config
-	log      *slog.Logger
-	clock    stages.Clock
-	subj     subjects.Subjects
-	srv      *server.Server
+	legacy map[string]bool
+	cfg    *config.Config
+	log    *slog.Logger
+	clock  stages.Clock
+	subj   subjects.Subjects
+	srv    *server.Server
+	// srvKey is the processor's identity on the embedded server (its
+	// restarts keep it: watchEmbedded).
+	srvKey   string
 	nc       *nats.Conn
 	js       jetstream.JetStream
 	store    *pebble.Store
@@ -192,6 +195,10 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 	// The store first: its directory lock says whether another processor
 	// runs on this store.dir, before an embedded server is started on
 	// what would be that processor's NATS store too.
+	// A disk already short of room would hang Pebble's open.
+	if err := p.checkRoom(); err != nil {
+		return err
+	}
 	var err error
 	p.store, err = pebble.Open(cfg.Store.Dir, pebble.Options{FS: o.StoreFS, Logger: p.log.With("component", "pebble"), Now: func() int64 { return stages.NowMs(p.clock) }})
 	if err != nil {
@@ -260,7 +267,7 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 	}
 	p.history = newHistoryBudget(p.js, subj, cfg.Streams.HostHistoryMaxMsgs, p.log)
 	deps := stages.Deps{JS: p.js, Seal: p.seal, Subjects: subj, Metrics: p.metrics, Outcomes: p.store, Clock: p.clock, Log: p.log,
-		OnOutcome: p.history.published, OnFull: p.stageFull}
+		OnOutcome: p.history.published, OnFull: p.stageFull, Room: p.room}
 	jr := p.journal
 	parts := &Parts{
 		Config: cfg, Subjects: subj, Clock: p.clock, Metrics: p.metrics, Log: p.log, NC: p.nc, JS: p.js, Seal: p.seal,
@@ -294,6 +301,10 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 		})
 	}
 	p.wg.Go(func() { p.watchStore(fetchCtx) })
+	p.wg.Go(func() { p.watchDisks(fetchCtx) })
+	if cfg.NATS.Embedded {
+		p.wg.Go(func() { p.watchEmbedded(fetchCtx) })
+	}
 	p.watchStages(fetchCtx, runners, o.LagPoll)
 	sched := &stages.Scheduler{Store: p.store, JS: p.js, Seal: p.seal, Clock: p.clock, Log: p.log}
 	p.wg.Go(func() { _ = sched.Run(fetchCtx) })
