@@ -50,6 +50,10 @@ type Deps struct {
 	// OnOutcome, if set, hears of every outcome stored (not a duplicate),
 	// by its host: the outcome history's per-host budget counts them.
 	OnOutcome func(host string)
+	// Last is what the processor knows of the outcome subjects it
+	// published to (outcomes.go), shared by its runners; nil: each runner
+	// keeps its own.
+	Last *LastOutcomes
 	// OnFull, if set, hears whether a stage's stream refused a hand-off
 	// because it is full (full true: the hand-off is retried until there
 	// is room) or took one (false): readiness and actions_stage_full.
@@ -223,6 +227,7 @@ type Runner struct {
 	deps Deps
 	h    Handler
 	log  *slog.Logger
+	last *LastOutcomes
 	// consuming is set while Run's message iterator runs (see Consuming).
 	consuming atomic.Bool
 	// stopping is closed when Run stops fetching: held inputs are then
@@ -244,7 +249,7 @@ func NewRunner(cfg RunnerConfig, deps Deps, h Handler) *Runner {
 	if log == nil {
 		log = slog.Default()
 	}
-	r := &Runner{cfg: cfg, deps: deps, h: h, log: log.With("stage", cfg.Stage),
+	r := &Runner{cfg: cfg, deps: deps, h: h, log: log.With("stage", cfg.Stage), last: deps.Last,
 		bulk:     newBulkheads(cfg.MaxQueued),
 		stopping: make(chan struct{}),
 		counters: map[string]prometheus.Counter{}}
@@ -252,6 +257,9 @@ func NewRunner(cfg RunnerConfig, deps Deps, h Handler) *Runner {
 		r.counters[res] = deps.Metrics.StageMessages.WithLabelValues(cfg.Stage, res)
 	}
 	r.duration = deps.Metrics.StageDuration.WithLabelValues(cfg.Stage)
+	if r.last == nil {
+		r.last = NewLastOutcomes(0)
+	}
 	r.live.flights = map[inputKey]*flight{}
 	r.tallies.byKey = map[inputKey]*tally{}
 	return r
@@ -991,8 +999,11 @@ func (ts *tallies) sweep(before time.Time) {
 // publish records the outcomes, then publishes every output and waits for
 // all PubAcks. Message ids derive from the input (stage, stream sequence,
 // position), so a redelivered input republishes duplicates the streams drop.
-// Incidents and outcomes are counted once their PubAck arrived and was not
-// a duplicate's.
+// Outcomes go out in their subjects' order (outcomes.go): each expects the
+// last message known on its subject, and one the stream refuses because
+// the subject moved on is decided again on what is there — published
+// after it, or dropped as stale. Incidents and outcomes are counted once
+// their PubAck arrived and was not a duplicate's.
 func (r *Runner) publish(ctx context.Context, in *Input, res Result) error {
 	if len(res.Outcomes) > 0 && !res.Unrecorded && r.deps.Outcomes != nil {
 		if err := r.deps.Outcomes.RecordOutcomes(res.Outcomes); errors.Is(err, pebble.ErrFailed) {
@@ -1007,6 +1018,10 @@ func (r *Runner) publish(ctx context.Context, in *Input, res Result) error {
 	// The input's identity: its stream too, for a runner that reads
 	// several (their sequences overlap).
 	base := r.cfg.Stage + "/" + in.Stream + "/" + strconv.FormatUint(in.StreamSeq, 10)
+	outs, err := r.planOutcomes(ctx, base, res)
+	if err != nil {
+		return err
+	}
 	var msgs []*nats.Msg
 	var events []schema.Incident
 	add := func(subject string, data []byte, id string, hdr nats.Header) {
@@ -1027,32 +1042,26 @@ func (r *Runner) publish(ctx context.Context, in *Input, res Result) error {
 		r.deps.Seal.Seal(n.Subject, n.Data, msgs[len(msgs)-1].Header)
 	}
 	firstOutcome := len(msgs)
-	for i, o := range res.Outcomes {
-		data, err := schema.Marshal(o)
+	for _, m := range outs {
+		msg, err := r.outcomeNATSMsg(m)
 		if err != nil {
-			return fmt.Errorf("encode outcome: %w", err)
+			return err
 		}
-		add(r.deps.Subjects.Outcome(o.Host, o.ProposalID), data, base+"/o"+strconv.Itoa(i), nil)
-		events = append(events, o.Incidents...)
+		msgs = append(msgs, msg)
 	}
-	for _, o := range res.Replayed {
-		data, err := schema.Marshal(o)
-		if err != nil {
-			return fmt.Errorf("encode outcome: %w", err)
-		}
-		// A repeat republishes its proposal's outcome once per
-		// ReplayEvery at most: repeats within it share the message id and
-		// the stream drops all but the first, so a host sending repeats
-		// cannot grow the outcome history (its own, or any host's).
-		bucket := NowMs(r.deps.Clock) / r.cfg.ReplayEvery.Milliseconds()
-		id := "replay/" + o.Host + "/" + o.ProposalID + "/" + string(o.Kind) + "/" + strconv.FormatInt(o.AtMs, 10) + "/" + strconv.FormatInt(bucket, 10)
-		add(r.deps.Subjects.Outcome(o.Host, o.ProposalID), data, id, nil)
+	// Every outcome's incidents are events, published or not: a stale
+	// outcome's were true when it was decided.
+	for _, o := range res.Outcomes {
+		events = append(events, o.Incidents...)
 	}
 	events = append(events, res.Events...)
 	now := NowMs(r.deps.Clock)
 	firstEvent := len(msgs)
 	for i, inc := range events {
 		add(r.deps.Subjects.Incident(string(inc.Phase)), schema.MustMarshal(inc.Event(now)), base+"/e"+strconv.Itoa(i), nil)
+	}
+	if len(outs) > 0 {
+		fault.Hit(fault.RunnerBeforeOutcome)
 	}
 	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
 	for _, m := range msgs {
@@ -1064,6 +1073,7 @@ func (r *Runner) publish(ctx context.Context, in *Input, res Result) error {
 	}
 	timeout := time.NewTimer(r.cfg.PublishTimeout)
 	defer timeout.Stop()
+	var refused []*outcomeMsg
 	for i, f := range futures {
 		select {
 		case ack := <-f.Ok():
@@ -1073,15 +1083,16 @@ func (r *Runner) publish(ctx context.Context, in *Input, res Result) error {
 			case i >= firstEvent:
 				inc := events[i-firstEvent]
 				r.deps.Metrics.Incidents.WithLabelValues(string(inc.Phase), string(inc.Code)).Inc()
-			case i >= firstOutcome && i < firstOutcome+len(res.Outcomes):
-				// Replayed outcomes repeat one counted before: not counted.
-				o := res.Outcomes[i-firstOutcome]
-				r.deps.Metrics.Outcomes.WithLabelValues(string(o.Kind)).Inc()
-				r.stored(o.Host)
-			case i >= firstOutcome+len(res.Outcomes):
-				r.stored(res.Replayed[i-firstOutcome-len(res.Outcomes)].Host)
+			case i >= firstOutcome:
+				m := outs[i-firstOutcome]
+				r.last.Put(m.o.To(), Known{Found: true, Seq: ack.Sequence, Standing: m.o.Standing()})
+				r.outcomeStored(m)
 			}
 		case err := <-f.Err():
+			if i >= firstOutcome && i < firstEvent && wrongLast(err) {
+				refused = append(refused, outs[i-firstOutcome])
+				continue
+			}
 			if streamFull(err) {
 				r.full(f.Msg().Subject, true)
 			}
@@ -1092,8 +1103,27 @@ func (r *Runner) publish(ctx context.Context, in *Input, res Result) error {
 			return ctx.Err()
 		}
 	}
+	for _, m := range refused {
+		stored, err := r.settle(ctx, m)
+		if err != nil {
+			return err
+		}
+		if stored {
+			r.outcomeStored(m)
+		}
+	}
 	for _, n := range res.Next {
 		r.full(n.Subject, false)
 	}
 	return nil
+}
+
+// outcomeStored counts an outcome the stream stored (not a duplicate): a
+// decided one in the outcomes metric (a replay repeats one counted
+// before), both in its host's history budget.
+func (r *Runner) outcomeStored(m *outcomeMsg) {
+	if !m.replay {
+		r.deps.Metrics.Outcomes.WithLabelValues(string(m.o.Kind)).Inc()
+	}
+	r.stored(m.o.Host)
 }

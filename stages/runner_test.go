@@ -67,10 +67,12 @@ func newRig(t *testing.T) *rig {
 	}
 	subj := subjects.Default()
 	ctx := context.Background()
+	outcomes := stages.OutcomeStream(subj)
+	outcomes.Duplicates = time.Minute
 	for _, sc := range []jetstream.StreamConfig{
 		{Name: "IN", Subjects: []string{"in.>"}},
 		{Name: "NEXT", Subjects: []string{"next.>"}, Duplicates: time.Minute},
-		{Name: subj.OutcomesStream(), Subjects: []string{subj.Outcomes()}, Duplicates: time.Minute},
+		outcomes,
 		{Name: subj.IncidentsStream(), Subjects: []string{subj.Incidents()}, Duplicates: time.Minute},
 	} {
 		if _, err := js.CreateStream(ctx, sc); err != nil {

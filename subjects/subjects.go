@@ -19,6 +19,9 @@
 //	<prefix>.stage.<stage>.<kind>.<id>       stage handoffs and timer triggers; id is
 //	                                         <h>.<proposal_id> or a fingerprint's hex digits
 //	<prefix>.admin.<verb>                    operator requests (CLI ↔ running processor)
+//	<prefix>.record.outcomes.<h>.<proposal_id>  where the processor publishes an outcome: the
+//	                                         outcomes stream stores it as <prefix>.outcomes.<h>.<proposal_id>
+//	                                         and only then sends it there live (OutcomeRecord)
 //
 // Every identity receives replies under its own inbox prefix
 // _INBOX.<public key> (Inbox).
@@ -132,6 +135,20 @@ func (s Subjects) HostOutcomes(h string) string { return s.p() + ".outcomes." + 
 func (s Subjects) Outcome(h, proposalID string) string {
 	return s.p() + ".outcomes." + h + "." + proposalID
 }
+
+// OutcomeRecord is the internal subject the processor publishes host h's
+// proposal's outcomes on. The outcomes stream captures it, stores the
+// outcome under Outcome(h, proposalID) (a subject transform) and, once
+// stored, republishes it there for live subscribers: so what a host sees
+// live is exactly what the stream stored, in its order — a publish the
+// stream refuses (a stale outcome, SPEC §2.4 Order) or drops as a
+// duplicate (a repeat inside the replay window) reaches nobody.
+func (s Subjects) OutcomeRecord(h, proposalID string) string {
+	return s.p() + ".record.outcomes." + h + "." + proposalID
+}
+
+// OutcomeRecords is the filter of every OutcomeRecord subject.
+func (s Subjects) OutcomeRecords() string { return s.p() + ".record.outcomes.>" }
 
 // ParseOutcome splits an outcome subject into host and proposal id.
 func (s Subjects) ParseOutcome(subject string) (h, proposalID string, ok bool) {

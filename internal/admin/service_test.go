@@ -349,7 +349,7 @@ func TestProposalOutcomesBounded(t *testing.T) {
 	publish := func(id string, i int) {
 		o := schema.NewOutcome(schema.ProposalRef{Host: testenv.HostName, ProposalID: id}, schema.KindDenied, int64(i+1),
 			schema.NewIncident(schema.PhaseAuthorization, schema.CodeGrantExpired))
-		if _, err := env.JS.Publish(ctx, env.Subjects.Outcome(testenv.HostName, id), schema.MustMarshal(o)); err != nil {
+		if _, err := env.JS.Publish(ctx, env.Subjects.OutcomeRecord(testenv.HostName, id), schema.MustMarshal(o)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -205,6 +205,58 @@ func TestRepeatsDoNotGrowHistory(t *testing.T) {
 	}
 }
 
+// TestRepeatsQuietLive (issue 32, finding 4: live fan-out of repeats): a
+// repeat stored once per window, but every repeat was still published
+// live — 400 repeats of B's proposal with an 8.6 KB outcome sent 401
+// messages to B's subscribers and to every operator and console on the
+// outcome subjects. Now the outcomes are sent live by the outcome stream
+// once stored, so a repeat the stream drops as a duplicate sends nothing:
+// the first outcome and one replay per window, however many repeats. B
+// still reads the last outcome by a direct get.
+func TestRepeatsQuietLive(t *testing.T) {
+	env := testenv.New(t, testenv.WithAuth())
+	bc := env.ConnectAs(t, env.OtherHost)
+	live, err := bc.SubscribeSync(env.Subjects.HostOutcomes(hostB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := testenv.AsOtherTenant(intentOf("b-quiet", 86))
+	testenv.Set(p, "intent.display.summary", strings.Repeat("\U0001D11E", schema.MaxSummaryLen))
+	env.PublishSigned(t, p, env.OtherHost)
+	env.Recorder.Wait(t, refB("b-quiet"), testenv.Kind(schema.KindNeedsApproval))
+	const repeats = 400
+	for i := range repeats {
+		testenv.Set(p, "context.delivery.delivery_id", fmt.Sprintf("delivery:quiet-%03d", i))
+		env.PublishSigned(t, p, env.OtherHost)
+	}
+	env.Quiesce(t)
+	if err := bc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var got, bytes int
+	for {
+		m, err := live.NextMsg(200 * time.Millisecond)
+		if err != nil {
+			break
+		}
+		got++
+		bytes += len(m.Data)
+	}
+	operators := len(env.Recorder.Outcomes(refB("b-quiet")))
+	t.Logf("%d repeats: B received %d live messages (%d bytes); a subscriber to every outcome %d", repeats, got, bytes, operators)
+	if got > 2 || operators > 2 {
+		t.Errorf("%d repeats sent B %d live messages and every operator %d, want at most 2 (the outcome, one replay per window)", repeats, got, operators)
+	}
+	m, err := bc.Request(subjects.DirectGetLast(env.Subjects.OutcomesStream(), env.Subjects.Outcome(hostB, "b-quiet")), nil, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var o schema.Outcome
+	if err := schema.Decode(m.Data, &o); err != nil || o.Kind != schema.KindNeedsApproval {
+		t.Errorf("B's direct get of its last outcome: %s, %v", o.Kind, err)
+	}
+}
+
 // TestHostHistoryBudget (issue 20, finding 3): the outcome history is one
 // stream for every host; a host that produces outcomes fast enough pushes
 // every other host's out. Each host's outcomes are kept within its own

@@ -90,12 +90,12 @@ func (f *farSide) checkTruth(t *testing.T) (history.History, int) {
 func TestTruthCheckerFailsOnBadHistories(t *testing.T) {
 	const key = "5a6883578c195c2db4563345d2872d693c6dfabca09b1ae4918d1cd00103e446"
 	fp := "sha256:" + key
-	rc := &schema.Receipt{ReceiptID: "rcpt_1", IdempotencyKey: key, Status: schema.StatusConfirmed}
+	rc := &schema.Receipt{ReceiptID: "rcpt_1", IdempotencyKey: key, Status: schema.StatusConfirmed, RecordedAtMs: 2_000}
 	confirmed := schema.Outcome{Kind: schema.KindConfirmed, Terminal: true, EffectTruth: schema.TruthPresent, Receipt: rc}
 	failed := schema.Outcome{Kind: schema.KindIntegrationFailure, Terminal: true,
 		Incidents: []schema.Incident{{Phase: schema.PhaseGrounding, Code: schema.CodeProcessingFailed}}}
 	fbd := schema.Outcome{Kind: schema.KindFailedBeforeDispatch, Terminal: true}
-	pending := schema.Outcome{Kind: schema.KindReconciliationRequired, Receipt: &schema.Receipt{ReceiptID: "rcpt_0", IdempotencyKey: key}}
+	pending := schema.Outcome{Kind: schema.KindReconciliationRequired, Receipt: &schema.Receipt{ReceiptID: "rcpt_0", IdempotencyKey: key, RecordedAtMs: 1_000}}
 	exhausted := schema.Outcome{Kind: schema.KindReconciliationRequired, Terminal: true}
 	cases := []struct {
 		name     string
@@ -105,6 +105,7 @@ func TestTruthCheckerFailsOnBadHistories(t *testing.T) {
 	}{
 		{"confirmed and received once", []schema.Outcome{pending, confirmed}, 1, false},
 		{"confirmed twice (a repeat)", []schema.Outcome{confirmed, confirmed}, 1, false},
+		{"issue 33: the timed-out dispatch's outcome stored after CONFIRMED", []schema.Outcome{pending, confirmed, pending}, 1, true},
 		{"the lie of issue 19: PROCESSING_FAILED, then CONFIRMED", []schema.Outcome{failed, confirmed}, 1, true},
 		{"confirmed, never received", []schema.Outcome{confirmed}, 0, true},
 		{"confirmed, received twice", []schema.Outcome{confirmed}, 2, true},

@@ -267,7 +267,7 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 	}
 	p.history = newHistoryBudget(p.js, subj, cfg.Streams.HostHistoryMaxMsgs, p.log)
 	deps := stages.Deps{JS: p.js, Seal: p.seal, Subjects: subj, Metrics: p.metrics, Outcomes: p.store, Clock: p.clock, Log: p.log,
-		OnOutcome: p.history.published, OnFull: p.stageFull, Room: p.room}
+		OnOutcome: p.history.published, OnFull: p.stageFull, Last: stages.NewLastOutcomes(0), Room: p.room}
 	jr := p.journal
 	parts := &Parts{
 		Config: cfg, Subjects: subj, Clock: p.clock, Metrics: p.metrics, Log: p.log, NC: p.nc, JS: p.js, Seal: p.seal,

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/subjects"
 )
 
@@ -90,6 +91,13 @@ func StreamConfigs(s subjects.Subjects, c *config.Config, pipeline []Spec) []jet
 		cfg.AllowDirect = true // hosts and operators read it with direct gets (SPEC §2.8)
 		return cfg
 	}
+	// The outcomes: published on internal subjects, stored under the
+	// public ones and sent there live once stored (stages.OutcomeStream).
+	outcomes := func(cfg jetstream.StreamConfig) jetstream.StreamConfig {
+		o := stages.OutcomeStream(s)
+		cfg.Subjects, cfg.SubjectTransform, cfg.RePublish = o.Subjects, o.SubjectTransform, o.RePublish
+		return cfg
+	}
 	var out []jetstream.StreamConfig
 	if perHost(c) {
 		for _, h := range c.Hosts {
@@ -103,7 +111,7 @@ func StreamConfigs(s subjects.Subjects, c *config.Config, pipeline []Spec) []jet
 			ingress(mk(s.GrantsStream(), "Portcullis ingress: standalone grants and declines", lim.IngressMaxBytes, jetstream.DiscardNew, s.Grants())))
 	}
 	out = append(out,
-		history(mk(s.OutcomesStream(), "Portcullis outcomes, one subject per proposal", lim.HistoryMaxBytes, jetstream.DiscardOld, s.Outcomes())),
+		history(outcomes(mk(s.OutcomesStream(), "Portcullis outcomes, one subject per proposal", lim.HistoryMaxBytes, jetstream.DiscardOld))),
 		history(mk(s.IncidentsStream(), "Portcullis value-free incident events", lim.HistoryMaxBytes, jetstream.DiscardOld, s.Incidents())))
 	for _, st := range internalStages(pipeline) {
 		if st.Holds {

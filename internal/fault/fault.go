@@ -30,6 +30,7 @@ const Env = "PORTCULLIS_FAULT"
 // Fault points. Each names the moment just before which the process dies.
 const (
 	AdmissionAfterRecord     = "admission.after_record"     // delivery recorded, hand-off not yet published
+	RunnerBeforeOutcome      = "runner.before_outcome"      // outcomes decided, not yet published (a publish delayed or retried)
 	RunnerAfterPublish       = "runner.after_publish"       // outputs published, input not yet acked
 	DispatchBeforeInFlight   = "dispatch.before_inflight"   // nothing written yet
 	DispatchAfterInFlight    = "dispatch.after_inflight"    // in-flight synced, provider not yet called

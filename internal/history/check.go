@@ -42,6 +42,12 @@ const (
 	// RuleLinearizable: the operator's reads are linearizable against the
 	// receipts the outcomes announced (linear.go).
 	RuleLinearizable Rule = "reads-linearizable"
+	// RuleOrder: on each proposal's subject every outcome restates or
+	// supersedes the one stored before it (SPEC §2.4 Order,
+	// schema.Standing.Follows): nothing non-terminal after a terminal
+	// outcome, nothing older after something newer — so the last is the
+	// latest truth, what a host that recovers by a direct get reads.
+	RuleOrder Rule = "outcomes-in-order"
 )
 
 // Violation is one broken invariant, value-free: proposal ids, shortened
@@ -70,6 +76,7 @@ func Check(h History, o Options) (bad []Violation, visual string) {
 	bad = append(bad, Causes(h)...)
 	bad = append(bad, Approvals(h)...)
 	bad = append(bad, Attempts(h)...)
+	bad = append(bad, Order(h)...)
 	if o.Ended {
 		bad = append(bad, Ended(h)...)
 	}
@@ -263,6 +270,25 @@ func codes(o *schema.Outcome) []string {
 		out = append(out, string(in.Phase)+"/"+string(in.Code))
 	}
 	return out
+}
+
+// Order checks RuleOrder over each proposal's stored outcomes. A
+// checker of any history of outcomes: a test that records one of its own
+// (a partition harness, say) may call it alone.
+func Order(h History) []Violation {
+	var bad []Violation
+	by, refs := h.outcomesByProposal()
+	for _, ref := range refs {
+		outs := by[ref]
+		for i := 1; i < len(outs); i++ {
+			prev, o := outs[i-1].Outcome, outs[i].Outcome
+			if !o.Standing().Follows(prev.Standing()) {
+				bad = append(bad, violation(RuleOrder, "%s: %s %v (receipt %q) stored after %s %v (receipt %q)", ref.ProposalID,
+					o.Kind, codes(o), receiptID(o), prev.Kind, codes(prev), receiptID(prev)))
+			}
+		}
+	}
+	return bad
 }
 
 // Ended checks RuleEnded.

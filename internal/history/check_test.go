@@ -118,7 +118,6 @@ func reconciledRun() []Event {
 		propose("q", 5),
 		outcome("q", 6, schema.KindConfirmed, true, "rcpt_r", after("rcn_1", "rcpt_d")),
 		outcome("p", 7, schema.KindConfirmed, true, "rcpt_r", after("rcn_1", "rcpt_d")), // republished
-		outcome("p", 7.5, schema.KindReconciliationRequired, false, "rcpt_d"),           // a stale one, older receipt
 	}
 }
 
@@ -171,49 +170,69 @@ func TestCheckersFailPlantedHistories(t *testing.T) {
 		name   string
 		events []Event
 		rule   Rule
+		also   []Rule // other rules the planted fault breaks too
 	}{
-		{"double effect", append(confirmedRun(), dispatched(1.5)), RuleOneEffect},
-		{"two terminal outcomes", append(confirmedRun(), outcome("p", 3, schema.KindFailedBeforeDispatch, true, "")), RuleOneAnswer},
+		{"double effect", append(confirmedRun(), dispatched(1.5)), RuleOneEffect, nil},
+		{"two terminal outcomes", append(confirmedRun(), outcome("p", 3, schema.KindFailedBeforeDispatch, true, "")), RuleOneAnswer, []Rule{RuleOrder}},
 		{"a newer non-terminal after the terminal", append(confirmedRun(),
-			outcome("p", 3, schema.KindReconciliationRequired, false, "rcpt_late")), RuleOneAnswer},
-		{"confirmed, the provider never acted", []Event{propose("p", 0), outcome("p", 2, schema.KindConfirmed, true, "")}, RuleTruth},
+			outcome("p", 3, schema.KindReconciliationRequired, false, "rcpt_late")), RuleOneAnswer, []Rule{RuleOrder}},
+		// Issue 33: a processor's retried publish of a timed-out dispatch
+		// after reconciliation's CONFIRMED — one answer, but the last
+		// outcome stored is the stale one.
+		{"a stale outcome after the terminal", append(reconciledRun(),
+			outcome("p", 7.5, schema.KindReconciliationRequired, false, "rcpt_d", func(o *schema.Outcome) { o.Receipt.RecordedAtMs = at(2).UnixMilli() })), RuleOrder, nil},
+		{"an older receipt after a newer", []Event{propose("p", 0), dispatched(1),
+			outcome("p", 2, schema.KindReconciliationRequired, false, "rcpt_d", incident(schema.CodeAdapterTimeout)),
+			reconciled("rcn_1", 3),
+			outcome("p", 4, schema.KindReconciliationRequired, false, "rcpt_r", after("rcn_1", "rcpt_d")),
+			outcome("p", 5, schema.KindReconciliationRequired, false, "rcpt_d", incident(schema.CodeAdapterTimeout),
+				func(o *schema.Outcome) { o.Receipt.RecordedAtMs = at(2).UnixMilli() }),
+			reconciled("rcn_2", 6),
+			outcome("p", 7, schema.KindConfirmed, true, "rcpt_c", after("rcn_2", "rcpt_r"))}, RuleOrder, nil},
+		{"waiting for approval after a receipt", []Event{propose("p", 0), outcome("p", 1, schema.KindNeedsApproval, false, ""),
+			{Op: OpGrant, Proposal: ref("p"), Call: at(2), Return: at(2)}, dispatched(3),
+			outcome("p", 4, schema.KindReconciliationRequired, false, "rcpt_d"),
+			outcome("p", 5, schema.KindNeedsApproval, false, "", func(o *schema.Outcome) { o.AtMs = at(1).UnixMilli() }),
+			reconciled("rcn_1", 6),
+			outcome("p", 7, schema.KindConfirmed, true, "rcpt_r", after("rcn_1", "rcpt_d"))}, RuleOrder, nil},
+		{"confirmed, the provider never acted", []Event{propose("p", 0), outcome("p", 2, schema.KindConfirmed, true, "")}, RuleTruth, nil},
 		{"not dispatched, yet the provider acted", []Event{propose("p", 0), dispatched(1),
-			outcome("p", 2, schema.KindFailedBeforeDispatch, true, "rcpt_f")}, RuleTruth},
+			outcome("p", 2, schema.KindFailedBeforeDispatch, true, "rcpt_f")}, RuleTruth, nil},
 		{"rejected, yet the provider acted", []Event{propose("p", 0), dispatched(1),
-			outcome("p", 2, schema.KindRejected, true, "rcpt_f")}, RuleTruth},
+			outcome("p", 2, schema.KindRejected, true, "rcpt_f")}, RuleTruth, nil},
 		{"settled present, the operator said absent", func() []Event {
 			e := settledRun()
 			e[5].Present = false
 			return e
-		}(), RuleTruth},
-		{"an outcome before its proposal", []Event{propose("p", 5), dispatched(1), outcome("p", 2, schema.KindConfirmed, true, "rcpt_d")}, RuleCause},
-		{"an outcome of a proposal never published", []Event{dispatched(1), outcome("p", 2, schema.KindConfirmed, true, "rcpt_d")}, RuleCause},
-		{"confirmed before the provider received it", []Event{propose("p", 0), outcome("p", 2, schema.KindConfirmed, true, "rcpt_d"), dispatched(3)}, RuleCause},
+		}(), RuleTruth, nil},
+		{"an outcome before its proposal", []Event{propose("p", 5), dispatched(1), outcome("p", 2, schema.KindConfirmed, true, "rcpt_d")}, RuleCause, nil},
+		{"an outcome of a proposal never published", []Event{dispatched(1), outcome("p", 2, schema.KindConfirmed, true, "rcpt_d")}, RuleCause, nil},
+		{"confirmed before the provider received it", []Event{propose("p", 0), outcome("p", 2, schema.KindConfirmed, true, "rcpt_d"), dispatched(3)}, RuleCause, nil},
 		{"reconciled before the attempt reached the provider", func() []Event {
 			e := reconciledRun()
 			e[4].Call = at(4.5)
 			return e
-		}(), RuleCause},
+		}(), RuleCause, nil},
 		{"settled before the operator's call", func() []Event {
 			e := settledRun()
 			e[5].Call = at(6.5)
 			return e
-		}(), RuleCause},
+		}(), RuleCause, nil},
 		{"an approval ended twice", []Event{propose("p", 0), outcome("p", 1, schema.KindNeedsApproval, false, ""),
 			{Op: OpGrant, Proposal: ref("p"), Call: at(2), Return: at(2)}, dispatched(3),
 			outcome("p", 4, schema.KindReconciliationRequired, false, "rcpt_d"),
-			outcome("p", 5, schema.KindDenied, true, "", incident(schema.CodeApprovalTimedOut))}, RuleApproval},
+			outcome("p", 5, schema.KindDenied, true, "", incident(schema.CodeApprovalTimedOut))}, RuleApproval, nil},
 		{"an approval timed out twice", []Event{propose("p", 0), outcome("p", 1, schema.KindNeedsApproval, false, ""),
 			outcome("p", 2, schema.KindDenied, true, "", incident(schema.CodeApprovalTimedOut)),
-			outcome("p", 3, schema.KindDenied, true, "", incident(schema.CodeApprovalTimedOut))}, RuleApproval},
-		{"an attempt id reused", append(reconciledRun(), reconciled("rcn_1", 8)), RuleAttempt},
-		{"a proposal never ended", append(confirmedRun(), propose("q", 3)), RuleEnded},
-		{"a stale operator read", append(reconciledRun(), readReceipts(8, 8.1, "rcpt_d")), RuleLinearizable},
+			outcome("p", 3, schema.KindDenied, true, "", incident(schema.CodeApprovalTimedOut))}, RuleApproval, nil},
+		{"an attempt id reused", append(reconciledRun(), reconciled("rcn_1", 8)), RuleAttempt, nil},
+		{"a proposal never ended", append(confirmedRun(), propose("q", 3)), RuleEnded, nil},
+		{"a stale operator read", append(reconciledRun(), readReceipts(8, 8.1, "rcpt_d")), RuleLinearizable, nil},
 		{"a read of a receipt not yet written", []Event{propose("p", 0), readReceipts(0.5, 0.6, "rcpt_d"), dispatched(1),
-			outcome("p", 2, schema.KindConfirmed, true, "rcpt_d")}, RuleLinearizable},
-		{"a read that lost a receipt", append(reconciledRun(), readReceipts(8, 8.1, "rcpt_r")), RuleLinearizable},
+			outcome("p", 2, schema.KindConfirmed, true, "rcpt_d")}, RuleLinearizable, nil},
+		{"a read that lost a receipt", append(reconciledRun(), readReceipts(8, 8.1, "rcpt_r")), RuleLinearizable, nil},
 		{"an activity read ahead of the provider", []Event{propose("p", 0), readActivity(0.5, 0.6, schema.StatusConfirmed),
-			dispatched(1), outcome("p", 2, schema.KindConfirmed, true, "rcpt_d")}, RuleLinearizable},
+			dispatched(1), outcome("p", 2, schema.KindConfirmed, true, "rcpt_d")}, RuleLinearizable, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -223,7 +242,7 @@ func TestCheckersFailPlantedHistories(t *testing.T) {
 				t.Fatalf("violations %v, want one of %s", bad, tc.rule)
 			}
 			for _, v := range bad {
-				if v.Rule != tc.rule {
+				if v.Rule != tc.rule && !slices.Contains(tc.also, v.Rule) {
 					t.Errorf("also %s", v)
 				}
 				if strings.Contains(v.What, key) {

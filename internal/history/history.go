@@ -53,8 +53,10 @@ type Event struct {
 	Effect  bool   // dispatch: the provider acted
 	Late    bool   // dispatch: refused past not_after_ms
 	Present bool   // resolve: the effect declared present
-	// Outcome is the outcome stored (OpOutcome).
+	// Outcome is the outcome stored (OpOutcome), and Seq its sequence in
+	// the outcomes stream (0: unknown; then Return orders it).
 	Outcome *schema.Outcome
+	Seq     uint64
 	// Receipts are what a receipts read returned: receipt ids, oldest
 	// first, and their statuses.
 	Receipts []string
@@ -142,7 +144,7 @@ func (h History) of(op Op) []Event {
 }
 
 // outcomesByProposal groups the outcomes by proposal, each proposal's in
-// the order they were stored.
+// the order they were stored (by stream sequence where known).
 func (h History) outcomesByProposal() (map[schema.ProposalRef][]Event, []schema.ProposalRef) {
 	by := map[schema.ProposalRef][]Event{}
 	for _, e := range h.of(OpOutcome) {
@@ -150,7 +152,12 @@ func (h History) outcomesByProposal() (map[schema.ProposalRef][]Event, []schema.
 	}
 	refs := make([]schema.ProposalRef, 0, len(by))
 	for ref, es := range by {
-		slices.SortStableFunc(es, func(a, b Event) int { return a.Return.Compare(b.Return) })
+		slices.SortStableFunc(es, func(a, b Event) int {
+			if a.Seq != 0 && b.Seq != 0 {
+				return cmp.Compare(a.Seq, b.Seq) // the stream's own order
+			}
+			return a.Return.Compare(b.Return)
+		})
 		refs = append(refs, ref)
 	}
 	slices.SortFunc(refs, func(a, b schema.ProposalRef) int {

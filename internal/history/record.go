@@ -120,7 +120,7 @@ func readOutcomes(ctx context.Context, js jetstream.JetStream, s subjects.Subjec
 			}
 			h, _, _ := s.ParseOutcome(m.Subject())
 			o.Host = h
-			out = append(out, Event{Op: OpOutcome, Call: meta.Timestamp, Return: meta.Timestamp, Proposal: o.To(), Outcome: &o})
+			out = append(out, Event{Op: OpOutcome, Call: meta.Timestamp, Return: meta.Timestamp, Proposal: o.To(), Outcome: &o, Seq: meta.Sequence.Stream})
 		}
 		if err := batch.Error(); err != nil {
 			return nil, err

@@ -102,6 +102,14 @@ func (e *env) noConsumers(t *testing.T) {
 
 // publishAs publishes on subject as the processor and waits for its PubAck
 // when a stream captures it.
+// publishOutcome publishes body as the processor publishes an outcome of
+// host h's proposal id: on its record subject, which the outcomes stream
+// stores under the outcome subject and then sends there live.
+func (e *env) publishOutcome(t *testing.T, h, id, body string) uint64 {
+	t.Helper()
+	return e.publishAs(t, e.subj.OutcomeRecord(h, id), body)
+}
+
 func (e *env) publishAs(t *testing.T, subject, body string) uint64 {
 	t.Helper()
 	ack, err := e.js.Publish(ctxT(t), subject, []byte(body))
@@ -190,6 +198,7 @@ func TestHostCannotPublishElsewhere(t *testing.T) {
 			e.subj.Proposal("A")+".x", // not a sub-subject of its own either
 			e.subj.Outcome("A", "p1"), // outcomes are the processor's
 			e.subj.Outcome("B", "p1"),
+			e.subj.OutcomeRecord("A", "p1"),
 			e.subj.Incident("admission"),
 			e.subj.Stage(subjects.StageDispatch, subjects.KindProposal, "A.p1"),
 			e.subj.Stage(subjects.StageAuthorization, subjects.KindTimer, "A.p1"),
@@ -275,9 +284,9 @@ func TestHostCannotSubscribeElsewhere(t *testing.T) {
 func TestHostDirectGetsOnlyItsOwnOutcomes(t *testing.T) {
 	eachServer(t, func(t *testing.T, e *env) {
 		out := e.subj.OutcomesStream()
-		e.publishAs(t, e.subj.Outcome("A", "p1"), `{"host":"A","n":1}`)
-		e.publishAs(t, e.subj.Outcome("B", "p1"), `{"host":"B","secret":"B-ONLY"}`)
-		e.publishAs(t, e.subj.Outcome("A", "p1"), `{"host":"A","n":2}`)
+		e.publishOutcome(t, "A", "p1", `{"host":"A","n":1}`)
+		e.publishOutcome(t, "B", "p1", `{"host":"B","secret":"B-ONLY"}`)
+		e.publishOutcome(t, "A", "p1", `{"host":"A","n":2}`)
 		a := e.connect(t, e.roles.hostA)
 
 		m, err := a.nc.Request(subjects.DirectGetLast(out, e.subj.Outcome("A", "p1")), nil, 2*time.Second)
@@ -308,9 +317,9 @@ func TestHostDirectGetsOnlyItsOwnOutcomes(t *testing.T) {
 func TestHostDirectGetBodyNeverReturnsAnotherHostsMessage(t *testing.T) {
 	eachServer(t, func(t *testing.T, e *env) {
 		out := e.subj.OutcomesStream()
-		e.publishAs(t, e.subj.Outcome("B", "p1"), `{"secret":"B-ONLY"}`) // seq 1
-		e.publishAs(t, e.subj.Outcome("A", "p1"), `{"host":"A"}`)        // seq 2
-		e.publishAs(t, e.subj.Outcome("B", "p2"), `{"secret":"B-ONLY"}`) // seq 3
+		e.publishOutcome(t, "B", "p1", `{"secret":"B-ONLY"}`) // seq 1
+		e.publishOutcome(t, "A", "p1", `{"host":"A"}`)        // seq 2
+		e.publishOutcome(t, "B", "p2", `{"secret":"B-ONLY"}`) // seq 3
 		a := e.connect(t, e.roles.hostA)
 		own := subjects.DirectGetLast(out, e.subj.Outcome("A", "p1"))
 		for _, body := range []string{
@@ -373,8 +382,8 @@ func TestHostReceivesOwnOutcomesLive(t *testing.T) {
 			t.Fatal(err)
 		}
 		a.noErrors(t)
-		e.publishAs(t, e.subj.Outcome("B", "p1"), `{"host":"B"}`)
-		e.publishAs(t, e.subj.Outcome("A", "p1"), `{"host":"A"}`)
+		e.publishOutcome(t, "B", "p1", `{"host":"B"}`)
+		e.publishOutcome(t, "A", "p1", `{"host":"A"}`)
 		m, err := sub.NextMsg(2 * time.Second)
 		if err != nil || m.Subject != e.subj.Outcome("A", "p1") {
 			t.Fatalf("live outcome: %v %v", m, err)

@@ -76,7 +76,12 @@ func newEnv(t *testing.T, mode string) *env {
 	for _, sc := range []jetstream.StreamConfig{
 		{Name: e.subj.ProposalsStream(), Subjects: []string{e.subj.Proposals()}},
 		{Name: e.subj.GrantsStream(), Subjects: []string{e.subj.Grants()}},
-		{Name: e.subj.OutcomesStream(), Subjects: []string{e.subj.Outcomes()}, AllowDirect: true},
+		// As the engine makes it (stages.OutcomeStream): the processor
+		// publishes on the record subjects, the stream stores under the
+		// outcome subjects and sends each stored outcome there live.
+		{Name: e.subj.OutcomesStream(), Subjects: []string{e.subj.OutcomeRecords()}, AllowDirect: true,
+			SubjectTransform: &jetstream.SubjectTransformConfig{Source: e.subj.OutcomeRecords(), Destination: e.subj.Outcomes()},
+			RePublish:        &jetstream.RePublish{Source: e.subj.Outcomes(), Destination: e.subj.Outcomes()}},
 		{Name: e.subj.IncidentsStream(), Subjects: []string{e.subj.Incidents()}, AllowDirect: true},
 		{Name: stageStream, Subjects: []string{e.subj.Internal()}},
 	} {

@@ -102,7 +102,7 @@ func TestReplySubjectInjectionByHostLandsNowhere(t *testing.T) {
 	eachServer(t, func(t *testing.T, e *env) {
 		s := e.subj
 		const genuine = `{"host":"A","kind":"CONFIRMED"}`
-		e.publishAs(t, s.Outcome("A", "p1"), genuine)
+		e.publishAs(t, s.OutcomeRecord("A", "p1"), genuine)
 		watched := e.watch(t, s.Outcomes(), s.Internal(), "$KV.>",
 			"$JS.API.STREAM.PURGE.>", "$JS.API.STREAM.DELETE.>", "$JS.API.STREAM.MSG.DELETE.>")
 		b := e.connect(t, e.roles.hostB)
@@ -158,7 +158,7 @@ func TestReplySubjectInjectionByOperatorLandsNowhere(t *testing.T) {
 			t.Fatal(err)
 		}
 		const genuine = `{"host":"A","kind":"CONFIRMED"}`
-		e.publishAs(t, s.Outcome("A", "p1"), genuine)
+		e.publishAs(t, s.OutcomeRecord("A", "p1"), genuine)
 		e.publishAs(t, s.Incident("admission"), `{"code":"X"}`)
 		watched := e.watch(t, s.Outcomes(), s.Internal(), "$KV.>",
 			"$JS.API.STREAM.PURGE.>", "$JS.API.STREAM.DELETE.>", "$JS.API.STREAM.MSG.DELETE.>")
@@ -225,7 +225,7 @@ func TestReplySubjectInjectionByOperatorLandsNowhere(t *testing.T) {
 func TestInjectedAnswersStayInTheRolesAccount(t *testing.T) {
 	e := newEnv(t, modeAccountsOnly)
 	s := e.subj
-	e.publishAs(t, s.Outcome("A", "p1"), `{"host":"A"}`)
+	e.publishAs(t, s.OutcomeRecord("A", "p1"), `{"host":"A"}`)
 	b := e.connect(t, e.roles.hostB)
 	bAll, err := b.nc.SubscribeSync(">")
 	if err != nil {

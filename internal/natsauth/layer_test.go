@@ -51,7 +51,7 @@ func (e *env) ingested(t *testing.T) {
 	s := e.subj
 	for stream, subject := range map[string]string{
 		s.ProposalsStream(): s.Proposal("sentinel"), s.GrantsStream(): s.Grant("sentinel"),
-		s.OutcomesStream(): s.Outcome("sentinel", "x"), s.IncidentsStream(): s.Incident("sentinel"),
+		s.OutcomesStream(): s.OutcomeRecord("sentinel", "x"), s.IncidentsStream(): s.Incident("sentinel"),
 		stageStream: s.Stage("sentinel", subjects.KindProposal, "x"), "KV_" + s.ActivityBucket(): "$KV." + s.ActivityBucket() + ".sentinel",
 	} {
 		seq := e.publishAs(t, subject, "{}")
@@ -104,7 +104,7 @@ func (e *env) processorPublishesEverywhere(t *testing.T) {
 	t.Helper()
 	s := e.subj
 	for _, subj := range []string{
-		s.Outcome("A", "p9"), s.Outcome("B", "p9"), s.Incident("dispatch"),
+		s.OutcomeRecord("A", "p9"), s.OutcomeRecord("B", "p9"), s.Incident("dispatch"),
 		s.Stage(subjects.StageDispatch, subjects.KindProposal, "A.p9"), s.Proposal("B"), s.Grant("B"),
 		s.ProviderDispatch("q"), s.DisclosureResolve(), s.Candidates("s2"), s.Admin(subjects.AdminReceipt),
 		"$KV." + s.ActivityBucket() + ".k", subjects.Inbox(e.roles.proc.pub) + ".x",
@@ -120,7 +120,7 @@ func TestAccountLayerAloneHost(t *testing.T) {
 	e := newEnv(t, modeAccountsOnly)
 	s := e.subj
 	out, bucket := s.OutcomesStream(), "KV_"+s.ActivityBucket()
-	e.publishAs(t, s.Outcome("B", "p1"), `{"secret":"B-ONLY"}`)
+	e.publishAs(t, s.OutcomeRecord("B", "p1"), `{"secret":"B-ONLY"}`)
 	watched := e.watch(t, "actions.>", "$KV.>")
 	a := e.connect(t, e.roles.hostA)
 
@@ -163,7 +163,7 @@ func TestAccountLayerAloneHost(t *testing.T) {
 	if got := received(all); len(got) != 1 || got[0] != s.Outcome("A", "p9") {
 		t.Errorf("host A received %q, want only %s", got, s.Outcome("A", "p9"))
 	}
-	if got := watched(); len(got) != 11 { // the processor's own publishes only (not its inbox)
+	if got := watched(); len(got) != 13 { // the processor's own publishes only (not its inbox), and the two outcomes the stream stored sent live
 		t.Errorf("the processor's account received %d messages: %q", len(got), got)
 	}
 	e.nothingStored(t, map[string]uint64{out: 3, s.IncidentsStream(): 1, stageStream: 1, s.ProposalsStream(): 1,
@@ -220,7 +220,7 @@ func TestAccountLayerAloneConnector(t *testing.T) {
 			t.Errorf("%s: %q %v", subj, msgData(m), err)
 		}
 	}
-	if got := watched(); len(got) != 11 { // the processor's own publishes only
+	if got := watched(); len(got) != 13 { // the processor's own publishes only, and the two outcomes the stream stored sent live
 		t.Errorf("the processor's account received %d messages: %q", len(got), got)
 	}
 	e.nothingStored(t, map[string]uint64{s.OutcomesStream(): 2, s.IncidentsStream(): 1, stageStream: 1, s.ProposalsStream(): 1,
@@ -231,7 +231,7 @@ func TestAccountLayerAloneOperator(t *testing.T) {
 	e := newEnv(t, modeAccountsOnly)
 	s := e.subj
 	out := s.OutcomesStream()
-	e.publishAs(t, s.Outcome("A", "p1"), `{"host":"A"}`)
+	e.publishAs(t, s.OutcomeRecord("A", "p1"), `{"host":"A"}`)
 	if _, err := e.kv.Put(ctxT(t), "k", []byte("v")); err != nil {
 		t.Fatal(err)
 	}

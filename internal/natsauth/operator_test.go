@@ -21,8 +21,8 @@ func TestOperatorRequestsAdminAndReadsHistory(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.proc.noErrors(t)
-		e.publishAs(t, s.Outcome("A", "p1"), `{"host":"A"}`)
-		e.publishAs(t, s.Outcome("B", "p1"), `{"host":"B"}`)
+		e.publishAs(t, s.OutcomeRecord("A", "p1"), `{"host":"A"}`)
+		e.publishAs(t, s.OutcomeRecord("B", "p1"), `{"host":"B"}`)
 		e.publishAs(t, s.Incident("admission"), `{"code":"X"}`)
 		if _, err := e.kv.Put(ctxT(t), "k", []byte("v")); err != nil {
 			t.Fatal(err)
@@ -76,7 +76,7 @@ func TestOperatorRequestsAdminAndReadsHistory(t *testing.T) {
 			t.Fatal(err)
 		}
 		o.noErrors(t)
-		e.publishAs(t, s.Outcome("B", "p2"), `{}`)
+		e.publishAs(t, s.OutcomeRecord("B", "p2"), `{}`)
 		e.publishAs(t, s.Incident("dispatch"), `{}`)
 		for _, sub := range []*nats.Subscription{outs, incs} {
 			if _, err := sub.NextMsg(2 * time.Second); err != nil {
@@ -192,7 +192,7 @@ func TestOperatorBatchDirectGet(t *testing.T) {
 	eachServer(t, func(t *testing.T, e *env) {
 		s := e.subj
 		for i := range 3 {
-			e.publishAs(t, s.Outcome("A", "p"+strconv.Itoa(i)), `{"n":`+strconv.Itoa(i)+`}`)
+			e.publishAs(t, s.OutcomeRecord("A", "p"+strconv.Itoa(i)), `{"n":`+strconv.Itoa(i)+`}`)
 		}
 		o := e.connect(t, e.roles.operator)
 		inbox := o.nc.NewRespInbox()

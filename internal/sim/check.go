@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
@@ -14,7 +15,8 @@ import (
 //  2. every proposal ended with a terminal outcome, and all its terminal
 //     outcomes agree (one answer, however often it is republished); an
 //     outcome of another kind published after the terminal one must be
-//     recognisably stale: it carries an older receipt (finding 2, doc.go);
+//     recognisably stale: it carries an older receipt (finding 2, doc.go;
+//     9 below now holds the subject to its order, stale or not);
 //  3. the answer is consistent with what the provider did: CONFIRMED only
 //     if it acted; never an absence (FAILED_BEFORE_DISPATCH, REJECTED,
 //     DENIED, INTEGRATION_FAILURE) if it acted; RECONCILIATION_REQUIRED
@@ -90,6 +92,62 @@ func (w *World) check() {
 		}
 	}
 	w.checkSettlement(rec)
+	w.checkOrder(rec)
+}
+
+// checkOrder verifies SPEC §2.4 Order on every proposal's subject, as the
+// stream stored it (and so as a host saw it live):
+//
+//  9. each outcome restates or supersedes the one before it
+//     (schema.Standing.Follows): nothing non-terminal after a terminal
+//     outcome, nothing older after something newer; and the last is the
+//     latest truth recorded for the proposal — the intent's latest
+//     receipt for a proposal of the intent, or the end recorded for one
+//     that dispatch ended without dispatching.
+func (w *World) checkOrder(rec kv.Intent) {
+	for _, ref := range w.proposals {
+		outs := w.outcomes[ref]
+		for i := 1; i < len(outs); i++ {
+			if !outs[i].Standing().Follows(outs[i-1].Standing()) {
+				w.violate("%s: %s %s(receipt at %d) stored after %s %s(receipt at %d): out of order", ref.ProposalID,
+					outs[i].Kind, codes(outs[i]), recordedAt(&outs[i]), outs[i-1].Kind, codes(outs[i-1]), recordedAt(&outs[i-1]))
+			}
+		}
+		latest, ok := w.latestRecorded(rec, ref)
+		if !ok || len(outs) == 0 {
+			continue
+		}
+		if last := outs[len(outs)-1]; !last.Standing().Restates(latest.Standing()) {
+			w.violate("%s: the last outcome on its subject is %s %s(receipt at %d), not the latest recorded, %s %s(receipt at %d)", ref.ProposalID,
+				last.Kind, codes(last), recordedAt(&last), latest.Kind, codes(latest), recordedAt(&latest))
+		}
+	}
+}
+
+// latestRecorded is the latest truth the journal records for ref: its
+// end, if dispatch ended it, else the intent's latest receipt if ref is
+// one of its proposals.
+func (w *World) latestRecorded(rec kv.Intent, ref schema.ProposalRef) (schema.Outcome, bool) {
+	e, ok := rec.EndOf(ref)
+	if !ok {
+		if end, found := w.j.ended[ref]; found {
+			e, ok = kv.EndedProposal{Ref: ref, Ended: end}, true
+		}
+	}
+	if ok {
+		return schema.FailureOutcome(ref, schema.NewIncident(e.Ended.Phase, e.Ended.Code), e.Ended.AtMs), true
+	}
+	if rec.Receipt == nil || !slices.Contains(rec.Proposals, ref) {
+		return schema.Outcome{}, false
+	}
+	return rec.Outcome(ref, w.now), true
+}
+
+func recordedAt(o *schema.Outcome) int64 {
+	if o.Receipt == nil {
+		return 0
+	}
+	return o.Receipt.RecordedAtMs - start
 }
 
 // checkSettlement verifies the invariants of an operator's settlement

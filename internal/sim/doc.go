@@ -24,7 +24,14 @@
 // another; it resumes where it stopped), a provider reply lost (the call
 // times out, the result unknown), a request delayed in the network, a
 // provider outage (no responders), and clock skew between every processor
-// and the provider within approval.clock_skew. The operator (in two runs
+// and the provider within approval.clock_skew; and, from a random stream
+// of their own (outcomes.go), a processor's link to the outcome stream
+// failing for up to 20s — its outcome publishes unanswered (perhaps
+// stored all the same), held and made again, its input given to another
+// processor once the ack wait passes — and repeats of a proposal,
+// answered from a processor's own outcome log or from the stream by a
+// direct get that a replica one message behind may serve, replayed a
+// while after they were read. The operator (in two runs
 // of three) reads the journal at seeded times, as `processor reconcile
 // list` does; finding the latest receipt reconciliation_required it looks
 // at the provider — truthful, but possibly stale: it reports what the
@@ -43,7 +50,11 @@
 // most, which follows, linked, a reconciliation_required one (6); nothing
 // dispatches the intent after it — no request sent under a lease still
 // open at the settlement, no held envelope handed back to dispatch (7);
-// its outcome reaches every proposal (8). Not checked: the
+// its outcome reaches every proposal (8). And every proposal's subject,
+// as the stream stored it (and so as a host saw it live), keeps SPEC
+// §2.4's order (9): each outcome restates or supersedes the one before
+// it (schema.Standing.Follows), and the last is the latest truth the
+// journal records for the proposal. Not checked: the
 // OPERATOR_RESOLVED event, the activity snapshot, the answer to the
 // operator's command beyond its refusals.
 //
@@ -52,15 +63,18 @@
 // Modelled: the operator and its command's transport, the shells (the real ones block in their calls, so they cannot be
 // interleaved without goroutines; each action of the model is one of
 // theirs, and the crash points are between any two), the journal store,
-// JetStream, the scheduler, the provider. Not modelled: disclosure, the
+// JetStream, the scheduler, the provider, the outcome stream (message-id
+// dedupe, the expected last subject sequence, only what is stored sent
+// live) and the runner's publish of outcomes around the real
+// stages.PublishAfter, ReplayLast, OutcomeMsgID and LastOutcomes. Not modelled: disclosure, the
 // activity snapshot, the operator API's signing and service, the grant and policy beyond a
 // valid grant, the replicated journal's after-writes being repaired by a
 // later commit, storage errors and ErrUncertain, the runner's retry counts
 // being per process (here per message), JetStream's duplicate window
 // (unbounded here), more than one intent per run.
 //
-// Findings (in the real code; findings 1, 3 and 6 are fixed, their seeds
-// replayed by TestFindings and the facts of 1 and 3 by
+// Findings (in the real code; findings 1, 2, 3, 6 and 9–11 are fixed, their
+// seeds replayed by TestFindings and TestOrderFindings and the facts of 1 and 3 by
 // TestFindingsInStep, of 6 by reconciliation's
 // TestReceiptsOrderedAcrossRedispatch; 4 and 5 are closed only for an
 // operator who names what was examined, their seeds replayed by
@@ -98,14 +112,15 @@
 // reasoning: an answer that takes longer than approval.clock_skew to come
 // back).
 //
-// Finding 2 — a stale outcome after the terminal one. A processor that
-// loaded the record (receipt RECONCILIATION_REQUIRED), paused, and resumed
-// after reconciliation confirmed the effect publishes the stale
-// non-terminal outcome after CONFIRMED: Step decided on a record that no
-// commit compared (it wrote nothing). The stale outcome carries the older
-// receipt (recorded_at_ms earlier than the terminal one's), so a client
-// that orders by receipt can tell; the check accepts exactly that. SPEC
-// does not say whether outcomes may arrive out of order.
+// Finding 2 — a stale outcome after the terminal one (fixed with finding
+// 9). A processor that loaded the record (receipt RECONCILIATION_REQUIRED),
+// paused, and resumed after reconciliation confirmed the effect published
+// the stale non-terminal outcome after CONFIRMED: Step decided on a
+// record that no commit compared (it wrote nothing). The stale outcome
+// carries the older receipt (recorded_at_ms earlier than the terminal
+// one's), so a client that orders by receipt could tell; a host that
+// reads the last outcome could not. SPEC §2.4 now says outcomes follow
+// what was recorded (seed 37417 with BugUnorderedPublish).
 //
 // Findings 4 and 5 (closed when the operator names what was examined) — an operator's finding is
 // applied to what holds when it lands. `processor reconcile resolve`
@@ -188,6 +203,48 @@
 // was dispatched is answered about its own grant (docs/design.md); the
 // check holds it to the provider only when its end is not recorded as
 // such (deniedAtReCheck).
+//
+// Finding 9 — outcomes out of order (issue 33, seen on real servers: a
+// cluster soak ended with proposals whose last outcome was
+// RECONCILIATION_REQUIRED although reconciliation had confirmed the
+// effect). Every publisher of an outcome may be stale: a processor whose
+// publish of RECONCILIATION_REQUIRED went unanswered retried it after
+// another processor published CONFIRMED (seed 18492); one paused with the
+// record it loaded (finding 2, seed 37417); a repeat replayed what the
+// processor's own log recorded, or what a replica one message behind
+// returned (seed 830). With outcomes published as before
+// (BugUnorderedPublish: no expected sequence, replays as recorded, the
+// log overwritten) about 3 % of the seeds store a stale outcome last.
+// Fixed (stages/outcomes.go): each outcome is published with the expected
+// last subject sequence the processor knows, dropped when what it knows
+// there supersedes it, decided again on the leader's last message when
+// the stream refuses it; a replay republishes the subject's latest truth;
+// the log keeps the latest; and the stream sends live only what it
+// stored (stages.OutcomeStream). TestOrderFindings replays the seeds.
+//
+// Finding 10 — a redelivered input's new answer dropped as a duplicate
+// (found once the simulation modelled the stream's message-id dedupe for
+// outcomes). An outcome's message id named the input alone, so an input
+// redelivered after the record moved on — a proposal whose first delivery
+// published RECONCILIATION_REQUIRED, ended at dispatch's re-check on a
+// later delivery — published its new answer under the first's id, and
+// the stream dropped it for the duplicate window: the proposal never
+// heard its end (seed 6714, 6 of 40,000 seeds; BugInputOutcomeID).
+// Fixed: stages.OutcomeMsgID names what the outcome says too
+// (stages' TestRunnerPublishesARedeliveredInputsNewAnswer).
+//
+// Finding 11 — two more redispatches denied that ended only their
+// proposal (found once link failures shifted the runs; finding 8's
+// kind). (a) The held envelope's own proposal had been ended meanwhile by
+// its original input, redelivered while the intent was lost: the
+// redispatch answered with that end and left the intent lost (seed
+// 10165). (b) The redispatch's first attempt reached nobody (not-invoked)
+// and the next attempt's re-check found the grant expired: no longer
+// "awaited" (the intent was not-invoked, not lost), it ended its
+// proposal alone (seed 52819). Either way the intent's other proposals
+// waited at RECONCILIATION_REQUIRED for good. Fixed in dispatch.Step:
+// both conclude the intent FAILED_BEFORE_DISPATCH
+// (TestStepDeniedRedispatch); TestFindings replays both seeds.
 //
 // It imports the stages whose pure steps it drives and the records of
 // state; it runs no NATS server, touches no disk and reads no real clock.

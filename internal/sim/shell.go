@@ -97,19 +97,20 @@ func (t *task) release() {
 	t.w.at(t.w.now, t.w.deliver)
 }
 
-// finish publishes the outcomes (and hand-offs), then acks or asks for
-// a redelivery after retry — two actions, so that a crash can come
+// finish publishes the hand-offs and the outcomes (publishOutcomes: in
+// their subjects' order, held while unanswered), then acks or asks for a
+// redelivery after retry — separate actions, so that a crash can come
 // between the publication and the ack.
 func (t *task) finish(outcomes []schema.Outcome, publish func(), retry int64) {
-	w := t.w
-	for _, o := range outcomes {
-		ref := o.To()
-		w.outcomes[ref] = append(w.outcomes[ref], o)
-		w.tracef("p%d outcome %s: %s terminal=%v %s", t.p.id, ref.ProposalID, o.Kind, o.Terminal, codes(o))
-	}
 	if publish != nil {
 		publish()
 	}
+	t.publishOutcomes(outcomes, nil, "m"+strconv.FormatUint(t.m.serial, 10), 1, func() { t.ack(retry) })
+}
+
+// ack is the runner's ack, or its request for a redelivery after retry.
+func (t *task) ack(retry int64) {
+	w := t.w
 	t.next("before ack", func() {
 		t.release()
 		m := t.m

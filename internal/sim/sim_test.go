@@ -83,7 +83,7 @@ func report(t *testing.T, seed uint64, bug Bug, v []string) {
 // each: the checks can fail.
 func TestSimulationCatchesPlantedBug(t *testing.T) {
 	const k = 500
-	for _, bug := range []Bug{BugNoCAS, BugResendOwn, BugLateAccepted, BugSettleStale, BugSettleNoAnnounce, BugHoldOnce, BugRedispatchEndsOne} {
+	for _, bug := range []Bug{BugNoCAS, BugResendOwn, BugLateAccepted, BugSettleStale, BugSettleNoAnnounce, BugHoldOnce, BugRedispatchEndsOne, BugUnorderedPublish} {
 		t.Run(bug.String(), func(t *testing.T) {
 			for seed := uint64(1); seed <= k; seed++ {
 				w := New(Config{Seed: seed, Bug: bug})
@@ -109,13 +109,15 @@ func TestDeterministic(t *testing.T) {
 	}
 }
 
-// TestFindings replays the seeds that found findings 1, 3, 6 and 7 (doc.go):
+// TestFindings replays the seeds that found findings 1, 3, 6, 7 and 11 (doc.go):
 // a double send each for 1 and 3, before dispatch.Step and
 // reconciliation.Step were fixed (without the operator, as they ran
 // then); a stale outcome published after CONFIRMED with a receipt
 // recorded later than CONFIRMED's for 6, before kv.Intent.Reopen kept the
 // history's latest recorded_at_ms; two proposals without an end for 7,
-// before dispatch.Step told them again. Now they hold every invariant.
+// before dispatch.Step told them again; a proposal without an end for
+// 11, before a redispatch denied in those two ways concluded the intent.
+// Now they hold every invariant.
 func TestFindings(t *testing.T) {
 	for _, c := range []struct {
 		name       string
@@ -126,11 +128,45 @@ func TestFindings(t *testing.T) {
 		{"3 an answer judged by the time after it came back", 55056, true},
 		{"6 a redispatch's receipt recorded before the one it follows", 87377, false},
 		{"7 a redispatch's receipt, its processor crashed before the other proposals heard it", 792, false},
+		{"11 the redispatch of a proposal ended since by its own input", 10165, false},
+		{"11 a redispatch denied after an attempt that reached nobody", 52819, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			w := New(Config{Seed: c.seed, NoOperator: c.noOperator, Trace: true})
 			if v := w.Run(); len(v) > 0 {
 				t.Fatalf("seed %d: %q\n%s", c.seed, v, strings.Join(w.Trace(), "\n"))
+			}
+		})
+	}
+}
+
+// TestOrderFindings shows finding 2 and what issue 33 saw on real
+// servers (doc.go, finding 9), and finding 10: with outcomes published as
+// before (BugUnorderedPublish) each of the first three seeds stores a
+// stale RECONCILIATION_REQUIRED after CONFIRMED, last on its subject;
+// with an outcome's message id naming its input alone
+// (BugInputOutcomeID), the last seed's proposal never hears the end
+// dispatch recorded for it. As the runner publishes now, each seed holds
+// every invariant.
+func TestOrderFindings(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		seed uint64
+		bug  Bug
+		want string
+	}{
+		{"9 a publish unanswered, retried after reconciliation confirmed (the cluster soak's)", 18492, BugUnorderedPublish, "stored after CONFIRMED"},
+		{"2 a processor paused with the record it loaded, resumed after CONFIRMED", 37417, BugUnorderedPublish, "stored after CONFIRMED"},
+		{"9 a repeat replays what a replica behind returned", 830, BugUnorderedPublish, "stored after CONFIRMED"},
+		{"10 a redelivered input's new answer dropped as a duplicate", 6714, BugInputOutcomeID, "no terminal outcome"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			v := New(Config{Seed: c.seed, Bug: c.bug}).Run()
+			if len(v) == 0 || !strings.Contains(v[0], c.want) {
+				t.Errorf("seed %d with %q: %q; want %q (update doc.go's findings 9 and 10)", c.seed, c.bug, v, c.want)
+			}
+			if v := New(Config{Seed: c.seed}).Run(); len(v) > 0 {
+				report(t, c.seed, NoBug, v)
 			}
 		})
 	}

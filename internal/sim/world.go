@@ -12,6 +12,7 @@ import (
 	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/stages/dispatch"
 	"github.com/portcullis/portcullis/stages/reconciliation"
 )
@@ -50,12 +51,21 @@ const (
 	// expired since) ends only its own proposal, as before the fix, and
 	// leaves the intent lost with its other proposals waiting.
 	BugRedispatchEndsOne
+	// BugUnorderedPublish: outcomes are published as before issue 33 —
+	// without the expected last subject sequence, a repeat replaying what
+	// the processor recorded, the record overwritten by whatever came
+	// last — so a stale outcome can land after a newer one.
+	BugUnorderedPublish
+	// BugInputOutcomeID: an outcome's message id names the input alone
+	// (as before finding 10), so a redelivered input's new answer is
+	// dropped as a duplicate of its first.
+	BugInputOutcomeID
 )
 
 func (b Bug) String() string {
 	return [...]string{"none", "read-then-write journal", "resend after its own interruption", "connector ignores not_after_ms",
 		"settles the record the operator saw", "settlement without its announcement", "keeps the envelope only with its receipt",
-		"a denied redispatch ends only its proposal"}[b]
+		"a denied redispatch ends only its proposal", "outcomes published out of order", "an outcome's message id names its input alone"}[b]
 }
 
 // Config is one run.
@@ -151,7 +161,12 @@ type World struct {
 	sends        []send
 	redispatches []int64
 
+	// outcomes are what each proposal's subject stored, in order (what
+	// a host sees, live or by reading the stream).
 	outcomes   map[schema.ProposalRef][]schema.Outcome
+	stream     *outcomeStream
+	of         *outcomeFaults
+	serial     uint64 // messages published on the work queues
 	proposals  []schema.ProposalRef
 	violations []string
 	trace      []string
@@ -171,6 +186,11 @@ type proc struct {
 	epoch       int // bumped by a crash: the events of the lost run are dropped
 	pausedUntil int64
 	busy        bool
+	// last is what the processor's runners know of the outcome subjects
+	// (memory: lost with a crash); log its outcome log (its store: kept).
+	last          *stages.LastOutcomes
+	log           map[schema.ProposalRef]schema.Outcome
+	linkDownUntil int64
 }
 
 func (w *World) procNow(p *proc) int64 { return w.now + p.skew }
@@ -197,7 +217,8 @@ func New(cfg Config) *World {
 	skew := func() int64 { return w.rng.Int64N(clockSkew.Milliseconds()+1) - clockSkew.Milliseconds()/2 }
 	w.prov = &provider{w: w, skew: skew(), acts: map[string]int{}, attempts: map[string]int{}}
 	for i := range w.prof.procs {
-		w.procs = append(w.procs, &proc{id: i, self: fmt.Sprintf("p_sim%d", i), skew: skew(), store: w.j.handle(), alive: true})
+		w.procs = append(w.procs, &proc{id: i, self: fmt.Sprintf("p_sim%d", i), skew: skew(), store: w.j.handle(), alive: true,
+			last: stages.NewLastOutcomes(0), log: map[schema.ProposalRef]schema.Outcome{}})
 	}
 	w.tracef("profile %+v provider skew %dms", w.prof, w.prov.skew)
 	w.newOperator()
@@ -214,6 +235,7 @@ func New(cfg Config) *World {
 			w.publish(&message{stage: stageDispatch, env: env, msgID: "proposal/" + ref.ProposalID, dedup: true})
 		})
 	}
+	w.newOutcomeFaults()
 	return w
 }
 
@@ -302,6 +324,7 @@ type message struct {
 	env     *schema.Envelope // dispatch
 	trigger kv.Trigger       // reconciliation
 	msgID   string
+	serial  uint64 // its stream sequence: the runner's outputs' ids derive from it
 	// dedup: the stream drops a message whose id it saw. Timer messages
 	// have none: timers.Schedules publishes schedules without
 	// Nats-Msg-Id, so a poll armed twice may fire twice.
@@ -322,6 +345,8 @@ func (w *World) publish(m *message) {
 		return
 	}
 	w.msgIDs[m.msgID] = true
+	w.serial++
+	m.serial = w.serial
 	m.availableAt = w.now
 	w.msgs = append(w.msgs, m)
 	w.tracef("publish %s", m.msgID)
@@ -411,7 +436,7 @@ func (w *World) crash(p *proc, where string) {
 	w.at(w.now+100+w.rng.Int64N(20_000), func() {
 		// A new run of the same instance (its id is kept on disk): nothing
 		// of the old run's memory, locks or journal sessions.
-		p.alive, p.store = true, w.j.handle()
+		p.alive, p.store, p.last = true, w.j.handle(), stages.NewLastOutcomes(0)
 		w.tracef("p%d restarts", p.id)
 		w.deliver()
 	})

@@ -112,9 +112,11 @@ func (r *Recorder) Flush(t testing.TB) {
 func (r *Recorder) FlushWithin(t testing.TB, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
-	// The server queues a message for this connection as it routes the
-	// publish, before the PubAck: the PONG answering this flush comes
-	// after every message published before it.
+	// The server queues a message for this connection as it routes it:
+	// an incident event as it is published, an outcome as the outcomes
+	// stream republishes it once stored, before the stream's PubAck (one
+	// queue, in order) — so the PONG answering this flush comes after
+	// every message PubAcked before it (on one server).
 	if err := r.nc.FlushTimeout(max(timeout, time.Millisecond)); err != nil {
 		t.Fatalf("testenv: Recorder: flush: %v", err)
 	}

@@ -252,14 +252,11 @@ const MaxOutcomeScan = 256
 // subject is the proposal's: the later stages handle only what admission
 // handed off, and a repeat republishes the proposal's own outcome.
 func ownOutcome(o *schema.Outcome, a kv.Admitted) bool {
+	if o.Unadmitted() {
+		return false
+	}
 	for _, inc := range o.Incidents {
-		if inc.Phase != schema.PhaseAdmission {
-			continue
-		}
-		switch inc.Code {
-		case schema.CodeAdmissionMalformed, schema.CodeAdmissionContextIncomplete, schema.CodeAdmissionTenantNotPermitted:
-			return false
-		case schema.CodeProcessingFailed:
+		if inc.Phase == schema.PhaseAdmission && inc.Code == schema.CodeProcessingFailed {
 			return a.Failed
 		}
 	}

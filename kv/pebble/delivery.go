@@ -65,14 +65,24 @@ func (b *Batch) PutOutcome(o schema.Outcome) {
 	b.file(ClassProposal, o.AtMs, key[1:])
 }
 
-// RecordOutcomes records each proposal's latest outcome (stages.OutcomeLog).
-// NoSync: the record must be durable before the input is acked, not
-// before the outcome is published (a crash in between redelivers the
-// input, which records it again); the runner calls Flush before the ack,
-// one fsync for every input acked at that moment.
+// RecordOutcomes records each proposal's latest outcome (stages.OutcomeLog):
+// an outcome that neither restates nor supersedes the one recorded
+// (SPEC §2.4 Order: a stale decision, published late) leaves the record
+// as it is, so that a repeat never replays an older truth. NoSync: the
+// record must be durable before the input is acked, not before the
+// outcome is published (a crash in between redelivers the input, which
+// records it again); the runner calls Flush before the ack, one fsync for
+// every input acked at that moment.
 func (s *Store) RecordOutcomes(outcomes []schema.Outcome) error {
 	b := s.NewBatch()
 	for _, o := range outcomes {
+		last, found, err := s.LastOutcome(o.To())
+		if err != nil {
+			return err
+		}
+		if found && !o.Standing().Follows(last.Standing()) {
+			continue
+		}
 		b.PutOutcome(o)
 	}
 	return b.Commit(NoSync)

@@ -113,3 +113,34 @@ func crash(t *testing.T, fs *vfs.MemFS, s *Store) *Store {
 	t.Cleanup(func() { r.Close() })
 	return r
 }
+
+// RecordOutcomes keeps a proposal's latest outcome: a stale one recorded
+// late (its decision made on a record that moved on) does not replace a
+// newer one, so that a repeat never replays an older truth.
+func TestRecordOutcomesKeepsTheLatest(t *testing.T) {
+	s, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ref := schema.ProposalRef{Host: "h", ProposalID: "p-1"}
+	receipt := func(kind schema.Kind, id string, at int64) schema.Outcome {
+		o := schema.NewOutcome(ref, kind, at)
+		o.Receipt = &schema.Receipt{ReceiptID: id, RecordedAtMs: at}
+		return o
+	}
+	for _, o := range []schema.Outcome{
+		schema.NewOutcome(ref, schema.KindNeedsApproval, 1),
+		receipt(schema.KindReconciliationRequired, "r1", 10),
+		receipt(schema.KindConfirmed, "r2", 20),
+		receipt(schema.KindReconciliationRequired, "r1", 30), // stale: r1 again, published late
+		schema.NewOutcome(ref, schema.KindNeedsApproval, 1),
+	} {
+		if err := s.RecordOutcomes([]schema.Outcome{o}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if o, found, err := s.LastOutcome(ref); err != nil || !found || o.Kind != schema.KindConfirmed || o.Receipt.ReceiptID != "r2" {
+		t.Errorf("recorded: %+v %v %v, want CONFIRMED r2", o, found, err)
+	}
+}

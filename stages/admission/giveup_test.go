@@ -45,7 +45,7 @@ func TestGiveUpNeverContradictsAHandOff(t *testing.T) {
 		t.Fatalf("give-up: %+v, %v", r, err)
 	}
 	o := r.Outcomes[0]
-	if _, err := ps[0].js.Publish(ctx, subjects.Default().Outcome(o.Host, o.ProposalID), schema.MustMarshal(o)); err != nil {
+	if _, err := ps[0].js.Publish(ctx, subjects.Default().OutcomeRecord(o.Host, o.ProposalID), schema.MustMarshal(o)); err != nil {
 		t.Fatal(err)
 	}
 	r, err = ps[1].stage.Handle(ctx, failed)

@@ -50,7 +50,9 @@ func cluster(t *testing.T, url string, replicas, n int) ([]processor, nkeys.KeyP
 		js, h := kvtest.OpenBucket(t, url, kvjs.AdmissionBucket(bucket, replicas, time.Hour))
 		if i == 0 {
 			testenv.Retry(t, func(ctx context.Context) error {
-				_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: subj.OutcomesStream(), Subjects: []string{subj.Outcomes()}, Replicas: replicas, AllowDirect: true})
+				cfg := stages.OutcomeStream(subj)
+				cfg.Replicas = replicas
+				_, err := js.CreateOrUpdateStream(ctx, cfg)
 				return err
 			})
 		}
@@ -165,7 +167,7 @@ func testRepeatOnOtherProcessor(t *testing.T, url string, replicas int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ps[0].js.Publish(context.Background(), subjects.Default().Outcome(testenv.HostName, "rep-1"), data); err != nil {
+	if _, err := ps[0].js.Publish(context.Background(), subjects.Default().OutcomeRecord(testenv.HostName, "rep-1"), data); err != nil {
 		t.Fatal(err)
 	}
 	repeat := testenv.Set(testenv.Lumber("rep-1"), "context.delivery.delivery_id", "delivery:again")
@@ -196,7 +198,7 @@ func publishOutcome(t *testing.T, js jetstream.JetStream, id string, kind schema
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.Publish(context.Background(), subjects.Default().Outcome(testenv.HostName, id), data); err != nil {
+	if _, err := js.Publish(context.Background(), subjects.Default().OutcomeRecord(testenv.HostName, id), data); err != nil {
 		t.Fatal(err)
 	}
 }

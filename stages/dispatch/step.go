@@ -161,11 +161,20 @@ const DefaultLeaseMargin = 5 * time.Second
 // unavailable_retry window, then ADAPTER_UNAVAILABLE.
 func Step(f Facts, r Rules) Decision {
 	ref := f.Env.Ref()
-	if f.Ended != nil {
-		return ended(f.Env, *f.Ended)
-	}
-	if e, ok := f.Record.EndOf(ref); ok {
-		return ended(f.Env, e.Ended)
+	if e, ok := endOf(f, ref); ok {
+		if awaitedRedispatch(f, f.Record) {
+			// The redispatch of a lost request whose own proposal ended
+			// meanwhile (its original input, redelivered while the intent
+			// was lost, denied or given up at the re-check): its envelope
+			// is not sent, nothing was, so the intent concludes as for a
+			// redispatch denied (notSentAgain) — its other proposals would
+			// otherwise wait for good — and this proposal keeps its end
+			// (found by internal/sim, seed 10165).
+			d := notSentAgain(f, f.Record, e.Phase, e.Code, r)
+			d.Outcome = ended(f.Env, e).Outcome
+			return d
+		}
+		return ended(f.Env, e)
 	}
 	rec := f.Record
 	known := len(rec.Proposals)
@@ -368,12 +377,28 @@ func finish(f Facts, rec kv.Intent, v kv.Verdict, step string, r Rules) Decision
 	}
 }
 
+// endOf is how proposal ref ended without dispatching, if it did: its own
+// end record (Facts.Ended), or the intent's.
+func endOf(f Facts, ref schema.ProposalRef) (kv.Ended, bool) {
+	if f.Ended != nil {
+		return *f.Ended, true
+	}
+	e, ok := f.Record.EndOf(ref)
+	return e.Ended, ok
+}
+
 // awaitedRedispatch reports whether f's input is the redispatch rec waits
 // for: the intent reopened after its request was found lost (no receipt,
 // kv.StateLost) and this its latest reopening's hand-off. The held stream
 // keeps one envelope per intent, so no other redispatch of it is coming.
+// So it is while that redispatch's attempts reach nobody
+// (kv.StateNotInvoked, no receipt yet): a denial at the re-check of the
+// next attempt leaves the intent as unsent as one before the first (found
+// by internal/sim, seed 52819: the intent stayed not-invoked, its other
+// proposal at RECONCILIATION_REQUIRED for good).
 func awaitedRedispatch(f Facts, rec kv.Intent) bool {
-	return f.Redispatch > 0 && f.Redispatch == rec.Redispatches && rec.State == kv.StateLost && rec.Receipt == nil
+	return f.Redispatch > 0 && f.Redispatch == rec.Redispatches && rec.Receipt == nil &&
+		(rec.State == kv.StateLost || rec.State == kv.StateNotInvoked)
 }
 
 // notSentAgain concludes an intent whose redispatch cannot go: its request

@@ -504,6 +504,17 @@ func TestStepDeniedRedispatch(t *testing.T) {
 		{"the awaited redispatch, given up", facts(func(f *Facts) {
 			f.Record, f.Found, f.Redispatch, f.GivingUp = reopened(1), true, 1, true
 		}), true, schema.CodeProcessingFailed, false},
+		{"the awaited redispatch, its proposal ended since at the re-check", facts(func(f *Facts) {
+			f.Record, f.Found, f.Redispatch = reopened(1), true, 1
+			e := kv.EndedProposal{Ref: f.Env.Ref(), Ended: kv.Ended{Phase: schema.PhaseAuthorization, Code: schema.CodeGrantExpired, AtMs: now - 10}}
+			f.Record.End(e)
+			f.Ended = &e.Ended
+		}), true, schema.CodeGrantExpired, false},
+		{"the awaited redispatch, after an attempt that reached nobody, its grant expired", facts(func(f *Facts) {
+			f.Record, f.Found, f.Redispatch = reopened(1), true, 1
+			f.Record.State, f.Record.NotInvokedSinceMs = kv.StateNotInvoked, now-1000
+			expired(f)
+		}), true, schema.CodeGrantExpired, false},
 		{"another proposal of the lost intent, given up", facts(func(f *Facts) {
 			f.Record, f.Found, f.GivingUp = reopened(1), true, true
 		}), false, schema.CodeProcessingFailed, false},
@@ -531,8 +542,14 @@ func TestStepDeniedRedispatch(t *testing.T) {
 				if rc == nil || rc.Status != schema.StatusFailedBeforeDispatch || rc.DispatchAttempted || d.Writes.Ended != nil {
 					t.Fatalf("receipt %+v, ended %+v: want the intent concluded FAILED_BEFORE_DISPATCH", rc, d.Writes.Ended)
 				}
-				if d.Outcome == nil || d.Outcome.Kind != schema.KindFailedBeforeDispatch || !d.Outcome.Terminal ||
-					d.Outcome.Incidents[0].Code != schema.CodeProviderFailedBeforeDispatch {
+				switch {
+				case c.f.Ended != nil:
+					// It keeps the end it was told.
+					if d.Outcome == nil || d.Outcome.Kind != schema.KindDenied || d.Outcome.Incidents[0].Code != c.f.Ended.Code {
+						t.Fatalf("outcome %+v, want its end again", d.Outcome)
+					}
+				case d.Outcome == nil || d.Outcome.Kind != schema.KindFailedBeforeDispatch || !d.Outcome.Terminal ||
+					d.Outcome.Incidents[0].Code != schema.CodeProviderFailedBeforeDispatch:
 					t.Fatalf("outcome %+v", d.Outcome)
 				}
 				if len(d.Others) != 1 || d.Others[0].ProposalID != "p-0" || d.Others[0].Kind != schema.KindFailedBeforeDispatch || !d.Others[0].Terminal {
