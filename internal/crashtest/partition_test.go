@@ -54,6 +54,11 @@ type netDeployment struct {
 // servers' /connz shows it).
 const processorName = "portcullis-processor"
 
+// leaveWithin bounds how long a processor may stay connected to a server
+// that went silent (engine.PingInterval × (engine.MaxPingsOut + 1) is
+// about 20s), with a margin for a loaded machine.
+const leaveWithin = time.Minute
+
 // newNetDeployment starts three servers and n processors on a Net of
 // their own, with NATS authentication on; with proxied, procs[0] reaches
 // the servers only through a Toxiproxy in its namespace.
@@ -192,12 +197,17 @@ var (
 		d.whole(t)
 		return fmt.Sprintf("processor %s with only server %s (minority) for %s", d.nets[v].Name, partition.ServerName(s), length.Round(10*time.Millisecond))
 	}}
-	// faultLeaders: every stream and consumer leader moved onto one
-	// server, then that server cut off: every group elects a leader at
-	// once, the processors and clients connected to it hang until their
-	// link heals or they give up on it.
+	// faultLeaders: every stream and consumer leader moved onto the
+	// server a processor is connected to, then that server cut off: every
+	// group elects a leader at once, and the processor must notice that
+	// its server went silent and reconnect to another (the fault holds
+	// until it did, at most leaveWithin).
 	faultLeaders = netFault{"leaders-cut", func(t *testing.T, d *netDeployment, rng *rand.Rand, during func()) string {
-		s := rng.IntN(partition.Size)
+		v := d.victim(rng)
+		s := d.servers.ConnectedTo(d.nets[v].IP, processorName)
+		if s < 0 {
+			s = rng.IntN(partition.Size)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		asked, err := partition.MoveLeaders(ctx, d.env.NC, d.env.JS, partition.ServerName(s))
 		cancel()
@@ -208,9 +218,19 @@ var (
 		start := time.Now()
 		d.net.Cut(t, d.servers.Nodes[s])
 		hold(start, length, during)
+		left := testenv.Poll(time.Until(start.Add(leaveWithin)), func() bool {
+			now := d.servers.ConnectedTo(d.nets[v].IP, processorName)
+			return now >= 0 && now != s
+		})
+		cut := time.Since(start)
 		d.net.Heal(t, d.servers.Nodes[s])
 		d.whole(t)
-		return fmt.Sprintf("server %s, leading every stream and consumer (%d stepdowns), cut off for %s", partition.ServerName(s), asked, length.Round(10*time.Millisecond))
+		if !left {
+			t.Errorf("processor %s stayed connected to the cut server %s for %s: a server gone silent is not left for the others",
+				d.nets[v].Name, partition.ServerName(s), cut.Round(time.Second))
+		}
+		return fmt.Sprintf("server %s, processor %s's, leading every stream and consumer (%d stepdowns), cut off for %s",
+			partition.ServerName(s), d.nets[v].Name, asked, cut.Round(10*time.Millisecond))
 	}}
 	// faultFlapping: a processor's link down and up again and again,
 	// 0.2–2.5 s each way, for 10–16 s.
@@ -397,8 +417,9 @@ func TestPartitionProcessorWithMinority(t *testing.T) {
 	netSoak(t, newNetDeployment(t, 2, false), 40, 1, faultMinority)
 }
 
-// The server holding every stream and consumer leader cut off, then
-// healed.
+// The server holding every stream and consumer leader, and a processor's
+// connection, cut off, then healed: the processor reconnects to another
+// server while it is cut.
 func TestPartitionLeadersCutOff(t *testing.T) {
 	t.Parallel()
 	netSoak(t, newNetDeployment(t, 2, false), 40, 1, faultLeaders)

@@ -47,6 +47,8 @@ func (p *Processor) connect() error {
 		nats.Name("portcullis-processor"),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
+		nats.PingInterval(PingInterval),
+		nats.MaxPingsOutstanding(MaxPingsOut),
 	}
 	if n.Embedded {
 		// The processor's own identity is created at every start: its seed
@@ -71,6 +73,18 @@ func (p *Processor) connect() error {
 	p.nc, p.js, err = dial(url, append(opts, login...))
 	return err
 }
+
+// A server that goes silent (a partition: no reset, no error, its TCP
+// connection alive) is noticed only by pings. With nats.go's defaults (a
+// ping every 2 minutes, 2 unanswered) a processor kept its connection to
+// a server cut off from it for 4 minutes or more, doing nothing though
+// the other servers were reachable (TestPartitionLeadersCutOff). With
+// these it gives the server up after about 20 seconds and reconnects to
+// another; a ping every 5 seconds costs nothing.
+const (
+	PingInterval = 5 * time.Second
+	MaxPingsOut  = 3
+)
 
 // loginOptions are the processor's login (nats.credentials, with an
 // external server) and TLS options.
