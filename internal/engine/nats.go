@@ -49,6 +49,13 @@ func (p *Processor) connect() error {
 		nats.ReconnectWait(250 * time.Millisecond),
 		nats.PingInterval(PingInterval),
 		nats.MaxPingsOutstanding(MaxPingsOut),
+		// What the connection does under a partition is in the log.
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			p.log.Warn("nats disconnected; reconnecting", "err", err)
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			p.log.Info("nats reconnected", "server", redactURL(nc.ConnectedUrl()))
+		}),
 	}
 	if n.Embedded {
 		// The processor's own identity is created at every start: its seed
