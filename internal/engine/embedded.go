@@ -34,35 +34,29 @@ var freeSpace = diskFree
 
 // watchEmbedded runs while the processor does, with an embedded server.
 func (p *Processor) watchEmbedded(ctx context.Context) {
-	t := time.NewTicker(embeddedWatch)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, embeddedWatch, func() bool {
 		werr := writeError(p.srv)
 		switch {
 		case werr == "":
-			continue
+			return true
 		case !strings.Contains(werr, "no space left on device"):
 			p.fail(fmt.Errorf("processor: the embedded NATS server cannot write its JetStream store (nats.store_dir %s): %s", p.cfg.NATS.StoreDir, werr))
-			return
+			return false
 		}
 		p.health.natsFull.Store(true)
 		p.log.Error("embedded NATS store full: nothing is written until nats.store_dir has room again; the embedded server restarts then",
 			"store_dir", p.cfg.NATS.StoreDir, "err", werr)
 		if !p.awaitRoom(ctx) {
-			return
+			return false
 		}
 		if err := p.restartServer(); err != nil {
 			p.fail(fmt.Errorf("processor: restarting the embedded NATS server after its store had room again: %w", err))
-			return
+			return false
 		}
 		p.health.natsFull.Store(false)
 		p.log.Info("embedded NATS server restarted: its store has room again", "store_dir", p.cfg.NATS.StoreDir)
-	}
+		return true
+	})
 }
 
 // writeError is the first stream write error srv's health reports, or "".

@@ -449,15 +449,25 @@ func journalKind(c *config.Config) string {
 // failed WAL write or sync): nothing can be checkpointed any more, and a
 // restart replays the WAL into a consistent store.
 func (p *Processor) watchStore(ctx context.Context) {
-	t := time.NewTicker(250 * time.Millisecond)
+	every(ctx, 250*time.Millisecond, func() bool {
+		if err := p.store.Failed(); err != nil {
+			p.fail(fmt.Errorf("processor: store failed: %w", err))
+			return false
+		}
+		return true
+	})
+}
+
+// every calls f every d until ctx ends or f returns false.
+func every(ctx context.Context, d time.Duration, f func() bool) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := p.store.Failed(); err != nil {
-				p.fail(fmt.Errorf("processor: store failed: %w", err))
+			if !f() {
 				return
 			}
 		}

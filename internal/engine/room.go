@@ -86,14 +86,7 @@ func (p *Processor) checkRoom() error {
 // watchDisks marks the processor short of disk (health.lowDisk: readiness,
 // Room) while a store's disk is below the reserve.
 func (p *Processor) watchDisks(ctx context.Context) {
-	t := time.NewTicker(diskWatch)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, diskWatch, func() bool {
 		key, free := p.lowDisk()
 		was := p.health.lowDisk.Swap(key)
 		switch {
@@ -102,7 +95,8 @@ func (p *Processor) watchDisks(ctx context.Context) {
 		case key == "" && was != "":
 			p.log.Info("disk has room again: stages take input", "dir", was)
 		}
-	}
+		return true
+	})
 }
 
 // room is stages.Deps.Room: every store's disk has room.

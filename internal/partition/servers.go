@@ -4,8 +4,6 @@ package partition
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,9 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -39,39 +35,11 @@ const (
 	MonitorPort = 8222
 )
 
-var (
-	natsOnce sync.Once
-	natsPath string
-	natsErr  error
-)
-
 // NATSServerBinary builds the real nats-server command, the version the
-// module requires, once per test binary, and returns its path (shared by
-// the test binaries of a checkout, as testenv.ProcessorBinary's).
+// module requires, once per test binary, and returns its path.
 func NATSServerBinary(t testing.TB) string {
 	t.Helper()
-	natsOnce.Do(func() {
-		_, file, _, _ := runtime.Caller(0)
-		root := filepath.Dir(filepath.Dir(filepath.Dir(file))) // internal/partition/servers.go
-		sum := sha256.Sum256([]byte(root))
-		dir := filepath.Join(os.TempDir(), "portcullis-test-bin")
-		if natsErr = os.MkdirAll(dir, 0o755); natsErr != nil {
-			return
-		}
-		natsPath = filepath.Join(dir, "nats-server-"+hex.EncodeToString(sum[:6]))
-		tmp := fmt.Sprintf("%s.%d", natsPath, os.Getpid())
-		cmd := exec.Command("go", "build", "-o", tmp, "github.com/nats-io/nats-server/v2")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			natsErr = fmt.Errorf("go build nats-server: %w\n%s", err, out)
-			return
-		}
-		natsErr = os.Rename(tmp, natsPath)
-	})
-	if natsErr != nil {
-		t.Fatal(natsErr)
-	}
-	return natsPath
+	return testenv.Binary(t, "nats-server", "github.com/nats-io/nats-server/v2")
 }
 
 // Child is a process started inside a node.
