@@ -96,6 +96,7 @@ func tail(logs []byte, n int) string {
 // Every proposal ends CONFIRMED, no key reaches the provider twice, no
 // outage turned into a failure (the history's checks).
 func TestFullDisk(t *testing.T) {
+	t.Parallel()
 	const size = 96 << 20
 	disk := partition.NewDisk(t, size)
 	var n *node

@@ -276,17 +276,6 @@ func (s *Servers) logs() string {
 	return b.String()
 }
 
-// Leaders counts, per server name, the replicated streams and consumers
-// it leads (of js's account).
-func Leaders(ctx context.Context, js jetstream.JetStream) (map[string]int, error) {
-	out := map[string]int{}
-	err := eachGroup(ctx, js, func(_, _, leader string) error {
-		out[leader]++
-		return nil
-	})
-	return out, err
-}
-
 // eachGroup calls f with every replicated stream (consumer "") and
 // consumer of js's account and the server that leads it.
 func eachGroup(ctx context.Context, js jetstream.JetStream, f func(stream, consumer, leader string) error) error {
