@@ -173,7 +173,9 @@ func TestRunnerReplaysTheLatest(t *testing.T) {
 // ignored), forgets on request, and stays bounded.
 func TestLastOutcomes(t *testing.T) {
 	l := stages.NewLastOutcomes(4)
-	ref := func(i int) schema.ProposalRef { return schema.ProposalRef{Host: "h", ProposalID: "p-" + strconv.Itoa(i)} }
+	ref := func(i int) schema.ProposalRef {
+		return schema.ProposalRef{Host: "h", ProposalID: "p-" + strconv.Itoa(i)}
+	}
 	l.Put(ref(1), stages.Known{Found: true, Seq: 9})
 	l.Put(ref(1), stages.Known{Found: true, Seq: 5}) // a replica behind
 	if k := l.Get(ref(1)); k.Seq != 9 {

@@ -26,6 +26,11 @@ const (
 	hostB = testenv.OtherHostName
 )
 
+// replayWindow is the runner's current replay window (its ReplayEvery,
+// 10 minutes, on the clock): a repeat republishes its proposal's outcome
+// once per window.
+func replayWindow() int64 { return time.Now().UnixMilli() / (10 * time.Minute).Milliseconds() }
+
 // refB names B's proposal for the Recorder.
 func refB(id string) string { return hostB + "/" + id }
 
