@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -37,19 +37,27 @@ func RequireMount(t testing.TB) {
 	t.Skip("partition: cannot mount a tmpfs here (not root): run as root")
 }
 
-// NewDisk mounts a tmpfs of size bytes on a new directory.
+// NewDisk mounts a tmpfs of size bytes on a new directory, after
+// unmounting what runs that died (SIGKILL) left mounted.
 func NewDisk(t testing.TB, size int64) *Disk {
 	t.Helper()
 	RequireMount(t)
+	removeStaleMounts(t)
 	d := &Disk{Dir: filepath.Join(t.TempDir(), "disk"), size: size}
 	if err := os.Mkdir(d.Dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	mount(t, "-t", "tmpfs", "-o", fmt.Sprintf("size=%d,mode=0755", size), "tmpfs", d.Dir)
-	// Registered after t.TempDir: runs before the directory is removed.
+	// The source names the process (pcx-<pid>), as a namespace does: a
+	// later run tells a mount left by a dead one.
+	src := fmt.Sprintf("%s%d", prefix, os.Getpid())
+	if err := unix.Mount(src, d.Dir, "tmpfs", 0, fmt.Sprintf("size=%d,mode=0755", size)); err != nil {
+		t.Fatalf("partition: mount -t tmpfs -o size=%d %s: %v", size, d.Dir, err)
+	}
+	// Registered after t.TempDir: runs before the directory is removed
+	// (detached at once, even with a file still open on it).
 	t.Cleanup(func() {
-		if out, err := exec.Command("umount", "-l", d.Dir).CombinedOutput(); err != nil {
-			t.Errorf("partition: umount %s: %v: %s", d.Dir, err, out)
+		if err := unix.Unmount(d.Dir, unix.MNT_DETACH); err != nil {
+			t.Errorf("partition: umount %s: %v", d.Dir, err)
 		}
 	})
 	return d
@@ -59,8 +67,53 @@ func NewDisk(t testing.TB, size int64) *Disk {
 // room, never losing what is on it.
 func (d *Disk) Resize(t testing.TB, size int64) {
 	t.Helper()
-	mount(t, "-o", fmt.Sprintf("remount,size=%d", size), d.Dir)
+	if err := unix.Mount("", d.Dir, "", unix.MS_REMOUNT, fmt.Sprintf("size=%d", size)); err != nil {
+		t.Fatalf("partition: mount -o remount,size=%d %s: %v", size, d.Dir, err)
+	}
 	d.size = size
+}
+
+// Mounts lists the mount points of the tmpfs this package mounted that
+// are mounted now (of any run), with the pid that mounted each.
+func Mounts(t testing.TB) map[string]int {
+	t.Helper()
+	raw, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, l := range strings.Split(string(raw), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 3 || f[2] != "tmpfs" || !strings.HasPrefix(f[0], prefix) {
+			continue
+		}
+		if pid, err := strconv.Atoi(strings.TrimPrefix(f[0], prefix)); err == nil {
+			out[unescapeMount(f[1])] = pid
+		}
+	}
+	return out
+}
+
+// unescapeMount undoes /proc/mounts' octal escapes (a space is \040).
+func unescapeMount(s string) string {
+	r := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`)
+	return r.Replace(s)
+}
+
+// removeStaleMounts unmounts the disks of runs whose process is gone.
+func removeStaleMounts(t testing.TB) {
+	t.Helper()
+	for dir, pid := range Mounts(t) {
+		if pid == os.Getpid() || processAlive(pid) {
+			continue
+		}
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+			t.Logf("partition: unmounting %s left by a dead run: %v", dir, err)
+			continue
+		}
+		_ = os.RemoveAll(filepath.Dir(dir)) // the dead run's temporary directory
+		t.Logf("partition: unmounted %s, left by a dead run", dir)
+	}
 }
 
 // Free returns the bytes free on the disk.
@@ -98,12 +151,5 @@ func (d *Disk) Fill(t testing.TB, name string, keep int64) int64 {
 		if err != nil {
 			t.Fatal(err)
 		}
-	}
-}
-
-func mount(t testing.TB, args ...string) {
-	t.Helper()
-	if out, err := exec.Command("mount", args...).CombinedOutput(); err != nil {
-		t.Fatalf("partition: mount %s: %v: %s", strings.Join(args, " "), err, out)
 	}
 }

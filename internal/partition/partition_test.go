@@ -217,3 +217,35 @@ func TestDiskFillsAndGrows(t *testing.T) {
 		t.Fatalf("a write after the disk grew: %v", err)
 	}
 }
+
+// A Disk is unmounted when its test ends; one left mounted by a run that
+// died is unmounted by the next NewDisk.
+func TestDiskUnmountedAndStale(t *testing.T) {
+	partition.RequireMount(t)
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(t.TempDir(), "disk")
+	if err := os.Mkdir(stale, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("pcx-"+strconv.Itoa(dead.Process.Pid), stale, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	var dir string
+	t.Run("disk", func(t *testing.T) {
+		dir = partition.NewDisk(t, 1<<20).Dir
+		if _, ok := partition.Mounts(t)[dir]; !ok {
+			t.Errorf("%s is not listed as mounted", dir)
+		}
+	})
+	mounts := partition.Mounts(t)
+	if _, ok := mounts[stale]; ok {
+		t.Errorf("the dead run's disk %s is still mounted", stale)
+		_ = unix.Unmount(stale, unix.MNT_DETACH)
+	}
+	if _, ok := mounts[dir]; ok {
+		t.Errorf("disk %s outlived its test", dir)
+	}
+}
