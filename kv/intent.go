@@ -416,24 +416,19 @@ func (r *Intent) Project(a *schema.Activity) {
 		return
 	}
 	if a.Receipt != nil && a.Receipt.RecordedAtMs > rc.RecordedAtMs {
-		return // a later receipt is there already
+		// A later receipt is there already (its writer came first: this
+		// dispatch's own write was held up, by a partition say) and stays
+		// the picture; a dispatch section it could not complete takes this
+		// dispatch's result.
+		if rc.Reconciliation == nil && (a.Dispatch == nil || a.Dispatch.FinishedAtMs == 0) {
+			r.projectDispatch(a, rc)
+		}
+		return
 	}
 	latest := *rc
 	a.Receipt = &latest
 	a.Status = string(rc.Status)
-	if a.Dispatch == nil {
-		a.Dispatch = &schema.ActivityDispatch{}
-	}
-	a.Dispatch.Adapter = r.Adapter
-	a.Dispatch.Attempted = a.Dispatch.Attempted || (rc.Reconciliation == nil && rc.DispatchAttempted)
-	if r.InFlightAtMs > 0 {
-		a.Dispatch.StartedAtMs = r.InFlightAtMs
-	}
-	if rc.Reconciliation == nil {
-		a.Dispatch.FinishedAtMs = rc.RecordedAtMs
-		a.Dispatch.Status = rc.Status
-		a.Dispatch.ErrorCode = rc.ErrorCode
-	}
+	r.projectDispatch(a, rc)
 	if rc.Disclosure != nil {
 		d := *rc.Disclosure
 		a.Disclosure = &d
@@ -449,5 +444,24 @@ func (r *Intent) Project(a *schema.Activity) {
 			a.Reconciliation.LastAttemptID = rc.Reconciliation.AttemptID
 			a.Reconciliation.ResolvedBy = rc.Reconciliation.Operator
 		}
+	}
+}
+
+// projectDispatch copies into a's dispatch section what rc, a receipt of
+// the record, says of the dispatch: when it started, and for a dispatch's
+// own receipt its end and result.
+func (r *Intent) projectDispatch(a *schema.Activity, rc *schema.Receipt) {
+	if a.Dispatch == nil {
+		a.Dispatch = &schema.ActivityDispatch{}
+	}
+	a.Dispatch.Adapter = r.Adapter
+	a.Dispatch.Attempted = a.Dispatch.Attempted || (rc.Reconciliation == nil && rc.DispatchAttempted)
+	if r.InFlightAtMs > 0 {
+		a.Dispatch.StartedAtMs = r.InFlightAtMs
+	}
+	if rc.Reconciliation == nil {
+		a.Dispatch.FinishedAtMs = rc.RecordedAtMs
+		a.Dispatch.Status = rc.Status
+		a.Dispatch.ErrorCode = rc.ErrorCode
 	}
 }

@@ -58,6 +58,12 @@ type Deps struct {
 	// because it is full (full true: the hand-off is retried until there
 	// is room) or took one (false): readiness and actions_stage_full.
 	OnFull func(stage string, full bool)
+	// Room, if set, says whether the processor's disks have room for the
+	// writes a stage makes. Without it the stage takes no new input
+	// (rather than fail in its store): its fetchers wait, and an input
+	// fetched meanwhile goes back to the stream for later (or for another
+	// processor).
+	Room func() bool
 }
 
 // Source is one durable consumer a runner reads: a stage reads one per
@@ -386,6 +392,9 @@ func (r *Runner) Run(ctx, workCtx context.Context) error {
 		fetchers.Go(func() {
 			gone := 0 // heartbeat misses in a row with the consumer not found
 			for {
+				if !r.awaitRoom(ctx) {
+					return // stopped while waiting for room: the drain goes on
+				}
 				m, err := it.Next()
 				if errors.Is(err, jetstream.ErrNoHeartbeat) {
 					if gone = runOf(gone, consumerGone(ctx, cons[i])); gone < 2 {
@@ -410,6 +419,10 @@ func (r *Runner) Run(ctx, workCtx context.Context) error {
 					}
 					return
 				}
+				if r.deps.Room != nil && !r.deps.Room() {
+					_ = m.NakWithDelay(roomPoll) // fetched as the disk filled
+					continue
+				}
 				work <- m
 			}
 		})
@@ -428,6 +441,22 @@ func (r *Runner) Run(ctx, workCtx context.Context) error {
 	close(beatDone)
 	<-beating
 	return runErr
+}
+
+// roomPoll is how often a stage waiting for disk room looks again.
+const roomPoll = 250 * time.Millisecond
+
+// awaitRoom waits while Deps.Room says there is no room; false when ctx
+// ended meanwhile.
+func (r *Runner) awaitRoom(ctx context.Context) bool {
+	for r.deps.Room != nil && !r.deps.Room() {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(roomPoll):
+		}
+	}
+	return true
 }
 
 // halt closes stopping, once.

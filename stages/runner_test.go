@@ -53,6 +53,8 @@ type rig struct {
 	runner *stages.Runner
 	// clocks numbers ackWaitsPass's consumers.
 	clocks atomic.Int32
+	// room is the runners' Deps.Room (nil: none).
+	room func() bool
 }
 
 func newRig(t *testing.T) *rig {
@@ -95,7 +97,7 @@ func (r *rig) run(t *testing.T, h stages.Handler, cfg stages.RunnerConfig) func(
 	t.Helper()
 	cfg.Stage, cfg.Stream, cfg.FilterSubject = subjects.StageGrounding, "IN", "in.>"
 	runner := stages.NewRunner(cfg, stages.Deps{
-		JS: r.js, Seal: r.seal, Subjects: r.subj, Metrics: r.metrics, Outcomes: r.store, Clock: stages.SystemClock{},
+		JS: r.js, Seal: r.seal, Subjects: r.subj, Metrics: r.metrics, Outcomes: r.store, Clock: stages.SystemClock{}, Room: r.room,
 	}, h)
 	r.runner = runner
 	ctx, cancel := context.WithCancel(context.Background())
@@ -262,6 +264,33 @@ func TestRunnerPublishesRecordsAndAcks(t *testing.T) {
 	if got := testutil.ToFloat64(r.metrics.Outcomes.WithLabelValues(string(schema.KindNeedsClarification))); got != 1 {
 		t.Errorf("outcomes = %v", got)
 	}
+}
+
+// Without room on the processor's disk (Deps.Room false) the runner takes
+// no input: one fetched just as the disk filled goes back to the stream,
+// again and again, unhandled; with room again it is handled, once.
+func TestRunnerWaitsForRoom(t *testing.T) {
+	r := newRig(t)
+	var full atomic.Bool
+	r.room = func() bool { return !full.Load() }
+	var handled atomic.Int32
+	r.run(t, funcHandler{handle: func(_ context.Context, in *stages.Input) (stages.Result, error) {
+		handled.Add(1)
+		return stages.Result{Next: []stages.Message{{Subject: "next.1", Data: in.Data}}}, nil
+	}}, stages.RunnerConfig{})
+	// The fetchers wait in Next when the disk fills.
+	full.Store(true)
+	r.publish(t, "in.1", "a")
+	testenv.WaitFor(t, "the input fetched, given back and delivered again", func() bool { return r.deliveries(t) >= 2 })
+	if n := handled.Load(); n != 0 {
+		t.Fatalf("handled %d times without room", n)
+	}
+	full.Store(false)
+	r.quiesce(t)
+	if n := handled.Load(); n != 1 {
+		t.Errorf("handled %d times once there was room, want 1", n)
+	}
+	r.counted(t, metrics.ResultForwarded, 1)
 }
 
 // A failure after publishing redelivers the input; the republished outputs

@@ -122,6 +122,13 @@ func (s *Store) Update(ctx context.Context, fingerprint string, edit func(a *sch
 			a = schema.Activity{Schema: schema.SchemaActivity, Fingerprint: fingerprint}
 		}
 		edit(&a)
+		// A dispatch section is written with its result or not at all (the
+		// schema has no status for one without): an edit that could not
+		// complete it — reconciliation's, before the dispatch's receipt can
+		// be read — leaves it to a later write.
+		if a.Dispatch != nil && a.Dispatch.FinishedAtMs == 0 {
+			a.Dispatch = nil
+		}
 		if s.Now != nil {
 			a.UpdatedAtMs = s.Now()
 		}

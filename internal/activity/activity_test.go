@@ -9,6 +9,7 @@ import (
 
 	"github.com/portcullis/portcullis/internal/activity"
 	"github.com/portcullis/portcullis/internal/testenv"
+	kvs "github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 )
 
@@ -89,5 +90,46 @@ func TestUpdateExistingSnapshot(t *testing.T) {
 	}
 	if got, err = s.Get(ctx, fp); err != nil || len(got.Proposals) != 1 {
 		t.Fatalf("after delete: %+v, %v", got, err)
+	}
+}
+
+// Reconciliation's write comes first, before the dispatch's receipt can be
+// read (its history entry held up by a partition), then dispatch's own,
+// late: the snapshot never shows a dispatch section without a result
+// (status "" is not in the schema), and ends with the dispatch's result
+// under reconciliation's later receipt. Seen in
+// TestPartitionLeadersCutOff: the activity record of an intent confirmed
+// by reconciliation kept {"dispatch":{"status":""}} for good.
+func TestLateDispatchWriteCompletesTheSnapshot(t *testing.T) {
+	kv := bucket(t)
+	ctx := context.Background()
+	s := &activity.Store{KV: kv}
+	dispatched := &schema.Receipt{ReceiptID: "rcpt_1", Status: schema.StatusReconciliationRequired, DispatchAttempted: true, RecordedAtMs: 2000}
+	confirmed := &schema.Receipt{ReceiptID: "rcpt_2", Status: schema.StatusConfirmed, RecordedAtMs: 3000,
+		Reconciliation: &schema.ReceiptReconcileRef{AttemptID: "rcn_1"}}
+	byReconciliation := kvs.Intent{Adapter: "nats", InFlightAtMs: 1000, Receipt: confirmed}
+	byDispatch := kvs.Intent{Adapter: "nats", InFlightAtMs: 1000, Receipt: dispatched}
+
+	if err := s.Update(ctx, fp, byReconciliation.Project); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Get(ctx, fp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != string(schema.StatusConfirmed) || (got.Dispatch != nil && got.Dispatch.Status == "") {
+		t.Fatalf("after reconciliation: status %q, dispatch %+v (a section without its result)", got.Status, got.Dispatch)
+	}
+	if err := s.Update(ctx, fp, byDispatch.Project); err != nil {
+		t.Fatal(err)
+	}
+	if got, err = s.Get(ctx, fp); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != string(schema.StatusConfirmed) || got.Receipt.ReceiptID != "rcpt_2" {
+		t.Errorf("the later receipt was replaced: status %q, receipt %s", got.Status, got.Receipt.ReceiptID)
+	}
+	if d := got.Dispatch; d == nil || d.Status != schema.StatusReconciliationRequired || d.FinishedAtMs != 2000 || d.StartedAtMs != 1000 || !d.Attempted {
+		t.Errorf("dispatch section %+v, want the dispatch's result", d)
 	}
 }

@@ -64,6 +64,9 @@ type node struct {
 	cfg  *config.Config
 	p    *testenv.Process
 	past []*testenv.Process // the processes before p, for their logs
+	// in runs the processor inside a network namespace
+	// (partition.Node.Exec); nil: in the test's.
+	in []string
 }
 
 func (n *node) start(t *testing.T, env ...string) {
@@ -71,7 +74,7 @@ func (n *node) start(t *testing.T, env ...string) {
 	if n.p != nil {
 		n.past = append(n.past, n.p)
 	}
-	n.p = testenv.StartProcess(t, n.cfg, env...)
+	n.p = testenv.StartProcessIn(t, n.in, n.cfg, env...)
 	n.p.WaitLog(t, "processor started")
 }
 

@@ -12,11 +12,15 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/portcullis/portcullis/internal/fault"
+	"github.com/portcullis/portcullis/internal/partition"
 	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/subjects"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	partition.RunChild() // a proxy of the partition tests: this binary re-executed
+	goleak.VerifyTestMain(m)
+}
 
 // stageInbox waits for want hand-offs to a stage and counts them per
 // proposal id.

@@ -1,10 +1,12 @@
 package engine
 
 import (
+	"errors"
 	"net/http"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/portcullis/portcullis/stages"
 )
@@ -14,6 +16,12 @@ import (
 type health struct {
 	// stopping is set when Close begins (a fatal error included).
 	stopping atomic.Bool
+	// natsFull is set while the embedded server's store has no space
+	// (watchEmbedded).
+	natsFull atomic.Bool
+	// lowDisk is the configuration key of a store directory whose disk is
+	// below DiskReserve, "" while every one has room (watchDisks).
+	lowDisk atomicString
 	// stages is set once the stage runners run (watchStages).
 	stages atomic.Pointer[[]*stageWatch]
 	// full holds the stages whose stream refuses hand-offs because it is
@@ -31,6 +39,13 @@ func (h *health) fullStages() []string {
 	slices.Sort(out)
 	return out
 }
+
+// atomicString is a string read and swapped atomically.
+type atomicString struct{ v atomic.Value }
+
+func (a *atomicString) Load() string { s, _ := a.v.Load().(string); return s }
+
+func (a *atomicString) Swap(s string) string { old, _ := a.v.Swap(s).(string); return old }
 
 // stageWatch is one stage runner and what the lag loop last learnt of its
 // consumer.
@@ -53,8 +68,11 @@ type stageState struct {
 const (
 	reasonStopping     = "processor: stopping"
 	reasonNATS         = "nats: disconnected"
+	reasonNATSFull     = "nats: store full (no space left on device)"
 	reasonStoreClosed  = "store: not open"
 	reasonStoreFailed  = "store: failed"
+	reasonStoreFull    = "store: failed: no space left on device"
+	reasonLowDisk      = " nearly full" // after "disk: <store.dir or nats.store_dir>": below DiskReserve
 	reasonStarting     = "stages: starting"
 	reasonNotConsuming = ": not consuming"        // after "stage <name>"
 	reasonNoConsumer   = ": consumer unavailable" // after "stage <name>"
@@ -63,16 +81,23 @@ const (
 
 // readiness decides readiness from what was observed: the first failing
 // condition, in the order the processor depends on them, is the reason.
-func readiness(stopping, natsConnected, storeOpen bool, storeErr error, sts []stageState, full []string) (ready bool, reason string) {
+func readiness(stopping, natsConnected, natsFull, storeOpen bool, storeErr error, lowDisk string, sts []stageState, full []string) (ready bool, reason string) {
 	switch {
 	case stopping:
 		return false, reasonStopping
 	case !natsConnected:
 		return false, reasonNATS
+	case natsFull:
+		return false, reasonNATSFull
 	case !storeOpen:
 		return false, reasonStoreClosed
+	case errors.Is(storeErr, syscall.ENOSPC):
+		return false, reasonStoreFull
 	case storeErr != nil:
 		return false, reasonStoreFailed
+	case lowDisk != "":
+		// Nothing lost: the stages take no new input until there is room.
+		return false, "disk: " + lowDisk + reasonLowDisk
 	case sts == nil:
 		return false, reasonStarting
 	}
@@ -108,7 +133,7 @@ func (p *Processor) readiness() (bool, string) {
 	if p.store != nil {
 		storeErr = p.store.Failed()
 	}
-	return readiness(p.health.stopping.Load(), p.nc != nil && p.nc.IsConnected(), p.store != nil, storeErr, sts, p.health.fullStages())
+	return readiness(p.health.stopping.Load(), p.nc != nil && p.nc.IsConnected(), p.health.natsFull.Load(), p.store != nil, storeErr, p.health.lowDisk.Load(), sts, p.health.fullStages())
 }
 
 // ready is readiness without the reason (actions_ready).

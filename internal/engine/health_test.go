@@ -107,6 +107,9 @@ func TestReadyzFollowsNATS(t *testing.T) {
 
 	env.RestartServer(t)
 	waitReadyz(t, addr, http.StatusOK, "ok\n")
+	// The log says what the connection did.
+	env.Logs.Wait(t, `"msg":"nats disconnected; reconnecting"`)
+	env.Logs.Wait(t, `"msg":"nats reconnected"`)
 	if v := testutil.ToFloat64(p.Metrics().Ready); v != 1 {
 		t.Errorf("actions_ready = %v after NATS came back", v)
 	}

@@ -50,6 +50,15 @@ func (p *Processor) connect() error {
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
 		p.natsErrs.option(),
+		nats.PingInterval(PingInterval),
+		nats.MaxPingsOutstanding(MaxPingsOut),
+		// What the connection does under a partition is in the log.
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			p.log.Warn("nats disconnected; reconnecting", "err", err)
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			p.log.Info("nats reconnected", "server", redactURL(nc.ConnectedUrl()))
+		}),
 	}
 	if n.Embedded {
 		// The processor's own identity is created at every start: its seed
@@ -74,6 +83,18 @@ func (p *Processor) connect() error {
 	p.nc, p.js, err = dial(url, append(opts, login...))
 	return err
 }
+
+// A server that goes silent (a partition: no reset, no error, its TCP
+// connection alive) is noticed only by pings. With nats.go's defaults (a
+// ping every 2 minutes, 2 unanswered) a processor kept its connection to
+// a server cut off from it for 4 minutes or more, doing nothing though
+// the other servers were reachable (TestPartitionLeadersCutOff). With
+// these it gives the server up after about 20 seconds and reconnects to
+// another; a ping every 5 seconds costs nothing.
+const (
+	PingInterval = 5 * time.Second
+	MaxPingsOut  = 3
+)
 
 // loginOptions are the processor's login (nats.credentials, with an
 // external server) and TLS options.
@@ -167,7 +188,7 @@ func redactURL(u string) string {
 // server is created.
 func (p *Processor) startServer(processorKey string) error {
 	n := p.cfg.NATS
-	host, portStr, err := net.SplitHostPort(n.Listen)
+	_, portStr, err := net.SplitHostPort(n.Listen)
 	if err != nil {
 		return fmt.Errorf("engine: nats.listen %q: %w", n.Listen, err)
 	}
@@ -185,6 +206,20 @@ func (p *Processor) startServer(processorKey string) error {
 	if err := p.lockNATSStore(); err != nil {
 		return err
 	}
+	p.srvKey = processorKey
+	srv, err := p.launchServer(port)
+	if err != nil {
+		return err
+	}
+	p.srv = srv
+	return nil
+}
+
+// launchServer creates and starts the embedded server on port (the
+// configured host), and waits until it accepts connections.
+func (p *Processor) launchServer(port int) (*server.Server, error) {
+	n := p.cfg.NATS
+	host, _, _ := net.SplitHostPort(n.Listen)
 	opts := &server.Options{
 		ServerName: "portcullis",
 		Host:       host,
@@ -203,24 +238,25 @@ func (p *Processor) startServer(processorKey string) error {
 	}
 	if n.Auth {
 		// Every role its own account, the processor's with JetStream
-		// (SPEC §2.8; natsauth).
-		accounts, users, err := natsauth.ServerAuth(p.cfg, p.subj, processorKey)
+		// (SPEC §2.8; natsauth). Built anew at every start: an account
+		// belongs to one server.
+		accounts, users, err := natsauth.ServerAuth(p.cfg, p.subj, p.srvKey)
 		if err != nil {
-			return fmt.Errorf("engine: embedded nats: %w", err)
+			return nil, fmt.Errorf("engine: embedded nats: %w", err)
 		}
 		opts.Accounts, opts.Nkeys = accounts, users
 	}
 	if t := n.TLS; t != nil {
 		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: t.CertFile, KeyFile: t.KeyFile})
 		if err != nil {
-			return fmt.Errorf("engine: nats.tls: %w", err)
+			return nil, fmt.Errorf("engine: nats.tls: %w", err)
 		}
 		opts.TLSConfig = tc
 		opts.TLSTimeout = 2
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
-		return fmt.Errorf("engine: embedded nats: %w", err)
+		return nil, fmt.Errorf("engine: embedded nats: %w", err)
 	}
 	// nats-server reports why it did not start (JetStream's store
 	// directory not writable, a listener it could not open) only to its
@@ -232,17 +268,16 @@ func (p *Processor) startServer(processorKey string) error {
 	if err := awaitStart(srv, fatal, embeddedStartTimeout); err != nil {
 		srv.Shutdown()
 		srv.WaitForShutdown()
-		return fmt.Errorf("engine: embedded nats on %s (store_dir %s): %w", n.Listen, n.StoreDir, err)
+		return nil, fmt.Errorf("engine: embedded nats on %s (store_dir %s): %w", n.Listen, n.StoreDir, err)
 	}
 	if n.Auth {
 		if err := natsauth.EnableJetStream(srv); err != nil {
 			srv.Shutdown()
 			srv.WaitForShutdown()
-			return fmt.Errorf("engine: embedded nats: %w", err)
+			return nil, fmt.Errorf("engine: embedded nats: %w", err)
 		}
 	}
-	p.srv = srv
-	return nil
+	return srv, nil
 }
 
 // ErrNATSStoreLocked is returned by Start when another processor holds the

@@ -70,12 +70,15 @@ type Processor struct {
 	history *historyBudget
 	// legacy are the Scheduled stages whose stream takes their timers
 	// (legacyScheduled).
-	legacy   map[string]bool
-	cfg      *config.Config
-	log      *slog.Logger
-	clock    stages.Clock
-	subj     subjects.Subjects
-	srv      *server.Server
+	legacy map[string]bool
+	cfg    *config.Config
+	log    *slog.Logger
+	clock  stages.Clock
+	subj   subjects.Subjects
+	srv    *server.Server
+	// srvKey is the processor's identity on the embedded server (its
+	// restarts keep it: watchEmbedded).
+	srvKey   string
 	nc       *nats.Conn
 	js       jetstream.JetStream
 	store    *pebble.Store
@@ -199,6 +202,10 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 	// The store first: its directory lock says whether another processor
 	// runs on this store.dir, before an embedded server is started on
 	// what would be that processor's NATS store too.
+	// A disk already short of room would hang Pebble's open.
+	if err := p.checkRoom(); err != nil {
+		return err
+	}
 	var err error
 	p.store, err = pebble.Open(cfg.Store.Dir, pebble.Options{FS: o.StoreFS, Logger: p.log.With("component", "pebble"), Now: func() int64 { return stages.NowMs(p.clock) }})
 	if err != nil {
@@ -275,7 +282,7 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 	}
 	p.history = newHistoryBudget(p.js, subj, cfg.Streams.HostHistoryMaxMsgs, p.log)
 	deps := stages.Deps{JS: p.js, Seal: p.seal, Subjects: subj, Metrics: p.metrics, Outcomes: p.store, Clock: p.clock, Log: p.log,
-		OnOutcome: p.history.published, OnFull: p.stageFull, Last: stages.NewLastOutcomes(0)}
+		OnOutcome: p.history.published, OnFull: p.stageFull, Last: stages.NewLastOutcomes(0), Room: p.room}
 	jr := p.journal
 	parts := &Parts{
 		Config: cfg, Subjects: subj, Clock: p.clock, Metrics: p.metrics, Log: p.log, NC: p.nc, JS: p.js, Seal: p.seal,
@@ -310,6 +317,10 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 		})
 	}
 	p.wg.Go(func() { p.watchStore(fetchCtx) })
+	p.wg.Go(func() { p.watchDisks(fetchCtx) })
+	if cfg.NATS.Embedded {
+		p.wg.Go(func() { p.watchEmbedded(fetchCtx) })
+	}
 	p.watchStages(fetchCtx, runners, o.LagPoll)
 	sched := &stages.Scheduler{Store: p.store, JS: p.js, Seal: p.seal, Clock: p.clock, Log: p.log}
 	p.wg.Go(func() { _ = sched.Run(fetchCtx) })
@@ -454,15 +465,25 @@ func journalKind(c *config.Config) string {
 // failed WAL write or sync): nothing can be checkpointed any more, and a
 // restart replays the WAL into a consistent store.
 func (p *Processor) watchStore(ctx context.Context) {
-	t := time.NewTicker(250 * time.Millisecond)
+	every(ctx, 250*time.Millisecond, func() bool {
+		if err := p.store.Failed(); err != nil {
+			p.fail(fmt.Errorf("processor: store failed: %w", err))
+			return false
+		}
+		return true
+	})
+}
+
+// every calls f every d until ctx ends or f returns false.
+func every(ctx context.Context, d time.Duration, f func() bool) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := p.store.Failed(); err != nil {
-				p.fail(fmt.Errorf("processor: store failed: %w", err))
+			if !f() {
 				return
 			}
 		}

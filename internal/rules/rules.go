@@ -42,7 +42,7 @@ var Layers = []Layer{
 	}},
 	{"front ends and test harness", []string{
 		"internal/mcp", "internal/demo", "internal/bench", "testenv/...",
-		"internal/testenv/...", "internal/history",
+		"internal/testenv/...", "internal/history", "internal/partition",
 	}},
 	{"commands and system tests", []string{
 		"cmd/...", "internal/crashtest", "internal/clustertest",

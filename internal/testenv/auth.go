@@ -64,6 +64,12 @@ func (e *Env) ConnectAs(t testing.TB, kp nkeys.KeyPair) *nats.Conn {
 	t.Helper()
 	key := ""
 	opts := []nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond)}
+	if e.url != "" { // OnServers
+		opts = append(opts, nats.PingInterval(time.Second), nats.MaxPingsOutstanding(3))
+		if e.dialer != nil {
+			opts = append(opts, nats.SetCustomDialer(e.dialer))
+		}
+	}
 	if kp != nil && e.Auth {
 		pub, err := kp.PublicKey()
 		if err != nil {

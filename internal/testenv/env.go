@@ -84,7 +84,10 @@ type Env struct {
 	serverAddr, serverDir string
 	auth                  *serverAuth
 	conns                 map[string]*nats.Conn // by public key, for ConnectAs
-	t                     testing.TB
+	// url and dialer are the servers of OnServers and how to reach them.
+	url    string
+	dialer nats.CustomDialer
+	t      testing.TB
 }
 
 // Option adjusts an Env before it starts.
@@ -98,6 +101,7 @@ type envOptions struct {
 	noStart   bool
 	storeFS   vfs.FS
 	engine    []func(*engine.Options)
+	servers   StartServers
 }
 
 // WithConfig edits the processor's configuration before start.
@@ -132,6 +136,26 @@ func WithAuth() Option { return func(o *envOptions) { o.auth = true } }
 // shares (AddProcessor, ProcessorConfig). With WithAuth every server has
 // the accounts `processor nats-permissions` prints.
 func Clustered() Option { return func(o *envOptions) { o.cluster = true } }
+
+// StartServers starts the servers of an OnServers Env: it receives the
+// Env's configuration (every WithConfig applied; nats.url not set yet)
+// and the nats-server configuration text of its accounts (with WithAuth,
+// as for ClusterAccounts; "" without), and returns the servers' client
+// URLs (comma-separated) and the dialer through which the test's own
+// clients reach them (nil: the default).
+type StartServers func(t testing.TB, cfg *config.Config, accounts string) (url string, dial nats.CustomDialer)
+
+// OnServers runs the Env on servers the test starts itself instead of
+// one in process: three servers of package partition's, each in a
+// network namespace (with Clustered), or the embedded server of a
+// processor binary. Server and Cluster are nil; every connection of the
+// test's (ConnectAs, the Recorder, Admin) goes through the dialer and
+// pings its server every second, so that it leaves a server the test cut
+// off within seconds. Processors run as binaries (ProcessorConfig,
+// StartProcessIn).
+func OnServers(start StartServers) Option {
+	return func(o *envOptions) { o.servers = start }
+}
 
 // NotStarted leaves the processor stopped; call Start.
 func NotStarted() Option { return func(o *envOptions) { o.noStart = true } }
@@ -192,11 +216,15 @@ func New(t testing.TB, opts ...Option) *Env {
 		e.auth = newServerAuth(t, cfg, e.Subjects, filepath.Join(dir, "processor.nk"))
 		cfg.NATS.Credentials = e.auth.seedFile
 	}
-	if o.cluster {
+	switch {
+	case o.servers != nil:
+		e.url, e.dialer = o.servers(t, cfg, e.accountsBlock(t, cfg))
+		cfg.NATS.URL = e.url
+	case o.cluster:
 		e.Cluster = e.startCluster(t, cfg)
 		e.Server = e.Cluster.Server(0)
 		cfg.NATS.URL = e.Cluster.URL()
-	} else {
+	default:
 		e.serverDir = t.TempDir()
 		e.Server = e.startServer(t, "127.0.0.1:0")
 		e.serverAddr = e.Server.Addr().String()

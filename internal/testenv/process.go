@@ -17,43 +17,63 @@ import (
 	"github.com/portcullis/portcullis/internal/config"
 )
 
-var (
-	buildOnce sync.Once
-	buildPath string
-	buildErr  error
-)
-
 // ProcessorBinary builds cmd/processor once per test binary and returns its
-// path. Crash tests run it as a child they can SIGKILL. Every test binary
-// of a checkout shares one path under the temporary directory: each builds
-// to a private name and renames it into place (atomic), so packages testing
-// in parallel never see half a binary and nothing piles up.
+// path. Crash tests run it as a child they can SIGKILL. The crashtest tag
+// arms fault points from the environment (package fault); production
+// builds never have it.
 func ProcessorBinary(t testing.TB) string {
 	t.Helper()
-	buildOnce.Do(func() {
+	return Binary(t, "processor-crashtest", "./cmd/processor", "-tags", "crashtest")
+}
+
+var (
+	buildMu sync.Mutex
+	builds  = map[string]*build{}
+)
+
+type build struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// Binary builds the command pkg (a path in this module, or a package of
+// a module it requires) with the go build flags given, once per test
+// binary, and returns its path. Every test binary of a checkout shares one
+// path per name under the temporary directory: each builds to a private
+// name and renames it into place (atomic), so packages testing in
+// parallel never see half a binary and nothing piles up.
+func Binary(t testing.TB, name, pkg string, flags ...string) string {
+	t.Helper()
+	buildMu.Lock()
+	b := builds[name]
+	if b == nil {
+		b = &build{}
+		builds[name] = b
+	}
+	buildMu.Unlock()
+	b.once.Do(func() {
 		_, file, _, _ := runtime.Caller(0)
 		root := filepath.Dir(filepath.Dir(filepath.Dir(file))) // internal/testenv/process.go
 		sum := sha256.Sum256([]byte(root))
 		dir := filepath.Join(os.TempDir(), "portcullis-test-bin")
-		if buildErr = os.MkdirAll(dir, 0o755); buildErr != nil {
+		if b.err = os.MkdirAll(dir, 0o755); b.err != nil {
 			return
 		}
-		buildPath = filepath.Join(dir, "processor-crashtest-"+hex.EncodeToString(sum[:6]))
-		tmp := fmt.Sprintf("%s.%d", buildPath, os.Getpid())
-		// The crashtest tag arms fault points from the environment
-		// (package fault); production builds never have it.
-		cmd := exec.Command("go", "build", "-tags", "crashtest", "-o", tmp, "./cmd/processor")
+		b.path = filepath.Join(dir, name+"-"+hex.EncodeToString(sum[:6]))
+		tmp := fmt.Sprintf("%s.%d", b.path, os.Getpid())
+		cmd := exec.Command("go", append(append([]string{"build"}, flags...), "-o", tmp, pkg)...)
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
+			b.err = fmt.Errorf("go build %s: %w\n%s", pkg, err, out)
 			return
 		}
-		buildErr = os.Rename(tmp, buildPath)
+		b.err = os.Rename(tmp, b.path)
 	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	return buildPath
+	return b.path
 }
 
 // Process is a `processor run` child process.
@@ -79,8 +99,17 @@ func WriteConfig(t testing.TB, cfg *config.Config) string {
 // process is killed when the test ends if still running.
 func StartProcess(t testing.TB, cfg *config.Config, env ...string) *Process {
 	t.Helper()
-	bin := ProcessorBinary(t)
-	cmd := exec.Command(bin, "run", "--config", WriteConfig(t, cfg))
+	return StartProcessIn(t, nil, cfg, env...)
+}
+
+// StartProcessIn is StartProcess with the command run by prefix: `ip
+// netns exec NS` runs the processor inside a network namespace (package
+// partition). The process is the processor's own once prefix exec'd it,
+// so signals reach it.
+func StartProcessIn(t testing.TB, prefix []string, cfg *config.Config, env ...string) *Process {
+	t.Helper()
+	argv := append(append([]string(nil), prefix...), ProcessorBinary(t), "run", "--config", WriteConfig(t, cfg))
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), env...)
 	dieWithParent(cmd) // a test binary that panics must not leave processors behind
 	logs := &LogBuffer{}

@@ -22,20 +22,33 @@ import (
 func (e *Env) startCluster(t testing.TB, cfg *config.Config) *Cluster {
 	t.Helper()
 	var opts []ClusterOption
-	if e.auth != nil {
-		pub, _ := e.auth.processor.PublicKey()
-		block, err := natsauth.AccountsBlock(cfg, e.Subjects, pub)
-		if err != nil {
-			t.Fatal(err)
-		}
+	if block := e.accountsBlock(t, cfg); block != "" {
 		opts = append(opts, ClusterAccounts(block))
 	}
 	return NewCluster(t, opts...)
 }
 
+// accountsBlock is the servers' accounts of cfg's roles with WithAuth
+// (natsauth.AccountsBlock), "" without.
+func (e *Env) accountsBlock(t testing.TB, cfg *config.Config) string {
+	t.Helper()
+	if e.auth == nil {
+		return ""
+	}
+	pub, _ := e.auth.processor.PublicKey()
+	block, err := natsauth.AccountsBlock(cfg, e.Subjects, pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return block
+}
+
 // natsURL is where Env's clients connect: its server, or every server of
 // its cluster.
 func (e *Env) natsURL() string {
+	if e.url != "" {
+		return e.url
+	}
 	if e.Cluster != nil {
 		return e.Cluster.URL()
 	}

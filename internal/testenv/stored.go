@@ -24,6 +24,28 @@ import (
 // of a publish that was stored is dropped by the stream's duplicate window.
 func (e *Env) PublishDurably(t testing.TB, v any, kp nkeys.KeyPair, grant bool, msgID string) {
 	t.Helper()
+	js, m := e.durable(t, v, kp, grant, msgID)
+	Retry(t, func(ctx context.Context) error {
+		_, err := js.PublishMsg(ctx, m)
+		return err
+	})
+}
+
+// TryPublishDurably is one try of PublishDurably, waiting at most
+// timeout for the PubAck: an error leaves the publish unknown (stored or
+// not), for PublishDurably to send again under the same msgID.
+func (e *Env) TryPublishDurably(t testing.TB, v any, kp nkeys.KeyPair, grant bool, msgID string, timeout time.Duration) error {
+	t.Helper()
+	js, m := e.durable(t, v, kp, grant, msgID)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	_, err := js.PublishMsg(ctx, m)
+	return err
+}
+
+// durable is PublishDurably's message and the JetStream it goes through.
+func (e *Env) durable(t testing.TB, v any, kp nkeys.KeyPair, grant bool, msgID string) (jetstream.JetStream, *nats.Msg) {
+	t.Helper()
 	body := Body(t, v)
 	host := e.HostOf(t, kp)
 	subject := e.Subjects.Proposal(host)
@@ -40,10 +62,7 @@ func (e *Env) PublishDurably(t testing.TB, v any, kp nkeys.KeyPair, grant bool, 
 	if e.Auth {
 		js = e.jsAs(t, kp)
 	}
-	Retry(t, func(ctx context.Context) error {
-		_, err := js.PublishMsg(ctx, m)
-		return err
-	})
+	return js, m
 }
 
 // StoredOutcome returns the last outcome the outcomes stream holds for a

@@ -104,13 +104,20 @@ func (s *Store) failedBy(r any, err *error) bool {
 	if !ok {
 		panic(r)
 	}
-	s.markFailed(fp.msg)
-	*err = fmt.Errorf("%w: %s", ErrFailed, fp.msg)
+	*err = s.markFailed(fp)
 	return true
 }
 
-// fatalPanic carries a Pebble Fatalf out of the commit path.
-type fatalPanic struct{ msg string }
+// fatalPanic carries a Pebble Fatalf out of the commit path: its message,
+// and the error it reported (nil if none), which the store's failure
+// wraps — errors.Is(err, syscall.ENOSPC) tells a full disk.
+type fatalPanic struct {
+	msg   string
+	cause error
+}
+
+func (f fatalPanic) Error() string { return f.msg }
+func (f fatalPanic) Unwrap() error { return f.cause }
 
 type pebbleLogger struct{ log *slog.Logger }
 
@@ -126,9 +133,15 @@ func (l pebbleLogger) Errorf(format string, args ...any) {
 // crashes the process for a fatal error in a background goroutine, like
 // Pebble's default logger would, but with our log line first).
 func (l pebbleLogger) Fatalf(format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
-	l.log.Error("pebble fatal", "msg", msg)
-	panic(fatalPanic{msg})
+	fp := fatalPanic{msg: fmt.Sprintf(format, args...)}
+	for _, a := range args {
+		if err, ok := a.(error); ok {
+			fp.cause = err
+			break
+		}
+	}
+	l.log.Error("pebble fatal", "msg", fp.msg)
+	panic(fp)
 }
 
 // WALMinSyncInterval is the least time between two WAL fsyncs.
@@ -463,12 +476,16 @@ func (s *Store) logSync() (err error) {
 	return nil
 }
 
-func (s *Store) markFailed(msg string) {
+// markFailed records the store's first fatal error and returns the error
+// a caller that met fp gets.
+func (s *Store) markFailed(fp fatalPanic) error {
+	err := fmt.Errorf("%w: %w", ErrFailed, fp)
 	s.fmu.Lock()
 	defer s.fmu.Unlock()
 	if s.failed == nil {
-		s.failed = fmt.Errorf("%w: %s", ErrFailed, msg)
+		s.failed = err
 	}
+	return err
 }
 
 // Failed returns the fatal error the store has seen, or nil. A failed store

@@ -3,10 +3,12 @@ package pebble
 import (
 	"bytes"
 	"errors"
+	"os"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/portcullis/portcullis/kv"
@@ -206,23 +208,30 @@ func TestConcurrentCloseIsSafe(t *testing.T) {
 	wg.Wait()
 }
 
+// failingWAL opens a store in memory whose WAL writes fail with err while
+// armed; it is closed when the test ends.
+func failingWAL(t *testing.T, armed *atomic.Bool, err error) *Store {
+	t.Helper()
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if armed.Load() && strings.HasSuffix(op.Path, ".log") && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
+			return err
+		}
+		return nil
+	})
+	s, oerr := Open("db", Options{FS: errorfs.Wrap(vfs.NewMem(), inj)})
+	if oerr != nil {
+		t.Fatal(oerr)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 // A failing WAL write must surface as an error from Commit (Pebble reports
 // it through Logger.Fatalf and would otherwise return nil), and the store
 // must refuse writes from then on.
 func TestFailedWALWriteIsAnError(t *testing.T) {
 	var armed atomic.Bool
-	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if armed.Load() && strings.HasSuffix(op.Path, ".log") && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
-			return errorfs.ErrInjected
-		}
-		return nil
-	})
-	fs := errorfs.Wrap(vfs.NewMem(), inj)
-	s, err := Open("db", Options{FS: fs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := failingWAL(t, &armed, errorfs.ErrInjected)
 	armed.Store(true)
 	b := s.NewBatch()
 	b.PutOutcome(schema.NewOutcome(schema.ProposalRef{Host: "h", ProposalID: "p"}, schema.KindDenied, 1))
@@ -234,6 +243,23 @@ func TestFailedWALWriteIsAnError(t *testing.T) {
 	b.PutOutcome(schema.NewOutcome(schema.ProposalRef{Host: "h", ProposalID: "q"}, schema.KindDenied, 1))
 	if err := b.Commit(Sync); !errors.Is(err, ErrFailed) {
 		t.Fatalf("commit after failure: %v", err)
+	}
+}
+
+// A WAL write refused for lack of space fails the store with an error
+// that says so (errors.Is ENOSPC): readiness names a full disk.
+func TestFailedWALWriteKeepsItsCause(t *testing.T) {
+	var armed atomic.Bool
+	s := failingWAL(t, &armed, &os.PathError{Op: "write", Path: "000002.log", Err: syscall.ENOSPC})
+	armed.Store(true)
+	b := s.NewBatch()
+	b.PutOutcome(schema.NewOutcome(schema.ProposalRef{Host: "h", ProposalID: "p"}, schema.KindDenied, 1))
+	err := b.Commit(Sync)
+	if !errors.Is(err, ErrFailed) || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("commit on a full disk: %v", err)
+	}
+	if f := s.Failed(); !errors.Is(f, ErrFailed) || !errors.Is(f, syscall.ENOSPC) {
+		t.Fatalf("Failed() = %v", f)
 	}
 }
 
