@@ -50,9 +50,13 @@ type Deps struct {
 	// OnOutcome, if set, hears of every outcome stored (not a duplicate),
 	// by its host: the outcome history's per-host budget counts them.
 	OnOutcome func(host string)
-	// OnFull, if set, hears whether a stage's stream refused a hand-off
-	// because it is full (full true: the hand-off is retried until there
-	// is room) or took one (false): readiness and actions_stage_full.
+	// OnFull, if set, hears of each input whose hand-off a stage's stream
+	// refused because it is full: full true once, at its first refusal
+	// (the input is kept and the hand-off retried until there is room),
+	// then full false once, when its hand-off went through or the input
+	// left the runner. A stage is full while any input's refusal is
+	// outstanding (readiness and actions_stage_full): one hand-off taken
+	// while others still wait does not make room for them.
 	OnFull func(stage string, full bool)
 }
 
@@ -63,6 +67,9 @@ type Source struct {
 	FilterSubject string
 	// Durable is the consumer's name; RunnerConfig.Stage when empty.
 	Durable string
+	// Host is the host whose messages the source reads ("" when it reads
+	// several hosts'): RunnerConfig.Admit's.
+	Host string
 }
 
 // RunnerConfig configures one stage's consumers.
@@ -126,6 +133,11 @@ type RunnerConfig struct {
 	// without a PubAck in time is an unknown: it is sent again, under the
 	// same message id.
 	PublishTimeout time.Duration
+	// Admit, if set, is asked by a source's fetcher before it takes the
+	// source's next message, and returns once the source may go on — its
+	// host has room in the pipeline — or with ctx's error. Meanwhile the
+	// source's messages wait in its own stream, holding no worker.
+	Admit func(ctx context.Context, s Source) error
 }
 
 // Defaults of RunnerConfig.
@@ -378,6 +390,10 @@ func (r *Runner) Run(ctx, workCtx context.Context) error {
 		fetchers.Go(func() {
 			gone := 0 // heartbeat misses in a row with the consumer not found
 			for {
+				if r.cfg.Admit != nil && r.cfg.Admit(ctx, r.cfg.Sources[i]) != nil {
+					// Stopping: what the iterator holds is redelivered.
+					return
+				}
 				m, err := it.Next()
 				if errors.Is(err, jetstream.ErrNoHeartbeat) {
 					if gone = runOf(gone, consumerGone(ctx, cons[i])); gone < 2 {
@@ -432,6 +448,9 @@ type flight struct {
 	start    time.Time
 	lastBeat time.Time
 	gaveUp   bool
+	// refused is the stage whose stream refused the input's hand-off,
+	// while that refusal is outstanding (Deps.OnFull); "" for none.
+	refused string
 	// m is the input's newest delivery: a redelivery of an input held here
 	// replaces it, so that progress acks and the ack go to the delivery
 	// the server waits for.
@@ -607,6 +626,7 @@ func (r *Runner) process(ctx context.Context, m jetstream.Msg) {
 func (r *Runner) handle(ctx context.Context, f *flight) {
 	for f != nil {
 		result := r.run(ctx, f)
+		r.refusal(f, "") // done with, or handed back: no longer waiting
 		r.live.remove(f)
 		r.count(result, f.start)
 		if f.key == "" {
@@ -664,6 +684,13 @@ func (r *Runner) run(ctx context.Context, f *flight) string {
 	}
 	for try := 1; ; try++ {
 		err := r.publish(ctx, in, res)
+		var full *fullError
+		switch {
+		case err == nil:
+			r.refusal(f, "")
+		case errors.As(err, &full):
+			r.refusal(f, full.stage(r.deps.Subjects))
+		}
 		if err == nil {
 			break
 		}
@@ -828,15 +855,34 @@ func (r *Runner) publishUntilAnswered(f *flight, res Result) bool {
 	}
 }
 
-// full tells Deps.OnFull whether the stream of the stage that subject
-// hands on to is full.
-func (r *Runner) full(subject string, full bool) {
-	if r.deps.OnFull == nil {
+// refusal records that stage's stream refused f's hand-off ("": no
+// refusal of f is outstanding any more), for Deps.OnFull.
+func (r *Runner) refusal(f *flight, stage string) {
+	if f.refused == stage || r.deps.OnFull == nil {
 		return
 	}
-	if stage, _, _, ok := r.deps.Subjects.ParseStage(subject); ok {
-		r.deps.OnFull(stage, full)
+	if f.refused != "" {
+		r.deps.OnFull(f.refused, false)
 	}
+	f.refused = stage
+	if stage != "" {
+		r.deps.OnFull(stage, true)
+	}
+}
+
+// fullError is a publish a stream refused because it is full.
+type fullError struct {
+	subject string
+	err     error
+}
+
+func (e *fullError) Error() string { return "publish " + e.subject + ": " + e.err.Error() }
+func (e *fullError) Unwrap() error { return e.err }
+
+// stage is the stage the refused subject hands on to ("" if none).
+func (e *fullError) stage(s subjects.Subjects) string {
+	stage, _, _, _ := s.ParseStage(e.subject)
+	return stage
 }
 
 // stored tells Deps.OnOutcome of an outcome stored for host.
@@ -1054,7 +1100,7 @@ func (r *Runner) publish(ctx context.Context, in *Input, res Result) error {
 			}
 		case err := <-f.Err():
 			if streamFull(err) {
-				r.full(f.Msg().Subject, true)
+				return &fullError{subject: f.Msg().Subject, err: err}
 			}
 			return fmt.Errorf("publish %s: %w", f.Msg().Subject, err)
 		case <-timeout.C:
@@ -1062,9 +1108,6 @@ func (r *Runner) publish(ctx context.Context, in *Input, res Result) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-	}
-	for _, n := range res.Next {
-		r.full(n.Subject, false)
 	}
 	return nil
 }

@@ -189,6 +189,9 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 	if cfg.NATS.Embedded && !cfg.NATS.Auth {
 		loud(ctx, p.log, "!!! NATS AUTHENTICATION IS OFF: any local client may publish on any subject, internal ones included. Development only. !!!")
 	}
+	for _, w := range cfg.BudgetWarnings() {
+		p.log.Warn("configuration: " + w)
+	}
 	// The store first: its directory lock says whether another processor
 	// runs on this store.dir, before an embedded server is started on
 	// what would be that processor's NATS store too.
@@ -262,9 +265,11 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 	deps := stages.Deps{JS: p.js, Seal: p.seal, Subjects: subj, Metrics: p.metrics, Outcomes: p.store, Clock: p.clock, Log: p.log,
 		OnOutcome: p.history.published, OnFull: p.stageFull}
 	jr := p.journal
+	parked, held := KeptEnvelopes(p.js, p.seal, subj, cfg)
 	parts := &Parts{
 		Config: cfg, Subjects: subj, Clock: p.clock, Metrics: p.metrics, Log: p.log, NC: p.nc, JS: p.js, Seal: p.seal,
 		Self: p.self, Store: p.store, Journal: jr, Admission: p.admission, Approvals: p.approvals, Activity: p.activity, Adapters: p.adapters,
+		Parked: parked, Held: held,
 	}
 	runners, err := p.runners(pipeline, consumers, parts, deps)
 	if err != nil {
