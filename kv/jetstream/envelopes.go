@@ -66,7 +66,7 @@ func (e *Envelopes) Keep(ctx context.Context, host, key string, data []byte, msg
 // believed (ErrNotKept).
 func (e *Envelopes) Get(ctx context.Context, host, key string) ([]byte, int64, error) {
 	data, at, err := e.get(ctx, e.Stream(host), e.Subject(host, key))
-	if e.Legacy != nil && (errors.Is(err, kv.ErrNotKept) || errors.Is(err, jetstream.ErrStreamNotFound)) {
+	if e.Legacy != nil && !errors.Is(err, kv.ErrForged) && (errors.Is(err, kv.ErrNotKept) || errors.Is(err, jetstream.ErrStreamNotFound)) {
 		stream, subject := e.Legacy(host, key)
 		data, at, err = e.get(ctx, stream, subject)
 	}
