@@ -76,7 +76,7 @@ streams {
   # Incident events each host may cause per second, of each phase and code,
   # after a burst of ten seconds' worth; the rest are counted in
   # actions_incidents_suppressed_total, not published.
-  host_incident_rate = 10
+  host_incident_rate = 100
 }
 
 # The local Pebble store: grounding checkpoints, a copy of outcomes, and

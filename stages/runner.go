@@ -47,9 +47,14 @@ type Deps struct {
 	Outcomes OutcomeLog
 	Clock    Clock
 	Log      *slog.Logger
-	// OnOutcome, if set, hears of every outcome stored (not a duplicate),
-	// by its host: the outcome history's per-host budget counts them.
-	OnOutcome func(host string)
+	// EventShare, if set, decides each incident event's share of the
+	// incidents stream: whether it is published at all (a host's events
+	// of each phase and code are rationed), and the share it is counted in
+	// (its subjects.HostHeader). host is the host of the outcome the
+	// incident is part of, "" for an event alone (then the input names
+	// it, if anything does). nil: every event is published, attributed to
+	// no share.
+	EventShare func(host string, in *Input, inc schema.Incident) (share string, publish bool)
 	// OnFull, if set, hears of each input whose hand-off a stage's stream
 	// refused because it is full: full true once, at its first refusal
 	// (the input is kept and the hand-off retried until there is room),
@@ -885,13 +890,6 @@ func (e *fullError) stage(s subjects.Subjects) string {
 	return stage
 }
 
-// stored tells Deps.OnOutcome of an outcome stored for host.
-func (r *Runner) stored(host string) {
-	if r.deps.OnOutcome != nil {
-		r.deps.OnOutcome(host)
-	}
-}
-
 // flush makes the store's writes so far durable before an ack (see
 // OutcomeLog).
 func (r *Runner) flush() error {
@@ -1026,6 +1024,7 @@ func (r *Runner) publish(ctx context.Context, in *Input, res Result) error {
 	base := r.cfg.Stage + "/" + in.Stream + "/" + strconv.FormatUint(in.StreamSeq, 10)
 	var msgs []*nats.Msg
 	var events []schema.Incident
+	var eventHosts []string // the host of the outcome each event is part of
 	add := func(subject string, data []byte, id string, hdr nats.Header) {
 		m := nats.NewMsg(subject)
 		m.Data = data
@@ -1051,6 +1050,9 @@ func (r *Runner) publish(ctx context.Context, in *Input, res Result) error {
 		}
 		add(r.deps.Subjects.Outcome(o.Host, o.ProposalID), data, base+"/o"+strconv.Itoa(i), nil)
 		events = append(events, o.Incidents...)
+		for range o.Incidents {
+			eventHosts = append(eventHosts, o.Host)
+		}
 	}
 	for _, o := range res.Replayed {
 		data, err := schema.Marshal(o)
@@ -1068,8 +1070,24 @@ func (r *Runner) publish(ctx context.Context, in *Input, res Result) error {
 	events = append(events, res.Events...)
 	now := NowMs(r.deps.Clock)
 	firstEvent := len(msgs)
+	published := events[:0:0]
 	for i, inc := range events {
-		add(r.deps.Subjects.Incident(string(inc.Phase)), schema.MustMarshal(inc.Event(now)), base+"/e"+strconv.Itoa(i), nil)
+		var hdr nats.Header
+		if r.deps.EventShare != nil {
+			host := ""
+			if i < len(eventHosts) {
+				host = eventHosts[i]
+			}
+			share, ok := r.deps.EventShare(host, in, inc)
+			if !ok {
+				continue // rationed: counted as suppressed, not published
+			}
+			hdr = nats.Header{subjects.HostHeader: []string{share}}
+		}
+		// Ids keep each event's place among them all: a redelivery whose
+		// rationing differs publishes no event twice.
+		add(r.deps.Subjects.Incident(string(inc.Phase)), schema.MustMarshal(inc.Event(now)), base+"/e"+strconv.Itoa(i), hdr)
+		published = append(published, inc)
 	}
 	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
 	for _, m := range msgs {
@@ -1088,15 +1106,12 @@ func (r *Runner) publish(ctx context.Context, in *Input, res Result) error {
 			case ack.Duplicate:
 				// Published before (a redelivery): counted then.
 			case i >= firstEvent:
-				inc := events[i-firstEvent]
+				inc := published[i-firstEvent]
 				r.deps.Metrics.Incidents.WithLabelValues(string(inc.Phase), string(inc.Code)).Inc()
 			case i >= firstOutcome && i < firstOutcome+len(res.Outcomes):
 				// Replayed outcomes repeat one counted before: not counted.
 				o := res.Outcomes[i-firstOutcome]
 				r.deps.Metrics.Outcomes.WithLabelValues(string(o.Kind)).Inc()
-				r.stored(o.Host)
-			case i >= firstOutcome+len(res.Outcomes):
-				r.stored(res.Replayed[i-firstOutcome-len(res.Outcomes)].Host)
 			}
 		case err := <-f.Err():
 			if streamFull(err) {

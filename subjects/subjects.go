@@ -66,6 +66,17 @@ func ValidHost(h string) bool {
 	return true
 }
 
+// HostHeader is the header that names the host whose share of a history
+// stream a message the processor publishes counts in (an incident event,
+// an activity snapshot): a configured host's name, or Unattributed. The
+// outcomes name theirs in their subjects.
+const HostHeader = "Actions-Host"
+
+// Unattributed is HostHeader's value for what no configured host is
+// known to have caused: the events of input that names none, or that is
+// not authenticated (its subject's host token is anyone's choice).
+const Unattributed = "*"
+
 // Stage names. They are also the durable consumer names and the values of
 // the `stage` metric label.
 const (

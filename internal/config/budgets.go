@@ -29,9 +29,10 @@ func (c *Config) BudgetWarnings() []string {
 			Bytes(s.StageMaxBytes), hosts, s.HostPipelineMaxMsgs, Bytes(largest), Bytes(EnvelopeAllowance), Bytes(pipeline)))
 	}
 	// One share more than the hosts: the events of input that names no
-	// configured host.
-	if history := (hosts + 1) * s.HostHistoryMaxBytes; history > s.HistoryMaxBytes {
-		out = append(out, fmt.Sprintf("streams.history_max_bytes %s is less than the hosts' history shares: (%d hosts + 1 for input that names none) × host_history_max_bytes %s = %s; the outcomes, incidents and activity of one host can then push out another's oldest (lower host_history_max_bytes or raise history_max_bytes)",
+	// configured host. The shares must fit fifteen sixteenths: the rest is
+	// room for what a host writes while its share is being trimmed.
+	if history := (hosts + 1) * s.HostHistoryMaxBytes; history > s.HistoryMaxBytes/16*15 {
+		out = append(out, fmt.Sprintf("streams.history_max_bytes %s is less than the hosts' history shares need: (%d hosts + 1 for input that names none) × host_history_max_bytes %s = %s, which must fit 15/16 of it (the rest is room for what a host writes while its share is trimmed); the outcomes, incidents and activity of one host can then push out another's oldest (lower host_history_max_bytes or raise history_max_bytes)",
 			Bytes(s.HistoryMaxBytes), hosts, Bytes(s.HostHistoryMaxBytes), Bytes(history)))
 	}
 	return out

@@ -53,7 +53,7 @@ const (
 	DefaultHostPipelineMsgs = 1000
 	DefaultHostParkedBytes  = 64 << 20
 	DefaultHostHeldBytes    = 64 << 20
-	DefaultHostIncidentRate = 10
+	DefaultHostIncidentRate = 100
 	DefaultStageMaxBytes    = 1 << 30
 	DefaultHistoryMaxBytes  = 1 << 30
 	MinStreamMaxBytes       = 1 << 20
@@ -194,7 +194,7 @@ type Streams struct {
 	// may cause of each phase and code, after a burst of ten seconds'
 	// worth: the rest are not published (counted in
 	// actions_incidents_suppressed_total). Input that names no
-	// configured host shares one such allowance. Default 10.
+	// configured host shares one such allowance. Default 100.
 	HostIncidentRate int
 }
 

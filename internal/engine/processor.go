@@ -65,8 +65,8 @@ type Options struct {
 
 // Processor is a running Portcullis.
 type Processor struct {
-	// history keeps each host's outcomes within its budget.
-	history *historyBudget
+	// rations ration each host's incident events of each phase and code.
+	rations *rations
 	// legacy are the Scheduled stages whose stream takes their timers
 	// (legacyScheduled).
 	legacy   map[string]bool
@@ -223,7 +223,7 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	p.activity = &activity.Store{KV: bucket, Now: func() int64 { return stages.NowMs(p.clock) }}
+	p.activity = &activity.Store{KV: bucket, Now: func() int64 { return stages.NowMs(p.clock) }, JS: p.js, Share: p.share}
 	var providers []string
 	for _, pr := range cfg.Providers {
 		providers = append(providers, pr.Name)
@@ -261,9 +261,9 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 		}
 		p.adapters[pr.Name] = a
 	}
-	p.history = newHistoryBudget(p.js, subj, cfg.Streams.HostHistoryMaxMsgs, p.log)
+	p.rations = newRations(cfg.Streams.HostIncidentRate)
 	deps := stages.Deps{JS: p.js, Seal: p.seal, Subjects: subj, Metrics: p.metrics, Outcomes: p.store, Clock: p.clock, Log: p.log,
-		OnOutcome: p.history.published, OnFull: p.stageFull}
+		EventShare: p.eventShare, OnFull: p.stageFull}
 	jr := p.journal
 	parked, held := KeptEnvelopes(p.js, p.seal, subj, cfg)
 	parts := &Parts{
@@ -304,6 +304,9 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 	p.wg.Go(func() { _ = sched.Run(fetchCtx) })
 	sweeper := p.sweeper(jr)
 	p.wg.Go(func() { sweeper.Run(fetchCtx, cfg.Retention.SweepInterval) })
+	// Each host's share of the history streams, kept within its budget.
+	ledger := p.historyShares()
+	p.wg.Go(func() { ledger.Run(fetchCtx) })
 	p.log.Info("processor started", "nats", p.NATSURL(), "metrics", p.MetricsAddr(), "store", cfg.Store.Dir, "prefix", subj.Prefix(),
 		"journal", journalKind(cfg), "instance", p.self)
 	return nil
@@ -510,9 +513,6 @@ func (p *Processor) Close() error {
 func (p *Processor) teardown() {
 	if p.closeApprovals != nil {
 		p.closeApprovals()
-	}
-	if p.history != nil {
-		p.history.wait() // trims under way end before the connection
 	}
 	if p.nc != nil {
 		_ = p.nc.FlushTimeout(5 * time.Second)
