@@ -138,6 +138,16 @@ type RunnerConfig struct {
 	// without a PubAck in time is an unknown: it is sent again, under the
 	// same message id.
 	PublishTimeout time.Duration
+	// MaxInFlightPerSource bounds the inputs of one source (one host's,
+	// where each host has its own) that the runner takes on while another
+	// source has inputs in flight, or had within the last second
+	// (sharesRecent): one host's burst then shares the
+	// stage's workers, and the CPU they use, with every other host's
+	// proposals instead of taking them all; a source alone may use every
+	// worker. An input waiting in a bulkhead's queue gives its slot back
+	// (inputs for other providers go on), and runs on the slot of the
+	// input it takes over from. Default DefaultMaxInFlightPerSource.
+	MaxInFlightPerSource int
 	// Admit, if set, is asked by a source's fetcher before it takes the
 	// source's next message, and returns once the source may go on — its
 	// host has room in the pipeline — or with ctx's error. Meanwhile the
@@ -147,8 +157,9 @@ type RunnerConfig struct {
 
 // Defaults of RunnerConfig.
 const (
-	DefaultMaxInFlight = 256
-	DefaultMaxQueued   = 4096
+	DefaultMaxInFlight          = 256
+	DefaultMaxQueued            = 4096
+	DefaultMaxInFlightPerSource = 16
 )
 
 // MaxDeferrals bounds the redeliveries of one input that found every
@@ -169,8 +180,17 @@ func (c *RunnerConfig) defaults() {
 			c.Sources[i].Durable = c.Stage
 		}
 	}
+	if c.MaxInFlightPerSource <= 0 {
+		c.MaxInFlightPerSource = DefaultMaxInFlightPerSource
+	}
+	c.MaxInFlightPerSource = min(c.MaxInFlightPerSource, c.MaxInFlight)
 	if c.Batch <= 0 {
 		c.Batch = max(min(c.MaxInFlight, 128)/len(c.Sources), 8)
+	}
+	if len(c.Sources) > 1 {
+		// What a source's iterator buffers waits there with its ack wait
+		// running: no more than it may take on while others are busy.
+		c.Batch = min(c.Batch, c.MaxInFlightPerSource)
 	}
 	if c.MaxQueued <= 0 {
 		c.MaxQueued = DefaultMaxQueued
@@ -377,12 +397,12 @@ func (r *Runner) Run(ctx, workCtx context.Context) error {
 	}()
 	// MaxInFlight long-lived workers: a worker is an in-flight slot (and
 	// its stack, grown once by Pebble and the JSON codecs, is reused).
-	work := make(chan jetstream.Msg)
+	work := make(chan delivery)
 	var wg sync.WaitGroup
 	for range r.cfg.MaxInFlight {
 		wg.Go(func() {
-			for m := range work {
-				r.process(workCtx, m)
+			for d := range work {
+				r.process(workCtx, d)
 			}
 		})
 	}
@@ -391,7 +411,9 @@ func (r *Runner) Run(ctx, workCtx context.Context) error {
 		errOnce  sync.Once
 		runErr   error
 	)
+	sh := newShares(len(its), r.cfg.MaxInFlightPerSource)
 	for i, it := range its {
+		done := func() { sh.give(i, true) }
 		fetchers.Go(func() {
 			gone := 0 // heartbeat misses in a row with the consumer not found
 			for {
@@ -399,7 +421,15 @@ func (r *Runner) Run(ctx, workCtx context.Context) error {
 					// Stopping: what the iterator holds is redelivered.
 					return
 				}
+				if !sh.take(ctx, i) {
+					return
+				}
 				m, err := it.Next()
+				if err == nil {
+					sh.started(i)
+				} else {
+					sh.give(i, false) // no message came for the slot
+				}
 				if errors.Is(err, jetstream.ErrNoHeartbeat) {
 					if gone = runOf(gone, consumerGone(ctx, cons[i])); gone < 2 {
 						// The consumer's server went away or its leader
@@ -423,7 +453,7 @@ func (r *Runner) Run(ctx, workCtx context.Context) error {
 					}
 					return
 				}
-				work <- m
+				work <- delivery{m: m, done: done}
 			}
 		})
 	}
@@ -446,8 +476,113 @@ func (r *Runner) Run(ctx, workCtx context.Context) error {
 // halt closes stopping, once.
 func (r *Runner) halt() { r.halted.Do(func() { close(r.stopping) }) }
 
+// shares are the sources' shares of a runner's workers: while another
+// source has inputs in flight, or had within the last sharesRecent, a
+// source takes on a new input only below its share
+// (RunnerConfig.MaxInFlightPerSource); alone, it may use them all — one
+// host's burst shares the stage with the others' proposals without
+// idling workers nobody else wants. A fetcher takes its slot before it
+// waits for its next message (so that it pulls nothing it may not take
+// on); only inputs it has handed on count as in flight.
+type shares struct {
+	mu      sync.Mutex
+	taken   []int       // slots taken, a waiting fetcher's included
+	busy    []int       // inputs handed on and not done
+	last    []time.Time // when each source's last input in flight was done
+	share   int
+	changed chan struct{} // closed, and replaced, when a slot frees
+}
+
+// sharesRecent is how long a source that had inputs in flight still
+// counts as busy: a host that sends steadily, one proposal at a time,
+// keeps its share of the workers between its proposals.
+const sharesRecent = time.Second
+
+func newShares(sources, share int) *shares {
+	return &shares{taken: make([]int, sources), busy: make([]int, sources), last: make([]time.Time, sources),
+		share: share, changed: make(chan struct{})}
+}
+
+// take waits until source i may take on an input and takes its slot;
+// false once ctx ended.
+func (s *shares) take(ctx context.Context, i int) bool {
+	for {
+		s.mu.Lock()
+		ok, until := s.may(i, time.Now())
+		if ok {
+			s.taken[i]++
+			s.mu.Unlock()
+			return true
+		}
+		changed := s.changed
+		s.mu.Unlock()
+		var expired <-chan time.Time
+		if !until.IsZero() {
+			t := time.NewTimer(time.Until(until))
+			defer t.Stop()
+			expired = t.C
+		}
+		select {
+		case <-changed:
+		case <-expired:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// may reports whether source i may take a slot now; if not only because
+// another source was busy recently, until is when that no longer holds.
+func (s *shares) may(i int, now time.Time) (ok bool, until time.Time) {
+	if s.taken[i] < s.share {
+		return true, time.Time{}
+	}
+	for j := range s.busy {
+		switch {
+		case j == i:
+		case s.busy[j] > 0:
+			return false, time.Time{}
+		case now.Sub(s.last[j]) < sharesRecent:
+			until = s.last[j].Add(sharesRecent)
+		}
+	}
+	return until.IsZero(), until
+}
+
+// started counts the input source i's slot was taken for as in flight.
+func (s *shares) started(i int) {
+	s.mu.Lock()
+	s.busy[i]++
+	s.mu.Unlock()
+}
+
+// give frees a slot of source i: its input is done (was started) or none
+// came.
+func (s *shares) give(i int, started bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.taken[i]--
+	if started {
+		s.busy[i]--
+		s.last[i] = time.Now()
+	}
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// delivery is a message a fetcher hands to a worker, and what frees its
+// source's slot once the runner no longer holds it.
+type delivery struct {
+	m    jetstream.Msg
+	done func()
+}
+
 // flight is one input the runner holds, from delivery to ack.
 type flight struct {
+	// done frees the input's slot of its source (delivery.done); nothing
+	// for an input that waited in a bulkhead's queue (it gave its slot
+	// back there).
+	done     func()
 	in       *Input
 	key      string
 	start    time.Time
@@ -565,13 +700,14 @@ func (r *Runner) heartbeats(done <-chan struct{}) {
 // process admits one delivered input, on a worker. A rejected input ends
 // here; one over its bulkhead's limit waits in its key's queue, and the
 // worker goes back to the fetch loop.
-func (r *Runner) process(ctx context.Context, m jetstream.Msg) {
-	now := time.Now()
+func (r *Runner) process(ctx context.Context, d delivery) {
+	m, now := d.m, time.Now()
 	meta, err := m.Metadata()
 	if err != nil {
 		r.log.Error("message without JetStream metadata; terminated") // its subject is host-chosen: not logged
 		_ = m.Term()
 		r.count(metrics.ResultRejected, now)
+		d.done()
 		return
 	}
 	in := &Input{
@@ -583,16 +719,18 @@ func (r *Runner) process(ctx context.Context, m jetstream.Msg) {
 		Delivered: meta.NumDelivered,
 	}
 	t := r.tallies.see(keyOf(in), now)
-	f := &flight{m: m, in: in, start: now, lastBeat: now}
+	f := &flight{m: m, in: in, start: now, lastBeat: now, done: d.done}
 	if !r.live.add(f) {
 		// Redelivered while held here (its progress acks did not reach
 		// the server in time): the held one goes on, and acks this
 		// delivery.
+		d.done()
 		return
 	}
 	if r.cfg.Internal && !r.deps.Seal.Check(in.Subject, in.Data, in.Header) {
 		r.count(r.reject(ctx, f), now)
 		r.live.remove(f)
+		d.done()
 		return
 	}
 	// Deliveries this process never saw went to processors that did not
@@ -608,9 +746,14 @@ func (r *Runner) process(ctx context.Context, m jetstream.Msg) {
 		f.key, limit = r.bulkheadOf(in)
 	}
 	if f.key != "" {
-		switch r.bulk.enter(f.key, limit, f, t.deferred >= MaxDeferrals) {
+		switch r.bulk.enter(f.key, r.lane(in), limit, f, t.deferred >= MaxDeferrals) {
 		case admitQueue:
-			return // waits without a worker; a finishing one of its key takes it
+			// It waits without a worker, and without its source's slot
+			// (a provider that hangs must not keep its host's inputs for
+			// other providers from being fetched); a finishing input of
+			// its key takes it, and lends it its slot.
+			d.done()
+			return
 		case admitDefer:
 			r.tallies.add(keyOf(in), func(t *tally) { t.deferred++ })
 			r.live.remove(f)
@@ -618,10 +761,24 @@ func (r *Runner) process(ctx context.Context, m jetstream.Msg) {
 				r.log.Warn("nak failed; redelivery after ack wait", "seq", in.StreamSeq, "err", err)
 			}
 			r.count(metrics.ResultRetry, now)
+			d.done()
 			return
 		}
 	}
 	r.handle(ctx, f)
+}
+
+// lane is in's host, as its subject names it (a stage hand-off's token,
+// an ingress subject), or "": its lane in a bulkhead's queue.
+func (r *Runner) lane(in *Input) string {
+	if _, _, id, ok := r.deps.Subjects.ParseStage(in.Subject); ok {
+		if h, _, ok := subjects.ParseProposalToken(id); ok {
+			return h
+		}
+		return ""
+	}
+	h, _ := r.deps.Subjects.IngressHost(in.Subject)
+	return h
 }
 
 // handle handles one admitted input end to end, then goes on with the
@@ -634,6 +791,7 @@ func (r *Runner) handle(ctx context.Context, f *flight) {
 		r.refusal(f, "") // done with, or handed back: no longer waiting
 		r.live.remove(f)
 		r.count(result, f.start)
+		f.done()
 		if f.key == "" {
 			return
 		}
