@@ -19,12 +19,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func connect(t *testing.T) jetstream.JetStream {
 	t.Helper()
-	nc, err := nats.Connect(testenv.StartServer(t, "").ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(testenv.Connect(t, testenv.StartServer(t, "")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/internal/seal"
+	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/kv"
 	kvjs "github.com/portcullis/portcullis/kv/jetstream"
 )
@@ -22,12 +23,7 @@ import (
 // believed; what an earlier version kept in the stream every host shared
 // is read and dropped there.
 func TestEnvelopesPerHost(t *testing.T) {
-	nc, err := nats.Connect(servers(t, 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(testenv.Connect(t, testenv.StartServer(t, "")))
 	if err != nil {
 		t.Fatal(err)
 	}
