@@ -44,13 +44,40 @@ internal {
 }
 
 # Bounds of the JetStream streams. Sizes take B, KB, MB, GB or KiB, MiB, GiB.
+# Every byte and every wait the hosts share is budgeted per host: no host's
+# traffic can spend what another's needs. processor validate warns, with the
+# numbers, where the hosts' budgets together do not fit a shared stream.
 streams {
   max_age           = "168h" # every stream; at least 2×approval.ttl
   ingress_max_bytes = "64MiB" # each host's proposals, and its grants, waiting for admission: at the limit that host's publishes are refused, no other host's
   ingress_max_msgs  = 10000   # the same budget in messages
-  host_history_max_msgs = 100000 # each host's outcomes kept in ACTIONS_OUTCOMES: past it, that host's oldest go, never another's
   stage_max_bytes   = "1GiB" # each stage stream (work: a hand-off leaves once its stage is done): when full, hand-offs wait and are published again
   history_max_bytes = "1GiB" # outcomes, incidents and the activity bucket, each: when full, the oldest go
+
+  # Each host's proposals inside the pipeline (admitted, or resumed by a
+  # grant, and neither answered nor parked yet): at the bound that host's next
+  # proposals and grants wait in its own ingress streams. Every host's, at
+  # their largest (admission.max_payload_bytes + 8KiB), must fit
+  # stage_max_bytes: 1000 × 72KiB × 14 hosts does.
+  host_pipeline_max_msgs = 1000
+  # Each host's envelopes of proposals waiting for approval, in a stream of
+  # its own: a proposal that would park past it is refused at once
+  # (DENIED/APPROVALS_PENDING_EXCEEDED).
+  host_parked_max_bytes = "64MiB"
+  # Each host's envelopes of dispatches whose effect is unknown (kept so that
+  # a request found lost in flight can be sent again), in a stream of its
+  # own: past it none is kept, and such a request ends FAILED_BEFORE_DISPATCH.
+  host_held_max_bytes = "64MiB"
+  # Each host's share of ACTIONS_OUTCOMES, of ACTIONS_INCIDENTS and of the
+  # activity bucket, each: past it that host's oldest go, never another's.
+  # (hosts + 1) shares must fit history_max_bytes (the one more: events of
+  # input that names no configured host).
+  host_history_max_bytes = "64MiB"
+  host_history_max_msgs  = 100000 # each host's outcomes kept, in messages
+  # Incident events each host may cause per second, of each phase and code,
+  # after a burst of ten seconds' worth; the rest are counted in
+  # actions_incidents_suppressed_total, not published.
+  host_incident_rate = 100
 }
 
 # The local Pebble store: grounding checkpoints, a copy of outcomes, and

@@ -68,6 +68,14 @@ type Metrics struct {
 	// connector serves it; a refused connection), as this processor last
 	// saw it, else 0: dispatches to it wait, then end ADAPTER_UNAVAILABLE.
 	ProviderUnreachable *prometheus.GaugeVec
+	// HostsAtPipelineBound is the number of hosts whose proposals inside
+	// the pipeline are at streams.host_pipeline_max_msgs, as this processor
+	// last saw: their next proposals and grants wait in their own ingress.
+	HostsAtPipelineBound prometheus.Gauge
+	// IncidentsSuppressed counts the incident events not published because
+	// the host (or the input that named none) that caused them spent its
+	// allowance of that phase and code (streams.host_incident_rate).
+	IncidentsSuppressed *prometheus.CounterVec
 	// BuildInfo is 1, labelled with the build's module version, VCS
 	// revision and Go version.
 	BuildInfo *prometheus.GaugeVec
@@ -134,6 +142,14 @@ func New(stages, providers []string) *Metrics {
 			Name: "actions_provider_unreachable",
 			Help: "1 while the provider's last call reached nobody (no connector answers; dispatches to it wait, then end ADAPTER_UNAVAILABLE), as this processor last saw it.",
 		}, []string{"provider"}),
+		HostsAtPipelineBound: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "actions_hosts_at_pipeline_bound",
+			Help: "Hosts whose proposals inside the pipeline are at streams.host_pipeline_max_msgs, as this processor last saw: their next proposals and grants wait in their own ingress streams.",
+		}),
+		IncidentsSuppressed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "actions_incidents_suppressed_total",
+			Help: "Incident events not published, by phase and closed code: the host that caused them (or input that named no configured host) spent its allowance (streams.host_incident_rate). actions_incidents_total counts them too.",
+		}, []string{"phase", "code"}),
 		BuildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "actions_build_info",
 			Help: "Always 1; labelled with the processor's module version, VCS revision and Go version.",
@@ -182,7 +198,7 @@ func New(stages, providers []string) *Metrics {
 	m.Registry.MustRegister(
 		m.StageMessages, m.StageDuration, m.Incidents, m.Dispatches, m.DispatchDuration,
 		m.ReconcileAttempts, m.Indeterminate, m.IndeterminateExhausted, m.ApprovalsPending,
-		m.Outcomes, m.ConsumerPending, m.ConsumerAckPending, m.StageFull, m.ProviderUnreachable, m.BuildInfo, m.Ready,
+		m.Outcomes, m.ConsumerPending, m.ConsumerAckPending, m.StageFull, m.ProviderUnreachable, m.HostsAtPipelineBound, m.IncidentsSuppressed, m.BuildInfo, m.Ready,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -201,6 +217,7 @@ func New(stages, providers []string) *Metrics {
 	}
 	for _, c := range schema.Codes() {
 		m.Incidents.WithLabelValues(string(c.Phase), string(c.Code))
+		m.IncidentsSuppressed.WithLabelValues(string(c.Phase), string(c.Code))
 	}
 	for _, p := range providers {
 		m.DispatchDuration.WithLabelValues(p)

@@ -102,6 +102,7 @@ const (
 	CodeGrantUnmatched               Code = "GRANT_UNMATCHED"
 	CodeApprovalTimedOut             Code = "APPROVAL_TIMED_OUT"
 	CodeApprovalDeclined             Code = "APPROVAL_DECLINED"
+	CodeApprovalsPendingExceeded     Code = "APPROVALS_PENDING_EXCEEDED"
 	CodeGrantLifetimeExceeded        Code = "GRANT_LIFETIME_EXCEEDED"
 	CodeGrantMalformed               Code = "GRANT_MALFORMED"
 	CodeGrantBindingMismatch         Code = "GRANT_BINDING_MISMATCH"
@@ -180,6 +181,10 @@ var codes = []CodeInfo{
 	{PhaseAuthorization, CodeGrantUnmatched, "", BoundaryNotInvoked},
 	{PhaseAuthorization, CodeApprovalTimedOut, KindDenied, BoundaryNotInvoked},
 	{PhaseAuthorization, CodeApprovalDeclined, KindDenied, BoundaryNotInvoked},
+	// The proposal would park, but its host's proposals waiting for
+	// approval fill its budget (streams.host_parked_max_bytes): it is
+	// refused at once instead of waiting in a stream other hosts need.
+	{PhaseAuthorization, CodeApprovalsPendingExceeded, KindDenied, BoundaryNotInvoked},
 	{PhaseAuthorization, CodeGrantLifetimeExceeded, KindDenied, BoundaryNotInvoked},
 	{PhaseAuthorization, CodeGrantMalformed, KindDenied, BoundaryNotInvoked},
 	{PhaseAuthorization, CodeGrantBindingMismatch, KindDenied, BoundaryNotInvoked},

@@ -43,13 +43,16 @@ const (
 )
 
 // bulkheads counts inputs in flight per key and queues the ones over their
-// key's limit, in arrival order. A queued input holds no in-flight slot of
-// the runner; when an input of its key finishes, the first queued one
-// takes over that input's key slot and in-flight slot.
+// key's limit. A queued input holds no in-flight slot of the runner; when
+// an input of its key finishes, a queued one takes over that input's key
+// slot and in-flight slot: the queue takes its lanes — one per host, by
+// the input's subject — in turns, each lane in arrival order, so that one
+// host's burst for a provider delays another host's proposal for it by a
+// turn, not by the burst.
 type bulkheads struct {
 	mu     sync.Mutex
 	active map[string]int
-	queues map[string][]*flight
+	queues map[string]*lanes
 	queued int
 	// max bounds the inputs queued across keys: each holds a delivered,
 	// unacknowledged message (and its memory).
@@ -57,23 +60,66 @@ type bulkheads struct {
 	closed bool
 }
 
-func newBulkheads(max int) *bulkheads {
-	return &bulkheads{active: map[string]int{}, queues: map[string][]*flight{}, max: max}
+// lanes are one key's queue: a queue per lane, and the lanes that hold
+// inputs in the order they take turns.
+type lanes struct {
+	q     map[string][]*flight
+	order []string
+	next  int
+	n     int
 }
 
-// enter admits f to key, whose limit is limit. force queues f even when
-// every queue is full.
-func (b *bulkheads) enter(key string, limit int, f *flight, force bool) admission {
+func (l *lanes) push(lane string, f *flight) {
+	if len(l.q[lane]) == 0 {
+		l.order = append(l.order, lane)
+	}
+	l.q[lane] = append(l.q[lane], f)
+	l.n++
+}
+
+// pop takes the first input of the lane whose turn it is.
+func (l *lanes) pop() *flight {
+	l.next %= len(l.order)
+	lane := l.order[l.next]
+	q := l.q[lane]
+	f := q[0]
+	q[0] = nil
+	l.n--
+	if len(q) == 1 {
+		delete(l.q, lane)
+		l.order = append(l.order[:l.next], l.order[l.next+1:]...)
+	} else {
+		l.q[lane] = q[1:]
+		l.next++
+	}
+	return f
+}
+
+func newBulkheads(max int) *bulkheads {
+	return &bulkheads{active: map[string]int{}, queues: map[string]*lanes{}, max: max}
+}
+
+// enter admits f, of lane, to key, whose limit is limit. force queues f
+// even when every queue is full. A queued f gives its source's slot back
+// (the caller frees it): its done becomes nothing, under the lock the
+// queue's takers hold.
+func (b *bulkheads) enter(key, lane string, limit int, f *flight, force bool) admission {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch {
-	case b.active[key] < limit && len(b.queues[key]) == 0:
+	case b.active[key] < limit && b.queues[key] == nil:
 		b.active[key]++
 		return admitRun
 	case b.closed || (b.queued >= b.max && !force):
 		return admitDefer
 	}
-	b.queues[key] = append(b.queues[key], f)
+	l := b.queues[key]
+	if l == nil {
+		l = &lanes{q: map[string][]*flight{}}
+		b.queues[key] = l
+	}
+	f.done = func() {}
+	l.push(lane, f)
 	b.queued++
 	return admitQueue
 }
@@ -83,13 +129,10 @@ func (b *bulkheads) enter(key string, limit int, f *flight, force bool) admissio
 func (b *bulkheads) leave(key string) *flight {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if q := b.queues[key]; len(q) > 0 && !b.closed {
-		next := q[0]
-		q[0] = nil
-		if len(q) == 1 {
+	if l := b.queues[key]; l != nil && !b.closed {
+		next := l.pop()
+		if l.n == 0 {
 			delete(b.queues, key)
-		} else {
-			b.queues[key] = q[1:]
 		}
 		b.queued--
 		return next
@@ -106,8 +149,10 @@ func (b *bulkheads) close() []*flight {
 	defer b.mu.Unlock()
 	b.closed = true
 	var out []*flight
-	for k, q := range b.queues {
-		out = append(out, q...)
+	for k, l := range b.queues {
+		for _, lane := range l.order {
+			out = append(out, l.q[lane]...)
+		}
 		delete(b.queues, k)
 	}
 	b.queued = 0

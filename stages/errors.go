@@ -3,7 +3,6 @@ package stages
 import (
 	"context"
 	"errors"
-	"strings"
 
 	kvjs "github.com/portcullis/portcullis/kv/jetstream"
 
@@ -56,13 +55,7 @@ func Transient(err error) bool {
 // bytes, messages, or one subject's messages): JetStream's store-failed
 // error (10077, a 503: Transient, so retried) with its "maximum …
 // exceeded" description.
-func streamFull(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeStoreFailed && strings.HasPrefix(apiErr.Description, "maximum")
-}
-
-// errCodeStoreFailed is JetStream's JSStreamStoreFailedF.
-const errCodeStoreFailed jetstream.ErrorCode = 10077
+func streamFull(err error) bool { return kvjs.StreamFull(err) }
 
 // errCodeMessageTooLarge is JetStream's "message size exceeds maximum
 // allowed" (JSStreamMessageExceedsMaximumErr).

@@ -47,16 +47,25 @@ type Deps struct {
 	Outcomes OutcomeLog
 	Clock    Clock
 	Log      *slog.Logger
-	// OnOutcome, if set, hears of every outcome stored (not a duplicate),
-	// by its host: the outcome history's per-host budget counts them.
-	OnOutcome func(host string)
 	// Last is what the processor knows of the outcome subjects it
 	// published to (outcomes.go), shared by its runners; nil: each runner
 	// keeps its own.
 	Last *LastOutcomes
-	// OnFull, if set, hears whether a stage's stream refused a hand-off
-	// because it is full (full true: the hand-off is retried until there
-	// is room) or took one (false): readiness and actions_stage_full.
+	// EventShare, if set, decides each incident event's share of the
+	// incidents stream: whether it is published at all (a host's events
+	// of each phase and code are rationed), and the share it is counted in
+	// (its subjects.HostHeader). host is the host of the outcome the
+	// incident is part of, "" for an event alone (then the input names
+	// it, if anything does). nil: every event is published, attributed to
+	// no share.
+	EventShare func(host string, in *Input, inc schema.Incident) (share string, publish bool)
+	// OnFull, if set, hears of each input whose hand-off a stage's stream
+	// refused because it is full: full true once, at its first refusal
+	// (the input is kept and the hand-off retried until there is room),
+	// then full false once, when its hand-off went through or the input
+	// left the runner. A stage is full while any input's refusal is
+	// outstanding (readiness and actions_stage_full): one hand-off taken
+	// while others still wait does not make room for them.
 	OnFull func(stage string, full bool)
 	// Room, if set, says whether the processor's disks have room for the
 	// writes a stage makes. Without it the stage takes no new input
@@ -73,6 +82,9 @@ type Source struct {
 	FilterSubject string
 	// Durable is the consumer's name; RunnerConfig.Stage when empty.
 	Durable string
+	// Host is the host whose messages the source reads ("" when it reads
+	// several hosts'): RunnerConfig.Admit's.
+	Host string
 }
 
 // RunnerConfig configures one stage's consumers.
@@ -136,12 +148,28 @@ type RunnerConfig struct {
 	// without a PubAck in time is an unknown: it is sent again, under the
 	// same message id.
 	PublishTimeout time.Duration
+	// MaxInFlightPerSource bounds the inputs of one source (one host's,
+	// where each host has its own) that the runner takes on while another
+	// source has inputs in flight, or had within the last second
+	// (sharesRecent): one host's burst then shares the
+	// stage's workers, and the CPU they use, with every other host's
+	// proposals instead of taking them all; a source alone may use every
+	// worker. An input waiting in a bulkhead's queue gives its slot back
+	// (inputs for other providers go on), and runs on the slot of the
+	// input it takes over from. Default DefaultMaxInFlightPerSource.
+	MaxInFlightPerSource int
+	// Admit, if set, is asked by a source's fetcher before it takes the
+	// source's next message, and returns once the source may go on — its
+	// host has room in the pipeline — or with ctx's error. Meanwhile the
+	// source's messages wait in its own stream, holding no worker.
+	Admit func(ctx context.Context, s Source) error
 }
 
 // Defaults of RunnerConfig.
 const (
-	DefaultMaxInFlight = 256
-	DefaultMaxQueued   = 4096
+	DefaultMaxInFlight          = 256
+	DefaultMaxQueued            = 4096
+	DefaultMaxInFlightPerSource = 16
 )
 
 // MaxDeferrals bounds the redeliveries of one input that found every
@@ -162,8 +190,17 @@ func (c *RunnerConfig) defaults() {
 			c.Sources[i].Durable = c.Stage
 		}
 	}
+	if c.MaxInFlightPerSource <= 0 {
+		c.MaxInFlightPerSource = DefaultMaxInFlightPerSource
+	}
+	c.MaxInFlightPerSource = min(c.MaxInFlightPerSource, c.MaxInFlight)
 	if c.Batch <= 0 {
 		c.Batch = max(min(c.MaxInFlight, 128)/len(c.Sources), 8)
+	}
+	if len(c.Sources) > 1 {
+		// What a source's iterator buffers waits there with its ack wait
+		// running: no more than it may take on while others are busy.
+		c.Batch = min(c.Batch, c.MaxInFlightPerSource)
 	}
 	if c.MaxQueued <= 0 {
 		c.MaxQueued = DefaultMaxQueued
@@ -374,12 +411,12 @@ func (r *Runner) Run(ctx, workCtx context.Context) error {
 	}()
 	// MaxInFlight long-lived workers: a worker is an in-flight slot (and
 	// its stack, grown once by Pebble and the JSON codecs, is reused).
-	work := make(chan jetstream.Msg)
+	work := make(chan delivery)
 	var wg sync.WaitGroup
 	for range r.cfg.MaxInFlight {
 		wg.Go(func() {
-			for m := range work {
-				r.process(workCtx, m)
+			for d := range work {
+				r.process(workCtx, d)
 			}
 		})
 	}
@@ -388,14 +425,28 @@ func (r *Runner) Run(ctx, workCtx context.Context) error {
 		errOnce  sync.Once
 		runErr   error
 	)
+	sh := newShares(len(its), r.cfg.MaxInFlightPerSource)
 	for i, it := range its {
+		done := func() { sh.give(i, true) }
 		fetchers.Go(func() {
 			gone := 0 // heartbeat misses in a row with the consumer not found
 			for {
 				if !r.awaitRoom(ctx) {
 					return // stopped while waiting for room: the drain goes on
 				}
+				if r.cfg.Admit != nil && r.cfg.Admit(ctx, r.cfg.Sources[i]) != nil {
+					// Stopping: what the iterator holds is redelivered.
+					return
+				}
+				if !sh.take(ctx, i) {
+					return
+				}
 				m, err := it.Next()
+				if err == nil {
+					sh.started(i)
+				} else {
+					sh.give(i, false) // no message came for the slot
+				}
 				if errors.Is(err, jetstream.ErrNoHeartbeat) {
 					if gone = runOf(gone, consumerGone(ctx, cons[i])); gone < 2 {
 						// The consumer's server went away or its leader
@@ -421,9 +472,10 @@ func (r *Runner) Run(ctx, workCtx context.Context) error {
 				}
 				if r.deps.Room != nil && !r.deps.Room() {
 					_ = m.NakWithDelay(roomPoll) // fetched as the disk filled
+					done()
 					continue
 				}
-				work <- m
+				work <- delivery{m: m, done: done}
 			}
 		})
 	}
@@ -462,13 +514,121 @@ func (r *Runner) awaitRoom(ctx context.Context) bool {
 // halt closes stopping, once.
 func (r *Runner) halt() { r.halted.Do(func() { close(r.stopping) }) }
 
+// shares are the sources' shares of a runner's workers: while another
+// source has inputs in flight, or had within the last sharesRecent, a
+// source takes on a new input only below its share
+// (RunnerConfig.MaxInFlightPerSource); alone, it may use them all — one
+// host's burst shares the stage with the others' proposals without
+// idling workers nobody else wants. A fetcher takes its slot before it
+// waits for its next message (so that it pulls nothing it may not take
+// on); only inputs it has handed on count as in flight.
+type shares struct {
+	mu      sync.Mutex
+	taken   []int       // slots taken, a waiting fetcher's included
+	busy    []int       // inputs handed on and not done
+	last    []time.Time // when each source's last input in flight was done
+	share   int
+	changed chan struct{} // closed, and replaced, when a slot frees
+}
+
+// sharesRecent is how long a source that had inputs in flight still
+// counts as busy: a host that sends steadily, one proposal at a time,
+// keeps its share of the workers between its proposals.
+const sharesRecent = time.Second
+
+func newShares(sources, share int) *shares {
+	return &shares{taken: make([]int, sources), busy: make([]int, sources), last: make([]time.Time, sources),
+		share: share, changed: make(chan struct{})}
+}
+
+// take waits until source i may take on an input and takes its slot;
+// false once ctx ended.
+func (s *shares) take(ctx context.Context, i int) bool {
+	for {
+		s.mu.Lock()
+		ok, until := s.may(i, time.Now())
+		if ok {
+			s.taken[i]++
+			s.mu.Unlock()
+			return true
+		}
+		changed := s.changed
+		s.mu.Unlock()
+		var expired <-chan time.Time
+		if !until.IsZero() {
+			t := time.NewTimer(time.Until(until))
+			defer t.Stop()
+			expired = t.C
+		}
+		select {
+		case <-changed:
+		case <-expired:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// may reports whether source i may take a slot now; if not only because
+// another source was busy recently, until is when that no longer holds.
+func (s *shares) may(i int, now time.Time) (ok bool, until time.Time) {
+	if s.taken[i] < s.share {
+		return true, time.Time{}
+	}
+	for j := range s.busy {
+		switch {
+		case j == i:
+		case s.busy[j] > 0:
+			return false, time.Time{}
+		case now.Sub(s.last[j]) < sharesRecent:
+			until = s.last[j].Add(sharesRecent)
+		}
+	}
+	return until.IsZero(), until
+}
+
+// started counts the input source i's slot was taken for as in flight.
+func (s *shares) started(i int) {
+	s.mu.Lock()
+	s.busy[i]++
+	s.mu.Unlock()
+}
+
+// give frees a slot of source i: its input is done (was started) or none
+// came.
+func (s *shares) give(i int, started bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.taken[i]--
+	if started {
+		s.busy[i]--
+		s.last[i] = time.Now()
+	}
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// delivery is a message a fetcher hands to a worker, and what frees its
+// source's slot once the runner no longer holds it.
+type delivery struct {
+	m    jetstream.Msg
+	done func()
+}
+
 // flight is one input the runner holds, from delivery to ack.
 type flight struct {
+	// done frees the input's slot of its source (delivery.done); nothing
+	// for an input that waited in a bulkhead's queue (it gave its slot
+	// back there).
+	done     func()
 	in       *Input
 	key      string
 	start    time.Time
 	lastBeat time.Time
 	gaveUp   bool
+	// refused is the stage whose stream refused the input's hand-off,
+	// while that refusal is outstanding (Deps.OnFull); "" for none.
+	refused string
 	// m is the input's newest delivery: a redelivery of an input held here
 	// replaces it, so that progress acks and the ack go to the delivery
 	// the server waits for.
@@ -578,13 +738,14 @@ func (r *Runner) heartbeats(done <-chan struct{}) {
 // process admits one delivered input, on a worker. A rejected input ends
 // here; one over its bulkhead's limit waits in its key's queue, and the
 // worker goes back to the fetch loop.
-func (r *Runner) process(ctx context.Context, m jetstream.Msg) {
-	now := time.Now()
+func (r *Runner) process(ctx context.Context, d delivery) {
+	m, now := d.m, time.Now()
 	meta, err := m.Metadata()
 	if err != nil {
 		r.log.Error("message without JetStream metadata; terminated") // its subject is host-chosen: not logged
 		_ = m.Term()
 		r.count(metrics.ResultRejected, now)
+		d.done()
 		return
 	}
 	in := &Input{
@@ -596,16 +757,18 @@ func (r *Runner) process(ctx context.Context, m jetstream.Msg) {
 		Delivered: meta.NumDelivered,
 	}
 	t := r.tallies.see(keyOf(in), now)
-	f := &flight{m: m, in: in, start: now, lastBeat: now}
+	f := &flight{m: m, in: in, start: now, lastBeat: now, done: d.done}
 	if !r.live.add(f) {
 		// Redelivered while held here (its progress acks did not reach
 		// the server in time): the held one goes on, and acks this
 		// delivery.
+		d.done()
 		return
 	}
 	if r.cfg.Internal && !r.deps.Seal.Check(in.Subject, in.Data, in.Header) {
 		r.count(r.reject(ctx, f), now)
 		r.live.remove(f)
+		d.done()
 		return
 	}
 	// Deliveries this process never saw went to processors that did not
@@ -621,9 +784,14 @@ func (r *Runner) process(ctx context.Context, m jetstream.Msg) {
 		f.key, limit = r.bulkheadOf(in)
 	}
 	if f.key != "" {
-		switch r.bulk.enter(f.key, limit, f, t.deferred >= MaxDeferrals) {
+		switch r.bulk.enter(f.key, r.lane(in), limit, f, t.deferred >= MaxDeferrals) {
 		case admitQueue:
-			return // waits without a worker; a finishing one of its key takes it
+			// It waits without a worker, and without its source's slot
+			// (a provider that hangs must not keep its host's inputs for
+			// other providers from being fetched); a finishing input of
+			// its key takes it, and lends it its slot.
+			d.done()
+			return
 		case admitDefer:
 			r.tallies.add(keyOf(in), func(t *tally) { t.deferred++ })
 			r.live.remove(f)
@@ -631,10 +799,24 @@ func (r *Runner) process(ctx context.Context, m jetstream.Msg) {
 				r.log.Warn("nak failed; redelivery after ack wait", "seq", in.StreamSeq, "err", err)
 			}
 			r.count(metrics.ResultRetry, now)
+			d.done()
 			return
 		}
 	}
 	r.handle(ctx, f)
+}
+
+// lane is in's host, as its subject names it (a stage hand-off's token,
+// an ingress subject), or "": its lane in a bulkhead's queue.
+func (r *Runner) lane(in *Input) string {
+	if _, _, id, ok := r.deps.Subjects.ParseStage(in.Subject); ok {
+		if h, _, ok := subjects.ParseProposalToken(id); ok {
+			return h
+		}
+		return ""
+	}
+	h, _ := r.deps.Subjects.IngressHost(in.Subject)
+	return h
 }
 
 // handle handles one admitted input end to end, then goes on with the
@@ -644,8 +826,10 @@ func (r *Runner) process(ctx context.Context, m jetstream.Msg) {
 func (r *Runner) handle(ctx context.Context, f *flight) {
 	for f != nil {
 		result := r.run(ctx, f)
+		r.refusal(f, "") // done with, or handed back: no longer waiting
 		r.live.remove(f)
 		r.count(result, f.start)
+		f.done()
 		if f.key == "" {
 			return
 		}
@@ -701,6 +885,13 @@ func (r *Runner) run(ctx context.Context, f *flight) string {
 	}
 	for try := 1; ; try++ {
 		err := r.publish(ctx, in, res)
+		var full *fullError
+		switch {
+		case err == nil:
+			r.refusal(f, "")
+		case errors.As(err, &full):
+			r.refusal(f, full.stage(r.deps.Subjects))
+		}
 		if err == nil {
 			break
 		}
@@ -865,22 +1056,34 @@ func (r *Runner) publishUntilAnswered(f *flight, res Result) bool {
 	}
 }
 
-// full tells Deps.OnFull whether the stream of the stage that subject
-// hands on to is full.
-func (r *Runner) full(subject string, full bool) {
-	if r.deps.OnFull == nil {
+// refusal records that stage's stream refused f's hand-off ("": no
+// refusal of f is outstanding any more), for Deps.OnFull.
+func (r *Runner) refusal(f *flight, stage string) {
+	if f.refused == stage || r.deps.OnFull == nil {
 		return
 	}
-	if stage, _, _, ok := r.deps.Subjects.ParseStage(subject); ok {
-		r.deps.OnFull(stage, full)
+	if f.refused != "" {
+		r.deps.OnFull(f.refused, false)
+	}
+	f.refused = stage
+	if stage != "" {
+		r.deps.OnFull(stage, true)
 	}
 }
 
-// stored tells Deps.OnOutcome of an outcome stored for host.
-func (r *Runner) stored(host string) {
-	if r.deps.OnOutcome != nil {
-		r.deps.OnOutcome(host)
-	}
+// fullError is a publish a stream refused because it is full.
+type fullError struct {
+	subject string
+	err     error
+}
+
+func (e *fullError) Error() string { return "publish " + e.subject + ": " + e.err.Error() }
+func (e *fullError) Unwrap() error { return e.err }
+
+// stage is the stage the refused subject hands on to ("" if none).
+func (e *fullError) stage(s subjects.Subjects) string {
+	stage, _, _, _ := s.ParseStage(e.subject)
+	return stage
 }
 
 // flush makes the store's writes so far durable before an ack (see
@@ -1024,6 +1227,7 @@ func (r *Runner) publish(ctx context.Context, in *Input, res Result) error {
 	}
 	var msgs []*nats.Msg
 	var events []schema.Incident
+	var eventHosts []string // the host of the outcome each event is part of
 	add := func(subject string, data []byte, id string, hdr nats.Header) {
 		m := nats.NewMsg(subject)
 		m.Data = data
@@ -1053,12 +1257,31 @@ func (r *Runner) publish(ctx context.Context, in *Input, res Result) error {
 	// outcome's were true when it was decided.
 	for _, o := range res.Outcomes {
 		events = append(events, o.Incidents...)
+		for range o.Incidents {
+			eventHosts = append(eventHosts, o.Host)
+		}
 	}
 	events = append(events, res.Events...)
 	now := NowMs(r.deps.Clock)
 	firstEvent := len(msgs)
+	published := events[:0:0]
 	for i, inc := range events {
-		add(r.deps.Subjects.Incident(string(inc.Phase)), schema.MustMarshal(inc.Event(now)), base+"/e"+strconv.Itoa(i), nil)
+		var hdr nats.Header
+		if r.deps.EventShare != nil {
+			host := ""
+			if i < len(eventHosts) {
+				host = eventHosts[i]
+			}
+			share, ok := r.deps.EventShare(host, in, inc)
+			if !ok {
+				continue // rationed: counted as suppressed, not published
+			}
+			hdr = nats.Header{subjects.HostHeader: []string{share}}
+		}
+		// Ids keep each event's place among them all: a redelivery whose
+		// rationing differs publishes no event twice.
+		add(r.deps.Subjects.Incident(string(inc.Phase)), schema.MustMarshal(inc.Event(now)), base+"/e"+strconv.Itoa(i), hdr)
+		published = append(published, inc)
 	}
 	if len(outs) > 0 {
 		fault.Hit(fault.RunnerBeforeOutcome)
@@ -1081,7 +1304,7 @@ func (r *Runner) publish(ctx context.Context, in *Input, res Result) error {
 			case ack.Duplicate:
 				// Published before (a redelivery): counted then.
 			case i >= firstEvent:
-				inc := events[i-firstEvent]
+				inc := published[i-firstEvent]
 				r.deps.Metrics.Incidents.WithLabelValues(string(inc.Phase), string(inc.Code)).Inc()
 			case i >= firstOutcome:
 				m := outs[i-firstOutcome]
@@ -1094,7 +1317,7 @@ func (r *Runner) publish(ctx context.Context, in *Input, res Result) error {
 				continue
 			}
 			if streamFull(err) {
-				r.full(f.Msg().Subject, true)
+				return &fullError{subject: f.Msg().Subject, err: err}
 			}
 			return fmt.Errorf("publish %s: %w", f.Msg().Subject, err)
 		case <-timeout.C:
@@ -1112,18 +1335,15 @@ func (r *Runner) publish(ctx context.Context, in *Input, res Result) error {
 			r.outcomeStored(m)
 		}
 	}
-	for _, n := range res.Next {
-		r.full(n.Subject, false)
-	}
 	return nil
 }
 
-// outcomeStored counts an outcome the stream stored (not a duplicate): a
-// decided one in the outcomes metric (a replay repeats one counted
-// before), both in its host's history budget.
+// outcomeStored counts an outcome the stream stored (not a duplicate)
+// in the outcomes metric, unless it is a replay (which repeats one
+// counted before). Each host's share of the history is kept by
+// internal/shares, which reads the stream itself.
 func (r *Runner) outcomeStored(m *outcomeMsg) {
 	if !m.replay {
 		r.deps.Metrics.Outcomes.WithLabelValues(string(m.o.Kind)).Inc()
 	}
-	r.stored(m.o.Host)
 }

@@ -853,3 +853,74 @@ func TestRunnerStopReleasesHeldInput(t *testing.T) {
 	r.rec.Wait(t, "released", testenv.Terminal)
 	r.quiesce(t)
 }
+
+// TestRunnerSourceShares: with several sources (a host each), a source
+// takes on at most MaxInFlightPerSource inputs while another has inputs
+// in flight, so that another's input is handled at once while the first
+// one's burst waits in its own stream; alone, a source may use every
+// worker; and a source Admit holds back waits there without a worker.
+func TestRunnerSourceShares(t *testing.T) {
+	r := newRig(t)
+	releaseA, releaseB := make(chan struct{}), make(chan struct{})
+	var running, most atomic.Int32
+	var aRunning atomic.Int32
+	h := funcHandler{handle: func(_ context.Context, in *stages.Input) (stages.Result, error) {
+		id := string(in.Data)
+		switch {
+		case id == "a-slow":
+			aRunning.Add(1)
+			<-releaseA
+			aRunning.Add(-1)
+		case strings.HasPrefix(id, "b-"):
+			n := running.Add(1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			<-releaseB
+			running.Add(-1)
+		}
+		return stages.Result{Outcomes: []schema.Outcome{failure(id, schema.CodeDiscriminatorMismatch)}}, nil
+	}}
+	admitC := make(chan struct{})
+	r.run(t, h, stages.RunnerConfig{MaxInFlight: 8, MaxInFlightPerSource: 2,
+		Sources: []stages.Source{
+			{Stream: "IN", FilterSubject: "in.a.>", Durable: "grounding_a", Host: "a"},
+			{Stream: "IN", FilterSubject: "in.b.>", Durable: "grounding_b", Host: "b"},
+			{Stream: "IN", FilterSubject: "in.c.>", Durable: "grounding_c", Host: "c"},
+		},
+		Admit: func(ctx context.Context, s stages.Source) error {
+			if s.Host != "c" {
+				return nil
+			}
+			select {
+			case <-admitC:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		},
+	})
+	r.publish(t, "in.a.slow", "a-slow")
+	testenv.WaitFor(t, "a's input running", func() bool { return aRunning.Load() == 1 })
+	for i := range 6 {
+		r.publish(t, fmt.Sprintf("in.b.%d", i), fmt.Sprintf("b-%d", i))
+	}
+	r.publish(t, "in.c.0", "c-0")
+	testenv.WaitFor(t, "two of b's inputs running", func() bool { return running.Load() == 2 })
+	r.publish(t, "in.a.0", "a-0")
+	r.rec.Wait(t, "a-0", testenv.Terminal)
+	if m := most.Load(); m != 2 {
+		t.Errorf("b's inputs at once while a's run: %d, want its share 2", m)
+	}
+	if outs := r.rec.Outcomes("c-0"); len(outs) != 0 {
+		t.Errorf("c's input handled while its source was held back: %+v", outs)
+	}
+	// a done: b alone takes on every input it has.
+	close(releaseA)
+	testenv.WaitFor(t, "b alone running all six", func() bool { return running.Load() == 6 })
+	close(admitC)
+	r.rec.Wait(t, "c-0", testenv.Terminal)
+	close(releaseB)
+	for i := range 6 {
+		r.rec.Wait(t, fmt.Sprintf("b-%d", i), testenv.Terminal)
+	}
+}

@@ -18,6 +18,8 @@
 //
 //	<prefix>.stage.<stage>.<kind>.<id>       stage handoffs and timer triggers; id is
 //	                                         <h>.<proposal_id> or a fingerprint's hex digits
+//	<prefix>.kept.parked.<h>.<proposal_id>   envelopes kept per host (see Parked, Held)
+//	<prefix>.kept.held.<h>.<hex>
 //	<prefix>.admin.<verb>                    operator requests (CLI ↔ running processor)
 //	<prefix>.record.outcomes.<h>.<proposal_id>  where the processor publishes an outcome: the
 //	                                         outcomes stream stores it as <prefix>.outcomes.<h>.<proposal_id>
@@ -66,6 +68,17 @@ func ValidHost(h string) bool {
 	}
 	return true
 }
+
+// HostHeader is the header that names the host whose share of a history
+// stream a message the processor publishes counts in (an incident event,
+// an activity snapshot): a configured host's name, or Unattributed. The
+// outcomes name theirs in their subjects.
+const HostHeader = "Actions-Host"
+
+// Unattributed is HostHeader's value for what no configured host is
+// known to have caused: the events of input that names none, or that is
+// not authenticated (its subject's host token is anyone's choice).
+const Unattributed = "*"
 
 // Stage names. They are also the durable consumer names and the values of
 // the `stage` metric label.
@@ -289,27 +302,62 @@ func (s Subjects) HostGrantsStream(h string) string {
 	return s.streamBase() + "_GRANTS_" + NameToken(h)
 }
 
-// HeldStream holds, per intent, the envelope of a dispatch whose effect
-// is unknown for want of an answer (Held): if reconciliation learns that
-// the request was lost in flight, the intent is dispatched again from it.
-func (s Subjects) HeldStream() string { return s.streamBase() + "_HELD" }
+// Kept envelopes. Each host keeps the envelopes of its proposals parked
+// for approval, and of its dispatches whose effect is unknown, in streams
+// of its own (its budgets): HostParkedStream and HostHeldStream. With
+// unsigned input allowed (local development), where any subject token is
+// a host, the hosts share KeptParkedStream and KeptHeldStream.
+//
+//	<prefix>.kept.parked.<h>.<proposal_id>   a parked proposal's envelope
+//	<prefix>.kept.held.<h>.<hex>             a dispatch's envelope, by fingerprint
 
-// Held is the subject of an intent's held envelope (hex: the
-// fingerprint's 64 hex digits); HeldAll the filter of all.
-func (s Subjects) Held(hex string) string { return s.p() + ".held." + hex }
-func (s Subjects) HeldAll() string        { return s.p() + ".held.>" }
+// HostParkedStream and HostHeldStream are host h's kept envelopes.
+func (s Subjects) HostParkedStream(h string) string {
+	return s.streamBase() + "_PARKED_" + NameToken(h)
+}
+func (s Subjects) HostHeldStream(h string) string { return s.streamBase() + "_HELD_" + NameToken(h) }
 
-// ParkedStream holds the envelopes of proposals parked for approval, one
-// per proposal (ParkedEnvelope), until they are decided.
-func (s Subjects) ParkedStream() string { return s.streamBase() + "_PARKED" }
+// KeptParkedStream and KeptHeldStream are every host's kept envelopes when
+// the hosts share streams (unsigned input allowed).
+func (s Subjects) KeptParkedStream() string { return s.streamBase() + "_KEPT_PARKED" }
+func (s Subjects) KeptHeldStream() string   { return s.streamBase() + "_KEPT_HELD" }
 
-// ParkedEnvelope is the subject of a parked proposal's envelope.
-func (s Subjects) ParkedEnvelope(token string) string {
+// Parked is the subject of host h's parked proposal's envelope;
+// HostParked the filter of h's, ParkedAll of every host's.
+func (s Subjects) Parked(h, proposalID string) string {
+	return s.p() + ".kept.parked." + h + "." + proposalID
+}
+func (s Subjects) HostParked(h string) string { return s.p() + ".kept.parked." + h + ".>" }
+func (s Subjects) ParkedAll() string          { return s.p() + ".kept.parked.>" }
+
+// Held is the subject of the envelope host h's proposal left for the
+// intent whose fingerprint's 64 hex digits are hex; HostHeld the filter of
+// h's, HeldAll of every host's.
+func (s Subjects) Held(h, hex string) string { return s.p() + ".kept.held." + h + "." + hex }
+func (s Subjects) HostHeld(h string) string  { return s.p() + ".kept.held." + h + ".>" }
+func (s Subjects) HeldAll() string           { return s.p() + ".kept.held.>" }
+
+// Where an earlier version kept the envelopes, one stream for every host:
+// read, and dropped, until those streams are empty (engine deletes them
+// then).
+
+// LegacyHeldStream held, per intent, the envelope of a dispatch whose
+// effect is unknown; LegacyHeld is an intent's subject (hex: the
+// fingerprint's 64 hex digits), LegacyHeldAll the filter of all.
+func (s Subjects) LegacyHeldStream() string     { return s.streamBase() + "_HELD" }
+func (s Subjects) LegacyHeld(hex string) string { return s.p() + ".held." + hex }
+func (s Subjects) LegacyHeldAll() string        { return s.p() + ".held.>" }
+
+// LegacyParkedStream held the envelopes of proposals parked for approval;
+// LegacyParked is a proposal's subject (token: ProposalToken),
+// LegacyParkedAll the filter of all.
+func (s Subjects) LegacyParkedStream() string { return s.streamBase() + "_PARKED" }
+func (s Subjects) LegacyParked(token string) string {
 	return s.p() + ".stage." + StageAuthorization + ".parked." + token
 }
-
-// ParkedAll is the filter of every parked envelope.
-func (s Subjects) ParkedAll() string { return s.p() + ".stage." + StageAuthorization + ".parked.>" }
+func (s Subjects) LegacyParkedAll() string {
+	return s.p() + ".stage." + StageAuthorization + ".parked.>"
+}
 
 // HostStageKind is the filter of host h's messages of a kind for a stage:
 // the hand-offs of h's proposals (KindProposal), which a stage reads with

@@ -52,8 +52,16 @@ func cmdBench(c *cmdline, args []string, _ io.Reader) int {
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the Portcullis side to this file (and, with -nats-process, the server's to this file + \".nats-server\")")
 	mutexProfile := fs.String("mutexprofile", "", "write a mutex contention profile of the Portcullis side to this file")
 	memProfile := fs.String("memprofile", "", "write a heap profile of the Portcullis side to this file, taken at its Go heap's peak (in use then, allocations so far)")
+	rival := fs.Int("rival", 0, "measure fairness instead: a victim host's latency alone (for -duration) and during a rival host's burst of this many signed, granted proposals (the issue's case: 3000), both hosts signed, each in its own streams and budgets")
+	victimRate := fs.Int("victim-rate", 20, "with -rival: the victim's proposals per second")
 	if _, code, done := c.parse(args); done {
 		return code
+	}
+	if *rival > 0 {
+		if *victimRate < 1 || *duration <= 0 || *payload < 0 || *queued > 0 || *cluster > 0 || *natsProcess || *floorOnly {
+			return c.usageError("-rival: -victim-rate and -duration positive, -payload ≥ 0; not with -queued, -cluster, -nats-process or -floor")
+		}
+		return benchRival(c, *rival, *victimRate, *duration, *payload, *dir)
 	}
 	if *n < 1 || *window < 1 || *rate < 1 || *duration <= 0 || *payload < 0 || *ackShare < 0 || *ackShare > 1 {
 		return c.usageError("-n, -inflight, -rate and -duration must be positive, -payload ≥ 0, -ack-share in [0, 1]")
@@ -420,4 +428,79 @@ func writeProfile(file, name string) error {
 func queuedIngress(cfg *config.Config, n int) {
 	cfg.Streams.IngressMaxMsgs = max(cfg.Streams.IngressMaxMsgs, int64(n))
 	cfg.Streams.IngressMaxBytes = max(cfg.Streams.IngressMaxBytes, int64(n)*int64(cfg.Admission.MaxPayloadBytes+4096))
+}
+
+// benchRival measures fairness between hosts (issue 32): a victim host's
+// latency alone and during a rival host's burst, on one processor with the
+// default budgets, and prints both, their ratio and the goal (the victim's
+// p99 during the burst at most twice its p99 alone plus 50 ms).
+func benchRival(c *cmdline, burst, rate int, alone time.Duration, payload int, dir string) int {
+	stdout, stderr := c.stdout, c.stderr
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "\r%-60s\rprocessor bench: %v\n", "", err)
+		return 1
+	}
+	if dir == "" {
+		d, err := os.MkdirTemp("", "portcullis-bench-")
+		if err != nil {
+			return fail(err)
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	keys, err := bench.NewRivals()
+	if err != nil {
+		return fail(err)
+	}
+	cfg, err := keys.Config(dir)
+	if err != nil {
+		return fail(err)
+	}
+	defer engine.LimitMemory(cfg)() // as processor run sets it
+	ctx := context.Background()
+	p, err := engine.Start(ctx, engine.Options{Config: cfg, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return fail(err)
+	}
+	defer p.Close()
+	r, err := bench.Rival(ctx, p.NATSURL(), p.Subjects(), keys, bench.RivalOptions{
+		Burst: burst, Rate: rate, Alone: alone, PayloadBytes: payload,
+		Progress: func(line string) { fmt.Fprintf(stderr, "\r%-60s", line) },
+	})
+	if err != nil {
+		return fail(err)
+	}
+	size, err := bench.ProposalOf("alone-000000", payload, bench.VictimHost)
+	if err != nil {
+		return fail(err)
+	}
+	fmt.Fprintf(stderr, "\r%-60s\r", "")
+	fmt.Fprintf(stdout, "setup        embedded server, one processor; hosts %s and %s, signed, each in its own ingress streams, consumers and budgets (host_pipeline_max_msgs %d); %d-byte proposals with inline grants; connector over NATS\n",
+		bench.VictimHost, bench.RivalHost, cfg.Streams.HostPipelineMaxMsgs, len(size))
+	fmt.Fprintf(stdout, "%-14s %8s %10s %10s %10s\n", "", "n", "p50", "p99", "max")
+	row := func(name string, ph bench.Phase) {
+		fmt.Fprintf(stdout, "%-14s %8d %10s %10s %10s\n", name, ph.Count, ph.Percentile(0.5).Round(100*time.Microsecond),
+			ph.Percentile(0.99).Round(100*time.Microsecond), ph.Percentile(1).Round(100*time.Microsecond))
+	}
+	row("victim alone", r.Alone)
+	row("victim during", r.During)
+	row("rival burst", r.Burst)
+	fmt.Fprintf(stdout, "victim       %d/s, alone for %s, then while the rival's %d proposals (published at once) were answered: %s, %.0f proposals/s\n",
+		rate, alone, burst, r.Burst.Elapsed.Round(time.Millisecond), r.Burst.Throughput())
+	a99, d99 := r.Alone.Percentile(0.99), r.During.Percentile(0.99)
+	if a99 > 0 {
+		fmt.Fprintf(stdout, "p50 ratio %.2f\n", float64(r.During.Percentile(0.5))/float64(r.Alone.Percentile(0.5)))
+		fmt.Fprintf(stdout, "p99 ratio %.2f\n", float64(d99)/float64(a99))
+	}
+	bound := 2*a99 + 50*time.Millisecond
+	verdict := "met"
+	if d99 > bound {
+		verdict = "NOT met"
+	}
+	fmt.Fprintf(stdout, "goal         victim p99 during ≤ 2 × p99 alone + 50ms: %s ≤ %s: %s\n", d99.Round(100*time.Microsecond), bound.Round(100*time.Microsecond), verdict)
+	if f := r.Alone.Failed + r.During.Failed + r.Burst.Failed; f > 0 {
+		fmt.Fprintf(stdout, "NOT CONFIRMED %d\n", f)
+		return 1
+	}
+	return 0
 }

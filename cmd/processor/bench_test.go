@@ -74,6 +74,25 @@ func TestBenchQueued(t *testing.T) {
 	}, "bench", "-queued", "200", "-inflight", "50", "-ack-share", "0.5")
 }
 
+// TestBenchRival runs the fairness bench (-rival): the victim's rows alone
+// and during the rival's burst, the rival's, the ratios and the goal's
+// verdict, every proposal confirmed.
+func TestBenchRival(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the pipeline")
+	}
+	out := benchOutput(t, []string{
+		`^victim alone +[1-9]\d* +\S+ +\S+ +\S+$`,
+		`^victim during +[1-9]\d* +\S+ +\S+ +\S+$`,
+		`^rival burst +200 +\S+ +\S+ +\S+$`,
+		`^goal +victim p99 during ≤ 2 × p99 alone \+ 50ms: \S+ ≤ \S+: (met|NOT met)$`,
+	}, "bench", "-rival", "200", "-victim-rate", "20", "-duration", "500ms")
+	saneLines(t, out, "p50 ratio", "p99 ratio")
+	if strings.Contains(out, "NOT CONFIRMED") {
+		t.Errorf("a proposal was not confirmed:\n%s", out)
+	}
+}
+
 // TestBenchNATSProcess runs both bench forms with the nats-server in a
 // child process: every proposal CONFIRMED, and the server's own CPU, peak
 // RSS and message counts reported beside the processor's.

@@ -142,8 +142,14 @@ func cmdValidate(c *cmdline, args []string, _ io.Reader) int {
 	case *path == "":
 		return c.usageError("give the configuration file")
 	}
-	if _, err := config.Check(*path); err != nil {
+	cfg, err := config.Check(*path)
+	if err != nil {
 		return c.fail(err)
+	}
+	// Budgets that do not fit the shared streams: the configuration runs,
+	// but one host can spend what another needs.
+	for _, w := range cfg.BudgetWarnings() {
+		fmt.Fprintf(c.stderr, "%s: warning: %s\n", *path, w)
 	}
 	fmt.Fprintf(c.stdout, "%s: ok\n", *path)
 	return 0

@@ -7,14 +7,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 
 	kvjs "github.com/portcullis/portcullis/kv/jetstream"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/subjects"
 )
 
 // ErrNotFound is returned by Get for a fingerprint without activity.
@@ -28,6 +31,12 @@ type Store struct {
 	KV jetstream.KeyValue
 	// Now stamps UpdatedAtMs.
 	Now func() int64
+	// JS, if set, writes each snapshot with the subjects.HostHeader of the
+	// share of the bucket it counts in (each host's is bounded: package
+	// shares): Share's of the host of the intent's first proposal. nil:
+	// written through KV, in no share.
+	JS    jetstream.JetStream
+	Share func(host string) string
 
 	locks kv.KeyedMutex
 	// last remembers what this store last wrote for a key and at which
@@ -136,12 +145,7 @@ func (s *Store) Update(ctx context.Context, fingerprint string, edit func(a *sch
 		if err != nil {
 			return fmt.Errorf("activity: encode: %w", err)
 		}
-		var newRev uint64
-		if rev == 0 {
-			newRev, err = s.KV.Create(ctx, key, data)
-		} else {
-			newRev, err = s.KV.Update(ctx, key, data, rev)
-		}
+		newRev, err := s.put(ctx, key, data, rev, &a)
 		if err == nil {
 			s.remember(key, written{rev: newRev, data: data})
 			return nil
@@ -162,4 +166,32 @@ func (s *Store) Update(ctx context.Context, fingerprint string, edit func(a *sch
 		}
 	}
 	return errors.New("activity: too many concurrent updates")
+}
+
+// put writes data under key at revision rev (0: a key that has none),
+// compare-and-set, as KV's Create and Update do — with the share's header
+// when it can.
+func (s *Store) put(ctx context.Context, key string, data []byte, rev uint64, a *schema.Activity) (uint64, error) {
+	if s.JS == nil {
+		if rev == 0 {
+			return s.KV.Create(ctx, key, data)
+		}
+		return s.KV.Update(ctx, key, data, rev)
+	}
+	share := subjects.Unattributed
+	if len(a.Proposals) > 0 {
+		share = a.Proposals[0].Host
+		if s.Share != nil {
+			share = s.Share(share)
+		}
+	}
+	m := nats.NewMsg("$KV." + s.KV.Bucket() + "." + key)
+	m.Data = data
+	m.Header.Set(subjects.HostHeader, share)
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
+	ack, err := s.JS.PublishMsg(ctx, m)
+	if err != nil {
+		return 0, err
+	}
+	return ack.Sequence, nil
 }

@@ -131,7 +131,10 @@ func TestStreamLimits(t *testing.T) {
 		{s.StageStream(subjects.StageDispatch), stage, -1, jetstream.DiscardNew, jetstream.WorkQueuePolicy, -1, false},
 		{s.TimersStream(subjects.StageAuthorization), stage, -1, jetstream.DiscardNew, jetstream.WorkQueuePolicy, -1, false},
 		{s.TimersStream(subjects.StageReconciliation), stage, -1, jetstream.DiscardNew, jetstream.WorkQueuePolicy, -1, false},
-		{s.ParkedStream(), stage, -1, jetstream.DiscardNew, jetstream.LimitsPolicy, -1, false},
+		{s.HostParkedStream(hostA), env.Config.Streams.HostParkedMaxBytes, -1, jetstream.DiscardNew, jetstream.LimitsPolicy, -1, false},
+		{s.HostParkedStream(hostB), env.Config.Streams.HostParkedMaxBytes, -1, jetstream.DiscardNew, jetstream.LimitsPolicy, -1, false},
+		{s.HostHeldStream(hostA), env.Config.Streams.HostHeldMaxBytes, -1, jetstream.DiscardNew, jetstream.LimitsPolicy, -1, false},
+		{s.HostHeldStream(hostB), env.Config.Streams.HostHeldMaxBytes, -1, jetstream.DiscardNew, jetstream.LimitsPolicy, -1, false},
 	} {
 		c := streamInfo(t, env, want.stream).Config
 		if c.MaxBytes != want.maxBytes || c.MaxMsgs != want.maxMsgs || c.Discard != want.discard || c.Retention != want.retention ||
@@ -142,7 +145,8 @@ func TestStreamLimits(t *testing.T) {
 		}
 	}
 	// No stream every host shares takes their proposals or grants.
-	for _, shared := range []string{s.ProposalsStream(), s.GrantsStream(), s.StageStream(subjects.StageReconciliation)} {
+	for _, shared := range []string{s.ProposalsStream(), s.GrantsStream(), s.StageStream(subjects.StageReconciliation),
+		s.KeptParkedStream(), s.KeptHeldStream(), s.LegacyParkedStream(), s.LegacyHeldStream()} {
 		if _, err := env.JS.Stream(context.Background(), shared); !errors.Is(err, jetstream.ErrStreamNotFound) {
 			t.Errorf("stream %s exists: %v", shared, err)
 		}

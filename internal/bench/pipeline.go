@@ -180,6 +180,12 @@ func serveConnector(url string, subj subjects.Subjects, ackShare float64) (*clie
 // distinct intent by its id, its payload padded by pad bytes, with an
 // inline grant for its fingerprint.
 func Proposal(id string, pad int) ([]byte, error) {
+	return ProposalOf(id, pad, "bench")
+}
+
+// ProposalOf is Proposal in tenant "tenant:<tenant>" and security domain
+// "security-domain:<tenant>".
+func ProposalOf(id string, pad int, tenant string) ([]byte, error) {
 	payload := fmt.Sprintf(`{"quantity":20,"request_id":%q}`, id)
 	if pad > 0 {
 		payload = fmt.Sprintf(`{"quantity":20,"request_id":%q,"note":%q}`, id, strings.Repeat("x", pad))
@@ -188,7 +194,7 @@ func Proposal(id string, pad int) ([]byte, error) {
 		Schema:     schema.SchemaProposal,
 		ProposalID: id,
 		Context: schema.Context{
-			Tenant:         schema.TenantContext{TenantRef: "tenant:bench", SecurityDomainRef: "security-domain:bench"},
+			Tenant:         schema.TenantContext{TenantRef: "tenant:" + tenant, SecurityDomainRef: "security-domain:" + tenant},
 			Actor:          schema.ActorContext{ActorRef: "actor:bench", Assurance: "host-session"},
 			Authorization:  schema.AuthorizationContext{ScopeRef: "policy-scope:inventory", PolicyRevision: "policy:7"},
 			Provider:       schema.ProviderContext{AccountRef: "inventory:bench"},
@@ -201,7 +207,7 @@ func Proposal(id string, pad int) ([]byte, error) {
 			Display: schema.Display{Summary: "bench"},
 		},
 		Grounding: schema.Grounding{
-			Subject: []byte(`"lumber: cedar-8ft-gradea"`), Scope: "security-domain:bench", ObservationRef: "catalog:12",
+			Subject: []byte(`"lumber: cedar-8ft-gradea"`), Scope: "security-domain:" + tenant, ObservationRef: "catalog:12",
 			Candidates: []schema.Candidate{{Referent: "sku-1001", Source: "authoritative",
 				Attributes: []byte(`{"resource":"Lumber: Cedar-8ft-GradeA"}`), EvidenceRefs: []string{"catalog:12#sku-1001"}}},
 		},

@@ -50,9 +50,17 @@ const (
 	DefaultIngressMaxBytes  = 64 << 20
 	DefaultIngressMaxMsgs   = 10_000
 	DefaultHostHistoryMsgs  = 100_000
+	DefaultHostHistoryBytes = 64 << 20
+	DefaultHostPipelineMsgs = 1000
+	DefaultHostParkedBytes  = 64 << 20
+	DefaultHostHeldBytes    = 64 << 20
+	DefaultHostIncidentRate = 100
 	DefaultStageMaxBytes    = 1 << 30
 	DefaultHistoryMaxBytes  = 1 << 30
 	MinStreamMaxBytes       = 1 << 20
+	// MinHostHistoryBytes is the least host_history_max_bytes: a few of the
+	// largest outcomes and snapshots.
+	MinHostHistoryBytes     = 64 << 10
 	InternalKeyName         = "internal.key"
 	DefaultReconcileEvery   = 5 * time.Second
 	DefaultReconcileMax     = 10
@@ -161,6 +169,34 @@ type Streams struct {
 	// stream: past it, that host's oldest outcomes go, never another
 	// host's. Default 100,000.
 	HostHistoryMaxMsgs int64
+	// HostHistoryMaxBytes is each host's share, in bytes, of the outcomes
+	// stream, of the incidents stream and of the activity bucket, each:
+	// past it that host's oldest messages (snapshots) go, never another
+	// host's. Events of input that names no configured host share one
+	// more such share. Default 64 MiB; Budgets warns when the hosts' shares
+	// do not fit history_max_bytes.
+	HostHistoryMaxBytes int64
+	// HostPipelineMaxMsgs bounds each host's proposals inside the
+	// pipeline — admitted or resumed by a grant, and neither answered nor
+	// parked yet — in the stage streams every host shares. A host at its
+	// bound has its next proposals and grants wait in its own ingress
+	// streams until some of its work is done. Default 1,000.
+	HostPipelineMaxMsgs int64
+	// HostParkedMaxBytes bounds each host's envelopes of proposals parked
+	// for approval (its own stream): a proposal that would park past it is
+	// refused at once, DENIED/APPROVALS_PENDING_EXCEEDED. Default 64 MiB.
+	HostParkedMaxBytes int64
+	// HostHeldMaxBytes bounds each host's envelopes of dispatches whose
+	// effect is unknown (its own stream), kept so that a request found
+	// lost in flight can be sent again: past it none is kept, and such a
+	// request ends FAILED_BEFORE_DISPATCH instead. Default 64 MiB.
+	HostHeldMaxBytes int64
+	// HostIncidentRate is how many incident events per second each host
+	// may cause of each phase and code, after a burst of ten seconds'
+	// worth: the rest are not published (counted in
+	// actions_incidents_suppressed_total). Input that names no
+	// configured host shares one such allowance. Default 100.
+	HostIncidentRate int
 }
 
 // Store is the local Pebble store of checkpoints and receipts.
@@ -324,7 +360,9 @@ func Defaults() *Config {
 		Grounding: Grounding{MaxCandidates: DefaultMaxCandidates, SourceTimeout: DefaultSourceTimeout, SourceMaxInFlight: DefaultSourceMaxInFlight},
 		Approval:  Approval{TTL: DefaultApprovalTTL, ClockSkew: DefaultClockSkew, MaxGrantLifetime: DefaultMaxGrantLifetime},
 		Streams: Streams{MaxAge: DefaultStreamMaxAge, IngressMaxBytes: DefaultIngressMaxBytes, IngressMaxMsgs: DefaultIngressMaxMsgs,
-			StageMaxBytes: DefaultStageMaxBytes, HistoryMaxBytes: DefaultHistoryMaxBytes, HostHistoryMaxMsgs: DefaultHostHistoryMsgs},
+			StageMaxBytes: DefaultStageMaxBytes, HistoryMaxBytes: DefaultHistoryMaxBytes, HostHistoryMaxMsgs: DefaultHostHistoryMsgs,
+			HostHistoryMaxBytes: DefaultHostHistoryBytes, HostPipelineMaxMsgs: DefaultHostPipelineMsgs, HostParkedMaxBytes: DefaultHostParkedBytes,
+			HostHeldMaxBytes: DefaultHostHeldBytes, HostIncidentRate: DefaultHostIncidentRate},
 		Reconciliation: Reconciliation{Interval: DefaultReconcileEvery, MaxAttempts: DefaultReconcileMax},
 		Retention:      Retention{SweepInterval: DefaultSweepInterval},
 	}

@@ -105,6 +105,11 @@ type streamsHCL struct {
 	HostHistoryMsgs *int      `hcl:"host_history_max_msgs,optional"`
 	StageMaxBytes   *string   `hcl:"stage_max_bytes,optional"`
 	HistoryMaxBytes *string   `hcl:"history_max_bytes,optional"`
+	HostHistBytes   *string   `hcl:"host_history_max_bytes,optional"`
+	HostPipeline    *int      `hcl:"host_pipeline_max_msgs,optional"`
+	HostParked      *string   `hcl:"host_parked_max_bytes,optional"`
+	HostHeld        *string   `hcl:"host_held_max_bytes,optional"`
+	HostIncidents   *int      `hcl:"host_incident_rate,optional"`
 	Body            hcl.Body  `hcl:",body"`
 	Range           hcl.Range `hcl:",def_range"`
 }
@@ -425,6 +430,11 @@ func (f *fileHCL) build() (*Config, hcl.Diagnostics) {
 		c.Streams.HostHistoryMaxMsgs = int64(d.intIn(st.Body, "host_history_max_msgs", st.HostHistoryMsgs, DefaultHostHistoryMsgs, 10, 100_000_000))
 		c.Streams.StageMaxBytes = d.size(st.Body, "stage_max_bytes", st.StageMaxBytes, DefaultStageMaxBytes)
 		c.Streams.HistoryMaxBytes = d.size(st.Body, "history_max_bytes", st.HistoryMaxBytes, DefaultHistoryMaxBytes)
+		c.Streams.HostHistoryMaxBytes = d.size(st.Body, "host_history_max_bytes", st.HostHistBytes, DefaultHostHistoryBytes)
+		c.Streams.HostPipelineMaxMsgs = int64(d.intIn(st.Body, "host_pipeline_max_msgs", st.HostPipeline, DefaultHostPipelineMsgs, 1, 100_000_000))
+		c.Streams.HostParkedMaxBytes = d.size(st.Body, "host_parked_max_bytes", st.HostParked, DefaultHostParkedBytes)
+		c.Streams.HostHeldMaxBytes = d.size(st.Body, "host_held_max_bytes", st.HostHeld, DefaultHostHeldBytes)
+		c.Streams.HostIncidentRate = d.intIn(st.Body, "host_incident_rate", st.HostIncidents, DefaultHostIncidentRate, 1, 1_000_000)
 		if msg := c.Streams.problem(c.Approval.TTL); msg != "" {
 			d.atRange(st.Range, "Invalid streams", "%s", msg)
 		}

@@ -307,8 +307,13 @@ func (s Streams) problem(approvalTTL time.Duration) string {
 	switch {
 	case s.MaxAge < 2*approvalTTL:
 		return fmt.Sprintf("max_age %s must be at least 2×approval.ttl (%s)", s.MaxAge, 2*approvalTTL)
-	case s.IngressMaxBytes < MinStreamMaxBytes || s.StageMaxBytes < MinStreamMaxBytes || s.HistoryMaxBytes < MinStreamMaxBytes:
-		return "every max_bytes must be at least 1MiB"
+	case s.IngressMaxBytes < MinStreamMaxBytes || s.StageMaxBytes < MinStreamMaxBytes || s.HistoryMaxBytes < MinStreamMaxBytes ||
+		s.HostParkedMaxBytes < MinStreamMaxBytes || s.HostHeldMaxBytes < MinStreamMaxBytes:
+		return "every max_bytes but host_history_max_bytes must be at least 1MiB"
+	case s.HostHistoryMaxBytes < MinHostHistoryBytes:
+		return fmt.Sprintf("host_history_max_bytes must be at least %d", MinHostHistoryBytes)
+	case s.HostPipelineMaxMsgs < 1 || s.HostIncidentRate < 1:
+		return "host_pipeline_max_msgs and host_incident_rate must be at least 1"
 	}
 	return ""
 }

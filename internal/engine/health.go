@@ -24,18 +24,23 @@ type health struct {
 	lowDisk atomicString
 	// stages is set once the stage runners run (watchStages).
 	stages atomic.Pointer[[]*stageWatch]
-	// full holds the stages whose stream refuses hand-offs because it is
-	// full, as the runners last saw (stages.Deps.OnFull).
-	full sync.Map // stage name → struct{}
+	// refused counts, by stage, the inputs whose hand-off the stage's
+	// stream refused because it is full and that still wait for room
+	// (stages.Deps.OnFull): the stage is full while its count is above 0.
+	mu      sync.Mutex
+	refused map[string]int
 }
 
 // fullStages lists the stages whose stream is full, sorted.
 func (h *health) fullStages() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	var out []string
-	h.full.Range(func(k, _ any) bool {
-		out = append(out, k.(string))
-		return true
-	})
+	for stage, n := range h.refused {
+		if n > 0 {
+			out = append(out, stage)
+		}
+	}
 	slices.Sort(out)
 	return out
 }
@@ -46,6 +51,28 @@ type atomicString struct{ v atomic.Value }
 func (a *atomicString) Load() string { s, _ := a.v.Load().(string); return s }
 
 func (a *atomicString) Swap(s string) string { old, _ := a.v.Swap(s).(string); return old }
+
+// refusal counts an input's refusal by stage's stream (full), or its end
+// (not full), and calls changed, under its lock, when the stage became
+// full or stopped being full with it.
+func (h *health) refusal(stage string, full bool, changed func(full bool)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.refused == nil {
+		h.refused = map[string]int{}
+	}
+	n := h.refused[stage]
+	switch {
+	case full:
+		n++
+	case n > 0:
+		n--
+	}
+	h.refused[stage] = n
+	if full && n == 1 || !full && n == 0 {
+		changed(full)
+	}
+}
 
 // stageWatch is one stage runner and what the lag loop last learnt of its
 // consumer.
@@ -173,18 +200,18 @@ func plain(w http.ResponseWriter, code int, body string) {
 	_, _ = w.Write([]byte(body + "\n"))
 }
 
-// stageFull records whether a stage's stream refuses hand-offs because it
-// is full (stages.Deps.OnFull): readiness and actions_stage_full.
+// stageFull counts an input whose hand-off stage's stream refused because
+// it is full (full), or that no longer waits for it (stages.Deps.OnFull):
+// readiness and actions_stage_full say the stage is full from its first
+// refusal until none is outstanding.
 func (p *Processor) stageFull(stage string, full bool) {
-	if full {
-		if _, was := p.health.full.Swap(stage, struct{}{}); !was {
+	p.health.refusal(stage, full, func(full bool) {
+		if full {
 			p.log.Warn("stage stream full: hand-offs wait until there is room", "stage", stage)
+			p.metrics.StageFull.WithLabelValues(stage).Set(1)
+			return
 		}
-		p.metrics.StageFull.WithLabelValues(stage).Set(1)
-		return
-	}
-	if _, was := p.health.full.LoadAndDelete(stage); was {
 		p.log.Info("stage stream takes hand-offs again", "stage", stage)
 		p.metrics.StageFull.WithLabelValues(stage).Set(0)
-	}
+	})
 }

@@ -247,6 +247,9 @@ type Parts struct {
 	Admission kv.Admissions
 	Approvals kv.Approvals
 	Activity  kv.Activity
+	// Parked and Held keep envelopes per host: the parked proposals'
+	// (authorization) and the held dispatches' (dispatch, reconciliation).
+	Parked, Held kv.Envelopes
 	// Adapters are the providers' adapters, by provider name.
 	Adapters map[string]adapters.Adapter
 	// Routes are every stage's route, by name.
@@ -328,7 +331,7 @@ func (p *Parts) authorizationStage() (*authorization.Stage, error) {
 			MaxGrantBytes: c.Admission.MaxPayloadBytes,
 			Trust:         p.trust(),
 		},
-		Approvals: p.Approvals, Intents: p.Journal, Activity: p.Activity, Route: r, Clock: p.Clock, JS: p.JS, Seal: p.Seal,
+		Approvals: p.Approvals, Intents: p.Journal, Activity: p.Activity, Route: r, Clock: p.Clock, JS: p.JS, Parked: p.Parked,
 		Log: p.stageLog(r.Self),
 	}
 	p.authz = s
@@ -355,6 +358,7 @@ func newDispatch(p *Parts, r stages.Route) (stages.Handler, error) {
 		Log:               p.stageLog(r.Self),
 		ReconcileInterval: p.Config.Reconciliation.Interval,
 		MsgID:             p.Seal.MsgID,
+		Held:              p.Held,
 	}, nil
 }
 
@@ -368,7 +372,7 @@ func newReconciliation(p *Parts, r stages.Route) (stages.Handler, error) {
 		}
 	}
 	p.recon = &reconciliation.Stage{
-		JS: p.JS, Seal: p.Seal, Redispatch: redispatch,
+		Held: p.Held, Redispatch: redispatch,
 		Journal: p.Journal, Adapters: adaptersAs[reconciliation.Adapter](p.Adapters), Route: r, Clock: p.Clock, Metrics: p.Metrics, Activity: p.Activity,
 		Log:      p.stageLog(r.Self),
 		Interval: p.Config.Reconciliation.Interval, MaxAttempts: p.Config.Reconciliation.MaxAttempts,
@@ -422,13 +426,13 @@ func Consumers(s subjects.Subjects, c *config.Config, pipeline []Spec, legacy ma
 		switch {
 		case st.Ingress == Proposals && hosts:
 			for _, h := range c.Hosts {
-				r.Sources = append(r.Sources, stages.Source{Stream: s.HostProposalsStream(h.Name), FilterSubject: s.Proposal(h.Name), Durable: st.Name})
+				r.Sources = append(r.Sources, stages.Source{Stream: s.HostProposalsStream(h.Name), FilterSubject: s.Proposal(h.Name), Durable: st.Name, Host: h.Name})
 			}
 		case st.Ingress == Proposals:
 			r.Sources = []stages.Source{{Stream: s.ProposalsStream(), FilterSubject: s.Proposals(), Durable: st.Name}}
 		case st.Ingress == Grants && hosts:
 			for _, h := range c.Hosts {
-				r.Sources = append(r.Sources, stages.Source{Stream: s.HostGrantsStream(h.Name), FilterSubject: s.Grant(h.Name), Durable: st.Name})
+				r.Sources = append(r.Sources, stages.Source{Stream: s.HostGrantsStream(h.Name), FilterSubject: s.Grant(h.Name), Durable: st.Name, Host: h.Name})
 			}
 		case st.Ingress == Grants:
 			r.Sources = []stages.Source{{Stream: s.GrantsStream(), FilterSubject: s.Grants(), Durable: st.Name}}
@@ -439,7 +443,7 @@ func Consumers(s subjects.Subjects, c *config.Config, pipeline []Spec, legacy ma
 		case hosts:
 			for _, h := range c.Hosts {
 				r.Sources = append(r.Sources, stages.Source{Stream: s.StageStream(st.Name),
-					FilterSubject: s.HostStageKind(st.Name, subjects.KindProposal, h.Name), Durable: subjects.HostConsumer(st.Name, h.Name)})
+					FilterSubject: s.HostStageKind(st.Name, subjects.KindProposal, h.Name), Durable: subjects.HostConsumer(st.Name, h.Name), Host: h.Name})
 			}
 		default:
 			filter := s.StageAll(st.Name)
@@ -488,9 +492,16 @@ func (p *Processor) runners(pipeline []Spec, consumers []Consumer, parts *Parts,
 		}
 		handlers[s.Name], inFlight[s.Name] = h, s.MaxInFlight
 	}
+	// What enters the pipeline from a host's ingress — its proposals, and
+	// its grants, which resume parked proposals — waits there while the
+	// host's proposals inside fill its bound.
+	cr := newCredits(p.js, p.cfg.Streams.HostPipelineMaxMsgs, consumers, p.log, p.metrics.HostsAtPipelineBound)
 	out := make([]*stages.Runner, 0, len(consumers))
 	for _, c := range consumers {
 		rc := stages.RunnerConfig{Stage: c.Name, Sources: c.Sources, Internal: c.Internal, Phase: c.Phase, Codes: c.Codes, MaxInFlight: inFlight[c.Stage]}
+		if !c.Internal {
+			rc.Admit = cr.admit
+		}
 		out = append(out, stages.NewRunner(rc, deps, handlers[c.Stage]))
 	}
 	return out, nil

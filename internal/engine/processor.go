@@ -66,8 +66,8 @@ type Options struct {
 
 // Processor is a running Portcullis.
 type Processor struct {
-	// history keeps each host's outcomes within its budget.
-	history *historyBudget
+	// rations ration each host's incident events of each phase and code.
+	rations *rations
 	// legacy are the Scheduled stages whose stream takes their timers
 	// (legacyScheduled).
 	legacy map[string]bool
@@ -199,6 +199,9 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 	if cfg.NATS.Embedded && !cfg.NATS.Auth {
 		loud(ctx, p.log, "!!! NATS AUTHENTICATION IS OFF: any local client may publish on any subject, internal ones included. Development only. !!!")
 	}
+	for _, w := range cfg.BudgetWarnings() {
+		p.log.Warn("configuration: " + w)
+	}
 	// The store first: its directory lock says whether another processor
 	// runs on this store.dir, before an embedded server is started on
 	// what would be that processor's NATS store too.
@@ -237,7 +240,7 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	p.activity = &activity.Store{KV: bucket, Now: func() int64 { return stages.NowMs(p.clock) }}
+	p.activity = &activity.Store{KV: bucket, Now: func() int64 { return stages.NowMs(p.clock) }, JS: p.js, Share: p.share}
 	var providers []string
 	for _, pr := range cfg.Providers {
 		providers = append(providers, pr.Name)
@@ -280,13 +283,15 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 		}
 		p.adapters[pr.Name] = p.reach.watch(pr.Name, a)
 	}
-	p.history = newHistoryBudget(p.js, subj, cfg.Streams.HostHistoryMaxMsgs, p.log)
+	p.rations = newRations(cfg.Streams.HostIncidentRate)
 	deps := stages.Deps{JS: p.js, Seal: p.seal, Subjects: subj, Metrics: p.metrics, Outcomes: p.store, Clock: p.clock, Log: p.log,
-		OnOutcome: p.history.published, OnFull: p.stageFull, Last: stages.NewLastOutcomes(0), Room: p.room}
+		EventShare: p.eventShare, OnFull: p.stageFull, Last: stages.NewLastOutcomes(0), Room: p.room}
 	jr := p.journal
+	parked, held := KeptEnvelopes(p.js, p.seal, subj, cfg)
 	parts := &Parts{
 		Config: cfg, Subjects: subj, Clock: p.clock, Metrics: p.metrics, Log: p.log, NC: p.nc, JS: p.js, Seal: p.seal,
 		Self: p.self, Store: p.store, Journal: jr, Admission: p.admission, Approvals: p.approvals, Activity: p.activity, Adapters: p.adapters,
+		Parked: parked, Held: held,
 	}
 	runners, err := p.runners(pipeline, consumers, parts, deps)
 	if err != nil {
@@ -326,6 +331,9 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 	p.wg.Go(func() { _ = sched.Run(fetchCtx) })
 	sweeper := p.sweeper(jr)
 	p.wg.Go(func() { sweeper.Run(fetchCtx, cfg.Retention.SweepInterval) })
+	// Each host's share of the history streams, kept within its budget.
+	ledger := p.historyShares()
+	p.wg.Go(func() { ledger.Run(fetchCtx) })
 	p.log.Info("processor started", "nats", p.NATSURL(), "metrics", p.MetricsAddr(), "store", cfg.Store.Dir, "prefix", subj.Prefix(),
 		"journal", journalKind(cfg), "instance", p.self)
 	return nil
@@ -542,9 +550,6 @@ func (p *Processor) Close() error {
 func (p *Processor) teardown() {
 	if p.closeApprovals != nil {
 		p.closeApprovals()
-	}
-	if p.history != nil {
-		p.history.wait() // trims under way end before the connection
 	}
 	if p.nc != nil {
 		_ = p.nc.FlushTimeout(5 * time.Second)

@@ -113,14 +113,26 @@ func StreamConfigs(s subjects.Subjects, c *config.Config, pipeline []Spec) []jet
 	out = append(out,
 		history(outcomes(mk(s.OutcomesStream(), "Portcullis outcomes, one subject per proposal", lim.HistoryMaxBytes, jetstream.DiscardOld))),
 		history(mk(s.IncidentsStream(), "Portcullis value-free incident events", lim.HistoryMaxBytes, jetstream.DiscardOld, s.Incidents())))
+	// Envelopes kept per host (kept): each host's in a stream of its own,
+	// its budget, refusing when full — that host's park or hold is
+	// refused, no other host's.
+	kept := func(name, desc string, maxBytes int64, subj string) jetstream.StreamConfig {
+		cfg := mk(name, desc, maxBytes, jetstream.DiscardNew, subj)
+		cfg.Retention, cfg.MaxMsgsPerSubject = jetstream.LimitsPolicy, 1
+		return cfg
+	}
 	for _, st := range internalStages(pipeline) {
 		if st.Holds {
 			// The envelope of each dispatch whose effect is unknown for
 			// want of an answer, until reconciliation knows (one per
-			// intent: history of a kind, read back by subject).
-			held := mk(s.HeldStream(), "Portcullis envelopes of dispatches whose effect is unknown", lim.StageMaxBytes, jetstream.DiscardNew, s.HeldAll())
-			held.Retention, held.MaxMsgsPerSubject = jetstream.LimitsPolicy, 1
-			out = append(out, held)
+			// intent and host: history of a kind, read back by subject).
+			if perHost(c) {
+				for _, h := range c.Hosts {
+					out = append(out, kept(s.HostHeldStream(h.Name), "Portcullis: host "+h.Name+"'s envelopes of dispatches whose effect is unknown", lim.HostHeldMaxBytes, s.HostHeld(h.Name)))
+				}
+			} else {
+				out = append(out, kept(s.KeptHeldStream(), "Portcullis envelopes of dispatches whose effect is unknown", lim.StageMaxBytes, s.HeldAll()))
+			}
 		}
 		if !st.Scheduled {
 			out = append(out, mk(s.StageStream(st.Name), "Portcullis hand-off to the "+st.Name+" stage", lim.StageMaxBytes, jetstream.DiscardNew, s.StageAll(st.Name)))
@@ -139,9 +151,13 @@ func StreamConfigs(s subjects.Subjects, c *config.Config, pipeline []Spec) []jet
 		if st.Parks {
 			// One envelope per parked proposal, until it is decided:
 			// history of a kind, read back by subject.
-			parked := mk(s.ParkedStream(), "Portcullis envelopes of proposals parked for approval", lim.StageMaxBytes, jetstream.DiscardNew, s.ParkedAll())
-			parked.Retention, parked.MaxMsgsPerSubject = jetstream.LimitsPolicy, 1
-			out = append(out, parked)
+			if perHost(c) {
+				for _, h := range c.Hosts {
+					out = append(out, kept(s.HostParkedStream(h.Name), "Portcullis: host "+h.Name+"'s envelopes of proposals parked for approval", lim.HostParkedMaxBytes, s.HostParked(h.Name)))
+				}
+			} else {
+				out = append(out, kept(s.KeptParkedStream(), "Portcullis envelopes of proposals parked for approval", lim.StageMaxBytes, s.ParkedAll()))
+			}
 		}
 	}
 	if c.ReplicatedJournal() {
@@ -313,6 +329,9 @@ func ensureStreams(ctx context.Context, js jetstream.JetStream, s subjects.Subje
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("engine: stream %s: %w", cfg.Name, err)
 		}
+	}
+	if err := retireLegacyKept(ctx, js, s, log); err != nil {
+		return nil, nil, nil, err
 	}
 	var kv jetstream.KeyValue
 	err = retryJS(ctx, func(ctx context.Context) (err error) {

@@ -402,11 +402,19 @@ func (r *run) approvals() error {
 }
 
 // envelopeHere reports whether the cluster holds a parked proposal's
-// envelope: in the parked stream, under the proposal's subject, or (parked
-// by an earlier version) in the authorization stream at the sequence its
-// record names.
+// envelope: in its host's parked stream (or the one the hosts share with
+// unsigned input allowed), under the proposal's subject, or — parked by an
+// earlier version — in the parked stream every host shared, or in the
+// authorization stream at the sequence its record names.
 func (r *run) envelopeHere(rec kv.Approval) (bool, error) {
-	m, err := r.lastMsg(r.subj.ParkedStream(), r.subj.ParkedEnvelope(subjects.ProposalToken(rec.Host, rec.ProposalID)))
+	parked := r.subj.HostParkedStream(rec.Host)
+	if r.o.Config.Admission.AllowUnsigned {
+		parked = r.subj.KeptParkedStream()
+	}
+	m, err := r.lastMsg(parked, r.subj.Parked(rec.Host, rec.ProposalID))
+	if err == nil && m == nil {
+		m, err = r.lastMsg(r.subj.LegacyParkedStream(), r.subj.LegacyParked(subjects.ProposalToken(rec.Host, rec.ProposalID)))
+	}
 	if err == nil && m == nil {
 		m, err = r.msg(r.subj.StageStream(subjects.StageAuthorization), rec.Seq)
 	}

@@ -33,7 +33,7 @@ var Layers = []Layer{
 	{"state", []string{
 		"kv/...", "internal/leaderkv/...", "internal/journal/...",
 		"internal/approvals/...", "internal/activity", "internal/timers",
-		"internal/retention",
+		"internal/retention", "internal/shares",
 	}},
 	{"pipeline", []string{"stages/..."}},
 	{"assembly and operator API", []string{

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"strconv"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/internal/trust"
@@ -39,11 +38,13 @@ type Stage struct {
 	// the next stage out — for the grants consumer's decisions too.
 	Route stages.Route
 	Clock stages.Clock
-	// JS keeps parked envelopes in the parked stream and reads them back.
-	JS jetstream.JetStream
-	// Seal seals a parked envelope and checks it when read back.
-	Seal stages.Sealer
-	Log  *slog.Logger
+	// Parked keeps each parked proposal's envelope, in its host's budget,
+	// until it is decided.
+	Parked kv.Envelopes
+	// JS reads back the envelope of a proposal an earlier version parked
+	// in the authorization stream itself (by sequence).
+	JS  jetstream.JetStream
+	Log *slog.Logger
 }
 
 var _ stages.Handler = (*Stage)(nil)
@@ -160,7 +161,12 @@ func (s *Stage) run(ctx context.Context, f Facts) (stages.Result, error) {
 		parking := d.Writes.Record != nil && d.Writes.Record.Parked() && d.Writes.From == kv.StateNone
 		if parking {
 			// The envelope first: a parked record always finds it.
-			if err := s.park(ctx, f.Ref, f.Env); err != nil {
+			err := s.park(ctx, f.Ref, f.Env)
+			if errors.Is(err, kv.ErrBudget) && !f.ParkRefused {
+				f.ParkRefused = true
+				continue
+			}
+			if err != nil {
 				return stages.Result{}, err
 			}
 		}
@@ -218,17 +224,13 @@ func (s *Stage) result(ref schema.ProposalRef, d Decision) stages.Result {
 	return res
 }
 
-// park keeps a proposal's envelope in the parked stream, sealed, under the
-// proposal's own subject, until it is decided (the authorization stream
-// holds work, not history: the hand-off goes once acked).
+// park keeps a proposal's envelope, under its host's budget, until it is
+// decided (the authorization stream holds work, not history: the hand-off
+// goes once acked). kv.ErrBudget: the host's budget is spent.
 func (s *Stage) park(ctx context.Context, ref schema.ProposalRef, env *schema.Envelope) error {
-	subject := s.Route.Subjects.ParkedEnvelope(subjects.ProposalToken(ref.Host, ref.ProposalID))
-	m := nats.NewMsg(subject)
-	m.Data = schema.MustMarshal(*env)
-	s.Seal.Seal(subject, m.Data, m.Header)
 	// The same id for the same envelope: a retry is a duplicate.
-	m.Header.Set(jetstream.MsgIDHeader, s.Seal.MsgID("parked/"+subject+"/"+env.Grounded.Fingerprint))
-	if _, err := s.JS.PublishMsg(ctx, m); err != nil {
+	id := "parked/" + subjects.ProposalToken(ref.Host, ref.ProposalID) + "/" + env.Grounded.Fingerprint
+	if err := s.Parked.Keep(ctx, ref.Host, ref.ProposalID, schema.MustMarshal(*env), id); err != nil {
 		return fmt.Errorf("authorization: park the envelope: %w", err)
 	}
 	return nil
@@ -250,48 +252,24 @@ func (s *Stage) thenUnpark(done func(context.Context) error, ref schema.Proposal
 // unpark drops a decided proposal's envelope. A failure only leaves it
 // until the stream's max_age: it is logged, never retried.
 func (s *Stage) unpark(ctx context.Context, ref schema.ProposalRef) {
-	subject := s.Route.Subjects.ParkedEnvelope(subjects.ProposalToken(ref.Host, ref.ProposalID))
-	stream, err := s.JS.Stream(ctx, s.Route.Subjects.ParkedStream())
-	if err == nil {
-		err = stream.Purge(ctx, jetstream.WithPurgeSubject(subject))
-	}
-	if err != nil {
+	if err := s.Parked.Drop(ctx, ref.Host, ref.ProposalID); err != nil {
 		s.log().Warn("authorization: a decided proposal's envelope stays parked until max_age", "host", ref.Host, "proposal_id", ref.ProposalID, "err", err)
 	}
 }
 
-// parkedEnvelope reads a parked proposal's envelope back: from the parked
-// stream, or — parked by an earlier version — from the authorization
-// stream, by sequence.
+// parkedEnvelope reads a parked proposal's envelope back: from its host's
+// kept envelopes, or — parked by an earlier version — from the
+// authorization stream, by sequence.
 func (s *Stage) parkedEnvelope(ctx context.Context, a kv.Approval) (*schema.Envelope, error) {
-	subject := s.Route.Subjects.ParkedEnvelope(subjects.ProposalToken(a.Host, a.ProposalID))
-	var data []byte
-	parked, err := s.JS.Stream(ctx, s.Route.Subjects.ParkedStream())
-	if err != nil {
-		return nil, fmt.Errorf("authorization: parked stream: %w", err)
-	}
-	m, err := parked.GetLastMsgForSubject(ctx, subject)
+	data, _, err := s.Parked.Get(ctx, a.Host, a.ProposalID)
 	switch {
-	case err == nil:
-		if !s.Seal.Check(subject, m.Data, m.Header) {
-			s.log().Error("authorization: a parked envelope without a valid seal; ignored", "host", a.Host, "proposal_id", a.ProposalID)
-			return nil, errEnvelopeGone
-		}
-		data = m.Data
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		stream, err := s.JS.Stream(ctx, s.Route.Subjects.StageStream(s.Route.Self))
-		if err != nil {
-			return nil, fmt.Errorf("authorization: stream: %w", err)
-		}
-		m, err := stream.GetMsg(ctx, a.Seq)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return nil, errEnvelopeGone
-		}
-		if err != nil {
-			return nil, fmt.Errorf("authorization: read parked envelope: %w", err)
-		}
-		data = m.Data
-	default:
+	case errors.Is(err, kv.ErrForged):
+		s.log().Error("authorization: a parked envelope without a valid seal; ignored", "host", a.Host, "proposal_id", a.ProposalID)
+		return nil, errEnvelopeGone
+	case errors.Is(err, kv.ErrNotKept):
+		data, err = s.parkedInStage(ctx, a.Seq)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("authorization: read parked envelope: %w", err)
 	}
 	env, err := stages.DecodeEnvelope(data, stages.Grounded)
@@ -299,6 +277,26 @@ func (s *Stage) parkedEnvelope(ctx context.Context, a kv.Approval) (*schema.Enve
 		return nil, errEnvelopeGone
 	}
 	return env, nil
+}
+
+// parkedInStage reads the envelope an earlier version parked in the
+// authorization stream itself, by its sequence there.
+func (s *Stage) parkedInStage(ctx context.Context, seq uint64) ([]byte, error) {
+	if s.JS == nil {
+		return nil, errEnvelopeGone
+	}
+	stream, err := s.JS.Stream(ctx, s.Route.Subjects.StageStream(s.Route.Self))
+	if err != nil {
+		return nil, fmt.Errorf("stream: %w", err)
+	}
+	m, err := stream.GetMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, errEnvelopeGone
+	}
+	if err != nil {
+		return nil, err
+	}
+	return m.Data, nil
 }
 
 // Grants returns the handler of the grants stream.

@@ -60,6 +60,7 @@ func newHarness(t *testing.T) *harness {
 	m := metrics.New(nil, nil)
 	m.SetApprovalsPending(ap.Count)
 	h := &harness{env: env, clock: clock, store: store, metrics: m}
+	parked, _ := engine.KeptEnvelopes(env.JS, env.Sealer(t), env.Subjects, &cfg)
 	h.stage = &authorization.Stage{
 		Policy: authorization.Policy{
 			Rules: policy.Rules{Managed: policies()}, ApprovalTTL: ttl, MaxGrantBytes: 65536,
@@ -68,7 +69,7 @@ func newHarness(t *testing.T) *harness {
 		Approvals: ap,
 		Activity:  &activity.Store{KV: bucket, Now: func() int64 { return stages.NowMs(clock) }},
 		Route:     stages.Route{Subjects: env.Subjects, Self: subjects.StageAuthorization, Next: subjects.StageDispatch},
-		Clock:     clock, JS: env.JS, Seal: env.Sealer(t),
+		Clock:     clock, JS: env.JS, Parked: parked,
 	}
 	return h
 }
@@ -292,11 +293,11 @@ func TestParkedEnvelopeGone(t *testing.T) {
 	// Both copies gone: the parked one, and the hand-off (the stage stream
 	// holds work: it goes once acked).
 	ctx := context.Background()
-	parked, err := h.env.JS.Stream(ctx, h.env.Subjects.ParkedStream())
+	parked, err := h.env.JS.Stream(ctx, h.env.Subjects.HostParkedStream(e.Host))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := parked.Purge(ctx, jetstream.WithPurgeSubject(h.env.Subjects.ParkedEnvelope(subjects.ProposalToken(e.Host, "prop-gone")))); err != nil {
+	if err := parked.Purge(ctx, jetstream.WithPurgeSubject(h.env.Subjects.Parked(e.Host, "prop-gone"))); err != nil {
 		t.Fatal(err)
 	}
 	if stream, err := h.env.JS.Stream(ctx, in.Stream); err != nil {
@@ -340,11 +341,11 @@ func TestGrantRedeliveredBeforeItsHandOffWasStored(t *testing.T) {
 		t.Fatalf("redelivered grant: %s, want %s", published(again), published(first))
 	}
 	// Once the hand-off is out, the envelope goes.
-	parked, err := h.env.JS.Stream(ctx, h.env.Subjects.ParkedStream())
+	parked, err := h.env.JS.Stream(ctx, h.env.Subjects.HostParkedStream(e.Host))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := parked.GetLastMsgForSubject(ctx, h.env.Subjects.ParkedEnvelope(subjects.ProposalToken(e.Host, "prop-crash"))); !errors.Is(err, jetstream.ErrMsgNotFound) {
+	if _, err := parked.GetLastMsgForSubject(ctx, h.env.Subjects.Parked(e.Host, "prop-crash")); !errors.Is(err, jetstream.ErrMsgNotFound) {
 		t.Errorf("the envelope stays parked after the hand-off: %v", err)
 	}
 }

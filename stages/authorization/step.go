@@ -67,6 +67,10 @@ type Facts struct {
 	// retried).
 	Read       bool
 	ReadFailed bool
+	// ParkRefused: the proposal was to park, and its envelope could not
+	// be kept: its host's proposals waiting for approval fill its budget
+	// (kv.ErrBudget). It is refused instead, at once.
+	ParkRefused bool
 }
 
 // Rules are what every step decides with.
@@ -162,6 +166,12 @@ func stepProposal(f Facts, r Rules) Decision {
 		Seq: f.Seq, ArrivedAtMs: f.Now, Evaluations: v.Evaluations,
 	}
 	w := kv.ApprovalWrites{From: kv.StateNone, Record: &a}
+	note := ""
+	if v.Decision == Park && f.ParkRefused {
+		// The host's own budget is spent: its proposal ends now, rather
+		// than wait in a stream every host needs.
+		v, note = Ruling{Decision: Deny, Code: schema.CodeApprovalsPendingExceeded, Evaluations: v.Evaluations}, "parking refused: the host's budget of proposals waiting for approval is spent"
+	}
 	if v.Decision == Park {
 		a.State, a.ExpiresAtMs = kv.StateParked, f.Now+r.Policy.ApprovalTTL.Milliseconds()
 		t := expiryTimer(r, f.Ref, a.ExpiresAtMs, kv.ApprovalTimerID(f.Ref))
@@ -171,6 +181,7 @@ func stepProposal(f Facts, r Rules) Decision {
 	}
 	d := publish(a, v, env)
 	d.Writes = w
+	d.Note = note
 	return d
 }
 

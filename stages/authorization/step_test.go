@@ -176,6 +176,18 @@ func TestStep(t *testing.T) {
 		// A grounded proposal, decided as it arrives.
 		{"proposal without a grant: parked", proposalIn(flight()),
 			stepWant{state: parked, timer: "add", kind: needsApproval, incident: schema.CodeApprovalRequired, activity: true}},
+		{"proposal without a grant, its host's parked budget spent: refused at once, recorded", func() Facts {
+			f := proposalIn(flight())
+			f.ParkRefused = true
+			return f
+		}(), stepWant{state: denied, code: schema.CodeApprovalsPendingExceeded, kind: deniedKind, incident: schema.CodeApprovalsPendingExceeded, activity: true}},
+		{"redelivered after its parking was refused: the same refusal", proposalIn(flight()).with(decidedRecord(denied, schema.CodeApprovalsPendingExceeded, idProposal, false)),
+			stepWant{kind: deniedKind, incident: schema.CodeApprovalsPendingExceeded, activity: true}},
+		{"inline seed grant, the host's parked budget spent: permitted all the same", func() Facts {
+			f := proposalIn(withGrant(grant()))
+			f.ParkRefused = true
+			return f
+		}(), stepWant{state: permitted, handOff: true, activity: true}},
 		{"proposal without a grant for an intent dispatched already: answered from it, nobody asked", func() Facts {
 			f := proposalIn(flight())
 			f.IntentBound = true

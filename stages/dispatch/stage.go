@@ -48,6 +48,10 @@ type Stage struct {
 	// MsgID): with it dispatch recognizes reconciliation's redispatch of a
 	// held envelope (Facts.Redispatch). nil: none is recognized.
 	MsgID func(id string) string
+	// Held keeps, in each host's budget, the envelope of a dispatch whose
+	// effect is unknown for want of an answer, for reconciliation to send
+	// again should the request turn out lost. nil: none is kept.
+	Held kv.Envelopes
 }
 
 // maxConflicts bounds how often one input reloads the journal after
@@ -348,11 +352,14 @@ func (s *Stage) result(env *schema.Envelope, d Decision) stages.Result {
 	if d.Outcome != nil {
 		res.Outcomes = append([]schema.Outcome{*d.Outcome}, d.Others...)
 	}
-	if d.Hold != "" {
-		// Kept (sealed, under the intent's own subject) for a redispatch,
-		// should reconciliation learn the request never arrived.
-		res.Next = append(res.Next, stages.Message{Subject: s.Route.Subjects.Held(kv.Hex(env.Grounded.Fingerprint)),
-			Data: schema.MustMarshal(*env), MsgID: d.Hold})
+	var hold func(ctx context.Context) error
+	if d.Hold != "" && s.Held != nil {
+		// Kept (sealed, under the host's and the intent's subject) for a
+		// redispatch, should reconciliation learn the request never
+		// arrived: once the outcomes are out, before the input is acked
+		// (a redelivery keeps it again, under the same id).
+		data, id := schema.MustMarshal(*env), d.Hold
+		hold = func(ctx context.Context) error { return s.hold(ctx, env, data, id) }
 	}
 	if rc := d.Writes.Receipt; rc != nil {
 		fault.Hit(fault.DispatchAfterReceipt)
@@ -367,9 +374,35 @@ func (s *Stage) result(env *schema.Envelope, d Decision) stages.Result {
 	if d.Activity != nil && s.Activity != nil {
 		fp, edit := env.Grounded.Fingerprint, d.Activity
 		res.Done = func(ctx context.Context) error {
+			if hold != nil {
+				if err := hold(ctx); err != nil {
+					return err
+				}
+			}
 			fault.Hit(fault.DispatchAfterOutcome)
 			return s.Activity.Update(ctx, fp, edit.Apply)
 		}
+	} else if hold != nil {
+		res.Done = hold
 	}
 	return res
+}
+
+// hold keeps env, the envelope of a dispatch whose effect is unknown, in
+// its host's budget. A host whose budget is spent keeps none: should its
+// request turn out lost, reconciliation ends the intent
+// FAILED_BEFORE_DISPATCH instead of sending it again — that host's loss
+// alone, where waiting for room would hold the dispatch stream every host
+// needs.
+func (s *Stage) hold(ctx context.Context, env *schema.Envelope, data []byte, id string) error {
+	err := s.Held.Keep(ctx, env.Host, kv.Hex(env.Grounded.Fingerprint), data, id)
+	if errors.Is(err, kv.ErrBudget) {
+		s.Log.Warn("dispatch: the envelope of a dispatch whose effect is unknown is not kept: its host's budget is spent; should the request turn out lost, the intent ends FAILED_BEFORE_DISPATCH instead of being sent again",
+			"host", env.Host, "proposal_id", env.Proposal.ProposalID, "fingerprint", env.Grounded.Fingerprint)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("dispatch: keep the envelope: %w", err)
+	}
+	return nil
 }

@@ -8,8 +8,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/fault"
 	"github.com/portcullis/portcullis/kv"
@@ -42,12 +40,12 @@ type Stage struct {
 	MaxAttempts int
 	// ClockSkew is approval.clock_skew (Rules.ClockSkew).
 	ClockSkew time.Duration
-	// JS and Seal read the envelope dispatch held for an intent whose
-	// request is found lost in flight (nil JS: never dispatched again);
-	// Redispatch is the subject dispatch receives a proposal's hand-off on
-	// (its token: "<h>.<proposal_id>").
-	JS         jetstream.JetStream
-	Seal       stages.Sealer
+	// Held are the envelopes dispatch kept, per host, for intents whose
+	// effect is unknown: one is sent again when its request is found lost
+	// in flight (nil: never dispatched again). Redispatch is the subject
+	// dispatch receives a proposal's hand-off on (its token:
+	// "<h>.<proposal_id>").
+	Held       kv.Envelopes
 	Redispatch func(token string) string
 }
 
@@ -178,7 +176,7 @@ func (s *Stage) run(ctx context.Context, tr kv.Trigger, mayQuery bool) (stages.R
 			return stages.Result{}, fmt.Errorf("reconciliation: %w", err)
 		}
 		if d.ReadHeld {
-			held, err := s.held(ctx, fp)
+			held, err := s.held(ctx, f.Record)
 			if err != nil {
 				return stages.Result{}, err
 			}
@@ -242,30 +240,34 @@ func (s *Stage) query(ctx context.Context, rec *kv.Intent, attemptID string) (sc
 	})
 }
 
-// held reads the envelope dispatch kept for fingerprint fp (nil: none, or
-// one without a valid seal).
-func (s *Stage) held(ctx context.Context, fp string) ([]byte, error) {
-	if s.JS == nil {
+// held reads the envelope dispatch kept for rec's intent (nil: none, or
+// one without a valid seal): each host whose proposals carry the intent
+// keeps its own; the newest is sent again.
+func (s *Stage) held(ctx context.Context, rec kv.Intent) ([]byte, error) {
+	if s.Held == nil {
 		return nil, nil
 	}
-	hex := kv.Hex(fp)
-	subject := s.Route.Subjects.Held(hex)
-	st, err := s.JS.Stream(ctx, s.Route.Subjects.HeldStream())
-	if err != nil {
-		return nil, fmt.Errorf("reconciliation: held stream: %w", err)
+	hex := kv.Hex(rec.Fingerprint)
+	var newest []byte
+	var newestAt int64
+	seen := map[string]bool{}
+	for _, ref := range rec.Proposals {
+		if seen[ref.Host] {
+			continue
+		}
+		seen[ref.Host] = true
+		data, at, err := s.Held.Get(ctx, ref.Host, hex)
+		switch {
+		case errors.Is(err, kv.ErrForged):
+			s.log().Error("reconciliation: a held envelope without a valid seal; ignored", "fingerprint", rec.Fingerprint)
+		case errors.Is(err, kv.ErrNotKept):
+		case err != nil:
+			return nil, fmt.Errorf("reconciliation: read the held envelope: %w", err)
+		case newest == nil || at > newestAt:
+			newest, newestAt = data, at
+		}
 	}
-	m, err := st.GetLastMsgForSubject(ctx, subject)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reconciliation: read the held envelope: %w", err)
-	}
-	if !s.Seal.Check(subject, m.Data, m.Header) {
-		s.log().Error("reconciliation: a held envelope without a valid seal; ignored", "fingerprint", fp)
-		return nil, nil
-	}
-	return m.Data, nil
+	return newest, nil
 }
 
 // result turns a publishing decision into what the runner does.
