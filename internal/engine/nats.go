@@ -53,7 +53,10 @@ func (p *Processor) connect() error {
 		nats.PingInterval(PingInterval),
 		nats.MaxPingsOutstanding(MaxPingsOut),
 		// What the connection does under a partition is in the log.
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if nc.IsClosed() {
+				return // closed on purpose (a stop, a refused start): nothing to reconnect
+			}
 			p.log.Warn("nats disconnected; reconnecting", "err", err)
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
