@@ -115,7 +115,16 @@ func quiesce(t testing.TB, timeout time.Duration, js jetstream.JetStream, consum
 	for quiet := 0; quiet < 2; {
 		busy, err := busy(ctx, js, consumers, timers, streams)
 		if err != nil {
-			t.Fatalf("testenv: Quiesce: %v", err)
+			// JetStream not answering for a moment (a leader being
+			// elected after a partition heals: 503 "temporarily
+			// unavailable", a timeout) is not a verdict: asked again
+			// until the deadline, and only then a failure.
+			if time.Now().After(deadline) {
+				t.Fatalf("testenv: Quiesce: %v", err)
+			}
+			quiet = 0
+			time.Sleep(100 * time.Millisecond)
+			continue
 		}
 		if busy == "" {
 			quiet++
