@@ -17,14 +17,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/portcullis/portcullis/internal/fault"
-	"github.com/portcullis/portcullis/kv/pebble"
+	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/subjects"
 )
 
 // OutcomeLog records each proposal's last outcome before it is published
-// (pebble.Store implements it), so that a repeated delivery can republish it.
+// (kv/pebble's Store implements it), so that a repeated delivery can republish it.
 // RecordOutcomes need not wait for the disk: the runner calls Flush before
 // it acks the input, so that the record is durable before JetStream
 // forgets the input (a crash before then redelivers it, and it is recorded
@@ -1092,7 +1092,7 @@ func (r *Runner) flush() error {
 	if r.deps.Outcomes == nil {
 		return nil
 	}
-	if err := r.deps.Outcomes.Flush(); err != nil && !errors.Is(err, pebble.ErrFailed) {
+	if err := r.deps.Outcomes.Flush(); err != nil && !errors.Is(err, kv.ErrFailed) {
 		return err
 	}
 	// A failed store stops the processor; what it could not flush is
@@ -1209,7 +1209,7 @@ func (ts *tallies) sweep(before time.Time) {
 // their PubAck arrived and was not a duplicate's.
 func (r *Runner) publish(ctx context.Context, in *Input, res Result) error {
 	if len(res.Outcomes) > 0 && !res.Unrecorded && r.deps.Outcomes != nil {
-		if err := r.deps.Outcomes.RecordOutcomes(res.Outcomes); errors.Is(err, pebble.ErrFailed) {
+		if err := r.deps.Outcomes.RecordOutcomes(res.Outcomes); errors.Is(err, kv.ErrFailed) {
 			// The record only serves repeated deliveries; a store that failed
 			// must not also swallow the outcome (CHECKPOINT_FAILED among
 			// them). The processor stops on a failed store.

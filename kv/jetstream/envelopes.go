@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/kv/natserr"
 )
 
 // Envelopes is kv.Envelopes on JetStream streams: each host's envelopes in
@@ -137,15 +137,7 @@ func (e *Envelopes) stream(ctx context.Context, name string) (jetstream.Stream, 
 	return st, nil
 }
 
-// StreamFull reports a publish a stream refused because it is full (its
-// bytes, its messages, or one subject's messages): JetStream's
-// store-failed error (10077, a 503) with its "maximum … exceeded"
-// description. Waiting does not make room in a stream only its own
-// readers empty.
-func StreamFull(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeStoreFailed && strings.HasPrefix(apiErr.Description, "maximum")
-}
-
-// errCodeStoreFailed is JetStream's JSStreamStoreFailedF.
-const errCodeStoreFailed jetstream.ErrorCode = 10077
+// StreamFull reports a publish a stream refused because it is full
+// (natserr.StreamFull: kv.ErrFull). Waiting does not make room in a
+// stream only its own readers empty.
+func StreamFull(err error) bool { return natserr.StreamFull(err) }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/portcullis/portcullis/kv"
 )
 
 // Bucket describes a shared bucket's stream.
@@ -53,7 +55,7 @@ func (b Bucket) Stream() jetstream.StreamConfig {
 // Ensure creates or updates the bucket's stream and binds it.
 func (b Bucket) Ensure(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
 	if _, err := js.CreateOrUpdateStream(ctx, b.Stream()); err != nil {
-		return nil, fmt.Errorf("leaderkv: bucket %s: %w", b.Name, err)
+		return nil, fmt.Errorf("kv: bucket %s: %w", b.Name, err)
 	}
 	return Bind(ctx, js, b.Name)
 }
@@ -63,14 +65,14 @@ func (b Bucket) Ensure(ctx context.Context, js jetstream.JetStream) (jetstream.K
 func Bind(ctx context.Context, js jetstream.JetStream, bucket string) (jetstream.KeyValue, error) {
 	h, err := js.KeyValue(ctx, bucket)
 	if err != nil {
-		return nil, fmt.Errorf("leaderkv: bucket %s: %w", bucket, err)
+		return nil, fmt.Errorf("kv: bucket %s: %w", bucket, err)
 	}
 	st, err := js.Stream(ctx, "KV_"+bucket)
 	if err != nil {
-		return nil, fmt.Errorf("leaderkv: bucket %s: %w", bucket, err)
+		return nil, fmt.Errorf("kv: bucket %s: %w", bucket, err)
 	}
 	if st.CachedInfo().Config.AllowDirect {
-		return nil, fmt.Errorf("leaderkv: bucket %s: its stream allows direct gets, which followers may answer stale", bucket)
+		return nil, fmt.Errorf("kv: bucket %s: its stream allows direct gets, which followers may answer stale", bucket)
 	}
 	return h, nil
 }
@@ -79,10 +81,10 @@ var (
 	// ErrConflict: the key's value changed since the revision the write
 	// compared with was read (another writer got there first). Nothing
 	// was written.
-	ErrConflict = errors.New("leaderkv: changed since read")
+	ErrConflict = kv.ErrConflict
 	// ErrUncertain: whether the write was stored could not be learned
 	// within the settle budget.
-	ErrUncertain = errors.New("leaderkv: outcome of the write unknown")
+	ErrUncertain = kv.ErrUncertain
 )
 
 // Swap stores data at key if the key's revision is still rev (0: if the
@@ -161,7 +163,7 @@ func (b Budget) NextMsg(js jetstream.JetStream, stream string, seq uint64, filte
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("leaderkv: read %s from %d: %w", stream, seq, err)
+		return nil, fmt.Errorf("kv: read %s from %d: %w", stream, seq, err)
 	}
 	return m, nil
 }
