@@ -9,16 +9,17 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/portcullis/portcullis/kv/pebble"
+	"github.com/portcullis/portcullis/kv"
 )
 
 // Scheduler publishes durable timers (kv.Timer) when they fall due: approval
 // expiries to the authorization stage, reconciliation polls to the
-// reconciliation stage. Timers live in Pebble, so they survive restarts; a
-// timer that came due while the processor was down fires at start. Between
+// reconciliation stage. Timers live in a kv.TimerQueue (the processor's
+// Pebble store), so they survive restarts; a timer that came due while the
+// processor was down fires at start. Between
 // firings it sleeps until the earliest timer is due or a new one is added.
 type Scheduler struct {
-	Store *pebble.Store
+	Store kv.TimerQueue
 	JS    jetstream.JetStream
 	// Seal seals each timer message: timers fire on internal subjects.
 	Seal  Sealer
@@ -72,7 +73,7 @@ func (s *Scheduler) FireDue(ctx context.Context) error {
 		if err != nil || len(due) == 0 {
 			return err
 		}
-		b := s.Store.NewBatch()
+		var fired []kv.Timer
 		for _, tm := range due {
 			m := nats.NewMsg(tm.Subject)
 			m.Data = tm.Data
@@ -81,16 +82,14 @@ func (s *Scheduler) FireDue(ctx context.Context) error {
 			_, err := s.JS.PublishMsg(pctx, m, jetstream.WithMsgID(s.Seal.MsgID(tm.MsgID)))
 			cancel()
 			if err != nil {
-				if cerr := b.Commit(pebble.NoSync); cerr != nil {
+				if cerr := s.Store.DeleteFired(fired); cerr != nil {
 					return cerr
 				}
 				return fmt.Errorf("timers: publish %s: %w", tm.ID, err)
 			}
-			b.DeleteFired(tm)
+			fired = append(fired, tm)
 		}
-		// NoSync: losing the deletion only republishes a fired timer, which
-		// the stream's duplicate window or the stage's own checks absorb.
-		if err := b.Commit(pebble.NoSync); err != nil {
+		if err := s.Store.DeleteFired(fired); err != nil {
 			return err
 		}
 		if len(due) < 256 {
