@@ -18,7 +18,8 @@ type Activity interface {
 	Get(ctx context.Context, fingerprint string) (*schema.Activity, error)
 	// Update applies edit to the snapshot of fingerprint (a new one when
 	// it has none) and stores it; concurrent updates of one fingerprint
-	// are serialised, none lost.
+	// are serialised, none lost. A dispatch section without its result
+	// (FinishedAtMs 0) is not stored: the schema has no status for one.
 	Update(ctx context.Context, fingerprint string, edit func(a *schema.Activity)) error
 }
 

@@ -33,3 +33,37 @@ type TimerQueue interface {
 	// A timer re-armed since under its ID with another due time is kept.
 	DeleteFired(fired []Timer) error
 }
+
+// fireBatch is how many due timers FireDue reads at a time.
+const fireBatch = 256
+
+// FireDue publishes every timer of q due at or before nowMs, earliest
+// first, and deletes what it published: the store's half of a scheduler
+// (stages.Scheduler publishes, sealed, on JetStream). A publish error
+// stops it, returned as it is, after the timers published before it are
+// deleted. A crash between a publish and its deletion publishes the timer
+// again, under the same MsgID.
+func FireDue(q TimerQueue, nowMs int64, publish func(Timer) error) error {
+	for {
+		due, err := q.DueTimers(nowMs, fireBatch)
+		if err != nil || len(due) == 0 {
+			return err
+		}
+		var fired []Timer
+		for _, t := range due {
+			if err := publish(t); err != nil {
+				if derr := q.DeleteFired(fired); derr != nil {
+					return derr
+				}
+				return err
+			}
+			fired = append(fired, t)
+		}
+		if err := q.DeleteFired(fired); err != nil {
+			return err
+		}
+		if len(due) < fireBatch {
+			return nil
+		}
+	}
+}

@@ -65,35 +65,19 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 }
 
-// FireDue publishes every due timer and deletes it once its PubAck arrived.
-// A crash between the two republishes under the same message id.
+// FireDue publishes every due timer, sealed, and deletes it once its
+// PubAck arrived (kv.FireDue). A crash between the two republishes under
+// the same message id.
 func (s *Scheduler) FireDue(ctx context.Context) error {
-	for {
-		due, err := s.Store.DueTimers(NowMs(s.Clock), 256)
-		if err != nil || len(due) == 0 {
-			return err
+	return kv.FireDue(s.Store, NowMs(s.Clock), func(tm kv.Timer) error {
+		m := nats.NewMsg(tm.Subject)
+		m.Data = tm.Data
+		s.Seal.Seal(tm.Subject, tm.Data, m.Header)
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if _, err := s.JS.PublishMsg(pctx, m, jetstream.WithMsgID(s.Seal.MsgID(tm.MsgID))); err != nil {
+			return fmt.Errorf("timers: publish %s: %w", tm.ID, err)
 		}
-		var fired []kv.Timer
-		for _, tm := range due {
-			m := nats.NewMsg(tm.Subject)
-			m.Data = tm.Data
-			s.Seal.Seal(tm.Subject, tm.Data, m.Header)
-			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			_, err := s.JS.PublishMsg(pctx, m, jetstream.WithMsgID(s.Seal.MsgID(tm.MsgID)))
-			cancel()
-			if err != nil {
-				if cerr := s.Store.DeleteFired(fired); cerr != nil {
-					return cerr
-				}
-				return fmt.Errorf("timers: publish %s: %w", tm.ID, err)
-			}
-			fired = append(fired, tm)
-		}
-		if err := s.Store.DeleteFired(fired); err != nil {
-			return err
-		}
-		if len(due) < 256 {
-			return nil
-		}
-	}
+		return nil
+	})
 }

@@ -56,7 +56,7 @@ func (e *Envelopes) Keep(ctx context.Context, host, key string, data []byte, msg
 		if StreamFull(err) {
 			return fmt.Errorf("%w: %w", kv.ErrBudget, err)
 		}
-		return fmt.Errorf("kv: keep an envelope: %w", err)
+		return fmt.Errorf("kv: keep an envelope: %w", natserr.Classify(err))
 	}
 	return nil
 }
