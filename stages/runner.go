@@ -45,8 +45,12 @@ type Deps struct {
 	Subjects subjects.Subjects
 	Metrics  *metrics.Metrics
 	Outcomes OutcomeLog
-	Clock    Clock
-	Log      *slog.Logger
+	// History is the outcome history the runner's outcomes are appended
+	// to and read back from (outcomes.go); nil: a runner whose handler
+	// returns no outcomes.
+	History kv.OutcomeHistory
+	Clock   Clock
+	Log     *slog.Logger
 	// Last is what the processor knows of the outcome subjects it
 	// published to (outcomes.go), shared by its runners; nil: each runner
 	// keeps its own.
@@ -1312,7 +1316,7 @@ func (r *Runner) publish(ctx context.Context, in *Input, res Result) error {
 				r.outcomeStored(m)
 			}
 		case err := <-f.Err():
-			if i >= firstOutcome && i < firstEvent && wrongLast(err) {
+			if i >= firstOutcome && i < firstEvent && movedOn(err) {
 				refused = append(refused, outs[i-firstOutcome])
 				continue
 			}

@@ -283,7 +283,8 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 		p.adapters[pr.Name] = p.reach.watch(pr.Name, a)
 	}
 	p.rations = newRations(cfg.Streams.HostIncidentRate)
-	deps := stages.Deps{JS: p.js, Seal: p.seal, Subjects: subj, Metrics: p.metrics, Outcomes: p.store, Clock: p.clock, Log: p.log,
+	deps := stages.Deps{JS: p.js, Seal: p.seal, Subjects: subj, Metrics: p.metrics, Outcomes: p.store,
+		History: &kvjs.OutcomeHistory{JS: p.js, Subjects: subj}, Clock: p.clock, Log: p.log,
 		EventShare: p.eventShare, OnFull: p.stageFull, Last: stages.NewLastOutcomes(0), Room: p.room}
 	jr := p.journal
 	parked, held := KeptEnvelopes(p.js, p.seal, subj, cfg)

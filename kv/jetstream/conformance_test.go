@@ -128,3 +128,22 @@ func TestEnvelopesConformance(t *testing.T) {
 		return another(), another
 	})
 }
+
+// TestOutcomeHistoryConformance runs OutcomeHistory on the outcomes
+// stream as the engine makes it (OutcomeStream), each instance on its own
+// connection.
+func TestOutcomeHistoryConformance(t *testing.T) {
+	kvtest.RunOutcomeHistory(t, func(t *testing.T) (kv.OutcomeHistory, func() kv.OutcomeHistory) {
+		url := servers(t, 1)
+		subj := subjects.Default()
+		cfg := kvjs.OutcomeStream(subj)
+		cfg.Duplicates = time.Minute
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := connect(t, url).CreateStream(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+		another := func() kv.OutcomeHistory { return &kvjs.OutcomeHistory{JS: connect(t, url), Subjects: subj} }
+		return another(), another
+	})
+}

@@ -70,9 +70,20 @@ func NoPeers(err error) bool {
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeNoPeers
 }
 
+// WrongLast reports a publish refused because its subject's last
+// sequence is not the one it expected: 10071, or on a replicated stream
+// 10164 (also the answer while another publish to the subject is being
+// replicated).
+func WrongLast(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) &&
+		(apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
 // Classify returns err wrapping, besides itself, each of kv's sentinels
 // its NATS or JetStream cause means: kv.ErrUnavailable (Unanswered),
-// kv.ErrFull (StreamFull), kv.ErrTooLarge (TooLarge). An error that means
+// kv.ErrFull (StreamFull), kv.ErrTooLarge (TooLarge), kv.ErrMovedOn
+// (WrongLast). An error that means
 // none of them (or nil) is returned as it is.
 func Classify(err error) error {
 	if err == nil {
@@ -87,6 +98,9 @@ func Classify(err error) error {
 	}
 	if TooLarge(err) && !errors.Is(err, kv.ErrTooLarge) {
 		kinds = append(kinds, kv.ErrTooLarge)
+	}
+	if WrongLast(err) && !errors.Is(err, kv.ErrMovedOn) {
+		kinds = append(kinds, kv.ErrMovedOn)
 	}
 	if len(kinds) == 0 {
 		return err

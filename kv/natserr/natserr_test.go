@@ -21,6 +21,9 @@ func TestClassify(t *testing.T) {
 	tooLarge := &jetstream.APIError{Code: 400, ErrorCode: 10054, Description: "message size exceeds maximum allowed"}
 	noLeader := &jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"}
 	wrongLast := &jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamWrongLastSequence}
+	if !natserr.WrongLast(wrongLast) {
+		t.Fatal("WrongLast misses 10071")
+	}
 	for _, tc := range []struct {
 		name                        string
 		err                         error
@@ -37,6 +40,7 @@ func TestClassify(t *testing.T) {
 		{"too large for the stream", tooLarge, false, false, true},
 		{"too large for the connection", nats.ErrMaxPayload, false, false, true},
 		{"wrong last sequence", wrongLast, false, false, false},
+		{"wrong last sequence, replicated", &jetstream.APIError{Code: 503, ErrorCode: jetstream.JSErrCodeStreamWrongLastSequenceConstant}, true, false, false},
 		{"connection closed", nats.ErrConnectionClosed, false, false, false},
 		{"other", errors.New("x"), false, false, false},
 	} {
@@ -45,6 +49,9 @@ func TestClassify(t *testing.T) {
 			if errors.Is(got, kv.ErrUnavailable) != tc.unavailable || errors.Is(got, kv.ErrFull) != tc.isFull || errors.Is(got, kv.ErrTooLarge) != tc.tooBig {
 				t.Fatalf("Classify(%v): unavailable %v full %v too large %v, want %v %v %v", tc.err,
 					errors.Is(got, kv.ErrUnavailable), errors.Is(got, kv.ErrFull), errors.Is(got, kv.ErrTooLarge), tc.unavailable, tc.isFull, tc.tooBig)
+			}
+			if movedOn := natserr.WrongLast(tc.err); errors.Is(got, kv.ErrMovedOn) != movedOn {
+				t.Fatalf("Classify(%v): moved on %v, want %v", tc.err, errors.Is(got, kv.ErrMovedOn), movedOn)
 			}
 			if tc.err != nil && !errors.Is(got, tc.err) {
 				t.Fatalf("Classify(%v) lost its cause", tc.err)
