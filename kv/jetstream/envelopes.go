@@ -141,3 +141,27 @@ func (e *Envelopes) stream(ctx context.Context, name string) (jetstream.Stream, 
 // (natserr.StreamFull: kv.ErrFull). Waiting does not make room in a
 // stream only its own readers empty.
 func StreamFull(err error) bool { return natserr.StreamFull(err) }
+
+// StreamMessages is kv.StreamMessages on the stream named Stream.
+type StreamMessages struct {
+	JS     jetstream.JetStream
+	Stream string
+}
+
+var _ kv.StreamMessages = (*StreamMessages)(nil)
+
+// Message reads the message at seq by a get from the stream's leader.
+func (s *StreamMessages) Message(ctx context.Context, seq uint64) ([]byte, error) {
+	stream, err := s.JS.Stream(ctx, s.Stream)
+	if err != nil {
+		return nil, fmt.Errorf("stream: %w", natserr.Classify(err))
+	}
+	m, err := stream.GetMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, kv.ErrNotKept
+	}
+	if err != nil {
+		return nil, natserr.Classify(err)
+	}
+	return m.Data, nil
+}

@@ -69,7 +69,8 @@ func newHarness(t *testing.T) *harness {
 		Approvals: ap,
 		Activity:  &kvjs.Activity{KV: bucket, Now: func() int64 { return stages.NowMs(clock) }},
 		Route:     stages.Route{Subjects: env.Subjects, Self: subjects.StageAuthorization, Next: subjects.StageDispatch},
-		Clock:     clock, JS: env.JS, Parked: parked,
+		Clock:     clock, Parked: parked,
+		InStage: &kvjs.StreamMessages{JS: env.JS, Stream: env.Subjects.StageStream(subjects.StageAuthorization)},
 	}
 	return h
 }
