@@ -31,10 +31,12 @@ type OutcomeHistory interface {
 	// outcome if the subject's last message is still the one at expect
 	// (0: the subject is empty); ErrMovedOn otherwise. msgID makes a
 	// retry of the same append one append (duplicate true, nothing stored
-	// again) — once it expects what the subject now holds: the
-	// expectation is checked first, so a retry that still names the
-	// sequence before its own stored append is refused with ErrMovedOn,
-	// and the caller, reading the subject, finds its own.
+	// again) once it expects what the subject now holds; one that still
+	// names the sequence before its own stored append is refused
+	// (ErrMovedOn) or a duplicate, as the backend checks first (a single
+	// JetStream server checks the expectation first, a replicated
+	// stream's leader the message id), and the caller that reads the
+	// subject finds its own.
 	Append(ctx context.Context, ref schema.ProposalRef, data []byte, msgID string, expect uint64) (seq uint64, duplicate bool, err error)
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/internal/seal"
+	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/kv"
 	kvjs "github.com/portcullis/portcullis/kv/jetstream"
 	"github.com/portcullis/portcullis/kv/kvtest"
@@ -132,17 +133,22 @@ func TestEnvelopesConformance(t *testing.T) {
 // TestOutcomeHistoryConformance runs OutcomeHistory on the outcomes
 // stream as the engine makes it (OutcomeStream), each instance on its own
 // connection.
-func TestOutcomeHistoryConformance(t *testing.T) {
+func TestOutcomeHistoryConformanceR1(t *testing.T) { outcomeHistoryConformance(t, servers(t, 1), 1) }
+func TestOutcomeHistoryConformanceR3(t *testing.T) { outcomeHistoryConformance(t, servers(t, 3), 3) }
+
+func outcomeHistoryConformance(t *testing.T, url string, replicas int) {
 	kvtest.RunOutcomeHistory(t, func(t *testing.T) (kv.OutcomeHistory, func() kv.OutcomeHistory) {
-		url := servers(t, 1)
-		subj := subjects.Default()
-		cfg := kvjs.OutcomeStream(subj)
-		cfg.Duplicates = time.Minute
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if _, err := connect(t, url).CreateStream(ctx, cfg); err != nil {
+		// A prefix of its own per subtest: the cluster is shared.
+		subj, err := subjects.New(fmt.Sprintf("oh%d", conformanceBuckets.Add(1)))
+		if err != nil {
 			t.Fatal(err)
 		}
+		cfg := kvjs.OutcomeStream(subj)
+		cfg.Duplicates = time.Minute
+		cfg.Replicas = replicas
+		js := connect(t, url)
+		// A cluster may still be placing the last stream's replicas.
+		testenv.Retry(t, func(ctx context.Context) error { _, err := js.CreateStream(ctx, cfg); return err })
 		another := func() kv.OutcomeHistory { return &kvjs.OutcomeHistory{JS: connect(t, url), Subjects: subj} }
 		return another(), another
 	})
