@@ -7,6 +7,24 @@ import (
 	"github.com/portcullis/portcullis/schema"
 )
 
+// OutcomeLog records each proposal's last outcome on the processor, before
+// it is published, so that a repeated delivery can republish it (its one
+// backend is kv/pebble's Store). An outcome that neither restates nor
+// supersedes the one recorded (schema.Standing.Follows: a stale decision,
+// published late) leaves the record as it is, so that a repeat never
+// replays an older truth. RecordOutcomes need not wait for the disk: the
+// runner calls Flush before it acks the input, so that the record is
+// durable before JetStream forgets the input (a crash before then
+// redelivers it, and it is recorded again).
+type OutcomeLog interface {
+	RecordOutcomes(outcomes []schema.Outcome) error
+	// LastOutcome returns the outcome recorded for ref.
+	LastOutcome(ref schema.ProposalRef) (o schema.Outcome, found bool, err error)
+	// Flush makes every write committed so far durable; concurrent
+	// callers share one fsync. ErrFailed: the store failed.
+	Flush() error
+}
+
 // OutcomeHistory is the outcome history (SPEC §2.8): each proposal's
 // outcomes in order on a subject of its own, which hosts and operators
 // read. Several publishers append to one proposal's subject — the stages

@@ -23,19 +23,6 @@ import (
 	"github.com/portcullis/portcullis/subjects"
 )
 
-// OutcomeLog records each proposal's last outcome before it is published
-// (kv/pebble's Store implements it), so that a repeated delivery can republish it.
-// RecordOutcomes need not wait for the disk: the runner calls Flush before
-// it acks the input, so that the record is durable before JetStream
-// forgets the input (a crash before then redelivers it, and it is recorded
-// again).
-type OutcomeLog interface {
-	RecordOutcomes(outcomes []schema.Outcome) error
-	// Flush makes every write committed so far durable; concurrent callers
-	// share one fsync.
-	Flush() error
-}
-
 // Deps are what every runner shares.
 type Deps struct {
 	JS jetstream.JetStream
@@ -44,7 +31,9 @@ type Deps struct {
 	Seal     Sealer
 	Subjects subjects.Subjects
 	Metrics  *metrics.Metrics
-	Outcomes OutcomeLog
+	// Outcomes records each proposal's last outcome before it is
+	// published (kv.OutcomeLog); nil: none is recorded.
+	Outcomes kv.OutcomeLog
 	// History is the outcome history the runner's outcomes are appended
 	// to and read back from (outcomes.go); nil: a runner whose handler
 	// returns no outcomes.
@@ -1091,7 +1080,7 @@ func (e *fullError) stage(s subjects.Subjects) string {
 }
 
 // flush makes the store's writes so far durable before an ack (see
-// OutcomeLog).
+// kv.OutcomeLog).
 func (r *Runner) flush() error {
 	if r.deps.Outcomes == nil {
 		return nil

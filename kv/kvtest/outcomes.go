@@ -79,3 +79,79 @@ func RunOutcomeHistory(t *testing.T, open OpenOutcomeHistory) {
 		}
 	})
 }
+
+// OpenOutcomeLog opens a fresh outcome log and returns it with reopen,
+// which closes it and opens it again over the same storage (a restart).
+type OpenOutcomeLog func(t *testing.T) (l kv.OutcomeLog, reopen func() kv.OutcomeLog)
+
+// RunOutcomeLog is the conformance suite every kv.OutcomeLog backend
+// passes: a proposal's record follows its outcomes in order — a stale one
+// (not following what is recorded) leaves it as it is — and what was
+// flushed survives a restart.
+func RunOutcomeLog(t *testing.T, open OpenOutcomeLog) {
+	ref := schema.ProposalRef{Host: "h", ProposalID: "p-1"}
+	other := schema.ProposalRef{Host: "h", ProposalID: "p-2"}
+	needs := schema.NewOutcome(ref, schema.KindNeedsApproval, 200)
+	confirmed := schema.NewOutcome(ref, schema.KindConfirmed, 3_000)
+	lastKind := func(t *testing.T, l kv.OutcomeLog, ref schema.ProposalRef) schema.Kind {
+		t.Helper()
+		o, found, err := l.LastOutcome(ref)
+		if err != nil {
+			t.Fatalf("LastOutcome(%v): %v", ref, err)
+		}
+		if !found {
+			return ""
+		}
+		if o.Host != ref.Host || o.ProposalID != ref.ProposalID {
+			t.Fatalf("LastOutcome(%v) is %s/%s's", ref, o.Host, o.ProposalID)
+		}
+		return o.Kind
+	}
+	record := func(t *testing.T, l kv.OutcomeLog, outs ...schema.Outcome) {
+		t.Helper()
+		if err := l.RecordOutcomes(outs); err != nil {
+			t.Fatalf("RecordOutcomes: %v", err)
+		}
+	}
+
+	t.Run("in order, stale kept out", func(t *testing.T) {
+		l, _ := open(t)
+		if k := lastKind(t, l, ref); k != "" {
+			t.Fatalf("nothing recorded, found %s", k)
+		}
+		record(t, l, needs)
+		if k := lastKind(t, l, ref); k != schema.KindNeedsApproval {
+			t.Fatalf("recorded %s, want %s", k, schema.KindNeedsApproval)
+		}
+		record(t, l, confirmed)
+		if k := lastKind(t, l, ref); k != schema.KindConfirmed {
+			t.Fatalf("recorded %s, want %s", k, schema.KindConfirmed)
+		}
+		// The earlier outcome, published late, does not replace its end.
+		record(t, l, needs)
+		if k := lastKind(t, l, ref); k != schema.KindConfirmed {
+			t.Fatalf("a stale outcome replaced the record: %s", k)
+		}
+		if k := lastKind(t, l, other); k != "" {
+			t.Fatalf("another proposal has %s", k)
+		}
+	})
+
+	t.Run("flushed, then restarted", func(t *testing.T) {
+		l, reopen := open(t)
+		record(t, l, needs, schema.NewOutcome(other, schema.KindNeedsApproval, 300))
+		if err := l.Flush(); err != nil {
+			t.Fatalf("Flush: %v", err)
+		}
+		if err := l.Flush(); err != nil {
+			t.Fatalf("Flush with nothing new: %v", err)
+		}
+		l = reopen()
+		if k := lastKind(t, l, ref); k != schema.KindNeedsApproval {
+			t.Fatalf("after a restart: %q, want %s", k, schema.KindNeedsApproval)
+		}
+		if k := lastKind(t, l, other); k != schema.KindNeedsApproval {
+			t.Fatalf("after a restart, the other: %q, want %s", k, schema.KindNeedsApproval)
+		}
+	})
+}

@@ -53,3 +53,27 @@ func TestTimersConformance(t *testing.T) {
 		}
 	})
 }
+
+// TestOutcomeLogConformance runs the store's outcome records; a restart
+// closes the store and opens its directory again.
+func TestOutcomeLogConformance(t *testing.T) {
+	kvtest.RunOutcomeLog(t, func(t *testing.T) (kv.OutcomeLog, func() kv.OutcomeLog) {
+		dir := t.TempDir()
+		open := func() *pebble.Store {
+			st, err := pebble.Open(dir, pebble.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return st
+		}
+		st := open()
+		t.Cleanup(func() { st.Close() })
+		return st, func() kv.OutcomeLog {
+			if err := st.Close(); err != nil {
+				t.Fatal(err)
+			}
+			st = open()
+			return st
+		}
+	})
+}
