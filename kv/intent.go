@@ -58,11 +58,7 @@ const (
 type Identity struct {
 	Fingerprint    string `json:"fingerprint"`
 	IdempotencyKey string `json:"idempotency_key"`
-	Provider       string `json:"provider"`
-	Capability     string `json:"capability"`
-	Operation      string `json:"operation"`
-	Environment    string `json:"environment"`
-	Referent       string `json:"referent"`
+	schema.Target
 }
 
 // IdentityOf is the identity of a grounded envelope (env.Grounded set).
@@ -71,11 +67,13 @@ func IdentityOf(env *schema.Envelope) Identity {
 	return Identity{
 		Fingerprint:    env.Grounded.Fingerprint,
 		IdempotencyKey: env.Grounded.IdempotencyKey,
-		Provider:       in.Provider,
-		Capability:     in.Capability,
-		Operation:      in.Operation,
-		Environment:    in.Environment,
-		Referent:       env.Grounded.Referent,
+		Target: schema.Target{
+			Provider:    in.Provider,
+			Capability:  in.Capability,
+			Operation:   in.Operation,
+			Environment: in.Environment,
+			Referent:    env.Grounded.Referent,
+		},
 	}
 }
 
