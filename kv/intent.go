@@ -1,4 +1,4 @@
-// Package journal is the intent journal: one record per fingerprint that
+// The intent journal: one record per fingerprint that
 // dispatch writes before and after calling a provider, reconciliation
 // advances, and every later proposal of the same intent is answered from
 // (SPEC §3 Dispatch, Reconciliation).
@@ -18,6 +18,7 @@
 // and a lease (InFlightUntilMs): another processor waits for the receipt
 // until the lease ends, then records the dispatch as interrupted — never
 // dispatches it again (SPEC §6).
+
 package kv
 
 import (
