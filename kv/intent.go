@@ -1,4 +1,4 @@
-// Package journal is the intent journal: one record per fingerprint that
+// The intent journal: one record per fingerprint that
 // dispatch writes before and after calling a provider, reconciliation
 // advances, and every later proposal of the same intent is answered from
 // (SPEC §3 Dispatch, Reconciliation).
@@ -18,6 +18,7 @@
 // and a lease (InFlightUntilMs): another processor waits for the receipt
 // until the lease ends, then records the dispatch as interrupted — never
 // dispatches it again (SPEC §6).
+
 package kv
 
 import (
@@ -58,11 +59,7 @@ const (
 type Identity struct {
 	Fingerprint    string `json:"fingerprint"`
 	IdempotencyKey string `json:"idempotency_key"`
-	Provider       string `json:"provider"`
-	Capability     string `json:"capability"`
-	Operation      string `json:"operation"`
-	Environment    string `json:"environment"`
-	Referent       string `json:"referent"`
+	schema.Target
 }
 
 // IdentityOf is the identity of a grounded envelope (env.Grounded set).
@@ -71,11 +68,13 @@ func IdentityOf(env *schema.Envelope) Identity {
 	return Identity{
 		Fingerprint:    env.Grounded.Fingerprint,
 		IdempotencyKey: env.Grounded.IdempotencyKey,
-		Provider:       in.Provider,
-		Capability:     in.Capability,
-		Operation:      in.Operation,
-		Environment:    in.Environment,
-		Referent:       env.Grounded.Referent,
+		Target: schema.Target{
+			Provider:    in.Provider,
+			Capability:  in.Capability,
+			Operation:   in.Operation,
+			Environment: in.Environment,
+			Referent:    env.Grounded.Referent,
+		},
 	}
 }
 

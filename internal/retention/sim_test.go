@@ -54,8 +54,17 @@ func proposal(s *pebble.Store, n int, now int64, sync bool) error {
 	if err := b.Commit(d); err != nil {
 		return err
 	}
-	rec := kv.NewIntent(kv.Identity{Fingerprint: fp, IdempotencyKey: fp[7:], Provider: "inventory", Capability: "inventory.adjust",
-		Operation: "adjust_stock", Environment: "test", Referent: "sku-1001"}, "nats", now)
+	rec := kv.NewIntent(kv.Identity{
+		Fingerprint:    fp,
+		IdempotencyKey: fp[7:],
+		Target: schema.Target{
+			Provider:    "inventory",
+			Capability:  "inventory.adjust",
+			Operation:   "adjust_stock",
+			Environment: "test",
+			Referent:    "sku-1001",
+		},
+	}, "nats", now)
 	rec.AddProposal(ref)
 	rec.State, rec.DispatchAttempts, rec.InFlightAtMs = kv.StateInFlight, 1, now
 	if err := pebble.NewJournal(s).Commit(fp, kv.IntentWrites{Record: &rec}); err != nil {

@@ -6,7 +6,7 @@
 // shared journal (compare-and-set per fingerprint, held to the kvtest
 // conformance suite), a simulated work queue (ack wait, redelivery,
 // RetryAfter, give-up after the runner's limits), timers armed before the
-// commit and never cancelled (timers.Schedules), the held-envelope stream
+// commit and never cancelled (jetstream.Schedules), the held-envelope stream
 // and a provider; an operator settles indeterminate effects through the
 // real reconciliation.Settle in a shell that mirrors Stage.Resolve (lock,
 // load, settle, commit, reload on a conflict; operator.go, resolve.go).
@@ -59,7 +59,7 @@
 // operator's command beyond its refusals.
 //
 // Real: dispatch.Step, reconciliation.Step and Settle, dispatch.LeaseWait
-// and NotInvoked, journal.Record and its transitions, schema.Late.
+// and NotInvoked, kv.Intent and its transitions, schema.Late.
 // Modelled: the operator and its command's transport, the shells (the real ones block in their calls, so they cannot be
 // interleaved without goroutines; each action of the model is one of
 // theirs, and the crash points are between any two), the journal store,

@@ -48,7 +48,7 @@ func testBucket(t *testing.T) (*server.Server, jetstream.JetStream, jetstream.Ke
 
 var (
 	tfp = "sha256:" + strings.Repeat("ab", 32)
-	tid = kv.Identity{Fingerprint: tfp, IdempotencyKey: kv.Hex(tfp), Provider: "demo", Capability: "c", Operation: "o", Environment: "test", Referent: "r"}
+	tid = kv.Identity{Fingerprint: tfp, IdempotencyKey: kv.Hex(tfp), Target: schema.Target{Provider: "demo", Capability: "c", Operation: "o", Environment: "test", Referent: "r"}}
 )
 
 // A processor that dies right after its record's compare-and-set leaves

@@ -50,7 +50,7 @@ func intent(t testing.TB, j kv.Journal, n int, ms int64, verdicts ...kv.Verdict)
 		t.Fatal(err)
 	}
 	if rec.Fingerprint == "" {
-		rec = kv.NewIntent(kv.Identity{Fingerprint: fp, IdempotencyKey: kv.Hex(fp), Provider: "demo", Referent: "r"}, "fake", ms)
+		rec = kv.NewIntent(kv.Identity{Fingerprint: fp, IdempotencyKey: kv.Hex(fp), Target: schema.Target{Provider: "demo", Referent: "r"}}, "fake", ms)
 	}
 	rec.AddProposal(schema.ProposalRef{Host: "h", ProposalID: fmt.Sprint("p", n)})
 	rec.State, rec.DispatchAttempts, rec.InFlightAtMs, rec.UpdatedAtMs = kv.StateInFlight, 1, ms, ms
@@ -120,7 +120,7 @@ func testSweep(t *testing.T, url string, replicas int) {
 		t.Fatal(err)
 	}
 	// Nothing sent, only a proposal ended at dispatch's re-check: goes.
-	endsOnly := kv.NewIntent(kv.Identity{Fingerprint: fingerprint(10), IdempotencyKey: kv.Hex(fingerprint(10)), Provider: "demo", Referent: "r"}, "fake", old)
+	endsOnly := kv.NewIntent(kv.Identity{Fingerprint: fingerprint(10), IdempotencyKey: kv.Hex(fingerprint(10)), Target: schema.Target{Provider: "demo", Referent: "r"}}, "fake", old)
 	endsOnly.End(kv.EndedProposal{Ref: schema.ProposalRef{Host: "h", ProposalID: "p10"}, Ended: kv.Ended{Phase: schema.PhaseAuthorization, Code: schema.CodeGrantExpired, AtMs: old}})
 	if err := js[2].Commit(fingerprint(10), kv.IntentWrites{Record: &endsOnly}); err != nil {
 		t.Fatal(err)

@@ -53,7 +53,7 @@ func (b Bucket) Stream() jetstream.StreamConfig {
 // Ensure creates or updates the bucket's stream and binds it.
 func (b Bucket) Ensure(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
 	if _, err := js.CreateOrUpdateStream(ctx, b.Stream()); err != nil {
-		return nil, fmt.Errorf("leaderkv: bucket %s: %w", b.Name, err)
+		return nil, fmt.Errorf("kv: bucket %s: %w", b.Name, err)
 	}
 	return Bind(ctx, js, b.Name)
 }
@@ -63,14 +63,14 @@ func (b Bucket) Ensure(ctx context.Context, js jetstream.JetStream) (jetstream.K
 func Bind(ctx context.Context, js jetstream.JetStream, bucket string) (jetstream.KeyValue, error) {
 	h, err := js.KeyValue(ctx, bucket)
 	if err != nil {
-		return nil, fmt.Errorf("leaderkv: bucket %s: %w", bucket, err)
+		return nil, fmt.Errorf("kv: bucket %s: %w", bucket, err)
 	}
 	st, err := js.Stream(ctx, "KV_"+bucket)
 	if err != nil {
-		return nil, fmt.Errorf("leaderkv: bucket %s: %w", bucket, err)
+		return nil, fmt.Errorf("kv: bucket %s: %w", bucket, err)
 	}
 	if st.CachedInfo().Config.AllowDirect {
-		return nil, fmt.Errorf("leaderkv: bucket %s: its stream allows direct gets, which followers may answer stale", bucket)
+		return nil, fmt.Errorf("kv: bucket %s: its stream allows direct gets, which followers may answer stale", bucket)
 	}
 	return h, nil
 }
@@ -161,7 +161,7 @@ func (b Budget) NextMsg(js jetstream.JetStream, stream string, seq uint64, filte
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("leaderkv: read %s from %d: %w", stream, seq, err)
+		return nil, fmt.Errorf("kv: read %s from %d: %w", stream, seq, err)
 	}
 	return m, nil
 }

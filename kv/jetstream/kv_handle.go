@@ -72,7 +72,7 @@ func (h Handle) Create(key string, v any) error {
 const MaxClaims = 3
 
 // ErrClaimGone: a key Claim tried was taken and gone again MaxClaims times.
-var ErrClaimGone = errors.New("leaderkv: claimed key taken and gone again and again")
+var ErrClaimGone = errors.New("kv: claimed key taken and gone again and again")
 
 // Claim creates key with v unless it holds a value (a KV Create: of two
 // claims at once exactly one wins). won is false when the key existed:

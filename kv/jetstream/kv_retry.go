@@ -1,7 +1,7 @@
 // Package jetstream is kv's replicated backend: the stores a cluster's
 // processors share, each on a JetStream KV bucket (Journal, Approvals,
 // Admissions, Schedules for timers), and what those buckets have in common (Handle,
-// CAS: once in the leaderkv package).
+// CAS).
 //
 // What the KV buckets processors share on a cluster
 // (SPEC §6: the journal, approvals, admission records, nonces) have in

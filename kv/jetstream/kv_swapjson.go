@@ -27,7 +27,7 @@ func CommitID() string {
 func SwapJSON[T any](b Budget, kv jetstream.KeyValue, key string, v *T, rev uint64, settle time.Duration, commit func(*T) string) (uint64, error) {
 	data, err := json.Marshal(v, json.Deterministic(true))
 	if err != nil {
-		return 0, fmt.Errorf("leaderkv: encode: %w", err)
+		return 0, fmt.Errorf("kv: encode: %w", err)
 	}
 	id := commit(v)
 	return b.Swap(kv, key, data, rev, settle, func(value []byte) bool {
@@ -84,7 +84,7 @@ func ImportJSON[T any](h Handle, key string, v *T, same func(got *T) bool) (Impo
 	case errors.Is(err, kv.ErrCorrupt):
 		return Conflict, nil
 	case err != nil:
-		return 0, fmt.Errorf("leaderkv: import: %w", err)
+		return 0, fmt.Errorf("kv: import: %w", err)
 	case same(&got):
 		return Present, nil
 	}

@@ -33,8 +33,17 @@ type OpenJournal func(t *testing.T) (s kv.Journal, another func() kv.Journal)
 func RunJournal(t *testing.T, open OpenJournal) {
 	fp := "sha256:" + strings.Repeat("ab", 32)
 	other := "sha256:" + strings.Repeat("cd", 32)
-	id := kv.Identity{Fingerprint: fp, IdempotencyKey: kv.Hex(fp), Provider: "demo", Capability: "inventory.adjust",
-		Operation: "adjust_stock", Environment: "test", Referent: "sku-1"}
+	id := kv.Identity{
+		Fingerprint:    fp,
+		IdempotencyKey: kv.Hex(fp),
+		Target: schema.Target{
+			Provider:    "demo",
+			Capability:  "inventory.adjust",
+			Operation:   "adjust_stock",
+			Environment: "test",
+			Referent:    "sku-1",
+		},
+	}
 
 	t.Run("empty", func(t *testing.T) {
 		s, _ := open(t)

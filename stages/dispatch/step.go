@@ -1,6 +1,6 @@
 // Package dispatch is the stage that calls providers: exactly once per
 // fingerprint, whatever crashes, redeliveries or replays happen (SPEC §3
-// Dispatch). The journal (package journal) is written with Sync before a
+// Dispatch). The journal (kv.Journal) is written with Sync before a
 // provider is called and after it answers; a fingerprint that may have
 // reached a provider is never sent again.
 //

@@ -347,7 +347,7 @@ func TestMapDispatch(t *testing.T) {
 			if v.Status != tc.status || v.NextAction != tc.next || v.Attempted != tc.attempted || v.ErrorCode != tc.errorCode {
 				t.Errorf("verdict = %+v", v)
 			}
-			rec := kv.NewIntent(kv.Identity{Fingerprint: fp, Provider: "demo", Referent: "svc:1"}, "fake", 10)
+			rec := kv.NewIntent(kv.Identity{Fingerprint: fp, Target: schema.Target{Provider: "demo", Referent: "svc:1"}}, "fake", 10)
 			r := rec.Settle(v, "dispatch", nil, nil, 10)
 			o := rec.Outcome(schema.ProposalRef{Host: "h", ProposalID: "p-1"}, 11)
 			if o.Kind != tc.kind || o.EffectTruth != tc.kind.EffectTruth() || o.Terminal != tc.kind.Terminal() {

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
 )
@@ -196,7 +197,7 @@ func Step(f Facts, r Rules) Decision {
 		cp := f.Checkpoint
 		answered := n - rec.UnansweredPolls
 		v := Decide(rec.Receipt, f.Reply, f.CallErr, answered, r.MaxAttempts)
-		if v.AttemptStatus == AttemptUnavailable {
+		if v.AttemptStatus == metrics.AttemptUnavailable {
 			// Nobody received the question (the connector is away, its
 			// server restarting): not an answer, so never the last one —
 			// an outage never ends a proposal (SPEC §6).

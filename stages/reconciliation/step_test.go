@@ -17,8 +17,17 @@ func rules() reconciliation.Rules {
 
 // waiting is a record whose dispatch receipt (prev) awaits poll n+1.
 func waiting(status schema.Status, n int) kv.Intent {
-	rec := kv.NewIntent(kv.Identity{Fingerprint: fpA, IdempotencyKey: fpA[7:], Provider: "demo", Capability: "inventory.adjust",
-		Operation: "adjust_stock", Environment: "test", Referent: "sku-1"}, "fake", 500)
+	rec := kv.NewIntent(kv.Identity{
+		Fingerprint:    fpA,
+		IdempotencyKey: fpA[7:],
+		Target: schema.Target{
+			Provider:    "demo",
+			Capability:  "inventory.adjust",
+			Operation:   "adjust_stock",
+			Environment: "test",
+			Referent:    "sku-1",
+		},
+	}, "fake", 500)
 	rec.AddProposal(schema.ProposalRef{Host: "h", ProposalID: "p1"})
 	rec.AddProposal(schema.ProposalRef{Host: "h", ProposalID: "p2"})
 	rec.Receipt, rec.ReceiptSeq, rec.ReconcileAttempt = prevReceipt(status), 1, n
