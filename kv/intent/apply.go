@@ -21,6 +21,7 @@ package intent
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/portcullis/portcullis/kv"
@@ -199,7 +200,12 @@ func AttemptStep(attemptID string) string { return "reconcile/" + attemptID }
 // Apply is the transition of rec by ev: the next record and the effects.
 // A refused event returns rec unchanged and Effects.Refused.
 func Apply(rec kv.Intent, ev Event) (kv.Intent, Effects) {
-	next, fx := apply(rec, ev)
+	// The next record shares nothing the edits change with rec: the
+	// caller's record stays as it was (a step may apply more than one
+	// event to the record it loaded).
+	next := rec
+	next.Proposals, next.Ended = slices.Clone(rec.Proposals), slices.Clone(rec.Ended)
+	next, fx := apply(next, ev)
 	if fx.Refused != nil {
 		return rec, Effects{Refused: fx.Refused, Retry: fx.Retry}
 	}
