@@ -170,7 +170,8 @@ func Step(f Facts, r Rules) Decision {
 		d.Ended = &e
 		return decide(f, r, d)
 	}
-	if rec, fx := intent.Apply(f.Record, ev(intent.Join)); rec.Receipt != nil {
+	if rec, fx := intent.Apply(f.Record, ev(intent.Join)); len(fx.Told) > 0 {
+		// A receipt: the proposal is answered from the record.
 		return answer(f, rec, fx)
 	}
 	if !f.Dispatched {
