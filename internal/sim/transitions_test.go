@@ -10,14 +10,17 @@ import (
 // (kv/intent/testdata): every row through intent.Apply, the transition
 // dispatch, reconciliation and the operator's settlement make, checked
 // against the row and against the simulation's invariants
-// (checkTransition). A row the state machine does not give, or a
-// transition that breaks an invariant, fails.
+// (checkTransition); and every row the stages reach from facts alone
+// through the real dispatch.Step, reconciliation.Step or Settle as well, which
+// must commit the same record, byte for byte, and tell the same outcomes
+// (throughStages). A row the state machine does not give, a transition
+// that breaks an invariant, or a stage that does otherwise, fails.
 func TestIntentTables(t *testing.T) {
 	files, err := intenttest.Files("../../kv/intent/testdata")
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows := 0
+	rows, staged := 0, 0
 	for _, file := range files {
 		table, err := intenttest.Load(file)
 		if err != nil {
@@ -35,9 +38,17 @@ func TestIntentTables(t *testing.T) {
 			for _, v := range checkTransition(tr.Before, tr.After, tr.Event, tr.Effects) {
 				t.Errorf("%s: invariant %s", row, v)
 			}
+			ok, mismatch := throughStages(tr)
+			if mismatch != "" {
+				t.Errorf("%s: through the stages: %s", row, mismatch)
+			}
+			if ok {
+				staged++
+			}
 		}
 	}
 	if rows == 0 {
 		t.Fatal("no rows replayed")
 	}
+	t.Logf("%d rows replayed, %d of them through dispatch.Step, reconciliation.Step or reconciliation.Settle as well", rows, staged)
 }
