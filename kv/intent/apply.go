@@ -384,7 +384,7 @@ func receipt(rec kv.Intent, ev Event, v kv.Verdict, step string) (kv.Intent, Eff
 func deny(rec kv.Intent, ev Event) (kv.Intent, Effects) {
 	if !AwaitsRedispatch(rec, ev.Redispatch) {
 		if e := ev.Ended; e != nil {
-			return rec, Effects{Told: []schema.Outcome{EndedOutcome(rec, ev.Ref, *e)}, Ended: nil}
+			return rec, Effects{Told: []schema.Outcome{EndedOutcome(rec, ev.Ref, *e)}}
 		}
 		return end(rec, ev)
 	}
