@@ -14,6 +14,7 @@ import (
 	"github.com/portcullis/portcullis/internal/bench"
 	"github.com/portcullis/portcullis/internal/retention"
 	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/kv/intent"
 	"github.com/portcullis/portcullis/schema"
 )
 
@@ -108,11 +109,11 @@ func fill(b *pebble.Batch, n int, now int64) {
 	}, "nats", now)
 	rec.AddProposal(ref)
 	rec.DispatchAttempts, rec.InFlightAtMs = 1, now
-	rc := rec.Settle(kv.Verdict{Status: schema.StatusConfirmed, NextAction: schema.NextNone, Attempted: true,
+	rc := intent.Settle(&rec, kv.Verdict{Status: schema.StatusConfirmed, NextAction: schema.NextNone, Attempted: true,
 		ProviderActionID: "inv:" + fp[7:23]}, "dispatch", nil, nil, now)
 	b.AppendReceipt(rec.ReceiptSeq, rc)
 	b.PutIntent(fp, &rec)
-	b.PutOutcome(rec.Outcome(ref, now))
+	b.PutOutcome(intent.Outcome(rec, ref, now))
 }
 
 // hotPath is one new proposal's store traffic, as the stages make it:
@@ -171,12 +172,12 @@ func hotPath(s *pebble.Store, ap *pebble.Approvals, n int, now int64) error {
 	if err := jr.Commit(fp, kv.IntentWrites{Record: &j}); err != nil {
 		return err
 	}
-	rc := j.Settle(kv.Verdict{Status: schema.StatusConfirmed, NextAction: schema.NextNone, Attempted: true,
+	rc := intent.Settle(&j, kv.Verdict{Status: schema.StatusConfirmed, NextAction: schema.NextNone, Attempted: true,
 		ProviderActionID: "inv:" + fp[7:23]}, "dispatch", nil, nil, now)
 	if err := jr.Commit(fp, kv.IntentWrites{Record: &j, Receipt: &rc}); err != nil {
 		return err
 	}
-	if err := s.RecordOutcomes([]schema.Outcome{j.Outcome(ref, now)}); err != nil {
+	if err := s.RecordOutcomes([]schema.Outcome{intent.Outcome(j, ref, now)}); err != nil {
 		return err
 	}
 	return s.Flush()

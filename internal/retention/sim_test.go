@@ -9,6 +9,7 @@ import (
 	"github.com/portcullis/portcullis/kv/pebble"
 
 	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/kv/intent"
 	"github.com/portcullis/portcullis/schema"
 )
 
@@ -70,12 +71,12 @@ func proposal(s *pebble.Store, n int, now int64, sync bool) error {
 	if err := pebble.NewJournal(s).Commit(fp, kv.IntentWrites{Record: &rec}); err != nil {
 		return err
 	}
-	rc := rec.Settle(kv.Verdict{Status: schema.StatusConfirmed, NextAction: schema.NextNone, Attempted: true,
+	rc := intent.Settle(&rec, kv.Verdict{Status: schema.StatusConfirmed, NextAction: schema.NextNone, Attempted: true,
 		ProviderActionID: "inv:" + fp[7:23]}, "dispatch", nil, nil, now)
 	if err := pebble.NewJournal(s).Commit(fp, kv.IntentWrites{Record: &rec, Receipt: &rc}); err != nil {
 		return err
 	}
-	o := rec.Outcome(ref, now)
+	o := intent.Outcome(rec, ref, now)
 	b = s.NewBatch()
 	b.PutOutcome(o)
 	return b.Commit(pebble.NoSync) // the runner flushes before the ack

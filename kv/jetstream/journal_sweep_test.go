@@ -16,6 +16,7 @@ import (
 
 	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/kv"
+	kvintent "github.com/portcullis/portcullis/kv/intent"
 	"github.com/portcullis/portcullis/schema"
 )
 
@@ -65,7 +66,7 @@ func intent(t testing.TB, j kv.Journal, n int, ms int64, verdicts ...kv.Verdict)
 			cp := kv.Attempt{AttemptID: kv.AttemptID(fp, i), Number: i, StartedAtMs: ms, Status: "confirmed", FinishedAtMs: ms}
 			w.Attempt, step = &cp, "reconcile/"+cp.AttemptID
 		}
-		rc := rec.Settle(v, step, nil, nil, ms)
+		rc := kvintent.Settle(&rec, v, step, nil, nil, ms)
 		w.Receipt = &rc
 		if kv.IndeterminateReceipt(&rc) {
 			w.Indeterminate, w.SinceMs = 1, ms

@@ -7,6 +7,7 @@ import (
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
+	"github.com/portcullis/portcullis/kv/intent"
 	"github.com/portcullis/portcullis/schema"
 )
 
@@ -158,15 +159,5 @@ func unknown(v Finding, prev *schema.Receipt, status string, code schema.Code, p
 // the receipt's error_code, so that every reader can tell an operator's
 // settlement from a provider's; the receipt names the operator.
 func Operator(prev *schema.Receipt, present bool, evidenceRef, operator string) Finding {
-	v := base(prev)
-	v.Operator = operator
-	v.Status = schema.StatusRejected
-	if present {
-		v.Status, v.Attempted = schema.StatusConfirmed, true
-	}
-	v.NextAction, v.Settled, v.Resolution = schema.NextNone, true, kv.ResolvedByOperator
-	v.EvidenceRefs = []string{evidenceRef}
-	v.ErrorCode = string(schema.CodeOperatorResolved)
-	v.Events = []schema.Incident{schema.NewIncident(schema.PhaseReconciliation, schema.CodeOperatorResolved)}
-	return v
+	return Finding{Verdict: intent.OperatorVerdict(prev, present, evidenceRef), Operator: operator}
 }
