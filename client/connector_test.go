@@ -32,9 +32,18 @@ func dispatchBody(referent string) []byte {
 // dispatchBodyUntil is dispatchBody with its not_after_ms.
 func dispatchBodyUntil(referent string, notAfterMs int64) []byte {
 	return schema.MustMarshal(schema.DispatchRequest{
-		Schema: schema.SchemaDispatch, Fingerprint: testFP, IdempotencyKey: testKey, Provider: "inventory",
-		Capability: "inventory.adjust", Operation: "adjust_stock", Environment: "test", Referent: referent,
-		Payload: jsontext.Value(`{"quantity":20}`), NotAfterMs: notAfterMs,
+		Schema:         schema.SchemaDispatch,
+		Fingerprint:    testFP,
+		IdempotencyKey: testKey,
+		Target: schema.Target{
+			Provider:    "inventory",
+			Capability:  "inventory.adjust",
+			Operation:   "adjust_stock",
+			Environment: "test",
+			Referent:    referent,
+		},
+		Payload:    jsontext.Value(`{"quantity":20}`),
+		NotAfterMs: notAfterMs,
 	})
 }
 

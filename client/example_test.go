@@ -161,9 +161,15 @@ func ExampleServeConnector() {
 			Schema:         schema.SchemaDispatch,
 			Fingerprint:    "sha256:5a6883578c195c2db4563345d2872d693c6dfabca09b1ae4918d1cd00103e446",
 			IdempotencyKey: "5a6883578c195c2db4563345d2872d693c6dfabca09b1ae4918d1cd00103e446",
-			Provider:       "inventory", Capability: "inventory.adjust", Operation: "adjust_stock", Environment: "test",
-			Referent: referent, Payload: jsontext.Value(`{"quantity":20}`),
-			NotAfterMs: time.Now().Add(7 * time.Second).UnixMilli(), // the processor's lease: act only until then
+			Target: schema.Target{
+				Provider:    "inventory",
+				Capability:  "inventory.adjust",
+				Operation:   "adjust_stock",
+				Environment: "test",
+				Referent:    referent,
+			},
+			Payload:    jsontext.Value(`{"quantity":20}`),
+			NotAfterMs: time.Now().Add(7 * time.Second).UnixMilli(),
 		})
 		reply, err := nc.Request("actions.provider.inventory.dispatch", body, 5*time.Second)
 		if err != nil {

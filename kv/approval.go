@@ -1,4 +1,4 @@
-// Package approvals holds the authorization stage's state (SPEC §2.2, §3
+// The approval records: the authorization stage's state (SPEC §2.2, §3
 // Authorization): one record per proposal — (host, proposal_id) — kept
 // while the proposal is parked for a grant and then as its decision, and
 // the expiry timer of a parked one.
@@ -9,6 +9,7 @@
 // out once"). Commit is a compare-and-set on the record's state, so that a
 // backend that cannot hold a lock across processors (JetStream KV: Create,
 // or Update at the revision read) still lets exactly one decision win.
+
 package kv
 
 import (

@@ -1,12 +1,12 @@
-// Package journal is the intent journal: one record per fingerprint that
+// The intent journal: one record per fingerprint that
 // dispatch writes before and after calling a provider, reconciliation
 // advances, and every later proposal of the same intent is answered from
 // (SPEC §3 Dispatch, Reconciliation).
 //
-// It holds the record and its one transition (Settle: a new receipt
-// becomes the intent's latest), the projections of a record (the outcome a
-// proposal gets, the activity snapshot), the triggers and timers of
-// reconciliation, and the only fingerprint lock. Stages reach storage
+// It holds the record, the triggers and timers of reconciliation, and the
+// only fingerprint lock. The record's transitions — every event of an
+// intent's life, the receipts they make and what they tell its proposals —
+// are package kv/intent's (intent.Apply). Stages reach storage
 // through Store: Pebble on a single node (NewPebble), a JetStream KV
 // bucket shared by the processors of a cluster (NewReplicated).
 //
@@ -18,6 +18,7 @@
 // and a lease (InFlightUntilMs): another processor waits for the receipt
 // until the lease ends, then records the dispatch as interrupted — never
 // dispatches it again (SPEC §6).
+
 package kv
 
 import (
@@ -50,7 +51,7 @@ const (
 	// after that request's not_after_ms and the clock skew had passed, so
 	// no connector can act on it any more: the request was lost in flight
 	// (a server restarting, a processor paused past its lease). The intent
-	// is dispatched again (Reopen), under a new in-flight record and lease.
+	// is dispatched again (intent.Reopen), under a new in-flight record and lease.
 	StateLost IntentState = "lost"
 )
 
@@ -58,11 +59,7 @@ const (
 type Identity struct {
 	Fingerprint    string `json:"fingerprint"`
 	IdempotencyKey string `json:"idempotency_key"`
-	Provider       string `json:"provider"`
-	Capability     string `json:"capability"`
-	Operation      string `json:"operation"`
-	Environment    string `json:"environment"`
-	Referent       string `json:"referent"`
+	schema.Target
 }
 
 // IdentityOf is the identity of a grounded envelope (env.Grounded set).
@@ -71,11 +68,13 @@ func IdentityOf(env *schema.Envelope) Identity {
 	return Identity{
 		Fingerprint:    env.Grounded.Fingerprint,
 		IdempotencyKey: env.Grounded.IdempotencyKey,
-		Provider:       in.Provider,
-		Capability:     in.Capability,
-		Operation:      in.Operation,
-		Environment:    in.Environment,
-		Referent:       env.Grounded.Referent,
+		Target: schema.Target{
+			Provider:    in.Provider,
+			Capability:  in.Capability,
+			Operation:   in.Operation,
+			Environment: in.Environment,
+			Referent:    env.Grounded.Referent,
+		},
 	}
 }
 
@@ -84,7 +83,7 @@ func Hex(fingerprint string) string { return schema.FingerprintKey(fingerprint) 
 
 // RedispatchID is the message id (before the processor's MsgID) of the
 // hand-off that sends the held envelope of fingerprint fp back to dispatch
-// after its redispatches-th reopening (Reopen): reconciliation publishes
+// after its redispatches-th reopening (intent.Reopen): reconciliation publishes
 // under it, and dispatch recognizes by it that its input is that
 // redispatch — the one dispatch of the intent still to come.
 func RedispatchID(fp string, redispatches int) string {
@@ -119,7 +118,7 @@ type Intent struct {
 	// DispatchedFor is the proposal whose dispatch the latest in-flight
 	// record is (each in-flight record replaces it: one that reached
 	// nobody, or a request lost in flight, caused nothing). Every other
-	// proposal answered from its receipt gets recorded_earlier (Outcome).
+	// proposal answered from its receipt gets recorded_earlier (intent.Outcome).
 	// Nil in records written before it existed: their first proposal.
 	DispatchedFor *schema.ProposalRef `json:"dispatched_for,omitempty"`
 	// Receipt is the latest receipt; ReceiptSeq its number in the history.
@@ -146,10 +145,10 @@ type Intent struct {
 	// intent whose request may have been lost on the way (LostInFlight).
 	DispatchCode schema.Code `json:"dispatch_code,omitempty"`
 	// Redispatches counts the dispatches sent again after one was lost
-	// (Reopen), at most MaxRedispatches.
+	// (intent.Reopen), at most MaxRedispatches.
 	Redispatches int `json:"redispatches,omitempty"`
 	// ReceiptAfterMs is the recorded_at_ms of the latest receipt in the
-	// history while Receipt is nil after a Reopen: the next receipt is
+	// history while Receipt is nil after an intent.Reopen: the next receipt is
 	// recorded after it, so that receipts stay ordered by recorded_at_ms
 	// although processors' clocks differ (a client that orders outcomes
 	// by their receipt would otherwise take a stale outcome published
@@ -172,46 +171,6 @@ const MaxEnded = 64
 // flight is dispatched again; after that reconciliation's finding stands
 // (FAILED_BEFORE_DISPATCH).
 const MaxRedispatches = 5
-
-// LostInFlight reports whether the record's last dispatch left its effect
-// unknown for want of an answer — a timeout, a transport error, a
-// processor stopped or paused between its in-flight record and the reply —
-// so that a provider that says it never received the request may simply
-// not have: the request was lost on the way, not refused.
-func (r *Intent) LostInFlight() bool {
-	switch r.DispatchCode {
-	case schema.CodeAdapterTimeout, schema.CodeAdapterError, schema.CodeDispatchInterrupted:
-		return r.Redispatches < MaxRedispatches
-	}
-	return false
-}
-
-// Reopen makes the intent dispatchable again after reconciliation found
-// its request lost in flight (StateLost): the latest receipt stays in the
-// history, but no longer answers new proposals; the next dispatch writes
-// a new in-flight record, with a new lease, and a new receipt.
-func (r *Intent) Reopen(nowMs int64) {
-	r.State = StateLost
-	if r.Receipt != nil {
-		r.ReceiptAfterMs = max(r.ReceiptAfterMs, r.Receipt.RecordedAtMs)
-	}
-	r.Receipt = nil
-	r.ReconcileExhausted = false
-	r.ReconcileNextAtMs = 0
-	r.Redispatches++
-	r.UpdatedAtMs = nowMs
-}
-
-// DispatchStep is the ReceiptID step of a receipt of the intent's current
-// dispatch, named base ("dispatch", "interrupted"): base itself, then
-// "<base>-<n>" after n redispatches, so that every receipt has an id of
-// its own.
-func (r *Intent) DispatchStep(base string) string {
-	if r.Redispatches == 0 {
-		return base
-	}
-	return base + "-" + strconv.Itoa(r.Redispatches)
-}
 
 // Latest is the outcome an intent's latest receipt gives its proposals.
 type Latest struct {
@@ -261,7 +220,7 @@ func (r *Intent) EndOf(ref schema.ProposalRef) (EndedProposal, bool) {
 
 // Verdict is what one answer established about an intent: a provider's
 // reply to dispatch or reconcile, an interrupted dispatch, an operator's
-// finding. Settle turns it into the intent's next receipt.
+// finding. intent.Settle turns it into the intent's next receipt.
 type Verdict struct {
 	Status     schema.Status
 	NextAction schema.NextAction
@@ -294,102 +253,6 @@ func ReceiptID(fingerprint, step string) string {
 	return "rcpt_" + hex.EncodeToString(h[:16])
 }
 
-// Settle makes verdict v, reached at step (ReceiptID's input), the
-// intent's latest receipt — the one transition by which receipts change a
-// record, for dispatch, reconciliation and operators alike. link ties a
-// reconciliation receipt to its attempt and predecessor (nil for the
-// dispatch receipt); disclosure is the dispatch's disclosure record, carried
-// over by later receipts. recorded_at_ms never goes backwards within a
-// fingerprint's history. It returns the new receipt.
-func (r *Intent) Settle(v Verdict, step string, link *schema.ReceiptReconcileRef, disclosure *schema.DisclosureRecord, nowMs int64) schema.Receipt {
-	refs := slices.Clone(v.EvidenceRefs)
-	if refs == nil {
-		refs = []string{}
-	}
-	rc := schema.Receipt{
-		ReceiptID:         ReceiptID(r.Fingerprint, step),
-		Fingerprint:       r.Fingerprint,
-		IdempotencyKey:    r.IdempotencyKey,
-		Provider:          r.Provider,
-		Capability:        r.Capability,
-		Operation:         r.Operation,
-		Environment:       r.Environment,
-		Adapter:           r.Adapter,
-		Status:            v.Status,
-		DispatchAttempted: v.Attempted,
-		NextAction:        v.NextAction,
-		ProviderActionID:  v.ProviderActionID,
-		EvidenceRefs:      refs,
-		ErrorCode:         v.ErrorCode,
-		Disclosure:        disclosure,
-		Reconciliation:    link,
-		RecordedAtMs:      nowMs,
-	}
-	if r.ReceiptAfterMs > 0 {
-		rc.RecordedAtMs = max(nowMs, r.ReceiptAfterMs+1)
-	}
-	if prev := r.Receipt; prev != nil {
-		rc.RecordedAtMs = max(rc.RecordedAtMs, prev.RecordedAtMs+1)
-		if rc.Disclosure == nil && prev.Disclosure != nil {
-			d := *prev.Disclosure
-			d.FieldClasses = slices.Clone(d.FieldClasses)
-			rc.Disclosure = &d
-		}
-	}
-	r.State = StateDone
-	r.ReceiptSeq++
-	stored := rc
-	r.Receipt = &stored
-	kind := rc.OutcomeKind()
-	r.Latest = Latest{Kind: kind, Terminal: kind.Terminal() || v.Exhausted, Incidents: slices.Clone(v.Incidents)}
-	r.ReconcileExhausted = v.Exhausted
-	if v.Resolution != "" {
-		r.Resolution = v.Resolution
-	}
-	r.UpdatedAtMs = nowMs
-	return rc
-}
-
-// Outcome is the outcome the intent's latest receipt gives a proposal:
-// recorded_earlier when the receipt is of another proposal's dispatch
-// (SPEC §2.4).
-func (r *Intent) Outcome(to schema.ProposalRef, nowMs int64) schema.Outcome {
-	o := schema.NewOutcome(to, r.Latest.Kind, nowMs, slices.Clone(r.Latest.Incidents)...)
-	o.Terminal = r.Latest.Terminal
-	o.Fingerprint = schema.StringPtr(r.Fingerprint)
-	o.Referent = schema.StringPtr(r.Referent)
-	if r.Receipt != nil {
-		rc := *r.Receipt
-		o.Receipt = &rc
-		if by, ok := r.dispatcher(); ok && by != to {
-			o.RecordedEarlier = true
-		}
-	}
-	return o
-}
-
-// dispatcher is the proposal whose dispatch made the latest receipt:
-// DispatchedFor, or in a record written before it existed the intent's
-// first proposal (the one that dispatched it, unless it was ended since).
-func (r *Intent) dispatcher() (schema.ProposalRef, bool) {
-	switch {
-	case r.DispatchedFor != nil:
-		return *r.DispatchedFor, true
-	case len(r.Proposals) > 0:
-		return r.Proposals[0], true
-	}
-	return schema.ProposalRef{}, false
-}
-
-// Outcomes is the latest outcome for every proposal of the intent.
-func (r *Intent) Outcomes(nowMs int64) []schema.Outcome {
-	out := make([]schema.Outcome, 0, len(r.Proposals))
-	for _, ref := range r.Proposals {
-		out = append(out, r.Outcome(ref, nowMs))
-	}
-	return out
-}
-
 // IndeterminateReceipt reports whether a receipt leaves the effect unknown.
 func IndeterminateReceipt(rc *schema.Receipt) bool {
 	return rc != nil && rc.Status == schema.StatusReconciliationRequired
@@ -399,69 +262,4 @@ func IndeterminateReceipt(rc *schema.Receipt) bool {
 // verified or reconciled.
 func (r *Intent) NeedsWork() bool {
 	return r.Receipt != nil && r.Receipt.NextAction != schema.NextNone && !r.ReconcileExhausted && r.Resolution == ""
-}
-
-// Project copies the record's value-free state into its activity
-// snapshot: proposals, identity, and once a receipt exists, the latest
-// receipt and the dispatch and reconciliation sections. A snapshot that
-// already shows a later receipt keeps it.
-func (r *Intent) Project(a *schema.Activity) {
-	for _, p := range r.Proposals {
-		a.AddProposal(p)
-	}
-	a.Provider, a.Capability, a.Operation, a.Environment = r.Provider, r.Capability, r.Operation, r.Environment
-	a.Referent = r.Referent
-	rc := r.Receipt
-	if rc == nil {
-		return
-	}
-	if a.Receipt != nil && a.Receipt.RecordedAtMs > rc.RecordedAtMs {
-		// A later receipt is there already (its writer came first: this
-		// dispatch's own write was held up, by a partition say) and stays
-		// the picture; a dispatch section it could not complete takes this
-		// dispatch's result.
-		if rc.Reconciliation == nil && (a.Dispatch == nil || a.Dispatch.FinishedAtMs == 0) {
-			r.projectDispatch(a, rc)
-		}
-		return
-	}
-	latest := *rc
-	a.Receipt = &latest
-	a.Status = string(rc.Status)
-	r.projectDispatch(a, rc)
-	if rc.Disclosure != nil {
-		d := *rc.Disclosure
-		a.Disclosure = &d
-	}
-	if r.ReconcileAttempt > 0 || r.ReconcileNextAtMs > 0 || r.Resolution != "" {
-		a.Reconciliation = &schema.ActivityReconciliation{
-			Attempts:   r.ReconcileAttempt,
-			NextAtMs:   r.ReconcileNextAtMs,
-			Exhausted:  r.ReconcileExhausted,
-			Resolution: r.Resolution,
-		}
-		if rc.Reconciliation != nil {
-			a.Reconciliation.LastAttemptID = rc.Reconciliation.AttemptID
-			a.Reconciliation.ResolvedBy = rc.Reconciliation.Operator
-		}
-	}
-}
-
-// projectDispatch copies into a's dispatch section what rc, a receipt of
-// the record, says of the dispatch: when it started, and for a dispatch's
-// own receipt its end and result.
-func (r *Intent) projectDispatch(a *schema.Activity, rc *schema.Receipt) {
-	if a.Dispatch == nil {
-		a.Dispatch = &schema.ActivityDispatch{}
-	}
-	a.Dispatch.Adapter = r.Adapter
-	a.Dispatch.Attempted = a.Dispatch.Attempted || (rc.Reconciliation == nil && rc.DispatchAttempted)
-	if r.InFlightAtMs > 0 {
-		a.Dispatch.StartedAtMs = r.InFlightAtMs
-	}
-	if rc.Reconciliation == nil {
-		a.Dispatch.FinishedAtMs = rc.RecordedAtMs
-		a.Dispatch.Status = rc.Status
-		a.Dispatch.ErrorCode = rc.ErrorCode
-	}
 }

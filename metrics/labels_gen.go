@@ -21,7 +21,9 @@ func Results() []string {
 }
 
 // Reconciliation attempt statuses (label `status`): the provider's answer,
-// or why there was none.
+// or why there was none. Each is also the word an attempt records on its
+// checkpoint: the reconciliation stage uses these constants, so the set
+// is generated once.
 const (
 	AttemptConfirmed            = schema.ReplyConfirmed
 	AttemptRejected             = schema.ReplyRejected

@@ -11,13 +11,9 @@ type Activity struct {
 	Schema      string `json:"schema"`
 	Fingerprint string `json:"fingerprint"`
 	// Proposals are the proposals that carried this intent (bounded).
-	Proposals   []ProposalRef `json:"proposals"`
-	Provider    string        `json:"provider"`
-	Capability  string        `json:"capability"`
-	Operation   string        `json:"operation"`
-	Environment string        `json:"environment"`
-	Referent    string        `json:"referent"`
-	Summary     string        `json:"summary"`
+	Proposals []ProposalRef `json:"proposals"`
+	Target
+	Summary string `json:"summary"`
 	// ExternalSpend is the intent's spend, null if none.
 	ExternalSpend *Spend `json:"external_spend"`
 	// Status is the intent's state: awaiting_approval, denied, authorized,

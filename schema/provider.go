@@ -19,14 +19,10 @@ import (
 // NotAfterMs): it answers LateReply instead, and its reconcile then finds
 // the action absent. Every request carries it (> 0).
 type DispatchRequest struct {
-	Schema              string              `json:"schema"`
-	Fingerprint         string              `json:"fingerprint"`
-	IdempotencyKey      string              `json:"idempotency_key"`
-	Provider            string              `json:"provider"`
-	Capability          string              `json:"capability"`
-	Operation           string              `json:"operation"`
-	Environment         string              `json:"environment"`
-	Referent            string              `json:"referent"`
+	Schema         string `json:"schema"`
+	Fingerprint    string `json:"fingerprint"`
+	IdempotencyKey string `json:"idempotency_key"`
+	Target
 	Payload             jsontext.Value      `json:"payload"`
 	ExternalSpend       *Spend              `json:"external_spend"`
 	ProtectedDisclosure *DispatchDisclosure `json:"protected_disclosure"`

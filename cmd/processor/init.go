@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/portcullis/portcullis/internal/config"
+	"github.com/portcullis/portcullis/internal/fixtures"
 	"github.com/portcullis/portcullis/internal/keyfile"
 )
 
@@ -59,41 +61,27 @@ provider "demo" {
 `
 
 // initProposalJSON is a proposal host "frontdesk" may send to provider
-// "demo": one authoritative candidate, no grant (it asks for approval).
-const initProposalJSON = `{
-  "schema": "actions.proposal.v1",
-  "proposal_id": "prop-1",
-  "context": {
-    "tenant": {"tenant_ref": "tenant:demo", "security_domain_ref": "security-domain:demo"},
-    "actor": {"actor_ref": "actor:demo", "assurance": "host-session"},
-    "authorization": {"scope_ref": "policy-scope:demo", "policy_revision": "policy:1"},
-    "provider": {"account_ref": "demo:fixture"},
-    "delivery": {"delivery_id": "delivery:1", "source": "cli"},
-    "host_invocation": {"invocation_id": "invocation:1"}
-  },
-  "intent": {
-    "provider": "demo",
-    "capability": "inventory.adjust",
-    "operation": "adjust_stock",
-    "environment": "test",
-    "payload": {"quantity": 20},
-    "external_spend": null,
-    "protected_disclosure": null,
-    "display": {"summary": "Add 20 boards of cedar 8ft grade A"}
-  },
-  "grounding": {
-    "subject": "lumber: cedar-8ft-gradea",
-    "scope": "security-domain:demo",
-    "observation_ref": "catalog:12",
-    "candidates": [
-      {"referent": "sku-1001", "source": "authoritative",
-       "attributes": {"resource": "Lumber: Cedar-8ft-GradeA"}, "evidence_refs": ["catalog:12#sku-1001"]}
-    ]
-  },
-  "grant": null,
-  "requester": {"agent_id": "agent:cli", "model_provider": "none", "model_id": "none", "session_id": "s-1", "run_id": "r-1"}
+// "demo": SPEC §2.1's lumber proposal (one authoritative candidate, no
+// grant, so it asks for approval) in the demo tenant the written config
+// names, from the CLI.
+func initProposalJSON() (string, error) {
+	p := fixtures.Lumber("prop-1")
+	for path, v := range map[string]any{
+		"context.authorization.scope_ref":       "policy-scope:demo",
+		"context.authorization.policy_revision": "policy:1",
+		"context.provider.account_ref":          "demo:fixture",
+		"context.delivery.delivery_id":          "delivery:1",
+		"context.delivery.source":               "cli",
+		"context.host_invocation.invocation_id": "invocation:1",
+		"requester.agent_id":                    "agent:cli",
+		"requester.model_provider":              "none",
+		"requester.model_id":                    "none",
+	} {
+		fixtures.Set(p, path, v)
+	}
+	b, err := json.MarshalIndent(p, "", "  ")
+	return string(b) + "\n", err
 }
-`
 
 func cmdInit(c *cmdline, args []string, _ io.Reader) int {
 	dir := c.fs.String("dir", ".", "write the files into `DIR` (made if missing)")
@@ -132,7 +120,11 @@ func cmdInit(c *cmdline, args []string, _ io.Reader) int {
 	if _, err := config.Parse([]byte(src), paths[initConfig]); err != nil {
 		return c.fail(err)
 	}
-	for f, content := range map[string]string{initConfig: src, initProposal: initProposalJSON} {
+	proposal, err := initProposalJSON()
+	if err != nil {
+		return c.fail(err)
+	}
+	for f, content := range map[string]string{initConfig: src, initProposal: proposal} {
 		if err := writeNew(paths[f], content); err != nil {
 			return c.fail(err)
 		}

@@ -32,13 +32,15 @@ func dispatchReq(provider, seed string) schema.DispatchRequest {
 		Schema:         schema.SchemaDispatch,
 		Fingerprint:    "sha256:" + k,
 		IdempotencyKey: k,
-		Provider:       provider,
-		Capability:     "inventory.adjust",
-		Operation:      "adjust_stock",
-		Environment:    "test",
-		Referent:       "sku-1001",
-		Payload:        jsontext.Value(`{"quantity":20}`),
-		NotAfterMs:     time.Now().Add(time.Hour).UnixMilli(),
+		Target: schema.Target{
+			Provider:    provider,
+			Capability:  "inventory.adjust",
+			Operation:   "adjust_stock",
+			Environment: "test",
+			Referent:    "sku-1001",
+		},
+		Payload:    jsontext.Value(`{"quantity":20}`),
+		NotAfterMs: time.Now().Add(time.Hour).UnixMilli(),
 	}
 }
 

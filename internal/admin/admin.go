@@ -285,11 +285,7 @@ type ActivityListRequest struct {
 // the idempotency key, which the receipts carry).
 type Intent struct {
 	Fingerprint string `json:"fingerprint"`
-	Provider    string `json:"provider"`
-	Capability  string `json:"capability"`
-	Operation   string `json:"operation"`
-	Environment string `json:"environment"`
-	Referent    string `json:"referent"`
+	schema.Target
 }
 
 // ActivityEntry is the gist of one intent's activity snapshot.

@@ -58,8 +58,16 @@ func (s *Server) indeterminate() ([]Pending, error) {
 			continue // settled meanwhile
 		}
 		out = append(out, Pending{
-			Intent: Intent{Fingerprint: rec.Fingerprint, Provider: rec.Provider, Capability: rec.Capability,
-				Operation: rec.Operation, Environment: rec.Environment, Referent: rec.Referent},
+			Intent: Intent{
+				Fingerprint: rec.Fingerprint,
+				Target: schema.Target{
+					Provider:    rec.Provider,
+					Capability:  rec.Capability,
+					Operation:   rec.Operation,
+					Environment: rec.Environment,
+					Referent:    rec.Referent,
+				},
+			},
 			Proposals: slices.Clone(rec.Proposals), SinceMs: e.SinceMs,
 			Attempts: rec.ReconcileAttempt, MaxAttempts: s.ReconcileMaxAttempts, Exhausted: rec.ReconcileExhausted,
 			NextAtMs: rec.ReconcileNextAtMs, ErrorCode: rec.Receipt.ErrorCode, ReceiptID: rec.Receipt.ReceiptID,

@@ -612,8 +612,16 @@ func latestEntries(ctx context.Context, stream jetstream.Stream, keyPrefix strin
 			fp = schema.FingerprintOfKey(strings.TrimPrefix(m.Subject, keyPrefix))
 		}
 		entries = append(entries, ActivityEntry{
-			Intent: Intent{Fingerprint: fp, Provider: a.Provider, Capability: a.Capability, Operation: a.Operation,
-				Environment: a.Environment, Referent: a.Referent},
+			Intent: Intent{
+				Fingerprint: fp,
+				Target: schema.Target{
+					Provider:    a.Provider,
+					Capability:  a.Capability,
+					Operation:   a.Operation,
+					Environment: a.Environment,
+					Referent:    a.Referent,
+				},
+			},
 			Status: a.Status, Proposals: orEmpty(a.Proposals), UpdatedAtMs: a.UpdatedAtMs, Revision: m.Sequence,
 		})
 	}

@@ -79,7 +79,7 @@ type Spec struct {
 	// Scheduled: durable timers fire on this stage — the journal's (its
 	// predecessor's Route.NextTimer, its own Route.Timer) or the approval
 	// expiries (authorization's own Route.Timer); with a replicated
-	// journal they are nats-server message schedules (package timers),
+	// journal they are nats-server message schedules (kv/jetstream's Schedules),
 	// which its stream then holds.
 	Scheduled bool
 	// TimersOnly: nothing is handed on to the stage but timers (its

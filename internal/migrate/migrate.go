@@ -525,7 +525,7 @@ func (r *run) msg(stream string, seq uint64) (*jetstream.RawStreamMsg, error) {
 	})
 }
 
-// read gets one message of stream, within leaderkv's retry budget; nil if
+// read gets one message of stream, within kv/jetstream's retry budget; nil if
 // there is no such message or stream.
 func (r *run) read(stream string, get func(context.Context, jetstream.Stream) (*jetstream.RawStreamMsg, error)) (*jetstream.RawStreamMsg, error) {
 	var m *jetstream.RawStreamMsg

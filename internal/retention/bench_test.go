@@ -14,6 +14,7 @@ import (
 	"github.com/portcullis/portcullis/internal/bench"
 	"github.com/portcullis/portcullis/internal/retention"
 	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/kv/intent"
 	"github.com/portcullis/portcullis/schema"
 )
 
@@ -95,15 +96,24 @@ func fill(b *pebble.Batch, n int, now int64) {
 	b.PutApproval(ref, &kv.Approval{Host: ref.Host, ProposalID: ref.ProposalID, Fingerprint: fp, Referent: "sku-1001", Seq: uint64(n),
 		State: kv.StatePermitted, ArrivedAtMs: now, DecidedBy: fmt.Sprintf("ACTIONS_AUTHORIZATION/%d", n), DecidedAtMs: now,
 		Evaluations: []schema.PolicyEvaluation{{Layer: "grant", Outcome: "pass"}}}, false, 0)
-	rec := kv.NewIntent(kv.Identity{Fingerprint: fp, IdempotencyKey: fp[7:], Provider: "inventory", Capability: "inventory.adjust",
-		Operation: "adjust_stock", Environment: "test", Referent: "sku-1001"}, "nats", now)
+	rec := kv.NewIntent(kv.Identity{
+		Fingerprint:    fp,
+		IdempotencyKey: fp[7:],
+		Target: schema.Target{
+			Provider:    "inventory",
+			Capability:  "inventory.adjust",
+			Operation:   "adjust_stock",
+			Environment: "test",
+			Referent:    "sku-1001",
+		},
+	}, "nats", now)
 	rec.AddProposal(ref)
 	rec.DispatchAttempts, rec.InFlightAtMs = 1, now
-	rc := rec.Settle(kv.Verdict{Status: schema.StatusConfirmed, NextAction: schema.NextNone, Attempted: true,
+	rc := intent.Settle(&rec, kv.Verdict{Status: schema.StatusConfirmed, NextAction: schema.NextNone, Attempted: true,
 		ProviderActionID: "inv:" + fp[7:23]}, "dispatch", nil, nil, now)
 	b.AppendReceipt(rec.ReceiptSeq, rc)
 	b.PutIntent(fp, &rec)
-	b.PutOutcome(rec.Outcome(ref, now))
+	b.PutOutcome(intent.Outcome(rec, ref, now))
 }
 
 // hotPath is one new proposal's store traffic, as the stages make it:
@@ -146,19 +156,28 @@ func hotPath(s *pebble.Store, ap *pebble.Approvals, n int, now int64) error {
 	if err != nil || found {
 		return fmt.Errorf("journal of a new intent: found %v, %v", found, err)
 	}
-	j = kv.NewIntent(kv.Identity{Fingerprint: fp, IdempotencyKey: fp[7:], Provider: "inventory", Capability: "inventory.adjust",
-		Operation: "adjust_stock", Environment: "test", Referent: "sku-1001"}, "nats", now)
+	j = kv.NewIntent(kv.Identity{
+		Fingerprint:    fp,
+		IdempotencyKey: fp[7:],
+		Target: schema.Target{
+			Provider:    "inventory",
+			Capability:  "inventory.adjust",
+			Operation:   "adjust_stock",
+			Environment: "test",
+			Referent:    "sku-1001",
+		},
+	}, "nats", now)
 	j.AddProposal(ref)
 	j.State, j.DispatchAttempts, j.InFlightAtMs = kv.StateInFlight, 1, now
 	if err := jr.Commit(fp, kv.IntentWrites{Record: &j}); err != nil {
 		return err
 	}
-	rc := j.Settle(kv.Verdict{Status: schema.StatusConfirmed, NextAction: schema.NextNone, Attempted: true,
+	rc := intent.Settle(&j, kv.Verdict{Status: schema.StatusConfirmed, NextAction: schema.NextNone, Attempted: true,
 		ProviderActionID: "inv:" + fp[7:23]}, "dispatch", nil, nil, now)
 	if err := jr.Commit(fp, kv.IntentWrites{Record: &j, Receipt: &rc}); err != nil {
 		return err
 	}
-	if err := s.RecordOutcomes([]schema.Outcome{j.Outcome(ref, now)}); err != nil {
+	if err := s.RecordOutcomes([]schema.Outcome{intent.Outcome(j, ref, now)}); err != nil {
 		return err
 	}
 	return s.Flush()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/portcullis/portcullis/internal/retention"
 	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/kv/intent"
 	"github.com/portcullis/portcullis/schema"
 )
 
@@ -77,7 +78,7 @@ func TestSweepHorizons(t *testing.T) {
 	// Intent 0 stays unfinished: acknowledged, verification pending.
 	pending := fingerprintOf(0)
 	rec, _, _ := pebble.NewJournal(s).Load(pending)
-	rec.Settle(kv.Verdict{Status: schema.StatusAcknowledged, NextAction: schema.NextVerify, Attempted: true}, "dispatch-ack", nil, nil, c.Now())
+	intent.Settle(&rec, kv.Verdict{Status: schema.StatusAcknowledged, NextAction: schema.NextVerify, Attempted: true}, "dispatch-ack", nil, nil, c.Now())
 	if err := pebble.NewJournal(s).Commit(pending, kv.IntentWrites{Record: &rec}); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/portcullis/portcullis/kv/pebble"
 
 	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/kv/intent"
 	"github.com/portcullis/portcullis/schema"
 )
 
@@ -54,19 +55,28 @@ func proposal(s *pebble.Store, n int, now int64, sync bool) error {
 	if err := b.Commit(d); err != nil {
 		return err
 	}
-	rec := kv.NewIntent(kv.Identity{Fingerprint: fp, IdempotencyKey: fp[7:], Provider: "inventory", Capability: "inventory.adjust",
-		Operation: "adjust_stock", Environment: "test", Referent: "sku-1001"}, "nats", now)
+	rec := kv.NewIntent(kv.Identity{
+		Fingerprint:    fp,
+		IdempotencyKey: fp[7:],
+		Target: schema.Target{
+			Provider:    "inventory",
+			Capability:  "inventory.adjust",
+			Operation:   "adjust_stock",
+			Environment: "test",
+			Referent:    "sku-1001",
+		},
+	}, "nats", now)
 	rec.AddProposal(ref)
 	rec.State, rec.DispatchAttempts, rec.InFlightAtMs = kv.StateInFlight, 1, now
 	if err := pebble.NewJournal(s).Commit(fp, kv.IntentWrites{Record: &rec}); err != nil {
 		return err
 	}
-	rc := rec.Settle(kv.Verdict{Status: schema.StatusConfirmed, NextAction: schema.NextNone, Attempted: true,
+	rc := intent.Settle(&rec, kv.Verdict{Status: schema.StatusConfirmed, NextAction: schema.NextNone, Attempted: true,
 		ProviderActionID: "inv:" + fp[7:23]}, "dispatch", nil, nil, now)
 	if err := pebble.NewJournal(s).Commit(fp, kv.IntentWrites{Record: &rec, Receipt: &rc}); err != nil {
 		return err
 	}
-	o := rec.Outcome(ref, now)
+	o := intent.Outcome(rec, ref, now)
 	b = s.NewBatch()
 	b.PutOutcome(o)
 	return b.Commit(pebble.NoSync) // the runner flushes before the ack

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/kv/intent"
 	"github.com/portcullis/portcullis/schema"
 )
 
@@ -140,7 +141,7 @@ func (w *World) latestRecorded(rec kv.Intent, ref schema.ProposalRef) (schema.Ou
 	if rec.Receipt == nil || !slices.Contains(rec.Proposals, ref) {
 		return schema.Outcome{}, false
 	}
-	return rec.Outcome(ref, w.now), true
+	return intent.Outcome(rec, ref, w.now), true
 }
 
 func recordedAt(o *schema.Outcome) int64 {

@@ -6,7 +6,7 @@
 // shared journal (compare-and-set per fingerprint, held to the kvtest
 // conformance suite), a simulated work queue (ack wait, redelivery,
 // RetryAfter, give-up after the runner's limits), timers armed before the
-// commit and never cancelled (timers.Schedules), the held-envelope stream
+// commit and never cancelled (jetstream.Schedules), the held-envelope stream
 // and a provider; an operator settles indeterminate effects through the
 // real reconciliation.Settle in a shell that mirrors Stage.Resolve (lock,
 // load, settle, commit, reload on a conflict; operator.go, resolve.go).
@@ -59,7 +59,8 @@
 // operator's command beyond its refusals.
 //
 // Real: dispatch.Step, reconciliation.Step and Settle, dispatch.LeaseWait
-// and NotInvoked, journal.Record and its transitions, schema.Late.
+// and NotInvoked, the record and its transitions (intent.Apply, which
+// those steps call), schema.Late.
 // Modelled: the operator and its command's transport, the shells (the real ones block in their calls, so they cannot be
 // interleaved without goroutines; each action of the model is one of
 // theirs, and the crash points are between any two), the journal store,
@@ -245,6 +246,13 @@
 // waited at RECONCILIATION_REQUIRED for good. Fixed in dispatch.Step:
 // both conclude the intent FAILED_BEFORE_DISPATCH
 // (TestStepDeniedRedispatch); TestFindings replays both seeds.
+//
+// The intent's transition tables (kv/intent/testdata) are replayed here
+// too (TestIntentTables, transitions.go): every row's transition is held
+// to the invariants one transition can break (1, 6, 7, 9), and every row
+// the stages reach from facts alone is made through the real
+// dispatch.Step, reconciliation.Step or Settle, which must commit the
+// record intent.Apply gives, byte for byte.
 //
 // It imports the stages whose pure steps it drives and the records of
 // state; it runs no NATS server, touches no disk and reads no real clock.

@@ -22,7 +22,7 @@ import (
 // revision the first Load under Lock returned (none: expects no record),
 // and a commit that loses changes nothing but what is harmless on its own
 // — like kvjs.Journal, it arms its timer before the compare-and-set
-// (keyed as timers.Schedules keys it, never cancelled), so a poll can fire
+// (keyed as jetstream.Schedules keys it, never cancelled), so a poll can fire
 // for a commit that never happened; the rest lands only with the record. What it does not
 // model: the replicated journal's After writes (receipt, attempt, index)
 // being repaired by the next commit when they fail — here they land with
@@ -38,7 +38,7 @@ type sharedJournal struct {
 	attempts map[string]kv.Attempt // fingerprint + "\x00" + attempt id
 	ended    map[schema.ProposalRef]kv.Ended
 	indet    map[string]int64
-	// timers are the armed timers by ID and MsgID, as timers.Schedules
+	// timers are the armed timers by ID and MsgID, as jetstream.Schedules
 	// keeps them for the replicated journal: arming the same poll again
 	// replaces it, another poll of the fingerprint is another timer, and
 	// nothing cancels one (a stale poll is ignored by the stage).
@@ -219,7 +219,7 @@ func (h *journalHandle) Commit(fp string, w kv.IntentWrites) error {
 	if w.Attempt != nil {
 		j.attempts[fp+"\x00"+w.Attempt.AttemptID] = *w.Attempt
 	}
-	// w.CancelTimer: timers.Schedules has no cancel (see timers).
+	// w.CancelTimer: jetstream.Schedules has no cancel (see kv/jetstream/schedules.go).
 	switch {
 	case w.Indeterminate > 0:
 		j.indet[fp] = w.SinceMs

@@ -235,8 +235,11 @@ func (t *task) dispatchSend() {
 		return
 	}
 	req := schema.DispatchRequest{
-		Schema: schema.SchemaDispatch, Fingerprint: f.Record.Fingerprint, IdempotencyKey: f.Record.IdempotencyKey,
-		Provider: f.Env.Proposal.Intent.Provider, Referent: f.Record.Referent, NotAfterMs: f.Record.InFlightUntilMs,
+		Schema:         schema.SchemaDispatch,
+		Fingerprint:    f.Record.Fingerprint,
+		IdempotencyKey: f.Record.IdempotencyKey,
+		Target:         schema.Target{Provider: f.Env.Proposal.Intent.Provider, Referent: f.Record.Referent},
+		NotAfterMs:     f.Record.InFlightUntilMs,
 	}
 	t.next("dispatch before send", func() {
 		w.tracef("p%d sends %s (not_after %d)", t.p.id, f.Env.Proposal.ProposalID, req.NotAfterMs-start)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/kv/intent"
 
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages/dispatch"
@@ -229,7 +230,7 @@ func TestFindingsInStep(t *testing.T) {
 		rec := kv.NewIntent(kv.IdentityOf(env), "sim", now-10_000)
 		rec.AddProposal(env.Ref())
 		rec.InFlightBy, rec.InFlightUntilMs = "p_other", now-1000
-		rec.Settle(dispatch.Interrupted(), "interrupted", nil, nil, now-9000)
+		intent.Settle(&rec, dispatch.Interrupted(), "interrupted", nil, nil, now-9000)
 		rec.DispatchCode = schema.CodeDispatchInterrupted
 		rec.ReconcileAttempt = 1
 		r := reconcileRules()

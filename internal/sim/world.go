@@ -326,7 +326,7 @@ type message struct {
 	msgID   string
 	serial  uint64 // its stream sequence: the runner's outputs' ids derive from it
 	// dedup: the stream drops a message whose id it saw. Timer messages
-	// have none: timers.Schedules publishes schedules without
+	// have none: jetstream.Schedules publishes schedules without
 	// Nats-Msg-Id, so a poll armed twice may fire twice.
 	dedup bool
 

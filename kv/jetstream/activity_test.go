@@ -8,6 +8,7 @@ import (
 
 	"github.com/portcullis/portcullis/internal/testenv"
 	kvs "github.com/portcullis/portcullis/kv"
+	kvintent "github.com/portcullis/portcullis/kv/intent"
 	kvjs "github.com/portcullis/portcullis/kv/jetstream"
 	"github.com/portcullis/portcullis/schema"
 )
@@ -107,7 +108,7 @@ func TestLateDispatchWriteCompletesTheSnapshot(t *testing.T) {
 	byReconciliation := kvs.Intent{Adapter: "nats", InFlightAtMs: 1000, Receipt: confirmed}
 	byDispatch := kvs.Intent{Adapter: "nats", InFlightAtMs: 1000, Receipt: dispatched}
 
-	if err := s.Update(ctx, fp, byReconciliation.Project); err != nil {
+	if err := s.Update(ctx, fp, project(byReconciliation)); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.Get(ctx, fp)
@@ -117,7 +118,7 @@ func TestLateDispatchWriteCompletesTheSnapshot(t *testing.T) {
 	if got.Status != string(schema.StatusConfirmed) || (got.Dispatch != nil && got.Dispatch.Status == "") {
 		t.Fatalf("after reconciliation: status %q, dispatch %+v (a section without its result)", got.Status, got.Dispatch)
 	}
-	if err := s.Update(ctx, fp, byDispatch.Project); err != nil {
+	if err := s.Update(ctx, fp, project(byDispatch)); err != nil {
 		t.Fatal(err)
 	}
 	if got, err = s.Get(ctx, fp); err != nil {
@@ -129,4 +130,9 @@ func TestLateDispatchWriteCompletesTheSnapshot(t *testing.T) {
 	if d := got.Dispatch; d == nil || d.Status != schema.StatusReconciliationRequired || d.FinishedAtMs != 2000 || d.StartedAtMs != 1000 || !d.Attempted {
 		t.Errorf("dispatch section %+v, want the dispatch's result", d)
 	}
+}
+
+// project is rec's projection into a snapshot, as an activity edit.
+func project(rec kvs.Intent) func(*schema.Activity) {
+	return func(a *schema.Activity) { kvintent.Project(rec, a) }
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/kv/intent"
 
 	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats-server/v2/server"
@@ -48,7 +49,7 @@ func testBucket(t *testing.T) (*server.Server, jetstream.JetStream, jetstream.Ke
 
 var (
 	tfp = "sha256:" + strings.Repeat("ab", 32)
-	tid = kv.Identity{Fingerprint: tfp, IdempotencyKey: kv.Hex(tfp), Provider: "demo", Capability: "c", Operation: "o", Environment: "test", Referent: "r"}
+	tid = kv.Identity{Fingerprint: tfp, IdempotencyKey: kv.Hex(tfp), Target: schema.Target{Provider: "demo", Capability: "c", Operation: "o", Environment: "test", Referent: "r"}}
 )
 
 // A processor that dies right after its record's compare-and-set leaves
@@ -61,10 +62,10 @@ func TestCrashAfterTheRecordIsRepaired(t *testing.T) {
 	// it before dying: its After was never applied. Before it, the
 	// dispatch receipt (1) and the index entry were stored.
 	rec := kv.NewIntent(tid, "fake", 100)
-	first := rec.Settle(kv.Verdict{Status: schema.StatusReconciliationRequired, NextAction: schema.NextReconcile, Attempted: true}, "dispatch", nil, nil, 100)
+	first := intent.Settle(&rec, kv.Verdict{Status: schema.StatusReconciliationRequired, NextAction: schema.NextReconcile, Attempted: true}, "dispatch", nil, nil, 100)
 	cp := kv.Attempt{AttemptID: kv.AttemptID(tfp, 1), Number: 1, StartedAtMs: 150}
 	rec.ReconcileAttempt = 1
-	second := rec.Settle(kv.Verdict{Status: schema.StatusConfirmed, NextAction: schema.NextNone, Attempted: true, Settled: true},
+	second := intent.Settle(&rec, kv.Verdict{Status: schema.StatusConfirmed, NextAction: schema.NextNone, Attempted: true, Settled: true},
 		"reconcile/"+cp.AttemptID, &schema.ReceiptReconcileRef{AttemptID: cp.AttemptID, PreviousReceiptID: first.ReceiptID}, nil, 200)
 	done := cp
 	done.Status, done.FinishedAtMs = "confirmed", 200
@@ -174,7 +175,7 @@ func commitSettled(t *testing.T, j *Journal, fp string, verdicts ...kv.Verdict) 
 			cp := kv.Attempt{AttemptID: kv.AttemptID(fp, i), Number: i, StartedAtMs: 100, Status: "confirmed", FinishedAtMs: 100}
 			w.Attempt = &cp
 		}
-		rc := rec.Settle(v, "step"+string(rune('a'+i)), nil, nil, 100)
+		rc := intent.Settle(&rec, v, "step"+string(rune('a'+i)), nil, nil, 100)
 		w.Receipt = &rc
 		if err := j.Commit(fp, w); err != nil {
 			t.Fatal(err)

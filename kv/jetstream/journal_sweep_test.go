@@ -16,6 +16,7 @@ import (
 
 	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/kv"
+	kvintent "github.com/portcullis/portcullis/kv/intent"
 	"github.com/portcullis/portcullis/schema"
 )
 
@@ -50,7 +51,7 @@ func intent(t testing.TB, j kv.Journal, n int, ms int64, verdicts ...kv.Verdict)
 		t.Fatal(err)
 	}
 	if rec.Fingerprint == "" {
-		rec = kv.NewIntent(kv.Identity{Fingerprint: fp, IdempotencyKey: kv.Hex(fp), Provider: "demo", Referent: "r"}, "fake", ms)
+		rec = kv.NewIntent(kv.Identity{Fingerprint: fp, IdempotencyKey: kv.Hex(fp), Target: schema.Target{Provider: "demo", Referent: "r"}}, "fake", ms)
 	}
 	rec.AddProposal(schema.ProposalRef{Host: "h", ProposalID: fmt.Sprint("p", n)})
 	rec.State, rec.DispatchAttempts, rec.InFlightAtMs, rec.UpdatedAtMs = kv.StateInFlight, 1, ms, ms
@@ -65,7 +66,7 @@ func intent(t testing.TB, j kv.Journal, n int, ms int64, verdicts ...kv.Verdict)
 			cp := kv.Attempt{AttemptID: kv.AttemptID(fp, i), Number: i, StartedAtMs: ms, Status: "confirmed", FinishedAtMs: ms}
 			w.Attempt, step = &cp, "reconcile/"+cp.AttemptID
 		}
-		rc := rec.Settle(v, step, nil, nil, ms)
+		rc := kvintent.Settle(&rec, v, step, nil, nil, ms)
 		w.Receipt = &rc
 		if kv.IndeterminateReceipt(&rc) {
 			w.Indeterminate, w.SinceMs = 1, ms
@@ -120,7 +121,7 @@ func testSweep(t *testing.T, url string, replicas int) {
 		t.Fatal(err)
 	}
 	// Nothing sent, only a proposal ended at dispatch's re-check: goes.
-	endsOnly := kv.NewIntent(kv.Identity{Fingerprint: fingerprint(10), IdempotencyKey: kv.Hex(fingerprint(10)), Provider: "demo", Referent: "r"}, "fake", old)
+	endsOnly := kv.NewIntent(kv.Identity{Fingerprint: fingerprint(10), IdempotencyKey: kv.Hex(fingerprint(10)), Target: schema.Target{Provider: "demo", Referent: "r"}}, "fake", old)
 	endsOnly.End(kv.EndedProposal{Ref: schema.ProposalRef{Host: "h", ProposalID: "p10"}, Ended: kv.Ended{Phase: schema.PhaseAuthorization, Code: schema.CodeGrantExpired, AtMs: old}})
 	if err := js[2].Commit(fingerprint(10), kv.IntentWrites{Record: &endsOnly}); err != nil {
 		t.Fatal(err)

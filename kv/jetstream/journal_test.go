@@ -11,6 +11,7 @@ import (
 	"github.com/portcullis/portcullis/kv"
 	kvjs "github.com/portcullis/portcullis/kv/jetstream"
 	"github.com/portcullis/portcullis/kv/kvtest"
+	"github.com/portcullis/portcullis/schema"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -82,7 +83,7 @@ func BenchmarkReplicatedCommit(b *testing.B) {
 			})
 			j := kvjs.NewJournal(kvjs.JournalOptions{KV: bucket, JS: js, Writer: "p_bench"})
 			fp := "sha256:" + strings.Repeat("ab", 32)
-			rec := kv.NewIntent(kv.Identity{Fingerprint: fp, IdempotencyKey: fp[7:], Provider: "demo", Referent: "sku-1"}, "fake", 1)
+			rec := kv.NewIntent(kv.Identity{Fingerprint: fp, IdempotencyKey: fp[7:], Target: schema.Target{Provider: "demo", Referent: "sku-1"}}, "fake", 1)
 			b.ResetTimer()
 			for i := range b.N {
 				unlock := j.Lock(fp)

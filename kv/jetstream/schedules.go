@@ -1,10 +1,10 @@
-// Package timers is where Portcullis's durable timers live: a message
+// Timers: where Portcullis's durable timers live: a message
 // (kv.Timer) to publish on a stage's timer subject once it falls due —
 // reconciliation polls, operator announcements and approval expiries.
 // Timers is the interface; there are two homes.
 //
 //   - Local: the processor's own Pebble store, fired by stages.Scheduler
-//     (single node). The Pebble journal and approvals.Pebble write their
+//     (single node). The Pebble journal and approval store write their
 //     timers in the same atomic batch as the rest of a step, not through
 //     this interface.
 //   - Schedules: nats-server message scheduling (ADR-51) on the stage's
@@ -56,6 +56,7 @@
 // There is no Cancel for the same reason: a cancelled timer would have to
 // be cancelled after the commit and could race the next one, while a stale
 // one costs one ignored message.
+
 package jetstream
 
 import (

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/kv/intent"
 	"github.com/portcullis/portcullis/schema"
 )
 
@@ -33,8 +34,17 @@ type OpenJournal func(t *testing.T) (s kv.Journal, another func() kv.Journal)
 func RunJournal(t *testing.T, open OpenJournal) {
 	fp := "sha256:" + strings.Repeat("ab", 32)
 	other := "sha256:" + strings.Repeat("cd", 32)
-	id := kv.Identity{Fingerprint: fp, IdempotencyKey: kv.Hex(fp), Provider: "demo", Capability: "inventory.adjust",
-		Operation: "adjust_stock", Environment: "test", Referent: "sku-1"}
+	id := kv.Identity{
+		Fingerprint:    fp,
+		IdempotencyKey: kv.Hex(fp),
+		Target: schema.Target{
+			Provider:    "demo",
+			Capability:  "inventory.adjust",
+			Operation:   "adjust_stock",
+			Environment: "test",
+			Referent:    "sku-1",
+		},
+	}
 
 	t.Run("empty", func(t *testing.T) {
 		s, _ := open(t)
@@ -74,7 +84,7 @@ func RunJournal(t *testing.T, open OpenJournal) {
 		}
 		// Two receipts, each appended with the record that numbers it.
 		for i, status := range []schema.Status{schema.StatusReconciliationRequired, schema.StatusConfirmed} {
-			rc := got.Settle(kv.Verdict{Status: status, NextAction: schema.NextNone, Attempted: true}, "step"+string(rune('a'+i)), nil, nil, 200)
+			rc := intent.Settle(&got, kv.Verdict{Status: status, NextAction: schema.NextNone, Attempted: true}, "step"+string(rune('a'+i)), nil, nil, 200)
 			cp := kv.Attempt{AttemptID: kv.AttemptID(fp, i+1), Number: i + 1, StartedAtMs: 200}
 			w := kv.IntentWrites{Record: &got, Receipt: &rc, Attempt: &cp, Indeterminate: 1 - 2*i, SinceMs: 200}
 			if err := s.Commit(fp, w); err != nil {
@@ -239,7 +249,7 @@ func RunJournal(t *testing.T, open OpenJournal) {
 		// A settles the dispatch on what it loaded: a receipt, a started
 		// attempt, the index.
 		recA.AddProposal(pA)
-		rc := recA.Settle(kv.Verdict{Status: schema.StatusReconciliationRequired, NextAction: schema.NextReconcile, Attempted: true}, "dispatch", nil, nil, 200)
+		rc := intent.Settle(&recA, kv.Verdict{Status: schema.StatusReconciliationRequired, NextAction: schema.NextReconcile, Attempted: true}, "dispatch", nil, nil, 200)
 		cp := kv.Attempt{AttemptID: kv.AttemptID(fp, 1), Number: 1, StartedAtMs: 200}
 		wA := kv.IntentWrites{Record: &recA, Receipt: &rc, Attempt: &cp, Indeterminate: 1, SinceMs: 200}
 		select {
@@ -269,7 +279,7 @@ func RunJournal(t *testing.T, open OpenJournal) {
 				t.Fatal(err)
 			}
 			recA.AddProposal(pA)
-			rc = recA.Settle(kv.Verdict{Status: schema.StatusReconciliationRequired, NextAction: schema.NextReconcile, Attempted: true}, "dispatch", nil, nil, 200)
+			rc = intent.Settle(&recA, kv.Verdict{Status: schema.StatusReconciliationRequired, NextAction: schema.NextReconcile, Attempted: true}, "dispatch", nil, nil, 200)
 			if err := s.Commit(fp, kv.IntentWrites{Record: &recA, Receipt: &rc, Attempt: &cp, Indeterminate: 1, SinceMs: 200}); err != nil {
 				t.Fatalf("commit after loading again: %v", err)
 			}

@@ -6,8 +6,8 @@ import (
 	"github.com/portcullis/portcullis/schema"
 )
 
-// Approval decodes a proposal's authorization record (package approvals'
-// Record) into v; found is false if there is none.
+// Approval decodes a proposal's authorization record (a kv.Approval)
+// into v; found is false if there is none.
 func (s *Store) Approval(ref schema.ProposalRef, v any) (bool, error) {
 	return s.get(proposalKey(prefixApproval, ref), v)
 }

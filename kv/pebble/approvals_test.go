@@ -8,7 +8,7 @@ import (
 	"github.com/portcullis/portcullis/schema"
 )
 
-// rec stands in for package approvals' Record: kv stores it as it is.
+// rec stands in for kv.Approval: kv stores it as it is.
 type rec struct {
 	Fingerprint string `json:"fingerprint"`
 	State       string `json:"state"`

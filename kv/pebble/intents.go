@@ -33,8 +33,8 @@ func attemptKey(fp []byte, attemptID string) []byte {
 
 func indeterminateKey(fp []byte) []byte { return append([]byte{prefixIndeterminate}, fp...) }
 
-// Intent decodes a fingerprint's journal record (package journal's
-// Record) into v; found is false if there is none.
+// Intent decodes a fingerprint's journal record (a kv.Intent)
+// into v; found is false if there is none.
 func (s *Store) Intent(fingerprint string, v any) (bool, error) {
 	fp, err := fingerprintBytes(fingerprint)
 	if err != nil {

@@ -7,7 +7,7 @@ import (
 	"github.com/portcullis/portcullis/schema"
 )
 
-// record stands in for package journal's Record: kv stores whatever its
+// record stands in for kv.Intent: kv stores whatever its
 // caller encodes.
 type record struct {
 	State     string               `json:"state"`

@@ -14,7 +14,7 @@ const (
 	prefixEnded         byte = 'e' // host, proposal_id → Ended (dispatch-time denial)
 	prefixTimer         byte = 't' // due_ms, id → Timer
 	prefixTimerIndex    byte = 'T' // id → due_ms
-	prefixApproval      byte = 'a' // host, proposal_id → approvals.Record (authorization's decision record)
+	prefixApproval      byte = 'a' // host, proposal_id → kv.Approval (authorization's decision record)
 	prefixPending       byte = 'p' // host, proposal_id → expires_at_ms, while the proposal is parked
 	prefixIntent        byte = 'f' // fingerprint → Intent (dispatch state)
 	prefixReceipt       byte = 'r' // fingerprint, seq → Receipt

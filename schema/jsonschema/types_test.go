@@ -121,10 +121,16 @@ func jsonFields(t *testing.T, typ reflect.Type) []field {
 		if !f.IsExported() {
 			continue
 		}
-		if f.Anonymous {
-			t.Fatalf("%s: embedded field %s: not handled", typ, f.Name)
-		}
 		tag := f.Tag.Get("json")
+		if f.Anonymous {
+			// An embedded struct without a JSON name is inlined: its
+			// members are the outer struct's, in its place.
+			if name, _, _ := strings.Cut(tag, ","); name != "" || f.Type.Kind() != reflect.Struct {
+				t.Fatalf("%s: embedded field %s: not handled", typ, f.Name)
+			}
+			out = append(out, jsonFields(t, f.Type)...)
+			continue
+		}
 		if tag == "-" {
 			continue
 		}

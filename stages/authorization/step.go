@@ -7,7 +7,7 @@
 //
 // step.go is the pure part: Step decides one input — a grounded proposal,
 // a standalone grant or decline, the approval's expiry — from the
-// proposal's approval record (package approvals): what to write, whether
+// proposal's approval record (kv.Approval): what to write, whether
 // to read the parked envelope back first, and what to publish. verdict.go
 // judges proposals and grants and renders outcomes, hand-offs and activity.
 // stage.go only locks, loads, steps, commits, reads, steps again and hands

@@ -1,6 +1,6 @@
 // Package dispatch is the stage that calls providers: exactly once per
 // fingerprint, whatever crashes, redeliveries or replays happen (SPEC §3
-// Dispatch). The journal (package journal) is written with Sync before a
+// Dispatch). The journal (kv.Journal) is written with Sync before a
 // provider is called and after it answers; a fingerprint that may have
 // reached a provider is never sent again.
 //
@@ -18,6 +18,7 @@ import (
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/kv/intent"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
 )
@@ -81,16 +82,10 @@ type Provider struct {
 
 // Lease names one in-flight record: its writer, its end and the attempt it
 // counts. A provider call belongs to the lease it was made under.
-type Lease struct {
-	By       string
-	UntilMs  int64
-	Attempts int
-}
+type Lease = intent.Lease
 
 // LeaseOf is rec's lease.
-func LeaseOf(rec kv.Intent) Lease {
-	return Lease{By: rec.InFlightBy, UntilMs: rec.InFlightUntilMs, Attempts: rec.DispatchAttempts}
-}
+func LeaseOf(rec kv.Intent) Lease { return intent.LeaseOf(rec) }
 
 // Call is the external call a step asks for, after its writes.
 type Call int
@@ -144,15 +139,18 @@ type Rules struct {
 // DefaultLeaseMargin is Rules.LeaseMargin's default.
 const DefaultLeaseMargin = 5 * time.Second
 
-// Step runs SPEC §3 Dispatch for one proposal, one decision at a time:
-//  1. a receipt exists: it is the answer (the proposal is recorded on the
-//     intent, so it hears of reconciliation);
+// Step runs SPEC §3 Dispatch for one proposal, one decision at a time.
+// What each event does to the intent's record is intent.Apply's; Step
+// decides which event happened and turns its effects into a decision:
+//  1. a receipt exists: it is the answer (the proposal joins the intent,
+//     so it hears of reconciliation);
 //  2. in flight without a receipt: DISPATCH_INTERRUPTED, never sent again
 //     (SPEC §6: whoever wrote it) — but while another processor's lease on
 //     it runs, that processor may still be in the call: wait (Retry, no
 //     writes) for its receipt or the lease's end;
 //  3. the grant window and managed policy again, then disclosure: a denial
-//     ends this proposal only, never the fingerprint;
+//     ends this proposal only, never the fingerprint (unless the input is
+//     the redispatch the intent waits for: intent.Deny);
 //  4. the in-flight record, synced, then the provider call;
 //  5. the reply becomes the receipt.
 //
@@ -161,91 +159,63 @@ const DefaultLeaseMargin = 5 * time.Second
 // unavailable_retry window, then ADAPTER_UNAVAILABLE.
 func Step(f Facts, r Rules) Decision {
 	ref := f.Env.Ref()
-	if e, ok := endOf(f, ref); ok {
-		if awaitedRedispatch(f, f.Record) {
-			// The redispatch of a lost request whose own proposal ended
-			// meanwhile (its original input, redelivered while the intent
-			// was lost, denied or given up at the re-check): its envelope
-			// is not sent, nothing was, so the intent concludes as for a
-			// redispatch denied (notSentAgain) — its other proposals would
-			// otherwise wait for good — and this proposal keeps its end
-			// (found by internal/sim, seed 10165).
-			d := notSentAgain(f, f.Record, e.Phase, e.Code, r)
-			d.Outcome = ended(f.Env, e).Outcome
-			return d
-		}
-		return ended(f.Env, e)
+	ev := func(k intent.Kind) intent.Event {
+		return intent.Event{Kind: k, NowMs: f.Now, Ref: ref, Redispatch: f.Redispatch, Disclosure: f.Disclosed,
+			PollAtMs: f.Now + r.ReconcileInterval.Milliseconds()}
 	}
-	rec := f.Record
-	known := len(rec.Proposals)
-	rec.AddProposal(ref)
+	if e, ok := endOf(f, ref); ok {
+		// Ended before: it keeps its end — and concludes the intent if it
+		// is the redispatch the intent waits for (intent.Deny).
+		d := ev(intent.Deny)
+		d.Ended = &e
+		return decide(f, r, d)
+	}
+	if rec, fx := intent.Apply(f.Record, ev(intent.Join)); len(fx.Told) > 0 {
+		// A receipt: the proposal is answered from the record.
+		return answer(f, rec, fx)
+	}
+	if !f.Dispatched {
+		e := ev(intent.Interrupt)
+		e.Self, e.Force = f.Self, f.GivingUp
+		if _, fx := intent.Apply(f.Record, e); !errors.Is(fx.Refused, intent.ErrNotAllowed) {
+			return decide(f, r, e)
+		}
+	}
 	switch {
-	case rec.Receipt != nil:
-		d := Decision{
-			Outcome:  outcome(rec.Outcome(ref, f.Now)),
-			Activity: &ActivityChange{Record: &rec},
-		}
-		if rec.Receipt.Reconciliation == nil && rec.Redispatches > 0 {
-			// A redispatch's receipt is told to every proposal of the
-			// intent (finish); a crash between its commit and those
-			// outcomes leaves them to a redelivery (found by the
-			// simulation, internal/sim finding 7).
-			d.Others = othersOf(rec, ref, f.Now)
-		}
-		if rec.Receipt.Status == schema.StatusReconciliationRequired {
-			// The envelope is kept after the receipt is committed: a crash
-			// between the two leaves none, and reconciliation could not
-			// send the intent again should its request turn out lost. A
-			// redelivery keeps it again (the same message id: a duplicate
-			// if it was kept).
-			d.Hold = hold(rec, f.Env)
-		}
-		if len(rec.Proposals) != known {
-			d.Writes.Record = &rec
-		}
-		return d
-	case rec.State == kv.StateInFlight && !f.Dispatched:
-		if wait := LeaseWait(rec, f.Self, f.Now); wait > 0 && !f.GivingUp {
-			return Decision{Retry: wait}
-		}
-		return finish(f, rec, Interrupted(), "interrupted", r)
 	case f.Env.Authorization.Bound:
 		// Authorization found the intent bound, and it is not any more (its
 		// records swept, or found never dispatched since): nothing
 		// authorizes a dispatch.
-		return end(f, schema.PhaseDispatch, schema.CodeProcessingFailed)
-	case f.GivingUp && rec.State == kv.StateNotInvoked:
-		return finish(f, rec, MapDispatch(schema.AdapterReply{}, adapters.ErrNotInvoked), "dispatch", r)
-	case f.GivingUp && awaitedRedispatch(f, rec):
-		// The redispatch of a lost request, given up: nothing was sent
-		// and nothing more will be (notSentAgain).
-		return notSentAgain(f, rec, schema.PhaseDispatch, schema.CodeProcessingFailed, r)
+		e := ev(intent.End)
+		e.Phase, e.Code = schema.PhaseDispatch, schema.CodeProcessingFailed
+		return decide(f, r, e)
 	case f.GivingUp:
-		// Nothing was sent for it: it ends PROCESSING_FAILED, recorded on
-		// the intent first, so that no processor still deciding it can
-		// dispatch it after this answer.
-		return end(f, schema.PhaseDispatch, schema.CodeProcessingFailed)
+		// Nothing was sent for it, or nothing that reached anybody: it
+		// ends, recorded on the intent first, so that no processor still
+		// deciding it can dispatch it after this answer.
+		return decide(f, r, ev(intent.GiveUp))
 	}
 	if !f.Dispatched {
 		// Step 3, before every attempt: a grant can expire and a policy
 		// tighten while a provider is unreachable.
 		if code, _ := r.grants().JudgeGrant(&f.Env.Authorization.Grant, f.Env, f.Now); code != "" {
-			if awaitedRedispatch(f, rec) {
-				return notSentAgain(f, rec, PhaseOf(code), code, r)
-			}
-			return end(f, PhaseOf(code), code)
+			e := ev(intent.Deny)
+			e.Phase, e.Code = PhaseOf(code), code
+			return decide(f, r, e)
 		}
 		if !f.Known {
 			// Admission refuses unknown providers: the configuration
 			// changed since. Nothing was sent.
-			return finish(f, rec, MapDispatch(schema.AdapterReply{}, adapters.ErrNotInvoked), "dispatch", r)
+			e := ev(intent.Reply)
+			e.Verdict = intent.Unavailable()
+			return decide(f, r, e)
 		}
 		if f.Env.Proposal.Intent.ProtectedDisclosure != nil {
 			switch {
-			case f.DisclosureCode != "" && awaitedRedispatch(f, rec):
-				return notSentAgain(f, rec, schema.PhaseDisclosure, f.DisclosureCode, r)
 			case f.DisclosureCode != "":
-				return end(f, schema.PhaseDisclosure, f.DisclosureCode)
+				e := ev(intent.Deny)
+				e.Phase, e.Code = schema.PhaseDisclosure, f.DisclosureCode
+				return decide(f, r, e)
 			case f.Disclosed == nil:
 				return Decision{Call: CallDisclosure}
 			}
@@ -253,36 +223,19 @@ func Step(f Facts, r Rules) Decision {
 		if f.CheckpointErr != nil {
 			inc := schema.NewIncident(schema.PhaseDispatch, schema.CodeCheckpointFailed)
 			o := schema.FailureOutcome(ref, inc, f.Now)
-			o.Fingerprint, o.Referent = schema.StringPtr(rec.Fingerprint), schema.StringPtr(rec.Referent)
+			o.Fingerprint, o.Referent = schema.StringPtr(f.Record.Fingerprint), schema.StringPtr(f.Record.Referent)
 			return Decision{Outcome: &o}
 		}
 		// Step 4: the in-flight record, synced, before the provider call.
-		rec.State = kv.StateInFlight
-		rec.DispatchAttempts++
-		rec.InFlightAtMs = f.Now
-		rec.InFlightBy = f.Self
-		rec.DispatchedFor = &ref
 		margin := r.LeaseMargin
 		if margin <= 0 {
 			margin = DefaultLeaseMargin
 		}
-		rec.InFlightUntilMs = f.Now + (f.Provider.Timeout + margin).Milliseconds()
-		rec.Adapter = f.Adapter
-		rec.UpdatedAtMs = f.Now
-		return Decision{Writes: kv.IntentWrites{Record: &rec}, Call: CallProvider}
-	}
-	if NotInvoked(f.Reply, f.CallErr) && (rec.State != kv.StateInFlight || LeaseOf(rec) != f.Lease) {
-		// Refused as late, or it reached nobody — and meanwhile the record
-		// moved on without this call: another processor found the lease
-		// ended, and the intent may be in flight again under its lease (a
-		// request lost in flight is sent again). This call did nothing and
-		// has nothing to record; marking that other dispatch not-invoked
-		// would send the intent a second time. A redelivery decides afresh
-		// from the record (found by the simulation, internal/sim).
-		if wait := LeaseWait(rec, f.Self, f.Now); wait > 0 {
-			return Decision{Retry: wait}
-		}
-		return Decision{Retry: time.Second}
+		e := ev(intent.Begin)
+		e.By, e.UntilMs, e.Adapter = f.Self, f.Now+(f.Provider.Timeout+margin).Milliseconds(), f.Adapter
+		d := decide(f, r, e)
+		d.Call = CallProvider
+		return d
 	}
 	if NotInvoked(f.Reply, f.CallErr) {
 		// Nobody received it, or nobody acted on it because it came after
@@ -290,11 +243,19 @@ func Step(f Facts, r Rules) Decision {
 		// has recorded the dispatch meanwhile: then this commit loses),
 		// then retried inside the window with a new lease (connectors
 		// reconnecting after a restart; a processor that stalled).
-		rec.State = kv.StateNotInvoked
-		if rec.NotInvokedSinceMs == 0 {
-			rec.NotInvokedSinceMs = f.Now
+		e := ev(intent.NotInvoked)
+		e.Lease = f.Lease
+		rec, fx := intent.Apply(f.Record, e)
+		if fx.Refused != nil {
+			// Refused as late, or it reached nobody — and meanwhile the
+			// record moved on without this call (intent.ErrMovedOn). This
+			// call did nothing and has nothing to record. A redelivery
+			// decides afresh from the record.
+			if wait := LeaseWait(f.Record, f.Self, f.Now); wait > 0 {
+				return Decision{Retry: wait}
+			}
+			return Decision{Retry: time.Second}
 		}
-		rec.UpdatedAtMs = f.Now
 		window := f.Provider.UnavailableRetry
 		if elapsed := time.Duration(f.Now-rec.NotInvokedSinceMs) * time.Millisecond; elapsed < window {
 			// Sized so that a window of any length takes a bounded number
@@ -302,9 +263,19 @@ func Step(f Facts, r Rules) Decision {
 			retry := max(stages.Backoff(250*time.Millisecond, 5*time.Second, rec.DispatchAttempts), window/24)
 			return Decision{Writes: kv.IntentWrites{Record: &rec}, Retry: min(retry, window-elapsed+time.Millisecond)}
 		}
+		// The window is spent: the receipt says nobody was reached.
+		f.Record = rec
 	}
 	// Step 5: the receipt, synced; then the outcome.
-	return finish(f, rec, MapDispatch(f.Reply, f.CallErr), "dispatch", r)
+	e := ev(intent.Reply)
+	e.Verdict = MapDispatch(f.Reply, f.CallErr)
+	return decide(f, r, e)
+}
+
+// LeaseWait is how long a processor (instance id self) that finds rec in
+// flight without a receipt waits before looking again (intent.LeaseWait).
+func LeaseWait(rec kv.Intent, self string, nowMs int64) time.Duration {
+	return intent.LeaseWait(rec, self, nowMs)
 }
 
 // NotInvoked reports whether a dispatch call provably led to no action: it
@@ -319,63 +290,72 @@ func NotInvoked(reply schema.AdapterReply, err error) bool {
 	return reply.IsLate()
 }
 
-// LeaseWait is how long a processor (instance id self) that finds rec in
-// flight without a receipt waits before looking again, at nowMs: 0 when it
-// may declare the dispatch interrupted — the record is its own (written by
-// it before a restart: nothing of that run is still calling; or by this
-// run, whose call ended without a receipt, since the fingerprint's lock
-// excludes a concurrent call), predates leases, or its lease has ended:
-// nowMs is past InFlightUntilMs, the request's not_after_ms, after which
-// no connector acts on it (SPEC §4).
-// Otherwise the writer may be in the call right now: a quarter of the
-// lease's rest, between 250ms and 5s, and never past its end.
-func LeaseWait(rec kv.Intent, self string, nowMs int64) time.Duration {
-	if rec.InFlightBy == "" || rec.InFlightBy == self || nowMs > rec.InFlightUntilMs {
-		return 0
+// answer is the decision of a proposal answered from its intent's
+// receipt. The envelope is kept after the receipt is committed: a crash
+// between the two leaves none, and reconciliation could not send the
+// intent again should its request turn out lost. A redelivery keeps it
+// again (the same message id: a duplicate if it was kept).
+func answer(f Facts, rec kv.Intent, fx intent.Effects) Decision {
+	d := Decision{Activity: &ActivityChange{Record: &rec}}
+	d.Outcome, d.Others = told(fx)
+	if rec.Receipt.Status == schema.StatusReconciliationRequired {
+		d.Hold = hold(rec, f.Env)
 	}
-	left := time.Duration(rec.InFlightUntilMs-nowMs) * time.Millisecond
-	return min(max(left/4, 250*time.Millisecond), 5*time.Second, left+time.Millisecond)
+	if fx.Changed {
+		d.Writes.Record = &rec
+	}
+	return d
 }
 
-// finish settles verdict v as the fingerprint's receipt, with its first
-// poll when the effect still needs checking and the indeterminate index.
-//
-// A dispatch sent again after reconciliation found the last one lost in
-// flight (the record was StateLost) tells every proposal of the intent:
-// they heard only RECONCILIATION_REQUIRED of the lost one. A verdict that
-// leaves the effect unknown for want of an answer keeps the envelope
-// (Decision.Hold), so that reconciliation can have it dispatched again if
-// the provider turns out never to have received it.
-func finish(f Facts, rec kv.Intent, v kv.Verdict, step string, r Rules) Decision {
-	reopened := rec.Redispatches > 0 && rec.ReceiptSeq > 0 && rec.Receipt == nil
-	rc := rec.Settle(v, rec.DispatchStep(step), nil, f.Disclosed, f.Now)
-	rec.DispatchCode = ""
-	if v.NextAction == schema.NextReconcile && len(v.Incidents) > 0 {
-		rec.DispatchCode = v.Incidents[0].Code
+// decide applies event e to the record and turns its effects into a
+// decision: the writes, the outcomes, the envelope kept (hold) and the
+// activity change.
+func decide(f Facts, r Rules, e intent.Event) Decision {
+	rec, fx := intent.Apply(f.Record, e)
+	if fx.Refused != nil {
+		return Decision{Retry: fx.Retry}
 	}
-	w := kv.IntentWrites{Record: &rec, Receipt: &rc}
-	if rc.NextAction != schema.NextNone {
-		// Attempt numbers go on across redispatches: each id is used once.
-		rec.ReconcileNextAtMs = f.Now + r.ReconcileInterval.Milliseconds()
-		t := kv.PollTimer(r.PollSubject(kv.Hex(rec.Fingerprint)), rec.Fingerprint, rec.ReconcileAttempt+1, rec.ReconcileNextAtMs)
-		w.Timer = &t
+	d := Decision{Events: fx.Events, Verdict: fx.Verdict}
+	d.Outcome, d.Others = told(fx)
+	if fx.Changed {
+		d.Writes.Record = &rec
 	}
-	if kv.IndeterminateReceipt(&rc) {
-		w.Indeterminate, w.SinceMs = 1, f.Now
+	d.Writes.Ended = fx.Ended
+	if rc := fx.Receipt; rc != nil {
+		d.Writes.Receipt = rc
+		if p := fx.Poll; p != nil {
+			t := kv.PollTimer(r.PollSubject(kv.Hex(rec.Fingerprint)), rec.Fingerprint, p.Attempt, p.AtMs)
+			d.Writes.Timer = &t
+		}
+		if fx.Indeterminate != 0 {
+			d.Writes.Indeterminate, d.Writes.SinceMs = fx.Indeterminate, f.Now
+		}
+		// A verdict that leaves the effect unknown for want of an answer
+		// keeps the envelope, so that reconciliation can have it
+		// dispatched again if the provider turns out never to have
+		// received it.
+		d.Hold = hold(rec, f.Env)
+		d.Activity = &ActivityChange{Record: &rec, Disclosed: f.Disclosed}
 	}
-	disclosed := f.Disclosed
-	var others []schema.Outcome
-	if reopened {
-		others = othersOf(rec, f.Env.Ref(), f.Now)
+	if e.Kind == intent.Deny && e.Ended != nil && fx.Receipt == nil {
+		d.Activity = &ActivityChange{Ref: e.Ref, Ended: e.Ended}
 	}
-	return Decision{
-		Writes:   w,
-		Outcome:  outcome(rec.Outcome(f.Env.Ref(), f.Now)),
-		Others:   others,
-		Hold:     hold(rec, f.Env),
-		Verdict:  &v,
-		Activity: &ActivityChange{Record: &rec, Disclosed: disclosed},
+	if fx.Ended != nil {
+		d.Activity = &ActivityChange{Ref: fx.Ended.Ref, Ended: &fx.Ended.Ended}
 	}
+	return d
+}
+
+// told splits the outcomes an event tells: its proposal's, and the others'.
+func told(fx intent.Effects) (*schema.Outcome, []schema.Outcome) {
+	if len(fx.Told) == 0 {
+		return nil, nil
+	}
+	o := fx.Told[0]
+	if len(fx.Told) == 1 {
+		return &o, nil
+	}
+	return &o, fx.Told[1:]
 }
 
 // endOf is how proposal ref ended without dispatching, if it did: its own
@@ -386,63 +366,6 @@ func endOf(f Facts, ref schema.ProposalRef) (kv.Ended, bool) {
 	}
 	e, ok := f.Record.EndOf(ref)
 	return e.Ended, ok
-}
-
-// awaitedRedispatch reports whether f's input is the redispatch rec waits
-// for: the intent reopened after its request was found lost (no receipt,
-// kv.StateLost) and this its latest reopening's hand-off. The held stream
-// keeps one envelope per intent, so no other redispatch of it is coming.
-// So it is while that redispatch's attempts reach nobody
-// (kv.StateNotInvoked, no receipt yet): a denial at the re-check of the
-// next attempt leaves the intent as unsent as one before the first (found
-// by internal/sim, seed 52819: the intent stayed not-invoked, its other
-// proposal at RECONCILIATION_REQUIRED for good).
-func awaitedRedispatch(f Facts, rec kv.Intent) bool {
-	return f.Redispatch > 0 && f.Redispatch == rec.Redispatches && rec.Receipt == nil &&
-		(rec.State == kv.StateLost || rec.State == kv.StateNotInvoked)
-}
-
-// notSentAgain concludes an intent whose redispatch cannot go: its request
-// was found lost in flight (the provider never received it, believed only
-// past its not_after_ms), and the held envelope sent again is denied at
-// the re-check (its grant expired meanwhile, a policy tightened,
-// disclosure refused) or given up by the runner. Nothing reached the provider and nothing will, so
-// the intent ends FAILED_BEFORE_DISPATCH — what reconciliation records for
-// a lost request with no envelope left to send — told to every proposal
-// (finish), with the reason it was not sent again as an incident event.
-// Ending only this proposal (end) would leave the intent lost and its
-// other proposals at RECONCILIATION_REQUIRED for good.
-func notSentAgain(f Facts, rec kv.Intent, phase schema.Phase, code schema.Code, r Rules) Decision {
-	v := kv.Verdict{Status: schema.StatusFailedBeforeDispatch, NextAction: schema.NextNone,
-		Incidents: incidents(schema.CodeProviderFailedBeforeDispatch), ErrorCode: string(schema.CodeProviderFailedBeforeDispatch)}
-	d := finish(f, rec, v, "dispatch", r)
-	d.Events = append(d.Events, schema.NewIncident(phase, code))
-	return d
-}
-
-// end ends one proposal without dispatching it — a denial at the step 3
-// re-check, or a give-up — recorded before its outcome is published: on
-// the intent's record, with its compare-and-set (a processor deciding the
-// same proposal at the same moment loses and answers with this end), and
-// for the proposal. It never binds the fingerprint: a later proposal of
-// the same intent with a fresh grant is judged afresh.
-func end(f Facts, phase schema.Phase, code schema.Code) Decision {
-	e := kv.EndedProposal{Ref: f.Env.Ref(), Ended: kv.Ended{Phase: phase, Code: code, AtMs: f.Now}}
-	rec := f.Record
-	rec.End(e)
-	rec.UpdatedAtMs = f.Now
-	d := ended(f.Env, e.Ended)
-	d.Writes.Record, d.Writes.Ended = &rec, &e
-	return d
-}
-
-// ended is the answer of a proposal ended at the re-check: its outcome,
-// and its mark on the intent's activity (the intent's own state is
-// untouched; a receipt another proposal got stays the picture).
-func ended(env *schema.Envelope, e kv.Ended) Decision {
-	o := schema.FailureOutcome(env.Ref(), schema.NewIncident(e.Phase, e.Code), e.AtMs)
-	o.Fingerprint, o.Referent = schema.StringPtr(env.Grounded.Fingerprint), schema.StringPtr(env.Grounded.Referent)
-	return Decision{Outcome: &o, Activity: &ActivityChange{Ref: env.Ref(), Ended: &e}}
 }
 
 // ActivityChange is a step's edit of its intent's activity snapshot (see
@@ -463,7 +386,7 @@ type ActivityChange struct {
 // Apply makes the change to the snapshot a.
 func (c *ActivityChange) Apply(a *schema.Activity) {
 	if c.Record != nil {
-		c.Record.Project(a)
+		intent.Project(*c.Record, a)
 		if c.Disclosed != nil {
 			d := *c.Disclosed
 			a.Disclosure = &d
@@ -477,20 +400,6 @@ func (c *ActivityChange) Apply(a *schema.Activity) {
 		a.Status = schema.ActivityDenied
 		a.Decision = &schema.ActivityDecision{Outcome: "deny", ReasonCode: e.Code, DecidedAtMs: e.AtMs}
 	}
-}
-
-func outcome(o schema.Outcome) *schema.Outcome { return &o }
-
-// othersOf are the outcomes rec's latest receipt gives the intent's
-// proposals other than ref.
-func othersOf(rec kv.Intent, ref schema.ProposalRef, nowMs int64) []schema.Outcome {
-	var others []schema.Outcome
-	for _, o := range rec.Outcomes(nowMs) {
-		if o.To() != ref {
-			others = append(others, o)
-		}
-	}
-	return others
 }
 
 // HeldID is the message id under which the envelope of proposal
@@ -508,7 +417,7 @@ func HeldID(fp, proposalID string, redispatches int) string {
 // envelope kept is always one that can be dispatched (the held stream
 // keeps the latest per intent, so a bound one would replace it).
 func hold(rec kv.Intent, env *schema.Envelope) string {
-	if !rec.LostInFlight() || env.Authorization.Bound {
+	if !intent.LostInFlight(rec) || env.Authorization.Bound {
 		return ""
 	}
 	return HeldID(rec.Fingerprint, env.Proposal.ProposalID, rec.Redispatches)
@@ -522,8 +431,7 @@ func MapDispatch(reply schema.AdapterReply, err error) kv.Verdict {
 		code := schema.CodeAdapterError
 		switch {
 		case errors.Is(err, adapters.ErrNotInvoked):
-			return kv.Verdict{Status: schema.StatusFailedBeforeDispatch, NextAction: schema.NextNone,
-				Incidents: incidents(schema.CodeAdapterUnavailable), ErrorCode: string(schema.CodeAdapterUnavailable)}
+			return intent.Unavailable()
 		case errors.Is(err, adapters.ErrTimeout):
 			code = schema.CodeAdapterTimeout
 		case errors.Is(err, adapters.ErrMalformedReply):
@@ -556,13 +464,9 @@ func MapDispatch(reply schema.AdapterReply, err error) kv.Verdict {
 	return v
 }
 
-// Interrupted is the verdict for an in-flight record without a receipt: the
-// processor stopped between "begin" and "receipt", so the provider may have
-// acted. It is never dispatched again.
-func Interrupted() kv.Verdict {
-	return kv.Verdict{Status: schema.StatusReconciliationRequired, NextAction: schema.NextReconcile, Attempted: true,
-		Incidents: incidents(schema.CodeDispatchInterrupted), ErrorCode: string(schema.CodeDispatchInterrupted)}
-}
+// Interrupted is the verdict for an in-flight record without a receipt
+// (intent.Interrupted).
+func Interrupted() kv.Verdict { return intent.Interrupted() }
 
 func incidents(code schema.Code) []schema.Incident {
 	return []schema.Incident{schema.NewIncident(schema.PhaseDispatch, code)}

@@ -11,6 +11,7 @@ import (
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/kv/intent"
 	"github.com/portcullis/portcullis/schema"
 )
 
@@ -68,7 +69,7 @@ var rules = Rules{
 func settled(status schema.Status) kv.Intent {
 	r := kv.NewIntent(kv.IdentityOf(envelope(false)), "fake", now-10)
 	r.AddProposal(schema.ProposalRef{Host: "frontdesk", ProposalID: "p-0"})
-	r.Settle(kv.Verdict{Status: status, NextAction: schema.NextNone, Attempted: true}, "dispatch", nil, nil, now-10)
+	intent.Settle(&r, kv.Verdict{Status: status, NextAction: schema.NextNone, Attempted: true}, "dispatch", nil, nil, now-10)
 	return r
 }
 
@@ -347,9 +348,9 @@ func TestMapDispatch(t *testing.T) {
 			if v.Status != tc.status || v.NextAction != tc.next || v.Attempted != tc.attempted || v.ErrorCode != tc.errorCode {
 				t.Errorf("verdict = %+v", v)
 			}
-			rec := kv.NewIntent(kv.Identity{Fingerprint: fp, Provider: "demo", Referent: "svc:1"}, "fake", 10)
-			r := rec.Settle(v, "dispatch", nil, nil, 10)
-			o := rec.Outcome(schema.ProposalRef{Host: "h", ProposalID: "p-1"}, 11)
+			rec := kv.NewIntent(kv.Identity{Fingerprint: fp, Target: schema.Target{Provider: "demo", Referent: "svc:1"}}, "fake", 10)
+			r := intent.Settle(&rec, v, "dispatch", nil, nil, 10)
+			o := intent.Outcome(rec, schema.ProposalRef{Host: "h", ProposalID: "p-1"}, 11)
 			if o.Kind != tc.kind || o.EffectTruth != tc.kind.EffectTruth() || o.Terminal != tc.kind.Terminal() {
 				t.Errorf("outcome = %+v", o)
 			}
@@ -427,7 +428,7 @@ func TestStepKeepsTheEnvelope(t *testing.T) {
 		}), ""},
 		{"redelivered after a settled receipt", facts(func(f *Facts) {
 			f.Record, f.Found = unknown(schema.CodeAdapterTimeout, 0), true
-			f.Record.Settle(kv.Verdict{Status: schema.StatusConfirmed, NextAction: schema.NextNone, Attempted: true}, "reconcile/a", nil, nil, now-5)
+			intent.Settle(&f.Record, kv.Verdict{Status: schema.StatusConfirmed, NextAction: schema.NextNone, Attempted: true}, "reconcile/a", nil, nil, now-5)
 		}), ""},
 	}
 	for _, c := range cases {
@@ -480,7 +481,7 @@ func TestStepDeniedRedispatch(t *testing.T) {
 		r := settled(schema.StatusReconciliationRequired) // with proposal p-0
 		r.DispatchCode = schema.CodeAdapterTimeout
 		for range redispatches {
-			r.Reopen(now - 5)
+			intent.MarkLost(&r, now-5)
 		}
 		return r
 	}
@@ -580,8 +581,8 @@ func TestStepDeniedRedispatch(t *testing.T) {
 func TestRedispatchOf(t *testing.T) {
 	mac := func(id string) string { return "mac(" + id + ")" }
 	rec := settled(schema.StatusReconciliationRequired)
-	rec.Reopen(now)
-	rec.Reopen(now)
+	intent.MarkLost(&rec, now)
+	intent.MarkLost(&rec, now)
 	for _, c := range []struct {
 		name  string
 		msgID string
@@ -665,4 +666,16 @@ func TestStepRecordedEarlier(t *testing.T) {
 	if len(others) != 1 || others[0].ProposalID != "p-1" || !others[0].RecordedEarlier {
 		t.Fatalf("p-1 told of p-2's dispatch: %+v, want recorded_earlier", others)
 	}
+}
+
+// othersOf are the outcomes rec's latest receipt gives the intent's
+// proposals other than ref.
+func othersOf(rec kv.Intent, ref schema.ProposalRef, nowMs int64) []schema.Outcome {
+	var others []schema.Outcome
+	for _, o := range intent.Outcomes(rec, nowMs) {
+		if o.To() != ref {
+			others = append(others, o)
+		}
+	}
+	return others
 }

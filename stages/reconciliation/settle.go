@@ -1,11 +1,8 @@
 package reconciliation
 
 import (
-	"fmt"
-	"time"
-
 	"github.com/portcullis/portcullis/kv"
-	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/kv/intent"
 )
 
 // SettleFacts are what an operator's settlement decides from: the
@@ -56,7 +53,8 @@ type Settlement struct {
 }
 
 // Settle decides an operator's settlement of an indeterminate effect
-// (SPEC §3 Reconciliation, `processor reconcile resolve`). Only a record
+// (SPEC §3 Reconciliation, `processor reconcile resolve`): the intent's
+// Operator event (intent.Apply), and the announce timer it arms. Only a record
 // whose latest receipt is reconciliation_required can be settled, polling
 // or exhausted: its pending poll is left to find the record settled. An
 // absence observed before the dispatch's not_after_ms plus the clock skew
@@ -71,28 +69,15 @@ type Settlement struct {
 // a poll or a dispatch that changed the record since (kv.ErrConflict:
 // load again and settle again, or be refused).
 func Settle(f SettleFacts, r Rules) Settlement {
-	rec := f.Record
-	if !f.Found || rec.Receipt == nil {
+	if !f.Found {
 		return Settlement{Refused: ErrNotFound}
 	}
-	prev := rec.Receipt
-	if prev.Status != schema.StatusReconciliationRequired {
-		return Settlement{Refused: fmt.Errorf("%w: its latest receipt is %s", ErrNotIndeterminate, prev.Status)}
+	rec, fx := intent.Apply(f.Record, intent.Event{Kind: intent.Operator, NowMs: f.Now, Present: f.Present,
+		EvidenceRef: f.EvidenceRef, Operator: f.Operator, Examined: f.Examined, ObservedAtMs: f.ObservedAtMs,
+		AbsentAfterMs: r.AbsentAfter(f.Record)})
+	if fx.Refused != nil {
+		return Settlement{Refused: fx.Refused}
 	}
-	if f.Examined != "" && f.Examined != prev.ReceiptID {
-		return Settlement{Refused: ErrSuperseded}
-	}
-	if after := r.AbsentAfter(rec); !f.Present && f.ObservedAtMs > 0 && min(f.ObservedAtMs, f.Now) <= after {
-		// What reconciliation does not believe from the provider before
-		// the fence it does not take from an operator either: the
-		// request may still reach the provider (SPEC §4).
-		return Settlement{Refused: fmt.Errorf("%w: %w until %s", ErrNotIndeterminate, ErrTooEarly,
-			time.UnixMilli(after).UTC().Format(time.RFC3339Nano))}
-	}
-	v := Operator(prev, f.Present, f.EvidenceRef, f.Operator)
-	link := &schema.ReceiptReconcileRef{AttemptID: kv.OperatorAttemptID(f.Fingerprint), PreviousReceiptID: prev.ReceiptID, Operator: f.Operator}
-	rc := rec.Settle(v.Verdict, OperatorStep, link, nil, f.Now)
-	rec.ReconcileNextAtMs = 0
 	t := kv.AnnounceTimer(r.PollSubject(kv.Hex(f.Fingerprint)), f.Fingerprint, OperatorStep, f.Now)
-	return Settlement{Writes: kv.IntentWrites{Record: &rec, Receipt: &rc, Timer: &t, Indeterminate: -1}}
+	return Settlement{Writes: kv.IntentWrites{Record: &rec, Receipt: fx.Receipt, Timer: &t, Indeterminate: fx.Indeterminate}}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/fault"
 	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/kv/intent"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
@@ -62,15 +63,15 @@ var _ stages.Handler = (*Stage)(nil)
 var (
 	ErrInvalidFingerprint = errors.New("reconciliation: not a fingerprint (sha256:<64 hex>)")
 	ErrInvalidEvidence    = errors.New("reconciliation: evidence must be one line of at most 512 characters containing ':'")
-	ErrNotFound           = errors.New("reconciliation: no receipt for this fingerprint")
-	ErrNotIndeterminate   = errors.New("reconciliation: the effect is not indeterminate")
+	ErrNotFound           = intent.ErrNoReceipt
+	ErrNotIndeterminate   = intent.ErrNotIndeterminate
 	// ErrSuperseded (Settle, with SettleFacts.Examined): the latest
 	// receipt is not the one the operator examined.
-	ErrSuperseded = errors.New("reconciliation: the receipt examined is no longer the latest")
+	ErrSuperseded = intent.ErrSuperseded
 	// ErrTooEarly (Settle, with SettleFacts.ObservedAtMs; wrapped with
 	// ErrNotIndeterminate): an absence observed before the dispatch's
 	// request expired (Rules.AbsentAfter).
-	ErrTooEarly = errors.New("reconciliation: absence cannot be settled while the dispatch's request may still reach the provider")
+	ErrTooEarly = intent.ErrTooEarly
 )
 
 // errTrigger marks a timer message that is not a valid trigger.
@@ -321,7 +322,7 @@ func (s *Stage) updateActivity(ctx context.Context, fp string) error {
 		if err != nil || !found {
 			return
 		}
-		rec.Project(a)
+		intent.Project(rec, a)
 		if a.Dispatch == nil || a.Dispatch.FinishedAtMs == 0 {
 			s.fillDispatch(a, fp)
 		}

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/metrics"
+	"github.com/portcullis/portcullis/kv/intent"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
 )
@@ -157,7 +159,7 @@ func Step(f Facts, r Rules) Decision {
 			rc.Reconciliation.AttemptID == kv.OperatorAttemptID(rec.Fingerprint) {
 			events = []schema.Incident{schema.NewIncident(schema.PhaseReconciliation, schema.CodeOperatorResolved)}
 		}
-		return Decision{Outcomes: rec.Outcomes(f.Now), Events: events, Activity: true}
+		return Decision{Outcomes: intent.Outcomes(rec, f.Now), Events: events, Activity: true}
 	}
 	n := f.Trigger.Attempt
 	id := kv.AttemptID(rec.Fingerprint, n)
@@ -166,7 +168,7 @@ func Step(f Facts, r Rules) Decision {
 		// Finished: its receipt is on disk. If it is still the latest, its
 		// outcomes may not have gone out (a crash before the ack).
 		if latest(rec, id) {
-			return Decision{Outcomes: rec.Outcomes(f.Now), Activity: true}
+			return Decision{Outcomes: intent.Outcomes(rec, f.Now), Activity: true}
 		}
 		return Decision{Note: "attempt finished before"}
 	case n == rec.ReconcileAttempt && !rec.NeedsWork():
@@ -187,7 +189,7 @@ func Step(f Facts, r Rules) Decision {
 		return Decision{Note: "queried already"} // never twice; unreachable by construction
 	case n == rec.ReconcileAttempt+1 && rec.NeedsWork():
 		cp := kv.Attempt{AttemptID: id, Number: n, StartedAtMs: f.Now}
-		rec.ReconcileAttempt, rec.UpdatedAtMs = n, f.Now
+		rec, _ = intent.Apply(rec, intent.Event{Kind: intent.Poll, NowMs: f.Now, Attempt: n})
 		if !f.MayQuery {
 			return finish(f, rec, cp, Abandoned(rec.Receipt, n, r.MaxAttempts), r)
 		}
@@ -196,7 +198,7 @@ func Step(f Facts, r Rules) Decision {
 		cp := f.Checkpoint
 		answered := n - rec.UnansweredPolls
 		v := Decide(rec.Receipt, f.Reply, f.CallErr, answered, r.MaxAttempts)
-		if v.AttemptStatus == AttemptUnavailable {
+		if v.AttemptStatus == metrics.AttemptUnavailable {
 			// Nobody received the question (the connector is away, its
 			// server restarting): not an answer, so never the last one —
 			// an outage never ends a proposal (SPEC §6).
@@ -246,18 +248,18 @@ func Step(f Facts, r Rules) Decision {
 // an outage never ends a proposal (SPEC §6).
 func Lost(v Finding, rec kv.Intent) bool {
 	return v.Settled && v.Status == schema.StatusFailedBeforeDispatch && v.Resolution == kv.ResolvedByProvider &&
-		!Verifying(rec.Receipt) && rec.LostInFlight()
+		!Verifying(rec.Receipt) && intent.LostInFlight(rec)
 }
 
 // redispatch records attempt cp's finding — the request was lost — and
-// reopens the intent for dispatch (kv.Intent.Reopen): no receipt (the
+// reopens the intent for dispatch (intent.Reopen): no receipt (the
 // latest stays in the history), polling stops, the intent leaves the
 // indeterminate index, and the held envelope goes back to dispatch.
 func redispatch(f Facts, rec kv.Intent, cp kv.Attempt, v Finding) Decision {
 	cp.Status, cp.FinishedAtMs = v.AttemptStatus, f.Now
-	rec.Reopen(f.Now)
-	w := kv.IntentWrites{Record: &rec, Attempt: &cp, CancelTimer: true, Indeterminate: -1, SinceMs: f.Now}
-	return Decision{Writes: w, Redispatch: f.Held, Redispatches: rec.Redispatches, Activity: true, Note: "request lost in flight: dispatched again"}
+	rec, fx := intent.Apply(rec, intent.Event{Kind: intent.Reopen, NowMs: f.Now})
+	w := kv.IntentWrites{Record: &rec, Attempt: &cp, CancelTimer: fx.CancelPoll, Indeterminate: fx.Indeterminate, SinceMs: f.Now}
+	return Decision{Writes: w, Redispatch: f.Held, Redispatches: fx.Redispatch, Activity: true, Note: "request lost in flight: dispatched again"}
 }
 
 // stepLost decides a trigger of an intent reconciliation reopened: the
@@ -317,43 +319,30 @@ func (r Rules) early(rec kv.Intent, nowMs int64) time.Duration {
 	return min(max(still/4, base), 30*time.Second)
 }
 
-// finish records an attempt's verdict: the attempt finished, the new
-// receipt linked to the previous one, the next poll or its end, and the
-// indeterminate index; then the outcome for every proposal.
+// finish records an attempt's verdict (intent.Finding): the attempt
+// finished, the new receipt linked to the previous one, the next poll or
+// its end, and the indeterminate index; then the outcome for every
+// proposal.
 func finish(f Facts, rec kv.Intent, cp kv.Attempt, v Finding, r Rules) Decision {
-	prev := rec.Receipt
-	link := &schema.ReceiptReconcileRef{AttemptID: cp.AttemptID, PreviousReceiptID: prev.ReceiptID}
-	rc := rec.Settle(v.Verdict, AttemptStep(cp.AttemptID), link, nil, f.Now)
+	rec, fx := intent.Apply(rec, intent.Event{Kind: intent.Finding, NowMs: f.Now, Verdict: v.Verdict,
+		Attempt: cp.Number, AttemptID: cp.AttemptID,
+		PollAtMs: max(f.Now+Backoff(r.Interval, cp.Number+1).Milliseconds(), v.NotBeforeMs)})
 	cp.Status, cp.FinishedAtMs = v.AttemptStatus, f.Now
-	w := kv.IntentWrites{Record: &rec, Receipt: &rc, Attempt: &cp}
-	rec.ReconcileNextAtMs = 0
-	if v.Settled || v.Exhausted {
-		w.CancelTimer = true
-	} else {
-		rec.ReconcileNextAtMs = max(f.Now+Backoff(r.Interval, cp.Number+1).Milliseconds(), v.NotBeforeMs)
-		t := kv.PollTimer(r.PollSubject(kv.Hex(rec.Fingerprint)), rec.Fingerprint, cp.Number+1, rec.ReconcileNextAtMs)
+	w := kv.IntentWrites{Record: &rec, Receipt: fx.Receipt, Attempt: &cp, CancelTimer: fx.CancelPoll}
+	if p := fx.Poll; p != nil {
+		t := kv.PollTimer(r.PollSubject(kv.Hex(rec.Fingerprint)), rec.Fingerprint, p.Attempt, p.AtMs)
 		w.Timer = &t
 	}
-	w.Indeterminate, w.SinceMs = IndexChange(prev, &rc), f.Now
-	return Decision{Writes: w, Outcomes: rec.Outcomes(f.Now), Events: v.Events, Activity: true, Finding: &v}
+	w.Indeterminate, w.SinceMs = fx.Indeterminate, f.Now
+	return Decision{Writes: w, Outcomes: fx.Told, Events: fx.Events, Activity: true, Finding: &v}
 }
 
 // AttemptStep is the receipt step of attempt attemptID (ReceiptID's input).
-func AttemptStep(attemptID string) string { return "reconcile/" + attemptID }
+func AttemptStep(attemptID string) string { return intent.AttemptStep(attemptID) }
 
 // OperatorStep is the receipt step of the operator's settlement.
-const OperatorStep = "operator"
+const OperatorStep = intent.OperatorStep
 
 // IndexChange says how the indeterminate index (and the gauge) change when
-// next supersedes prev: +1 when the effect becomes unknown (a verification
-// exhausted), -1 when an unknown effect is settled, 0 otherwise.
-func IndexChange(prev, next *schema.Receipt) int {
-	was, is := kv.IndeterminateReceipt(prev), kv.IndeterminateReceipt(next)
-	switch {
-	case is && !was:
-		return 1
-	case was && !is:
-		return -1
-	}
-	return 0
-}
+// next supersedes prev (intent.IndexChange).
+func IndexChange(prev, next *schema.Receipt) int { return intent.IndexChange(prev, next) }

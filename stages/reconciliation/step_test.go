@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/kv/intent"
 
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages/reconciliation"
@@ -17,8 +18,17 @@ func rules() reconciliation.Rules {
 
 // waiting is a record whose dispatch receipt (prev) awaits poll n+1.
 func waiting(status schema.Status, n int) kv.Intent {
-	rec := kv.NewIntent(kv.Identity{Fingerprint: fpA, IdempotencyKey: fpA[7:], Provider: "demo", Capability: "inventory.adjust",
-		Operation: "adjust_stock", Environment: "test", Referent: "sku-1"}, "fake", 500)
+	rec := kv.NewIntent(kv.Identity{
+		Fingerprint:    fpA,
+		IdempotencyKey: fpA[7:],
+		Target: schema.Target{
+			Provider:    "demo",
+			Capability:  "inventory.adjust",
+			Operation:   "adjust_stock",
+			Environment: "test",
+			Referent:    "sku-1",
+		},
+	}, "fake", 500)
 	rec.AddProposal(schema.ProposalRef{Host: "h", ProposalID: "p1"})
 	rec.AddProposal(schema.ProposalRef{Host: "h", ProposalID: "p2"})
 	rec.Receipt, rec.ReceiptSeq, rec.ReconcileAttempt = prevReceipt(status), 1, n
@@ -329,7 +339,7 @@ func TestStepLostRequest(t *testing.T) {
 	// The poll's trigger again (its hand-off lost in a crash): the same
 	// hand-off, nothing else; any other trigger is stale.
 	reopened := lost(schema.CodeAdapterTimeout, 0)
-	reopened.Reopen(1000)
+	intent.MarkLost(&reopened, 1000)
 	f := at(reopened, envelope, true)
 	if d := reconciliation.Step(f, rules()); d.Redispatch == nil || !d.Writes.Empty() {
 		t.Errorf("redelivered trigger of a reopened intent: %+v", d)
@@ -374,15 +384,15 @@ func TestAbsenceJudgedByWhenItWasAsked(t *testing.T) {
 // internal/sim, seed 87377).
 func TestReceiptsOrderedAcrossRedispatch(t *testing.T) {
 	rec := waiting(schema.StatusReconciliationRequired, 1) // its receipt recorded at 1000
-	rec.Reopen(1000)
+	intent.MarkLost(&rec, 1000)
 	if rec.ReceiptAfterMs != 1000 {
 		t.Fatalf("reopened: receipt_after_ms = %d, want the latest receipt's 1000", rec.ReceiptAfterMs)
 	}
-	rc := rec.Settle(kv.Verdict{Status: schema.StatusConfirmed, NextAction: schema.NextNone, Attempted: true}, rec.DispatchStep("dispatch"), nil, nil, 400)
+	rc := intent.Settle(&rec, kv.Verdict{Status: schema.StatusConfirmed, NextAction: schema.NextNone, Attempted: true}, intent.DispatchStep(rec, "dispatch"), nil, nil, 400)
 	if rc.RecordedAtMs != 1001 {
 		t.Fatalf("the next receipt, by a clock 600ms behind: recorded_at_ms = %d, want 1001", rc.RecordedAtMs)
 	}
-	if rc := rec.Settle(kv.Verdict{Status: schema.StatusConfirmed, NextAction: schema.NextNone, Attempted: true}, "x", nil, nil, 5000); rc.RecordedAtMs != 5000 {
+	if rc := intent.Settle(&rec, kv.Verdict{Status: schema.StatusConfirmed, NextAction: schema.NextNone, Attempted: true}, "x", nil, nil, 5000); rc.RecordedAtMs != 5000 {
 		t.Errorf("a later clock: recorded_at_ms = %d, want 5000", rc.RecordedAtMs)
 	}
 }

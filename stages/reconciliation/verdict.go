@@ -6,6 +6,8 @@ import (
 
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/metrics"
+	"github.com/portcullis/portcullis/kv/intent"
 	"github.com/portcullis/portcullis/schema"
 )
 
@@ -57,12 +59,12 @@ func base(prev *schema.Receipt) Finding {
 func Decide(prev *schema.Receipt, reply schema.AdapterReply, err error, n, maxAttempts int) Finding {
 	v := base(prev)
 	if err != nil {
-		status, code := AttemptError, schema.CodeReconcileError
+		status, code := metrics.AttemptError, schema.CodeReconcileError
 		switch {
 		case errors.Is(err, adapters.ErrNotInvoked):
-			status, code = AttemptUnavailable, schema.CodeReconcileUnavailable
+			status, code = metrics.AttemptUnavailable, schema.CodeReconcileUnavailable
 		case errors.Is(err, adapters.ErrMalformedReply):
-			status, code = AttemptMalformed, schema.CodeMalformedAdapterResult
+			status, code = metrics.AttemptMalformed, schema.CodeMalformedAdapterResult
 		}
 		return unknown(v, prev, status, code, "", n, maxAttempts)
 	}
@@ -86,7 +88,7 @@ func Decide(prev *schema.Receipt, reply schema.AdapterReply, err error, n, maxAt
 		i := schema.NewIncident(schema.PhaseDispatch, schema.CodeProviderFailedBeforeDispatch)
 		inc = &i
 	default: // indeterminate: the adapters refuse any other outcome as malformed
-		return unknown(v, prev, AttemptIndeterminate, schema.CodeProviderIndeterminate, reply.ErrorCode, n, maxAttempts)
+		return unknown(v, prev, metrics.AttemptIndeterminate, schema.CodeProviderIndeterminate, reply.ErrorCode, n, maxAttempts)
 	}
 	v.NextAction, v.Settled, v.AttemptStatus = schema.NextNone, true, reply.Outcome
 	v.Resolution = kv.ResolvedByProvider
@@ -118,14 +120,14 @@ func Early(prev *schema.Receipt, reply schema.AdapterReply, n int, notBeforeMs i
 // processor stopped while the provider was being asked): the provider is
 // not asked again, and the attempt counts as RECONCILE_ERROR.
 func Replayed(prev *schema.Receipt, n, maxAttempts int) Finding {
-	return unknown(base(prev), prev, AttemptReplayed, schema.CodeReconcileError, "", n, maxAttempts)
+	return unknown(base(prev), prev, metrics.AttemptReplayed, schema.CodeReconcileError, "", n, maxAttempts)
 }
 
 // Abandoned is the verdict of attempt n that the stage gave up on before
 // asking the provider (its store or stream kept failing): RECONCILE_ERROR,
 // so that polling moves on instead of stopping silently.
 func Abandoned(prev *schema.Receipt, n, maxAttempts int) Finding {
-	return unknown(base(prev), prev, AttemptError, schema.CodeReconcileError, "", n, maxAttempts)
+	return unknown(base(prev), prev, metrics.AttemptError, schema.CodeReconcileError, "", n, maxAttempts)
 }
 
 func unknown(v Finding, prev *schema.Receipt, status string, code schema.Code, providerCode string, n, maxAttempts int) Finding {
@@ -157,15 +159,5 @@ func unknown(v Finding, prev *schema.Receipt, status string, code schema.Code, p
 // the receipt's error_code, so that every reader can tell an operator's
 // settlement from a provider's; the receipt names the operator.
 func Operator(prev *schema.Receipt, present bool, evidenceRef, operator string) Finding {
-	v := base(prev)
-	v.Operator = operator
-	v.Status = schema.StatusRejected
-	if present {
-		v.Status, v.Attempted = schema.StatusConfirmed, true
-	}
-	v.NextAction, v.Settled, v.Resolution = schema.NextNone, true, kv.ResolvedByOperator
-	v.EvidenceRefs = []string{evidenceRef}
-	v.ErrorCode = string(schema.CodeOperatorResolved)
-	v.Events = []schema.Incident{schema.NewIncident(schema.PhaseReconciliation, schema.CodeOperatorResolved)}
-	return v
+	return Finding{Verdict: intent.OperatorVerdict(prev, present, evidenceRef), Operator: operator}
 }

@@ -168,14 +168,33 @@ func TestOperatorVerdict(t *testing.T) {
 	}
 }
 
-// TestAttemptStatuses: the words an attempt records are exactly the closed
+// TestAttemptStatuses: the words an attempt records are within the closed
 // label set of actions_reconciliation_attempts_total, so that no attempt
-// counts under a label the metric did not pre-create.
+// counts under a label the metric did not pre-create, and every label is
+// one some finding records.
 func TestAttemptStatuses(t *testing.T) {
-	got, want := reconciliation.AttemptStatuses(), metrics.AttemptStatuses()
-	slices.Sort(got)
-	slices.Sort(want)
-	if !slices.Equal(got, want) {
-		t.Fatalf("attempt statuses %v, metric labels %v", got, want)
+	timeout := fmt.Errorf("adapters: demo reconcile: %w after 2s", adapters.ErrTimeout)
+	noResp := fmt.Errorf("adapters: demo reconcile: %w: no responders", adapters.ErrNotInvoked)
+	malformed := fmt.Errorf("adapters: demo reconcile: %w: outside the reply contract", adapters.ErrMalformedReply)
+	var got []string
+	for _, prev := range []schema.Status{schema.StatusReconciliationRequired, schema.StatusAcknowledged} {
+		for _, outcome := range []string{schema.ReplyConfirmed, schema.ReplyRejected, schema.ReplyFailedBeforeDispatch, schema.ReplyIndeterminate} {
+			got = append(got, reconciliation.Decide(prevReceipt(prev), schema.AdapterReply{Outcome: outcome, ProviderActionID: "prov:2"}, nil, 1, 3).AttemptStatus)
+		}
+		for _, err := range []error{timeout, noResp, malformed} {
+			got = append(got, reconciliation.Decide(prevReceipt(prev), schema.AdapterReply{}, err, 1, 3).AttemptStatus)
+		}
+		got = append(got, reconciliation.Replayed(prevReceipt(prev), 1, 3).AttemptStatus, reconciliation.Abandoned(prevReceipt(prev), 1, 3).AttemptStatus)
+	}
+	want := metrics.AttemptStatuses()
+	for _, s := range got {
+		if !slices.Contains(want, s) {
+			t.Errorf("an attempt records %q, not a label of %v", s, want)
+		}
+	}
+	for _, s := range want {
+		if !slices.Contains(got, s) {
+			t.Errorf("label %q is recorded by no finding", s)
+		}
 	}
 }

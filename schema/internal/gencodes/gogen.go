@@ -139,19 +139,7 @@ func metricsGo() ([]byte, error) {
 	w.WriteString(header)
 	w.p("package metrics\n\nimport \"github.com/portcullis/portcullis/schema\"\n")
 	w.labels("// Results of one stage message (label `result`).", "Results", "// Results lists the closed set of stage results.", results)
-	w.labels("// Reconciliation attempt statuses (label `status`): the provider's answer,\n// or why there was none.", "AttemptStatuses", "// AttemptStatuses lists the closed set of attempt statuses.", attemptStatuses)
-	return w.format()
-}
-
-// reconciliationGo is stages/reconciliation/status_gen.go: the words an
-// attempt records on its checkpoint, which are the `status` label of
-// actions_reconciliation_attempts_total — the same set as metrics', from
-// the same table, so that the stage names no metrics package.
-func reconciliationGo() ([]byte, error) {
-	var w goWriter
-	w.WriteString(header)
-	w.p("package reconciliation\n\nimport \"github.com/portcullis/portcullis/schema\"\n")
-	w.labels("// Attempt statuses: what one attempt established, the provider's answer\n// or why there was none, recorded on the attempt's checkpoint; each is\n// the `status` label of actions_reconciliation_attempts_total (SPEC §7).", "AttemptStatuses", "// AttemptStatuses lists every attempt status.", attemptStatuses)
+	w.labels("// Reconciliation attempt statuses (label `status`): the provider's answer,\n// or why there was none. Each is also the word an attempt records on its\n// checkpoint: the reconciliation stage uses these constants, so the set\n// is generated once.", "AttemptStatuses", "// AttemptStatuses lists the closed set of attempt statuses.", attemptStatuses)
 	return w.format()
 }
 

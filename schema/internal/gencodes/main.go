@@ -87,7 +87,6 @@ func outputs() []output {
 	return []output{
 		{path: "schema/codes_gen.go", whole: true, gen: func([]byte) ([]byte, error) { return schemaGo() }},
 		{path: "metrics/labels_gen.go", whole: true, gen: func([]byte) ([]byte, error) { return metricsGo() }},
-		{path: "stages/reconciliation/status_gen.go", whole: true, gen: func([]byte) ([]byte, error) { return reconciliationGo() }},
 		{path: "schema/jsonschema/defs.json", gen: defsJSON},
 		{path: "schema/jsonschema/outcome.json", gen: outcomeJSON},
 	}
