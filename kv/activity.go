@@ -2,6 +2,7 @@ package kv
 
 import (
 	"context"
+	"errors"
 
 	"github.com/portcullis/portcullis/schema"
 )
@@ -9,13 +10,18 @@ import (
 // Activity holds the value-free activity snapshot of each intent (SPEC
 // §1), keyed by fingerprint: the stages edit it once per state change of
 // the intent, the operator reads it. Its one backend is the replicated
-// bucket (internal/activity), which every processor of a cluster shares.
+// bucket (kv/jetstream.Activity), which every processor of a cluster
+// shares.
 type Activity interface {
-	// Get returns the snapshot of fingerprint (an error when it has none:
-	// internal/activity.ErrNotFound).
+	// Get returns the snapshot of fingerprint; ErrNoActivity when it has
+	// none.
 	Get(ctx context.Context, fingerprint string) (*schema.Activity, error)
 	// Update applies edit to the snapshot of fingerprint (a new one when
 	// it has none) and stores it; concurrent updates of one fingerprint
-	// are serialised, none lost.
+	// are serialised, none lost. A dispatch section without its result
+	// (FinishedAtMs 0) is not stored: the schema has no status for one.
 	Update(ctx context.Context, fingerprint string, edit func(a *schema.Activity)) error
 }
+
+// ErrNoActivity: the fingerprint has no activity snapshot.
+var ErrNoActivity = errors.New("kv: no activity")

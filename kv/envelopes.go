@@ -37,3 +37,14 @@ var (
 	// carry the processor's seal: it is not believed.
 	ErrForged = errors.New("kv: a kept envelope without a valid seal")
 )
+
+// StreamMessages reads a message of one stream by its sequence: where an
+// earlier version of the authorization stage parked a proposal (in the
+// stage's own stream, by the sequence its approval record names), read
+// back until every such proposal is decided. Its backend is
+// kv/jetstream.StreamMessages.
+type StreamMessages interface {
+	// Message returns the data of the message at seq; ErrNotKept when the
+	// stream has none there (deleted, purged).
+	Message(ctx context.Context, seq uint64) ([]byte, error)
+}

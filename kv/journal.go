@@ -46,16 +46,6 @@ func (w *IntentWrites) Empty() bool {
 var (
 	// ErrBadWrites is returned for writes no step produces.
 	ErrBadWrites = errors.New("kv: inconsistent writes")
-	// ErrConflict: another writer changed the record since this caller's
-	// Load (another processor on a shared store). Nothing of the commit
-	// took effect (writes that are harmless on their own, a timer or an
-	// index entry, may have); Load again and step again. A caller that has
-	// called a provider since its Load never calls it again.
-	ErrConflict = errors.New("kv: the record changed since it was loaded")
-	// ErrUncertain: a write may or may not have been stored (a replicated
-	// write that timed out and could not be read back). Treat it as both:
-	// act on nothing it would have allowed, and expect to find it later.
-	ErrUncertain = errors.New("kv: the write's outcome is unknown")
 )
 
 // Check refuses writes no step produces (ErrBadWrites): every backend's

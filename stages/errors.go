@@ -4,9 +4,8 @@ import (
 	"context"
 	"errors"
 
-	kvjs "github.com/portcullis/portcullis/kv/jetstream"
-
 	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/kv/natserr"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -30,19 +29,22 @@ var ErrRetriesExhausted = errors.New("stages: retries exhausted")
 var ErrTransient = errors.New("stages: transient failure")
 
 // Transient reports whether err is an outage or a race, not a fault of the
-// input: JetStream or the NATS connection did not answer (no leader, an
-// election, a server restarting, no responders, a timeout whose result is
-// unknown), a stream is full (it pushes back until it has room), or a
-// shared record changed or its write's outcome is unknown. Retrying fixes
-// these, so the runner retries them for as long as they last and never
-// counts them toward giving up (SPEC §6: an outage never ends a proposal).
+// input: a store, JetStream or the NATS connection did not answer (no
+// leader, an election, a server restarting, no responders, a timeout
+// whose result is unknown: kv.ErrUnavailable), a stream is full (it
+// pushes back until it has room: kv.ErrFull is also kv.ErrUnavailable),
+// or a shared record changed or its write's outcome is unknown
+// (kv.ErrConflict, kv.ErrUncertain). Retrying fixes these, so the runner
+// retries them for as long as they last and never counts them toward
+// giving up (SPEC §6: an outage never ends a proposal). The errors of the
+// runner's own publishes are classified by natserr, a backend's by the
+// backend.
 func Transient(err error) bool {
 	if err == nil {
 		return false
 	}
-	if errors.Is(err, ErrTransient) || kvjs.Unanswered(err) ||
-		errors.Is(err, kvjs.ErrConflict) || errors.Is(err, kvjs.ErrUncertain) ||
-		errors.Is(err, kv.ErrConflict) || errors.Is(err, kv.ErrUncertain) ||
+	err = natserr.Classify(err)
+	if errors.Is(err, ErrTransient) || errors.Is(err, kv.ErrUnavailable) ||
 		errors.Is(err, kv.ErrConflict) || errors.Is(err, kv.ErrUncertain) {
 		return true
 	}
@@ -52,23 +54,14 @@ func Transient(err error) bool {
 }
 
 // streamFull reports a publish a stream refused because it is full (its
-// bytes, messages, or one subject's messages): JetStream's store-failed
-// error (10077, a 503: Transient, so retried) with its "maximum …
-// exceeded" description.
-func streamFull(err error) bool { return kvjs.StreamFull(err) }
-
-// errCodeMessageTooLarge is JetStream's "message size exceeds maximum
-// allowed" (JSStreamMessageExceedsMaximumErr).
-const errCodeMessageTooLarge jetstream.ErrorCode = 10054
+// bytes, messages, or one subject's messages): kv.ErrFull, which is also
+// kv.ErrUnavailable (Transient, so retried).
+func streamFull(err error) bool { return errors.Is(natserr.Classify(err), kv.ErrFull) }
 
 // unpublishable reports a publish error that proves the message was not
 // stored and never will be, however often it is tried: it is too large
-// for the connection or the stream, or its subject is invalid. Every
-// other publish error is retried with the same message id.
+// for the connection or the stream (kv.ErrTooLarge), or its subject is
+// invalid. Every other publish error is retried with the same message id.
 func unpublishable(err error) bool {
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeMessageTooLarge {
-		return true
-	}
-	return errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadSubject)
+	return errors.Is(natserr.Classify(err), kv.ErrTooLarge) || errors.Is(err, nats.ErrBadSubject)
 }

@@ -2,19 +2,18 @@ package stages
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/kv/natserr"
 	"github.com/portcullis/portcullis/schema"
-	"github.com/portcullis/portcullis/subjects"
 )
 
 // outcomes.go: how the runner publishes outcomes in order (SPEC §2.4
@@ -33,8 +32,11 @@ import (
 //
 // The stream makes that enough for live subscribers too: the processor
 // publishes on an internal subject (subjects.OutcomeRecord), and the
-// stream republishes what it stored on the public one (OutcomeStream). A
-// refused or duplicate publish is never seen live.
+// stream republishes what it stored on the public one (kv/jetstream's
+// OutcomeStream). A refused or duplicate publish is never seen live. The
+// stream is a kv.OutcomeHistory (Deps.History): the runner reads it and
+// appends a refused outcome again through that interface, and publishes
+// a handler's outcomes with its other hand-offs in one asynchronous batch.
 //
 // Reading costs a round trip, so the runner reads only when it must: it
 // remembers, per subject, the sequence and standing of the last outcome
@@ -42,21 +44,6 @@ import (
 // it knows nothing — right for most proposals, which get one outcome. A
 // repeat's replay reads first (it republishes the subject's latest truth
 // when that is newer than what was recorded here).
-
-// OutcomeStream is the outcome history's stream as the runner publishes
-// to it (the engine adds its limits and replicas): it captures
-// subjects.OutcomeRecords, stores each outcome under its public subject
-// (subjects.Outcome) and republishes it there once stored; hosts and
-// operators read it with direct gets (SPEC §2.8).
-func OutcomeStream(s subjects.Subjects) jetstream.StreamConfig {
-	return jetstream.StreamConfig{
-		Name:             s.OutcomesStream(),
-		Subjects:         []string{s.OutcomeRecords()},
-		SubjectTransform: &jetstream.SubjectTransformConfig{Source: s.OutcomeRecords(), Destination: s.Outcomes()},
-		RePublish:        &jetstream.RePublish{Source: s.Outcomes(), Destination: s.Outcomes()},
-		AllowDirect:      true,
-	}
-}
 
 // Known is what a publisher knows of a proposal's outcome subject: the
 // sequence of its last message and where that outcome stands. Found false:
@@ -146,14 +133,9 @@ func (l *LastOutcomes) Forget(ref schema.ProposalRef) {
 	delete(l.old, ref)
 }
 
-// wrongLast reports a publish refused because the subject's last sequence
-// is not the one expected: 10071, or on a replicated stream 10164 (also
-// the answer while another publish to the subject is being replicated).
-func wrongLast(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) &&
-		(apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
-}
+// movedOn reports an append refused because its subject's last sequence
+// is not the one expected (kv.ErrMovedOn).
+func movedOn(err error) bool { return errors.Is(natserr.Classify(err), kv.ErrMovedOn) }
 
 // lastOutcome reads the last outcome on ref's subject: from the stream's
 // leader (leader true: what a refused publish decides again on), or by a
@@ -161,53 +143,19 @@ func wrongLast(err error) bool {
 // follows is checked by the leader). It returns what the subject holds;
 // o is nil when it holds nothing.
 func (r *Runner) lastOutcome(ctx context.Context, ref schema.ProposalRef, leader bool) (Known, *schema.Outcome, error) {
+	if r.deps.History == nil {
+		return Known{}, nil, errors.New("read the last outcome: the runner has no outcome history (Deps.History)")
+	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
 	defer cancel()
-	js := r.deps.JS
-	prefix := apiPrefix(js.Options())
-	stream, subject := r.deps.Subjects.OutcomesStream(), r.deps.Subjects.Outcome(ref.Host, ref.ProposalID)
-	var seq uint64
-	var data []byte
-	if leader {
-		req, _ := json.Marshal(struct {
-			LastBySubject string `json:"last_by_subj"`
-		}{subject})
-		m, err := js.Conn().RequestWithContext(ctx, prefix+"STREAM.MSG.GET."+stream, req)
-		if err != nil {
-			return Known{}, nil, fmt.Errorf("read the last outcome: %w", err)
-		}
-		var resp struct {
-			Message *struct {
-				Seq  uint64 `json:"seq"`
-				Data []byte `json:"data"`
-			} `json:"message"`
-			Error *jetstream.APIError `json:"error"`
-		}
-		if err := json.Unmarshal(m.Data, &resp); err != nil {
-			return Known{}, nil, fmt.Errorf("read the last outcome: %w", err)
-		}
-		switch {
-		case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
-			return Known{}, nil, nil
-		case resp.Error != nil:
-			return Known{}, nil, fmt.Errorf("read the last outcome: %w", resp.Error)
-		case resp.Message == nil:
-			return Known{}, nil, errors.New("read the last outcome: no message in the answer")
-		}
-		seq, data = resp.Message.Seq, resp.Message.Data
-	} else {
-		m, err := js.Conn().RequestWithContext(ctx, prefix+"DIRECT.GET."+stream+"."+subject, nil)
-		if err != nil {
-			return Known{}, nil, fmt.Errorf("read the last outcome: %w", err)
-		}
-		if len(m.Data) == 0 && m.Header.Get("Status") == "404" {
-			return Known{}, nil, nil
-		}
-		if seq, err = strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64); err != nil {
-			return Known{}, nil, fmt.Errorf("read the last outcome: status %q %s", m.Header.Get("Status"), m.Header.Get("Description"))
-		}
-		data = m.Data
+	last, found, err := r.deps.History.Last(ctx, ref, leader)
+	if err != nil {
+		return Known{}, nil, fmt.Errorf("read the last outcome: %w", err)
 	}
+	if !found {
+		return Known{}, nil, nil
+	}
+	seq, data := last.Seq, last.Data
 	var o schema.Outcome
 	if err := schema.Decode(data, &o); err != nil {
 		// Not an outcome of the proposal's (nothing but the processor
@@ -216,17 +164,6 @@ func (r *Runner) lastOutcome(ctx context.Context, ref schema.ProposalRef, leader
 	}
 	o.Host = ref.Host
 	return Known{Found: true, Seq: seq, Standing: o.Standing()}, &o, nil
-}
-
-// apiPrefix is the JetStream API prefix o names, ending in a dot.
-func apiPrefix(o jetstream.JetStreamOptions) string {
-	switch {
-	case o.APIPrefix != "":
-		return strings.TrimSuffix(o.APIPrefix, ".") + "."
-	case o.Domain != "":
-		return "$JS." + o.Domain + ".API."
-	}
-	return jetstream.DefaultAPIPrefix
 }
 
 // outcomeMsg is one outcome to publish on its record subject, expecting
@@ -348,21 +285,24 @@ func (r *Runner) settle(ctx context.Context, m *outcomeMsg) (stored bool, err er
 		} else if !r.expect(m, last) {
 			return false, nil
 		}
-		msg, err := r.outcomeNATSMsg(m)
+		if r.deps.History == nil {
+			return false, errors.New("append a refused outcome: the runner has no outcome history (Deps.History)")
+		}
+		data, err := schema.Marshal(m.o)
 		if err != nil {
-			return false, err
+			return false, fmt.Errorf("encode outcome: %w", err)
 		}
 		pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
-		ack, err := r.deps.JS.PublishMsg(pctx, msg)
+		seq, duplicate, err := r.deps.History.Append(pctx, ref, data, r.deps.Seal.MsgID(m.id), m.expect)
 		cancel()
 		switch {
 		case err == nil:
-			if !ack.Duplicate {
-				r.last.Put(ref, Known{Found: true, Seq: ack.Sequence, Standing: m.o.Standing()})
+			if !duplicate {
+				r.last.Put(ref, Known{Found: true, Seq: seq, Standing: m.o.Standing()})
 			}
-			return !ack.Duplicate, nil
-		case !wrongLast(err) || try >= maxSettleTries:
-			return false, fmt.Errorf("publish %s: %w", msg.Subject, err)
+			return !duplicate, nil
+		case !movedOn(err) || try >= maxSettleTries:
+			return false, err
 		}
 		// Moved on again (or, replicated, another publish to the subject
 		// is in flight): read again after a moment.

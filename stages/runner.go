@@ -17,24 +17,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/portcullis/portcullis/internal/fault"
-	"github.com/portcullis/portcullis/kv/pebble"
+	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/subjects"
 )
-
-// OutcomeLog records each proposal's last outcome before it is published
-// (pebble.Store implements it), so that a repeated delivery can republish it.
-// RecordOutcomes need not wait for the disk: the runner calls Flush before
-// it acks the input, so that the record is durable before JetStream
-// forgets the input (a crash before then redelivers it, and it is recorded
-// again).
-type OutcomeLog interface {
-	RecordOutcomes(outcomes []schema.Outcome) error
-	// Flush makes every write committed so far durable; concurrent callers
-	// share one fsync.
-	Flush() error
-}
 
 // Deps are what every runner shares.
 type Deps struct {
@@ -44,9 +31,15 @@ type Deps struct {
 	Seal     Sealer
 	Subjects subjects.Subjects
 	Metrics  *metrics.Metrics
-	Outcomes OutcomeLog
-	Clock    Clock
-	Log      *slog.Logger
+	// Outcomes records each proposal's last outcome before it is
+	// published (kv.OutcomeLog); nil: none is recorded.
+	Outcomes kv.OutcomeLog
+	// History is the outcome history the runner's outcomes are appended
+	// to and read back from (outcomes.go); nil: a runner whose handler
+	// returns no outcomes.
+	History kv.OutcomeHistory
+	Clock   Clock
+	Log     *slog.Logger
 	// Last is what the processor knows of the outcome subjects it
 	// published to (outcomes.go), shared by its runners; nil: each runner
 	// keeps its own.
@@ -1087,12 +1080,12 @@ func (e *fullError) stage(s subjects.Subjects) string {
 }
 
 // flush makes the store's writes so far durable before an ack (see
-// OutcomeLog).
+// kv.OutcomeLog).
 func (r *Runner) flush() error {
 	if r.deps.Outcomes == nil {
 		return nil
 	}
-	if err := r.deps.Outcomes.Flush(); err != nil && !errors.Is(err, pebble.ErrFailed) {
+	if err := r.deps.Outcomes.Flush(); err != nil && !errors.Is(err, kv.ErrFailed) {
 		return err
 	}
 	// A failed store stops the processor; what it could not flush is
@@ -1209,7 +1202,7 @@ func (ts *tallies) sweep(before time.Time) {
 // their PubAck arrived and was not a duplicate's.
 func (r *Runner) publish(ctx context.Context, in *Input, res Result) error {
 	if len(res.Outcomes) > 0 && !res.Unrecorded && r.deps.Outcomes != nil {
-		if err := r.deps.Outcomes.RecordOutcomes(res.Outcomes); errors.Is(err, pebble.ErrFailed) {
+		if err := r.deps.Outcomes.RecordOutcomes(res.Outcomes); errors.Is(err, kv.ErrFailed) {
 			// The record only serves repeated deliveries; a store that failed
 			// must not also swallow the outcome (CHECKPOINT_FAILED among
 			// them). The processor stops on a failed store.
@@ -1312,7 +1305,7 @@ func (r *Runner) publish(ctx context.Context, in *Input, res Result) error {
 				r.outcomeStored(m)
 			}
 		case err := <-f.Err():
-			if i >= firstOutcome && i < firstEvent && wrongLast(err) {
+			if i >= firstOutcome && i < firstEvent && movedOn(err) {
 				refused = append(refused, outs[i-firstOutcome])
 				continue
 			}

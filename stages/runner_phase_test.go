@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/portcullis/portcullis/internal/testenv"
+	kvjs "github.com/portcullis/portcullis/kv/jetstream"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
@@ -41,7 +42,8 @@ func TestRunnerRejectsInAPhaseOfItsOwn(t *testing.T) {
 	var handled atomic.Int64
 	runner := stages.NewRunner(stages.RunnerConfig{Stage: "audit", Stream: "IN", FilterSubject: "in.>", Internal: true, Phase: phase,
 		Codes: []schema.CodeInfo{{Phase: phase, Code: schema.CodeInternalMessageRejected, Boundary: schema.BoundaryUnknown}}},
-		stages.Deps{JS: js, Seal: r.seal, Subjects: r.subj, Metrics: r.metrics, Outcomes: r.store, Clock: stages.SystemClock{}},
+		stages.Deps{JS: js, Seal: r.seal, Subjects: r.subj, Metrics: r.metrics, Outcomes: r.store, Clock: stages.SystemClock{},
+			History: &kvjs.OutcomeHistory{JS: js, Subjects: r.subj}},
 		funcHandler{handle: func(context.Context, *stages.Input) (stages.Result, error) {
 			handled.Add(1)
 			return stages.Result{}, nil

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	kvjs "github.com/portcullis/portcullis/kv/jetstream"
 	"github.com/portcullis/portcullis/kv/pebble"
 
 	"github.com/nats-io/nats.go"
@@ -67,7 +68,7 @@ func newRig(t *testing.T) *rig {
 	}
 	subj := subjects.Default()
 	ctx := context.Background()
-	outcomes := stages.OutcomeStream(subj)
+	outcomes := kvjs.OutcomeStream(subj)
 	outcomes.Duplicates = time.Minute
 	for _, sc := range []jetstream.StreamConfig{
 		{Name: "IN", Subjects: []string{"in.>"}},
@@ -98,6 +99,7 @@ func (r *rig) run(t *testing.T, h stages.Handler, cfg stages.RunnerConfig) func(
 	cfg.Stage, cfg.Stream, cfg.FilterSubject = subjects.StageGrounding, "IN", "in.>"
 	runner := stages.NewRunner(cfg, stages.Deps{
 		JS: r.js, Seal: r.seal, Subjects: r.subj, Metrics: r.metrics, Outcomes: r.store, Clock: stages.SystemClock{}, Room: r.room,
+		History: &kvjs.OutcomeHistory{JS: r.js, Subjects: r.subj},
 	}, h)
 	r.runner = runner
 	ctx, cancel := context.WithCancel(context.Background())
@@ -355,6 +357,7 @@ func TestRunnerConsuming(t *testing.T) {
 	r := newRig(t)
 	runner := stages.NewRunner(stages.RunnerConfig{Stage: subjects.StageGrounding, Stream: "IN", FilterSubject: "in.>"}, stages.Deps{
 		JS: r.js, Seal: r.seal, Subjects: r.subj, Metrics: r.metrics, Outcomes: r.store, Clock: stages.SystemClock{},
+		History: &kvjs.OutcomeHistory{JS: r.js, Subjects: r.subj},
 	}, funcHandler{handle: func(context.Context, *stages.Input) (stages.Result, error) { return stages.Result{}, nil }})
 	if src := runner.Sources(); runner.Consuming() || runner.Stage() != subjects.StageGrounding || len(src) != 1 || src[0].Stream != "IN" || src[0].Durable != subjects.StageGrounding {
 		t.Fatalf("before Run: consuming %v, stage %q, sources %+v", runner.Consuming(), runner.Stage(), src)

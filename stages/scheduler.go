@@ -9,16 +9,17 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/portcullis/portcullis/kv/pebble"
+	"github.com/portcullis/portcullis/kv"
 )
 
 // Scheduler publishes durable timers (kv.Timer) when they fall due: approval
 // expiries to the authorization stage, reconciliation polls to the
-// reconciliation stage. Timers live in Pebble, so they survive restarts; a
-// timer that came due while the processor was down fires at start. Between
+// reconciliation stage. Timers live in a kv.TimerQueue (the processor's
+// Pebble store), so they survive restarts; a timer that came due while the
+// processor was down fires at start. Between
 // firings it sleeps until the earliest timer is due or a new one is added.
 type Scheduler struct {
-	Store *pebble.Store
+	Store kv.TimerQueue
 	JS    jetstream.JetStream
 	// Seal seals each timer message: timers fire on internal subjects.
 	Seal  Sealer
@@ -64,37 +65,19 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 }
 
-// FireDue publishes every due timer and deletes it once its PubAck arrived.
-// A crash between the two republishes under the same message id.
+// FireDue publishes every due timer, sealed, and deletes it once its
+// PubAck arrived (kv.FireDue). A crash between the two republishes under
+// the same message id.
 func (s *Scheduler) FireDue(ctx context.Context) error {
-	for {
-		due, err := s.Store.DueTimers(NowMs(s.Clock), 256)
-		if err != nil || len(due) == 0 {
-			return err
+	return kv.FireDue(s.Store, NowMs(s.Clock), func(tm kv.Timer) error {
+		m := nats.NewMsg(tm.Subject)
+		m.Data = tm.Data
+		s.Seal.Seal(tm.Subject, tm.Data, m.Header)
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if _, err := s.JS.PublishMsg(pctx, m, jetstream.WithMsgID(s.Seal.MsgID(tm.MsgID))); err != nil {
+			return fmt.Errorf("timers: publish %s: %w", tm.ID, err)
 		}
-		b := s.Store.NewBatch()
-		for _, tm := range due {
-			m := nats.NewMsg(tm.Subject)
-			m.Data = tm.Data
-			s.Seal.Seal(tm.Subject, tm.Data, m.Header)
-			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			_, err := s.JS.PublishMsg(pctx, m, jetstream.WithMsgID(s.Seal.MsgID(tm.MsgID)))
-			cancel()
-			if err != nil {
-				if cerr := b.Commit(pebble.NoSync); cerr != nil {
-					return cerr
-				}
-				return fmt.Errorf("timers: publish %s: %w", tm.ID, err)
-			}
-			b.DeleteFired(tm)
-		}
-		// NoSync: losing the deletion only republishes a fired timer, which
-		// the stream's duplicate window or the stage's own checks absorb.
-		if err := b.Commit(pebble.NoSync); err != nil {
-			return err
-		}
-		if len(due) < 256 {
-			return nil
-		}
-	}
+		return nil
+	})
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/portcullis/portcullis/internal/activity"
 	"github.com/portcullis/portcullis/internal/admin"
 	"github.com/portcullis/portcullis/schema"
 )
@@ -65,7 +64,7 @@ func cmdActivityGet(c *cmdline, args []string, _ io.Reader) int {
 	if err != nil {
 		return c.fail(fmt.Errorf("bucket %s: %w", subj.ActivityBucket(), refusedBy(sess.ctx, err)))
 	}
-	e, err := bucket.Get(ctx, activity.Key(fp))
+	e, err := bucket.Get(ctx, schema.FingerprintKey(fp))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return c.fail(fmt.Errorf("no activity for %s", fp))
 	}

@@ -18,7 +18,7 @@ import (
 // The outcome stream of an earlier version captured the public outcome
 // subjects themselves. A start changes it in place: it captures the
 // processor's record subjects, stores under the public ones and sends
-// what it stored there live (stages.OutcomeStream); the history it held
+// what it stored there live (kv/jetstream.OutcomeStream); the history it held
 // stays readable by direct get, and the next outcome on a subject follows
 // the last one there.
 func TestOutcomeStreamOfAnEarlierVersion(t *testing.T) {

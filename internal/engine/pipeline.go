@@ -8,6 +8,7 @@ import (
 
 	"github.com/portcullis/portcullis/kv"
 
+	kvjs "github.com/portcullis/portcullis/kv/jetstream"
 	"github.com/portcullis/portcullis/kv/pebble"
 
 	"github.com/nats-io/nats.go"
@@ -331,8 +332,9 @@ func (p *Parts) authorizationStage() (*authorization.Stage, error) {
 			MaxGrantBytes: c.Admission.MaxPayloadBytes,
 			Trust:         p.trust(),
 		},
-		Approvals: p.Approvals, Intents: p.Journal, Activity: p.Activity, Route: r, Clock: p.Clock, JS: p.JS, Parked: p.Parked,
-		Log: p.stageLog(r.Self),
+		Approvals: p.Approvals, Intents: p.Journal, Activity: p.Activity, Route: r, Clock: p.Clock, Parked: p.Parked,
+		InStage: &kvjs.StreamMessages{JS: p.JS, Stream: r.Subjects.StageStream(r.Self)},
+		Log:     p.stageLog(r.Self),
 	}
 	p.authz = s
 	return s, nil

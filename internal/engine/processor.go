@@ -25,7 +25,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/portcullis/portcullis/internal/activity"
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/admin"
 	"github.com/portcullis/portcullis/internal/config"
@@ -82,7 +81,7 @@ type Processor struct {
 	nc       *nats.Conn
 	js       jetstream.JetStream
 	store    *pebble.Store
-	activity *activity.Store
+	activity *kvjs.Activity
 	metrics  *metrics.Metrics
 	httpSrv  *http.Server
 	httpLn   net.Listener
@@ -240,7 +239,7 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	p.activity = &activity.Store{KV: bucket, Now: func() int64 { return stages.NowMs(p.clock) }, JS: p.js, Share: p.share}
+	p.activity = &kvjs.Activity{KV: bucket, Now: func() int64 { return stages.NowMs(p.clock) }, JS: p.js, Share: p.share}
 	var providers []string
 	for _, pr := range cfg.Providers {
 		providers = append(providers, pr.Name)
@@ -284,7 +283,8 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 		p.adapters[pr.Name] = p.reach.watch(pr.Name, a)
 	}
 	p.rations = newRations(cfg.Streams.HostIncidentRate)
-	deps := stages.Deps{JS: p.js, Seal: p.seal, Subjects: subj, Metrics: p.metrics, Outcomes: p.store, Clock: p.clock, Log: p.log,
+	deps := stages.Deps{JS: p.js, Seal: p.seal, Subjects: subj, Metrics: p.metrics, Outcomes: p.store,
+		History: &kvjs.OutcomeHistory{JS: p.js, Subjects: subj}, Clock: p.clock, Log: p.log,
 		EventShare: p.eventShare, OnFull: p.stageFull, Last: stages.NewLastOutcomes(0), Room: p.room}
 	jr := p.journal
 	parked, held := KeptEnvelopes(p.js, p.seal, subj, cfg)
@@ -638,7 +638,7 @@ func (p *Processor) Journal() kv.Journal { return p.journal }
 func (p *Processor) InstanceID() string { return p.self }
 
 // Activity returns the activity bucket's store.
-func (p *Processor) Activity() *activity.Store { return p.activity }
+func (p *Processor) Activity() *kvjs.Activity { return p.activity }
 
 // StreamInfo describes one of the processor's streams, as the processor
 // sees it (internal streams included), for tools in the same process.

@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/internal/config"
-	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/subjects"
 )
 
@@ -92,9 +91,9 @@ func StreamConfigs(s subjects.Subjects, c *config.Config, pipeline []Spec) []jet
 		return cfg
 	}
 	// The outcomes: published on internal subjects, stored under the
-	// public ones and sent there live once stored (stages.OutcomeStream).
+	// public ones and sent there live once stored (kv/jetstream.OutcomeStream).
 	outcomes := func(cfg jetstream.StreamConfig) jetstream.StreamConfig {
-		o := stages.OutcomeStream(s)
+		o := kvjs.OutcomeStream(s)
 		cfg.Subjects, cfg.SubjectTransform, cfg.RePublish = o.Subjects, o.SubjectTransform, o.RePublish
 		return cfg
 	}

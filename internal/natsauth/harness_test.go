@@ -76,7 +76,7 @@ func newEnv(t *testing.T, mode string) *env {
 	for _, sc := range []jetstream.StreamConfig{
 		{Name: e.subj.ProposalsStream(), Subjects: []string{e.subj.Proposals()}},
 		{Name: e.subj.GrantsStream(), Subjects: []string{e.subj.Grants()}},
-		// As the engine makes it (stages.OutcomeStream): the processor
+		// As the engine makes it (kv/jetstream.OutcomeStream): the processor
 		// publishes on the record subjects, the stream stores under the
 		// outcome subjects and sends each stored outcome there live.
 		{Name: e.subj.OutcomesStream(), Subjects: []string{e.subj.OutcomeRecords()}, AllowDirect: true,

@@ -134,13 +134,15 @@ func stageOf(path string) string {
 
 // Check returns every violation of the import rules in graph, sorted:
 // packages in no layer, upward imports, a stage importing another stage or
-// a backend, operator code importing a stage.
+// a backend, a package under stages/ reaching a backend through any chain
+// of imports, operator code importing a stage.
 func Check(layers []Layer, graph []Package) []string {
 	var out []string
 	inModule := map[string]bool{}
 	for _, p := range graph {
 		inModule[p.Path] = true
 	}
+	out = append(out, reachedBackends(graph)...)
 	for _, p := range graph {
 		from := LayerOf(layers, p.Path)
 		if from < 0 {
@@ -167,6 +169,52 @@ func Check(layers []Layer, graph []Package) []string {
 		}
 	}
 	sort.Strings(out)
+	return out
+}
+
+// reachedBackends returns a violation for each package under stages/
+// (the runner too) whose dependencies, direct or not, hold a backend:
+// what `go list -deps` of it would list. A direct import by a stage is
+// Check's own violation already, so only a backend reached through
+// another package is named here, with the chain that reaches it.
+func reachedBackends(graph []Package) []string {
+	imports := map[string][]string{}
+	for _, p := range graph {
+		imports[p.Path] = p.Imports
+	}
+	var out []string
+	for _, p := range graph {
+		if match("stages/...", p.Path) == 0 {
+			continue
+		}
+		// Breadth first, so that each backend is named with a shortest
+		// chain; via[x] is the package x was reached from.
+		via := map[string]string{p.Path: ""}
+		queue := []string{p.Path}
+		for len(queue) > 0 {
+			at := queue[0]
+			queue = queue[1:]
+			for _, imp := range imports[at] {
+				if _, seen := via[imp]; seen {
+					continue
+				}
+				via[imp] = at
+				if matchesAny(Backends, imp) {
+					if at == p.Path && stageOf(p.Path) != "" {
+						continue // a stage's own import: Check names it
+					}
+					chain := []string{imp}
+					for x := at; x != ""; x = via[x] {
+						chain = append([]string{x}, chain...)
+					}
+					out = append(out, fmt.Sprintf("%s depends on %s (%s): no package under stages/ depends on a storage backend, even indirectly (only the kv interfaces)",
+						p.Path, imp, strings.Join(chain, " -> ")))
+					continue // what the backend imports is its own business
+				}
+				queue = append(queue, imp)
+			}
+		}
+	}
 	return out
 }
 

@@ -64,6 +64,10 @@ func TestCheckCatchesPlanted(t *testing.T) {
 		{"operator code imports a stage", plant("internal/admin", "stages/reconciliation"), "operator code imports no stage"},
 		{"console imports a stage", plant("internal/console", "stages/dispatch"), "operator code imports no stage"},
 		{"a package in no layer", append(slices.Clone(clean), Package{Path: "internal/newthing"}), "internal/newthing: in no layer"},
+		{"a stage reaches a backend through kv", plant("kv", "kv/pebble"), "stages/dispatch depends on kv/pebble (stages/dispatch -> kv -> kv/pebble)"},
+		{"the runner reaches a backend through kv", plant("kv", "kv/pebble"), "stages depends on kv/pebble (stages -> kv -> kv/pebble)"},
+		{"the runner imports a backend", plant("stages", "kv/jetstream"), "stages depends on kv/jetstream (stages -> kv/jetstream)"},
+		{"a stage reaches Pebble itself", plant("kv", "github.com/cockroachdb/pebble/v2"), "stages/dispatch depends on github.com/cockroachdb/pebble/v2 (stages/dispatch -> kv -> github.com/cockroachdb/pebble/v2)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := Check(Layers, tc.graph)
@@ -190,7 +194,8 @@ func moduleRoot(t *testing.T) string {
 }
 
 // TestModule checks the real module: every package in a layer, no upward
-// import, no stage importing a stage or a backend, no operator code
+// import, no stage importing a stage or a backend, no package under
+// stages/ depending on a backend at all, no operator code
 // importing a stage, no public package exposing an internal type.
 func TestModule(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
@@ -215,6 +220,25 @@ func TestModule(t *testing.T) {
 		t.Fatalf("go list found %d packages, %d public: not the module", len(graph), len(public))
 	}
 	found := Check(Layers, graph)
+	// Whether a stage depends on a backend is what `go list -deps` of it
+	// says, so the packages outside the module count too: one that
+	// imports a backend carries it into the stage.
+	var deps []Package
+	for _, p := range goList(t, "-deps", "-json=ImportPath,Imports,Standard", "./stages/...") {
+		if p.Standard {
+			continue
+		}
+		n := Package{Path: Rel(p.ImportPath)}
+		for _, imp := range p.Imports {
+			n.Imports = append(n.Imports, Rel(imp))
+		}
+		deps = append(deps, n)
+	}
+	for _, v := range reachedBackends(deps) {
+		if !slices.Contains(found, v) {
+			found = append(found, v)
+		}
+	}
 
 	// The public signatures, from the compiler's export data (what `go
 	// vet` has just built, so usually cached).

@@ -221,7 +221,7 @@
 // there supersedes it, decided again on the leader's last message when
 // the stream refuses it; a replay republishes the subject's latest truth;
 // the log keeps the latest; and the stream sends live only what it
-// stored (stages.OutcomeStream). TestOrderFindings replays the seeds.
+// stored (kv/jetstream.OutcomeStream). TestOrderFindings replays the seeds.
 //
 // Finding 10 — a redelivered input's new answer dropped as a duplicate
 // (found once the simulation modelled the stream's message-id dedupe for

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/kv/natserr"
 )
 
 // Envelopes is kv.Envelopes on JetStream streams: each host's envelopes in
@@ -56,7 +56,7 @@ func (e *Envelopes) Keep(ctx context.Context, host, key string, data []byte, msg
 		if StreamFull(err) {
 			return fmt.Errorf("%w: %w", kv.ErrBudget, err)
 		}
-		return fmt.Errorf("kv: keep an envelope: %w", err)
+		return fmt.Errorf("kv: keep an envelope: %w", natserr.Classify(err))
 	}
 	return nil
 }
@@ -137,15 +137,31 @@ func (e *Envelopes) stream(ctx context.Context, name string) (jetstream.Stream, 
 	return st, nil
 }
 
-// StreamFull reports a publish a stream refused because it is full (its
-// bytes, its messages, or one subject's messages): JetStream's
-// store-failed error (10077, a 503) with its "maximum … exceeded"
-// description. Waiting does not make room in a stream only its own
-// readers empty.
-func StreamFull(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeStoreFailed && strings.HasPrefix(apiErr.Description, "maximum")
+// StreamFull reports a publish a stream refused because it is full
+// (natserr.StreamFull: kv.ErrFull). Waiting does not make room in a
+// stream only its own readers empty.
+func StreamFull(err error) bool { return natserr.StreamFull(err) }
+
+// StreamMessages is kv.StreamMessages on the stream named Stream.
+type StreamMessages struct {
+	JS     jetstream.JetStream
+	Stream string
 }
 
-// errCodeStoreFailed is JetStream's JSStreamStoreFailedF.
-const errCodeStoreFailed jetstream.ErrorCode = 10077
+var _ kv.StreamMessages = (*StreamMessages)(nil)
+
+// Message reads the message at seq by a get from the stream's leader.
+func (s *StreamMessages) Message(ctx context.Context, seq uint64) ([]byte, error) {
+	stream, err := s.JS.Stream(ctx, s.Stream)
+	if err != nil {
+		return nil, fmt.Errorf("stream: %w", natserr.Classify(err))
+	}
+	m, err := stream.GetMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, kv.ErrNotKept
+	}
+	if err != nil {
+		return nil, natserr.Classify(err)
+	}
+	return m.Data, nil
+}

@@ -119,3 +119,28 @@ func TestEnvelopesPerHost(t *testing.T) {
 		t.Errorf("drop with no shared stream: %v", err)
 	}
 }
+
+// StreamMessages reads a message by its sequence, and says ErrNotKept
+// where the stream has none.
+func TestStreamMessages(t *testing.T) {
+	js, err := jetstream.New(testenv.Connect(t, testenv.StartServer(t, "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "STAGE", Subjects: []string{"stage.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	ack, err := js.Publish(ctx, "stage.p", []byte("parked"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &kvjs.StreamMessages{JS: js, Stream: "STAGE"}
+	if data, err := s.Message(ctx, ack.Sequence); err != nil || string(data) != "parked" {
+		t.Fatalf("Message(%d) = %q, %v", ack.Sequence, data, err)
+	}
+	if _, err := s.Message(ctx, ack.Sequence+1); !errors.Is(err, kv.ErrNotKept) {
+		t.Fatalf("Message of nothing: %v, want ErrNotKept", err)
+	}
+}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/portcullis/portcullis/kv"
 )
 
 // Bucket describes a shared bucket's stream.
@@ -79,10 +81,10 @@ var (
 	// ErrConflict: the key's value changed since the revision the write
 	// compared with was read (another writer got there first). Nothing
 	// was written.
-	ErrConflict = errors.New("leaderkv: changed since read")
+	ErrConflict = kv.ErrConflict
 	// ErrUncertain: whether the write was stored could not be learned
 	// within the settle budget.
-	ErrUncertain = errors.New("leaderkv: outcome of the write unknown")
+	ErrUncertain = kv.ErrUncertain
 )
 
 // Swap stores data at key if the key's revision is still rev (0: if the

@@ -19,11 +19,9 @@ package jetstream
 
 import (
 	"context"
-	"errors"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/portcullis/portcullis/kv/natserr"
 )
 
 // Defaults of Budget and Timeouts.
@@ -100,24 +98,11 @@ func (b Budget) Do(f func(ctx context.Context) error) error {
 	}
 }
 
-// errCodeNoPeers is JetStream's "no suitable peers for placement".
-const errCodeNoPeers jetstream.ErrorCode = 10005
-
 // NoPeers reports JetStream refusing to place a stream's replicas because
-// too few servers are up (or seen up yet, right after a cluster starts):
-// creating a stream then is worth retrying, other requests are not.
-func NoPeers(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeNoPeers
-}
+// too few servers are up (natserr.NoPeers).
+func NoPeers(err error) bool { return natserr.NoPeers(err) }
 
 // Unanswered reports an error that says JetStream did not answer (no
-// leader, an election, a server going away), not that it refused.
-func Unanswered(err error) bool {
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.Code == 503 {
-		return true
-	}
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
-		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrDisconnected) || errors.Is(err, nats.ErrConnectionReconnecting)
-}
+// leader, an election, a server going away), not that it refused
+// (natserr.Unanswered: kv.ErrUnavailable).
+func Unanswered(err error) bool { return natserr.Unanswered(err) }

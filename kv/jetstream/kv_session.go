@@ -22,7 +22,7 @@ type CAS[T any] struct {
 	Handle
 	ID func(*T) string
 	// Conflict and Uncertain are the store's own sentinels, which Swap's
-	// errors wrap (besides this package's ErrUncertain).
+	// errors wrap (besides kv.ErrUncertain itself).
 	Conflict, Uncertain error
 
 	locks    kv.KeyedMutex

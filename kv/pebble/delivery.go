@@ -50,6 +50,8 @@ func (b *Batch) PutAdmitted(ref schema.ProposalRef, a kv.Admitted) {
 	b.file(ClassProposal, a.AtMs, key[1:])
 }
 
+var _ kv.OutcomeLog = (*Store)(nil)
+
 // LastOutcome returns the last outcome recorded for a proposal.
 func (s *Store) LastOutcome(ref schema.ProposalRef) (schema.Outcome, bool, error) {
 	var o schema.Outcome
@@ -65,7 +67,7 @@ func (b *Batch) PutOutcome(o schema.Outcome) {
 	b.file(ClassProposal, o.AtMs, key[1:])
 }
 
-// RecordOutcomes records each proposal's latest outcome (stages.OutcomeLog):
+// RecordOutcomes records each proposal's latest outcome (kv.OutcomeLog):
 // an outcome that neither restates nor supersedes the one recorded
 // (SPEC §2.4 Order: a stale decision, published late) leaves the record
 // as it is, so that a repeat never replays an older truth. NoSync: the

@@ -32,9 +32,10 @@ import (
 var (
 	// ErrClosed is returned by every method after Close.
 	ErrClosed = errors.New("kv: store closed")
-	// ErrFailed is returned after Pebble reported a fatal error (a failed
-	// WAL write or sync): the store refuses further writes until reopened.
-	ErrFailed = errors.New("kv: store failed")
+	// ErrFailed is kv.ErrFailed, returned after Pebble reported a fatal
+	// error (a failed WAL write or sync): the store refuses further writes
+	// until reopened.
+	ErrFailed = kv.ErrFailed
 	// ErrCorrupt is kv.ErrCorrupt: a record that does not decode.
 	ErrCorrupt = kv.ErrCorrupt
 	// ErrLocked is returned by Open for a directory another store holds:

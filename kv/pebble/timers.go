@@ -170,7 +170,22 @@ func (s *Store) Timer(id string) (kv.Timer, bool, error) {
 	return t, found, err
 }
 
-var _ kv.Timers = (*Store)(nil)
+var _ kv.TimerQueue = (*Store)(nil)
+
+// DeleteFired removes timers that were published (kv.TimerQueue), without
+// waiting for the disk: losing the deletion only republishes a fired
+// timer, which the stream's duplicate window or the stage's own checks
+// absorb.
+func (s *Store) DeleteFired(fired []kv.Timer) error {
+	if len(fired) == 0 {
+		return nil
+	}
+	b := s.NewBatch()
+	for _, t := range fired {
+		b.DeleteFired(t)
+	}
+	return b.Commit(NoSync)
+}
 
 // Arm adds t to the timer table with Sync (kv.Timers): the scheduler
 // fires it. A timer with the same ID replaces the pending one.

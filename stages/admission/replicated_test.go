@@ -50,7 +50,7 @@ func cluster(t *testing.T, url string, replicas, n int) ([]processor, nkeys.KeyP
 		js, h := kvtest.OpenBucket(t, url, kvjs.AdmissionBucket(bucket, replicas, time.Hour))
 		if i == 0 {
 			testenv.Retry(t, func(ctx context.Context) error {
-				cfg := stages.OutcomeStream(subj)
+				cfg := kvjs.OutcomeStream(subj)
 				cfg.Replicas = replicas
 				_, err := js.CreateOrUpdateStream(ctx, cfg)
 				return err

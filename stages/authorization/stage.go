@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"strconv"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
@@ -41,10 +39,11 @@ type Stage struct {
 	// Parked keeps each parked proposal's envelope, in its host's budget,
 	// until it is decided.
 	Parked kv.Envelopes
-	// JS reads back the envelope of a proposal an earlier version parked
-	// in the authorization stream itself (by sequence).
-	JS  jetstream.JetStream
-	Log *slog.Logger
+	// InStage reads back the envelope of a proposal an earlier version
+	// parked in the authorization stream itself (by sequence); nil: none
+	// is read.
+	InStage kv.StreamMessages
+	Log     *slog.Logger
 }
 
 var _ stages.Handler = (*Stage)(nil)
@@ -282,21 +281,14 @@ func (s *Stage) parkedEnvelope(ctx context.Context, a kv.Approval) (*schema.Enve
 // parkedInStage reads the envelope an earlier version parked in the
 // authorization stream itself, by its sequence there.
 func (s *Stage) parkedInStage(ctx context.Context, seq uint64) ([]byte, error) {
-	if s.JS == nil {
+	if s.InStage == nil {
 		return nil, errEnvelopeGone
 	}
-	stream, err := s.JS.Stream(ctx, s.Route.Subjects.StageStream(s.Route.Self))
-	if err != nil {
-		return nil, fmt.Errorf("stream: %w", err)
-	}
-	m, err := stream.GetMsg(ctx, seq)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
+	data, err := s.InStage.Message(ctx, seq)
+	if errors.Is(err, kv.ErrNotKept) {
 		return nil, errEnvelopeGone
 	}
-	if err != nil {
-		return nil, err
-	}
-	return m.Data, nil
+	return data, err
 }
 
 // Grants returns the handler of the grants stream.

@@ -7,13 +7,13 @@ import (
 	"testing"
 	"time"
 
+	kvjs "github.com/portcullis/portcullis/kv/jetstream"
 	"github.com/portcullis/portcullis/kv/pebble"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/portcullis/portcullis/internal/activity"
 	"github.com/portcullis/portcullis/internal/engine"
 	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/internal/testenv"
@@ -67,9 +67,10 @@ func newHarness(t *testing.T) *harness {
 			Trust: trust.Policy{Hosts: env.Config.Hosts, Tenants: env.Config.Tenants},
 		},
 		Approvals: ap,
-		Activity:  &activity.Store{KV: bucket, Now: func() int64 { return stages.NowMs(clock) }},
+		Activity:  &kvjs.Activity{KV: bucket, Now: func() int64 { return stages.NowMs(clock) }},
 		Route:     stages.Route{Subjects: env.Subjects, Self: subjects.StageAuthorization, Next: subjects.StageDispatch},
-		Clock:     clock, JS: env.JS, Parked: parked,
+		Clock:     clock, Parked: parked,
+		InStage: &kvjs.StreamMessages{JS: env.JS, Stream: env.Subjects.StageStream(subjects.StageAuthorization)},
 	}
 	return h
 }

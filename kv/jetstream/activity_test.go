@@ -1,24 +1,21 @@
-package activity_test
+package jetstream_test
 
 import (
 	"context"
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"go.uber.org/goleak"
 
-	"github.com/portcullis/portcullis/internal/activity"
 	"github.com/portcullis/portcullis/internal/testenv"
 	kvs "github.com/portcullis/portcullis/kv"
-	"github.com/portcullis/portcullis/kv/intent"
+	kvintent "github.com/portcullis/portcullis/kv/intent"
+	kvjs "github.com/portcullis/portcullis/kv/jetstream"
 	"github.com/portcullis/portcullis/schema"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
 const fp = "sha256:5a6883578c195c2db4563345d2872d693c6dfabca09b1ae4918d1cd00103e446"
 
-func bucket(t *testing.T) jetstream.KeyValue {
+func activityBucket(t *testing.T) jetstream.KeyValue {
 	t.Helper()
 	js, err := jetstream.New(testenv.Connect(t, testenv.StartServer(t, "")))
 	if err != nil {
@@ -39,11 +36,11 @@ func addProposal(id string) func(a *schema.Activity) {
 // edit: a store that wrote last updates at the revision it wrote, and one
 // whose memory is stale reads the snapshot back when its write is refused.
 func TestUpdateTwoWriters(t *testing.T) {
-	kv := bucket(t)
+	kv := activityBucket(t)
 	ctx := context.Background()
-	a, b := &activity.Store{KV: kv}, &activity.Store{KV: kv}
+	a, b := &kvjs.Activity{KV: kv}, &kvjs.Activity{KV: kv}
 	steps := []struct {
-		s  *activity.Store
+		s  *kvjs.Activity
 		id string
 	}{{a, "p1"}, {a, "p2"}, {b, "p3"}, {a, "p4"}, {b, "p5"}, {b, "p6"}}
 	for _, st := range steps {
@@ -58,7 +55,7 @@ func TestUpdateTwoWriters(t *testing.T) {
 	if len(got.Proposals) != len(steps) {
 		t.Fatalf("proposals %v, want %d of them", got.Proposals, len(steps))
 	}
-	if e, err := kv.Get(ctx, activity.Key(fp)); err != nil || e.Revision() != uint64(len(steps)) {
+	if e, err := kv.Get(ctx, kvjs.ActivityKey(fp)); err != nil || e.Revision() != uint64(len(steps)) {
 		t.Fatalf("revision %d, %v: want one write per update", e.Revision(), err)
 	}
 }
@@ -66,12 +63,12 @@ func TestUpdateTwoWriters(t *testing.T) {
 // A store that never wrote a snapshot which exists (written by another
 // processor, or before a restart) finds it when its create is refused.
 func TestUpdateExistingSnapshot(t *testing.T) {
-	kv := bucket(t)
+	kv := activityBucket(t)
 	ctx := context.Background()
-	if err := (&activity.Store{KV: kv}).Update(ctx, fp, addProposal("old")); err != nil {
+	if err := (&kvjs.Activity{KV: kv}).Update(ctx, fp, addProposal("old")); err != nil {
 		t.Fatal(err)
 	}
-	s := &activity.Store{KV: kv}
+	s := &kvjs.Activity{KV: kv}
 	if err := s.Update(ctx, fp, addProposal("new")); err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +80,7 @@ func TestUpdateExistingSnapshot(t *testing.T) {
 		t.Fatalf("proposals %v, want old and new", got.Proposals)
 	}
 	// Deleted behind its back: created again.
-	if err := kv.Delete(ctx, activity.Key(fp)); err != nil {
+	if err := kv.Delete(ctx, kvjs.ActivityKey(fp)); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Update(ctx, fp, addProposal("again")); err != nil {
@@ -102,9 +99,9 @@ func TestUpdateExistingSnapshot(t *testing.T) {
 // TestPartitionLeadersCutOff: the activity record of an intent confirmed
 // by reconciliation kept {"dispatch":{"status":""}} for good.
 func TestLateDispatchWriteCompletesTheSnapshot(t *testing.T) {
-	kv := bucket(t)
+	kv := activityBucket(t)
 	ctx := context.Background()
-	s := &activity.Store{KV: kv}
+	s := &kvjs.Activity{KV: kv}
 	dispatched := &schema.Receipt{ReceiptID: "rcpt_1", Status: schema.StatusReconciliationRequired, DispatchAttempted: true, RecordedAtMs: 2000}
 	confirmed := &schema.Receipt{ReceiptID: "rcpt_2", Status: schema.StatusConfirmed, RecordedAtMs: 3000,
 		Reconciliation: &schema.ReceiptReconcileRef{AttemptID: "rcn_1"}}
@@ -137,5 +134,5 @@ func TestLateDispatchWriteCompletesTheSnapshot(t *testing.T) {
 
 // project is rec's projection into a snapshot, as an activity edit.
 func project(rec kvs.Intent) func(*schema.Activity) {
-	return func(a *schema.Activity) { intent.Project(rec, a) }
+	return func(a *schema.Activity) { kvintent.Project(rec, a) }
 }

@@ -1,7 +1,4 @@
-// Package activity keeps the value-free activity snapshot of each intent in
-// the JetStream KV bucket `<prefix>_activity`, keyed by the fingerprint's
-// 64 hex digits.
-package activity
+package jetstream
 
 import (
 	"context"
@@ -9,8 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
-
-	kvjs "github.com/portcullis/portcullis/kv/jetstream"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -20,14 +15,14 @@ import (
 	"github.com/portcullis/portcullis/subjects"
 )
 
-// ErrNotFound is returned by Get for a fingerprint without activity.
-var ErrNotFound = errors.New("activity: not found")
+// ActivityKey is the bucket key of a fingerprint ("sha256:<hex>" or bare
+// hex): its 64 hex digits.
+func ActivityKey(fingerprint string) string { return schema.FingerprintKey(fingerprint) }
 
-// Key is the bucket key of a fingerprint ("sha256:<hex>" or bare hex).
-func Key(fingerprint string) string { return schema.FingerprintKey(fingerprint) }
-
-// Store reads and updates activity snapshots.
-type Store struct {
+// Activity is kv.Activity on the JetStream KV bucket `<prefix>_activity`:
+// the value-free activity snapshot of each intent, keyed by ActivityKey,
+// which every processor of a cluster shares.
+type Activity struct {
 	KV jetstream.KeyValue
 	// Now stamps UpdatedAtMs.
 	Now func() int64
@@ -48,23 +43,25 @@ type Store struct {
 	last map[string]written
 }
 
+var _ kv.Activity = (*Activity)(nil)
+
 type written struct {
 	rev  uint64
 	data []byte
 }
 
-// maxRemembered bounds Store.last: intents are updated a few times within
+// maxRemembered bounds Activity.last: intents are updated a few times within
 // seconds of each other, then rarely.
 const maxRemembered = 8192
 
-func (s *Store) remembered(key string) (written, bool) {
+func (s *Activity) remembered(key string) (written, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w, ok := s.last[key]
 	return w, ok
 }
 
-func (s *Store) remember(key string, w written) {
+func (s *Activity) remember(key string, w written) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.last == nil {
@@ -79,17 +76,17 @@ func (s *Store) remember(key string, w written) {
 	s.last[key] = w
 }
 
-func (s *Store) forget(key string) {
+func (s *Activity) forget(key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.last, key)
 }
 
 // Get returns the snapshot of a fingerprint.
-func (s *Store) Get(ctx context.Context, fingerprint string) (*schema.Activity, error) {
-	e, err := s.KV.Get(ctx, Key(fingerprint))
+func (s *Activity) Get(ctx context.Context, fingerprint string) (*schema.Activity, error) {
+	e, err := s.KV.Get(ctx, ActivityKey(fingerprint))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, ErrNotFound
+		return nil, kv.ErrNoActivity
 	}
 	if err != nil {
 		return nil, fmt.Errorf("activity: get: %w", err)
@@ -108,8 +105,8 @@ func (s *Store) Get(ctx context.Context, fingerprint string) (*schema.Activity, 
 // this store did not write it last: a fingerprint it has not seen is
 // created outright (and read only if that finds it exists), one it wrote
 // is updated at the revision it wrote.
-func (s *Store) Update(ctx context.Context, fingerprint string, edit func(a *schema.Activity)) error {
-	key := Key(fingerprint)
+func (s *Activity) Update(ctx context.Context, fingerprint string, edit func(a *schema.Activity)) error {
+	key := ActivityKey(fingerprint)
 	unlock := s.locks.Lock(key)
 	defer unlock()
 	// known: the snapshot and revision to edit come from memory (the last
@@ -151,7 +148,7 @@ func (s *Store) Update(ctx context.Context, fingerprint string, edit func(a *sch
 			return nil
 		}
 		s.forget(key)
-		if !kvjs.Lost(err) {
+		if !Lost(err) {
 			return fmt.Errorf("activity: write: %w", err)
 		}
 		// Someone else wrote it: read what is there and edit that.
@@ -171,7 +168,7 @@ func (s *Store) Update(ctx context.Context, fingerprint string, edit func(a *sch
 // put writes data under key at revision rev (0: a key that has none),
 // compare-and-set, as KV's Create and Update do — with the share's header
 // when it can.
-func (s *Store) put(ctx context.Context, key string, data []byte, rev uint64, a *schema.Activity) (uint64, error) {
+func (s *Activity) put(ctx context.Context, key string, data []byte, rev uint64, a *schema.Activity) (uint64, error) {
 	if s.JS == nil {
 		if rev == 0 {
 			return s.KV.Create(ctx, key, data)
