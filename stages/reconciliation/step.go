@@ -19,8 +19,8 @@ import (
 	"time"
 
 	"github.com/portcullis/portcullis/kv"
-	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/kv/intent"
+	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
 )

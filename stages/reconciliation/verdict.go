@@ -6,8 +6,8 @@ import (
 
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/kv"
-	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/kv/intent"
+	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 )
 
