@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
-	"github.com/portcullis/portcullis/internal/keyfile"
+	"github.com/portcullis/portcullis/schema/keyfile"
 	"github.com/portcullis/portcullis/subjects"
 )
 

@@ -13,8 +13,8 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/portcullis/portcullis/client"
-	"github.com/portcullis/portcullis/internal/keyfile"
 	"github.com/portcullis/portcullis/internal/testenv"
+	"github.com/portcullis/portcullis/schema/keyfile"
 )
 
 // fast bounds a refusal that must come at once: well under the waits it

@@ -11,8 +11,8 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/nats-io/nats.go"
 
-	"github.com/portcullis/portcullis/internal/disclosure"
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/schema/disclosure"
 	"github.com/portcullis/portcullis/subjects"
 )
 

@@ -6,7 +6,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
-	"github.com/portcullis/portcullis/internal/trust"
+	"github.com/portcullis/portcullis/schema/trust"
 )
 
 // Headers that carry a host's signature (SPEC §2.7).

@@ -7,7 +7,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/portcullis/portcullis/client"
-	"github.com/portcullis/portcullis/internal/trust"
+	"github.com/portcullis/portcullis/schema/trust"
 )
 
 // client.Sign is what admission verifies: the processor's own verifier

@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	buildversion "github.com/portcullis/portcullis/internal/version"
+	buildversion "github.com/portcullis/portcullis/metrics/version"
 	"github.com/portcullis/portcullis/schema"
 )
 

@@ -15,8 +15,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/portcullis/portcullis/internal/engine"
-	buildversion "github.com/portcullis/portcullis/internal/version"
 	"github.com/portcullis/portcullis/metrics"
+	buildversion "github.com/portcullis/portcullis/metrics/version"
 	"github.com/portcullis/portcullis/schema"
 )
 

@@ -16,10 +16,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/portcullis/portcullis/internal/fault"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/stages/fault"
 	"github.com/portcullis/portcullis/subjects"
 )
 

@@ -9,7 +9,7 @@ import (
 // settings.go: what the stages decide with that comes from the
 // configuration — whom to trust, how grants are judged — as small
 // interfaces of public types. The engine satisfies them from its
-// configuration (internal/trust.Policy, internal/policy.Rules), in one
+// configuration (schema/trust.Policy, stages/policy.Rules), in one
 // place; tests build the same values.
 
 // Trust is whom the stages believe (SPEC §2.7): the configured hosts,

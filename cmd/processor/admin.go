@@ -17,7 +17,7 @@ import (
 
 	"github.com/portcullis/portcullis/internal/admin"
 	"github.com/portcullis/portcullis/internal/config"
-	"github.com/portcullis/portcullis/internal/keyfile"
+	"github.com/portcullis/portcullis/schema/keyfile"
 	"github.com/portcullis/portcullis/subjects"
 )
 

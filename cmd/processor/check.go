@@ -10,8 +10,8 @@ import (
 
 	"github.com/portcullis/portcullis/fingerprint"
 	"github.com/portcullis/portcullis/internal/config"
-	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/schema/trust"
 	"github.com/portcullis/portcullis/stages/admission"
 	"github.com/portcullis/portcullis/stages/grounding"
 )

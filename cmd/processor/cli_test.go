@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/portcullis/portcullis/internal/version"
+	"github.com/portcullis/portcullis/metrics/version"
 	"github.com/portcullis/portcullis/schema"
 )
 

@@ -13,7 +13,7 @@ import (
 
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/fixtures"
-	"github.com/portcullis/portcullis/internal/keyfile"
+	"github.com/portcullis/portcullis/schema/keyfile"
 )
 
 // Files `processor init` writes, in its --dir.

@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/portcullis/portcullis/internal/config"
-	"github.com/portcullis/portcullis/internal/keyfile"
+	"github.com/portcullis/portcullis/schema/keyfile"
 )
 
 // keygenKinds are the identities `processor keygen` makes an nkey for: the

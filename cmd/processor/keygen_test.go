@@ -9,7 +9,7 @@ import (
 
 	"github.com/nats-io/nkeys"
 
-	"github.com/portcullis/portcullis/internal/keyfile"
+	"github.com/portcullis/portcullis/schema/keyfile"
 )
 
 func runProcessor(args ...string) (int, string, string) {

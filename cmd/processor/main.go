@@ -43,7 +43,7 @@ import (
 	"github.com/portcullis/portcullis/internal/admin"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/engine"
-	"github.com/portcullis/portcullis/internal/version"
+	"github.com/portcullis/portcullis/metrics/version"
 )
 
 func main() {

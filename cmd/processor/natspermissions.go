@@ -5,8 +5,8 @@ import (
 	"io"
 
 	"github.com/portcullis/portcullis/internal/config"
-	"github.com/portcullis/portcullis/internal/keyfile"
 	"github.com/portcullis/portcullis/internal/natsauth"
+	"github.com/portcullis/portcullis/schema/keyfile"
 	"github.com/portcullis/portcullis/subjects"
 )
 

@@ -16,8 +16,8 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/portcullis/portcullis/internal/config"
-	"github.com/portcullis/portcullis/internal/version"
 	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/metrics/version"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/subjects"

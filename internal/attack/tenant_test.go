@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/portcullis/portcullis/internal/config"
-	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/stages/policy"
 	"github.com/portcullis/portcullis/subjects"
 )
 

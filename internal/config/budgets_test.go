@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/portcullis/portcullis/internal/config"
-	"github.com/portcullis/portcullis/internal/trust"
+	"github.com/portcullis/portcullis/schema/trust"
 )
 
 // TestBudgetWarnings: the defaults fit 14 hosts' pipeline budgets in a

@@ -24,9 +24,9 @@ import (
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 
 	"github.com/portcullis/portcullis/internal/adapters"
-	"github.com/portcullis/portcullis/internal/policy"
-	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/schema/trust"
+	"github.com/portcullis/portcullis/stages/policy"
 	"github.com/portcullis/portcullis/subjects"
 )
 

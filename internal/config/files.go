@@ -15,8 +15,8 @@ import (
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/nats-io/nkeys"
 
-	"github.com/portcullis/portcullis/internal/dirlock"
-	"github.com/portcullis/portcullis/internal/keyfile"
+	"github.com/portcullis/portcullis/kv/dirlock"
+	"github.com/portcullis/portcullis/schema/keyfile"
 )
 
 // ErrConfiguresNothing is returned by Check for a file without a single

@@ -10,9 +10,9 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/portcullis/portcullis/internal/config"
-	"github.com/portcullis/portcullis/internal/dirlock"
-	"github.com/portcullis/portcullis/internal/keyfile"
 	"github.com/portcullis/portcullis/internal/testenv"
+	"github.com/portcullis/portcullis/kv/dirlock"
+	"github.com/portcullis/portcullis/schema/keyfile"
 )
 
 func write(t *testing.T, path, content string) string {

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nkeys"
-	"github.com/portcullis/portcullis/internal/trust"
+	"github.com/portcullis/portcullis/schema/trust"
 )
 
 var (

@@ -13,8 +13,8 @@ import (
 	"github.com/portcullis/portcullis/internal/admin"
 	"github.com/portcullis/portcullis/internal/console"
 	"github.com/portcullis/portcullis/internal/demo"
-	"github.com/portcullis/portcullis/internal/keyfile"
 	"github.com/portcullis/portcullis/internal/testenv"
+	"github.com/portcullis/portcullis/schema/keyfile"
 	"github.com/portcullis/portcullis/subjects"
 )
 

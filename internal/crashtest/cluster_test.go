@@ -10,11 +10,11 @@ import (
 
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/config"
-	"github.com/portcullis/portcullis/internal/fault"
 	"github.com/portcullis/portcullis/internal/history"
 	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/stages/fault"
 )
 
 // EnvLong runs the long versions of the cluster crash tests: every kill

@@ -11,9 +11,9 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/portcullis/portcullis/internal/fault"
 	"github.com/portcullis/portcullis/internal/partition"
 	"github.com/portcullis/portcullis/internal/testenv"
+	"github.com/portcullis/portcullis/stages/fault"
 	"github.com/portcullis/portcullis/subjects"
 )
 

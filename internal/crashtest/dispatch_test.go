@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/portcullis/portcullis/internal/config"
-	"github.com/portcullis/portcullis/internal/fault"
 	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/stages/fault"
 )
 
 // connector runs a fake "inventory" provider in the test process, behind

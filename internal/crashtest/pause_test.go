@@ -5,9 +5,9 @@ import (
 	"time"
 
 	"github.com/portcullis/portcullis/internal/config"
-	"github.com/portcullis/portcullis/internal/fault"
 	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/stages/fault"
 )
 
 // lease is how long an in-flight record fences its dispatch in these

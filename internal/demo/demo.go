@@ -29,10 +29,10 @@ import (
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/engine"
-	"github.com/portcullis/portcullis/internal/keyfile"
-	"github.com/portcullis/portcullis/internal/policy"
-	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/schema/keyfile"
+	"github.com/portcullis/portcullis/schema/trust"
+	"github.com/portcullis/portcullis/stages/policy"
 	"github.com/portcullis/portcullis/subjects"
 )
 

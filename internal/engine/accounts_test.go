@@ -23,8 +23,8 @@ import (
 	"github.com/portcullis/portcullis/internal/engine"
 	"github.com/portcullis/portcullis/internal/natsauth"
 	"github.com/portcullis/portcullis/internal/testenv"
-	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/schema/trust"
 	"github.com/portcullis/portcullis/subjects"
 )
 

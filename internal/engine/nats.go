@@ -19,10 +19,10 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/portcullis/portcullis/internal/config"
-	"github.com/portcullis/portcullis/internal/dirlock"
-	"github.com/portcullis/portcullis/internal/keyfile"
 	"github.com/portcullis/portcullis/internal/natsauth"
 	"github.com/portcullis/portcullis/internal/seal"
+	"github.com/portcullis/portcullis/kv/dirlock"
+	"github.com/portcullis/portcullis/schema/keyfile"
 	"github.com/portcullis/portcullis/subjects"
 )
 

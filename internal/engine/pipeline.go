@@ -16,16 +16,16 @@ import (
 
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/config"
-	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/internal/seal"
-	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/schema/trust"
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/stages/admission"
 	"github.com/portcullis/portcullis/stages/authorization"
 	"github.com/portcullis/portcullis/stages/dispatch"
 	"github.com/portcullis/portcullis/stages/grounding"
+	"github.com/portcullis/portcullis/stages/policy"
 	"github.com/portcullis/portcullis/stages/reconciliation"
 	"github.com/portcullis/portcullis/subjects"
 )

@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
-	"github.com/portcullis/portcullis/internal/keyfile"
+	"github.com/portcullis/portcullis/schema/keyfile"
 )
 
 // rightsProbeTimeout bounds the start's check of the login's rights: a

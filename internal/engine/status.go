@@ -2,8 +2,8 @@ package engine
 
 import (
 	"github.com/portcullis/portcullis/internal/admin"
-	"github.com/portcullis/portcullis/internal/version"
 	"github.com/portcullis/portcullis/metrics"
+	"github.com/portcullis/portcullis/metrics/version"
 )
 
 // status is this processor's answer to the operator API's status.get

@@ -38,7 +38,7 @@ import (
 
 	"github.com/portcullis/portcullis/client"
 	"github.com/portcullis/portcullis/internal/config"
-	"github.com/portcullis/portcullis/internal/version"
+	"github.com/portcullis/portcullis/metrics/version"
 	"github.com/portcullis/portcullis/schema"
 )
 

@@ -51,10 +51,10 @@ import (
 
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/engine"
-	"github.com/portcullis/portcullis/internal/keyfile"
 	"github.com/portcullis/portcullis/internal/seal"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/schema/keyfile"
 	"github.com/portcullis/portcullis/subjects"
 )
 

@@ -7,7 +7,7 @@ import (
 
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/config"
-	"github.com/portcullis/portcullis/internal/trust"
+	"github.com/portcullis/portcullis/schema/trust"
 )
 
 // identity is a role's key pair in tests.

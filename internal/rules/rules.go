@@ -22,9 +22,9 @@ type Layer struct {
 // package may import packages of its own layer and of the layers below.
 var Layers = []Layer{
 	{"wire", []string{
-		"schema/...", "subjects", "fingerprint", "internal/version",
-		"internal/keyfile", "internal/seal", "internal/trust", "internal/fault", "internal/dirlock",
-		"internal/natscluster", "internal/policy", "internal/disclosure",
+		"schema/...", "subjects", "fingerprint", "metrics/version",
+		"schema/keyfile", "internal/seal", "schema/trust", "stages/fault", "kv/dirlock",
+		"internal/natscluster", "stages/policy", "schema/disclosure",
 		"internal/adapters", "internal/fixtures",
 	}},
 	{"configuration, metrics, clients", []string{

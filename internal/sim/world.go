@@ -9,11 +9,11 @@ import (
 	"time"
 
 	"github.com/portcullis/portcullis/internal/adapters"
-	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/stages/dispatch"
+	"github.com/portcullis/portcullis/stages/policy"
 	"github.com/portcullis/portcullis/stages/reconciliation"
 )
 

@@ -10,8 +10,8 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/portcullis/portcullis/internal/config"
-	"github.com/portcullis/portcullis/internal/keyfile"
 	"github.com/portcullis/portcullis/internal/natsauth"
+	"github.com/portcullis/portcullis/schema/keyfile"
 	"github.com/portcullis/portcullis/subjects"
 )
 

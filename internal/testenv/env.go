@@ -22,9 +22,9 @@ import (
 	"github.com/portcullis/portcullis/internal/admin"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/engine"
-	"github.com/portcullis/portcullis/internal/keyfile"
 	"github.com/portcullis/portcullis/internal/seal"
-	"github.com/portcullis/portcullis/internal/trust"
+	"github.com/portcullis/portcullis/schema/keyfile"
+	"github.com/portcullis/portcullis/schema/trust"
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/subjects"
 )

@@ -7,7 +7,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
-	"github.com/portcullis/portcullis/internal/dirlock"
+	"github.com/portcullis/portcullis/kv/dirlock"
 )
 
 // lockFile is the file Pebble locks in its directory while a store is open.

@@ -19,8 +19,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/portcullis/portcullis/internal/dirlock"
 	"github.com/portcullis/portcullis/kv"
+	"github.com/portcullis/portcullis/kv/dirlock"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"

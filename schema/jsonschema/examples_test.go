@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/portcullis/portcullis/internal/adapters"
-	"github.com/portcullis/portcullis/internal/disclosure"
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/schema/disclosure"
 	"github.com/portcullis/portcullis/schema/jsonschema"
 	"github.com/portcullis/portcullis/stages/grounding"
 )

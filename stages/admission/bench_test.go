@@ -5,7 +5,7 @@ import (
 
 	"github.com/nats-io/nkeys"
 
-	"github.com/portcullis/portcullis/internal/trust"
+	"github.com/portcullis/portcullis/schema/trust"
 )
 
 // BenchmarkDecide is admission's pure cost per proposal: strict decode,

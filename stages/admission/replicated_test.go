@@ -17,8 +17,8 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/portcullis/portcullis/internal/testenv"
-	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/schema/trust"
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/stages/admission"
 	"github.com/portcullis/portcullis/subjects"

@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/portcullis/portcullis/internal/fault"
-	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/schema/trust"
 	"github.com/portcullis/portcullis/stages"
+	"github.com/portcullis/portcullis/stages/fault"
 	"github.com/portcullis/portcullis/subjects"
 )
 

@@ -7,9 +7,9 @@ import (
 	"log/slog"
 	"strconv"
 
-	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/schema/trust"
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/subjects"
 )

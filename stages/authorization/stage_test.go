@@ -15,13 +15,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/portcullis/portcullis/internal/engine"
-	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/internal/testenv"
-	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/schema/trust"
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/stages/authorization"
+	"github.com/portcullis/portcullis/stages/policy"
 	"github.com/portcullis/portcullis/subjects"
 )
 

@@ -8,9 +8,9 @@ import (
 
 	"github.com/portcullis/portcullis/kv"
 
-	"github.com/portcullis/portcullis/internal/policy"
-	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/schema/trust"
+	"github.com/portcullis/portcullis/stages/policy"
 )
 
 // The inputs of the step tables: the proposal prop-1 (flight) arrived as

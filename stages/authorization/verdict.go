@@ -8,10 +8,10 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/portcullis/portcullis/internal/config"
-	"github.com/portcullis/portcullis/internal/policy"
-	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/schema/trust"
 	"github.com/portcullis/portcullis/stages"
+	"github.com/portcullis/portcullis/stages/policy"
 )
 
 // Policy is what the stage decides with.

@@ -11,9 +11,9 @@ import (
 	"github.com/nats-io/nkeys"
 	"go.uber.org/goleak"
 
-	"github.com/portcullis/portcullis/internal/policy"
-	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/schema/trust"
+	"github.com/portcullis/portcullis/stages/policy"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -26,11 +26,11 @@ import (
 
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/config"
-	"github.com/portcullis/portcullis/internal/fault"
 	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
+	"github.com/portcullis/portcullis/stages/fault"
 	"github.com/portcullis/portcullis/subjects"
 )
 

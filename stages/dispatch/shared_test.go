@@ -17,13 +17,13 @@ import (
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/internal/engine"
-	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/internal/seal"
 	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/stages/dispatch"
+	"github.com/portcullis/portcullis/stages/policy"
 	"github.com/portcullis/portcullis/subjects"
 )
 

@@ -11,12 +11,12 @@ import (
 
 	"github.com/portcullis/portcullis/fingerprint"
 	"github.com/portcullis/portcullis/internal/adapters"
-	"github.com/portcullis/portcullis/internal/disclosure"
-	"github.com/portcullis/portcullis/internal/fault"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/schema/disclosure"
 	"github.com/portcullis/portcullis/stages"
+	"github.com/portcullis/portcullis/stages/fault"
 )
 
 // Stage is the dispatch stage's handler: it locks the fingerprint, loads

@@ -16,11 +16,11 @@ import (
 	"time"
 
 	"github.com/portcullis/portcullis/internal/adapters"
-	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/kv/intent"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
+	"github.com/portcullis/portcullis/stages/policy"
 )
 
 // Facts are what one step decides from: the proposal, what the journal

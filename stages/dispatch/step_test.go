@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/portcullis/portcullis/internal/adapters"
-	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/kv/intent"
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/stages/policy"
 )
 
 const now = int64(1_764_424_800_000)

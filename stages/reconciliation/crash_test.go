@@ -10,10 +10,10 @@ import (
 
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/config"
-	"github.com/portcullis/portcullis/internal/fault"
 	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
+	"github.com/portcullis/portcullis/stages/fault"
 )
 
 // TestCrashDuringAttempt SIGKILLs a real processor in the middle of a

@@ -12,10 +12,10 @@ import (
 
 	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/internal/config"
-	"github.com/portcullis/portcullis/internal/policy"
 	"github.com/portcullis/portcullis/internal/testenv"
-	"github.com/portcullis/portcullis/internal/trust"
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/schema/trust"
+	"github.com/portcullis/portcullis/stages/policy"
 )
 
 // Planted values: none may appear in anything Portcullis stores or emits

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/portcullis/portcullis/internal/fault"
 	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/stages/fault"
 )
 
 // TestStaleOutcomeNeverLast reproduces issue 33's cluster soak with real

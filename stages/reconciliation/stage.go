@@ -9,12 +9,12 @@ import (
 	"time"
 
 	"github.com/portcullis/portcullis/internal/adapters"
-	"github.com/portcullis/portcullis/internal/fault"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/kv/intent"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
+	"github.com/portcullis/portcullis/stages/fault"
 	"github.com/portcullis/portcullis/subjects"
 )
 

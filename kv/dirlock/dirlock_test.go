@@ -13,7 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/portcullis/portcullis/internal/dirlock"
+	"github.com/portcullis/portcullis/kv/dirlock"
 )
 
 // holdEnv, set in a child's environment, makes the test binary hold that

@@ -10,8 +10,8 @@ import (
 
 	"github.com/go-json-experiment/json/jsontext"
 
-	"github.com/portcullis/portcullis/internal/disclosure"
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/schema/disclosure"
 )
 
 const planted = "PLANTED-VALUE-93be51"

@@ -8,7 +8,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 	"go.uber.org/goleak"
 
-	"github.com/portcullis/portcullis/internal/disclosure"
+	"github.com/portcullis/portcullis/schema/disclosure"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

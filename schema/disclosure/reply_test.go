@@ -10,8 +10,8 @@ import (
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 
-	"github.com/portcullis/portcullis/internal/disclosure"
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/schema/disclosure"
 )
 
 const fp = "sha256:1f2e3d4c5b6a79881f2e3d4c5b6a79881f2e3d4c5b6a79881f2e3d4c5b6a7988"

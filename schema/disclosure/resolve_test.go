@@ -9,9 +9,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/portcullis/portcullis/internal/disclosure"
 	"github.com/portcullis/portcullis/internal/testenv"
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/schema/disclosure"
 	"github.com/portcullis/portcullis/subjects"
 )
 

@@ -7,8 +7,8 @@ import (
 
 	"github.com/go-json-experiment/json/jsontext"
 
-	"github.com/portcullis/portcullis/internal/disclosure"
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/schema/disclosure"
 )
 
 func evaluateSeeds(t testing.TB) [][]byte {
