@@ -22,6 +22,12 @@ var ErrTooLarge = errors.New("schema: input too large")
 // deeper value is malformed before anything decodes or re-encodes it.
 const MaxDepth = 64
 
+// MaxMessageBytes is the largest message on the wire: the NATS server's
+// default max_payload (1 MiB). admission.max_payload_bytes may be at most
+// this, and input larger than the configured limit is still read for ids up
+// to this size.
+const MaxMessageBytes = 1 << 20
+
 // WithinDepth reports whether no array or object in data nests deeper than
 // max. It scans bytes only (strings skipped, escapes honoured), so its cost
 // is linear and it allocates nothing; malformed JSON is left to the decoder.

@@ -5,61 +5,39 @@
 //
 // # Errors
 //
-// An adapter returns either a reply that passed schema.AdapterReply.Valid
-// (with "acknowledged" refused for Reconcile), or an error that says how far
-// the request got:
-//
-//   - ErrNotInvoked: provably nobody received the request (NATS "no
-//     responders"; no HTTP connection was ever obtained; the context was done
-//     before sending; an invalid request that was never sent, which also
-//     matches ErrInvalidRequest). Retrying cannot duplicate an effect.
-//   - ErrTimeout: the deadline passed after the request may have been
-//     received. The effect is unknown.
-//   - ErrMalformedReply: a reply arrived (the provider was invoked) but is not
-//     strictly a valid reply.
-//   - anything else: unknown (HTTP 5xx, 3xx, 4xx without a valid reply, a
-//     connection lost after sending, a cancelled context after sending).
-//
-// The dispatch stage maps them to ADAPTER_UNAVAILABLE, ADAPTER_TIMEOUT,
-// MALFORMED_ADAPTER_RESULT and ADAPTER_ERROR. Misclassifying "maybe
-// received" as "not invoked" could duplicate an effect, so every
-// classification here errs towards unknown.
+// Every adapter returns a reply that passed schema.AdapterReply.Valid or
+// one of the errors of stages/adapter (ErrNotInvoked, ErrTimeout,
+// ErrMalformedReply, ErrInvalidRequest; re-declared here), whose package
+// documentation says what each means. Misclassifying "maybe received" as
+// "not invoked" could duplicate an effect, so every classification here
+// errs towards unknown.
 //
 // Error texts name only the provider, the method and a category: never the
 // request (payload, protected values) nor any part of a reply body.
 //
-// It owns the provider seam and each adapter's own configuration. It
-// imports only the wire packages (schema, subjects): a stage calls an
-// adapter through its interface, and an adapter knows no stage, store or
-// journal.
+// It owns each adapter and its own configuration; the seam itself (the
+// interface and its errors) is stages/adapter's. It imports only the wire
+// packages (schema, subjects) and that seam: a stage calls an adapter
+// through its interface, and an adapter knows no stage, store or journal.
 package adapters
 
 import (
-	"context"
-	"errors"
 	"fmt"
 
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/stages/adapter"
 )
 
-// Adapter is the provider seam. Implementations are safe for concurrent use.
-type Adapter interface {
-	// Kind is "nats", "http" or "fake"; receipts record it as `adapter`.
-	Kind() string
-	// Dispatch sends the action once. It never retries on its own.
-	Dispatch(ctx context.Context, req schema.DispatchRequest) (schema.AdapterReply, error)
-	// Reconcile asks, read-only, what became of an earlier dispatch.
-	Reconcile(ctx context.Context, req schema.ReconcileRequest) (schema.AdapterReply, error)
-}
+// Adapter is the provider seam (stages/adapter.Adapter).
+type Adapter = adapter.Adapter
 
-// Sentinel errors; see the package documentation.
+// The seam's sentinel errors (stages/adapter), under the names the
+// adapters and their tests use.
 var (
-	ErrNotInvoked     = errors.New("adapters: provider not invoked")
-	ErrTimeout        = errors.New("adapters: timed out after sending")
-	ErrMalformedReply = errors.New("adapters: malformed reply")
-	// ErrInvalidRequest marks a request the adapter refused to send (a
-	// programming error upstream). Such an error also matches ErrNotInvoked.
-	ErrInvalidRequest = errors.New("adapters: invalid request")
+	ErrNotInvoked     = adapter.ErrNotInvoked
+	ErrTimeout        = adapter.ErrTimeout
+	ErrMalformedReply = adapter.ErrMalformedReply
+	ErrInvalidRequest = adapter.ErrInvalidRequest
 )
 
 // MaxReplyBytes bounds a reply body. A valid reply is far smaller: 20

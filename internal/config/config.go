@@ -37,7 +37,7 @@ const (
 	DefaultStoreDir         = "data/store"
 	DefaultMetricsListen    = "127.0.0.1:9464"
 	DefaultMaxPayloadBytes  = 65536
-	MaxMaxPayloadBytes      = 1 << 20 // the NATS server's default max_payload
+	MaxMaxPayloadBytes      = schema.MaxMessageBytes // the NATS server's default max_payload
 	DefaultMaxCandidates    = 32
 	MaxMaxCandidates        = 1024
 	DefaultSourceTimeout    = 2 * time.Second

@@ -13,7 +13,6 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/nats-io/nats.go"
 
-	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/schema/trust"
 	"github.com/portcullis/portcullis/stages"
@@ -84,7 +83,7 @@ func refuse(v Screening, code schema.Code, problems ...schema.Problem) Screening
 func checked(v Screening, body []byte, maxBytes int) (Screening, bool) {
 	prop, err := schema.CheckProposal(body, maxBytes)
 	if prop == nil {
-		if len(body) <= config.MaxMaxPayloadBytes {
+		if len(body) <= schema.MaxMessageBytes {
 			v.ProposalID, _ = schema.PeekProposalID(body)
 		}
 		return refuse(v, schema.CodeAdmissionMalformed, problemsOf(err)...), false

@@ -7,7 +7,6 @@ import (
 	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go"
 
-	"github.com/portcullis/portcullis/internal/config"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/schema/trust"
 	"github.com/portcullis/portcullis/stages"
@@ -146,7 +145,7 @@ func ReadStandalone(p Policy, h string, body []byte, hdr nats.Header) (Standalon
 		return Standalone{}, &inc, err
 	}
 	m := Standalone{Host: h, Signed: signed}
-	if len(body) <= config.MaxMaxPayloadBytes {
+	if len(body) <= schema.MaxMessageBytes {
 		m.ProposalID, _ = schema.PeekProposalID(body)
 	}
 	if peekSchema(body) == schema.SchemaDecline {
@@ -178,7 +177,7 @@ func peekSchema(body []byte) string {
 	var v struct {
 		Schema string `json:"schema"`
 	}
-	if len(body) > config.MaxMaxPayloadBytes || !schema.WithinDepth(body, schema.MaxDepth) || json.Unmarshal(body, &v) != nil {
+	if len(body) > schema.MaxMessageBytes || !schema.WithinDepth(body, schema.MaxDepth) || json.Unmarshal(body, &v) != nil {
 		return ""
 	}
 	return v.Schema

@@ -10,12 +10,12 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/portcullis/portcullis/fingerprint"
-	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/schema/disclosure"
 	"github.com/portcullis/portcullis/stages"
+	"github.com/portcullis/portcullis/stages/adapter"
 	"github.com/portcullis/portcullis/stages/fault"
 )
 
@@ -70,7 +70,7 @@ func (s *Stage) rules() Rules {
 }
 
 // Adapter is a provider's adapter, as dispatch calls it (an
-// internal/adapters.Adapter).
+// adapter.Adapter, which internal/adapters implements).
 type Adapter interface {
 	// Kind is the adapter's kind; receipts record it as `adapter`.
 	Kind() string
@@ -221,7 +221,7 @@ func (s *Stage) run(ctx context.Context, env *schema.Envelope, givingUp bool, ms
 			f.Dispatched = true
 			fault.Hit(fault.DispatchAfterReply)
 			f.Now = stages.NowMs(s.Clock)
-			if errors.Is(f.CallErr, adapters.ErrInvalidRequest) {
+			if errors.Is(f.CallErr, adapter.ErrInvalidRequest) {
 				s.Log.Error("adapter refused the request as invalid; nothing was sent", "fingerprint", fp)
 			}
 		default:

@@ -15,11 +15,11 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/kv/intent"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
+	"github.com/portcullis/portcullis/stages/adapter"
 	"github.com/portcullis/portcullis/stages/policy"
 )
 
@@ -279,13 +279,13 @@ func LeaseWait(rec kv.Intent, self string, nowMs int64) time.Duration {
 }
 
 // NotInvoked reports whether a dispatch call provably led to no action: it
-// reached nobody (adapters.ErrNotInvoked, but not a request refused as
+// reached nobody (adapter.ErrNotInvoked, but not a request refused as
 // invalid, which no retry mends), or it came after its not_after_ms and
 // was refused (schema.LateReply, from the connector or from this
 // processor's own check before sending).
 func NotInvoked(reply schema.AdapterReply, err error) bool {
 	if err != nil {
-		return errors.Is(err, adapters.ErrNotInvoked) && !errors.Is(err, adapters.ErrInvalidRequest)
+		return errors.Is(err, adapter.ErrNotInvoked) && !errors.Is(err, adapter.ErrInvalidRequest)
 	}
 	return reply.IsLate()
 }
@@ -430,11 +430,11 @@ func MapDispatch(reply schema.AdapterReply, err error) kv.Verdict {
 	if err != nil {
 		code := schema.CodeAdapterError
 		switch {
-		case errors.Is(err, adapters.ErrNotInvoked):
+		case errors.Is(err, adapter.ErrNotInvoked):
 			return intent.Unavailable()
-		case errors.Is(err, adapters.ErrTimeout):
+		case errors.Is(err, adapter.ErrTimeout):
 			code = schema.CodeAdapterTimeout
-		case errors.Is(err, adapters.ErrMalformedReply):
+		case errors.Is(err, adapter.ErrMalformedReply):
 			code = schema.CodeMalformedAdapterResult
 		}
 		return kv.Verdict{Status: schema.StatusReconciliationRequired, NextAction: schema.NextReconcile, Attempted: true,

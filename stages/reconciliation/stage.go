@@ -8,12 +8,12 @@ import (
 	"slices"
 	"time"
 
-	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/kv/intent"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
 	"github.com/portcullis/portcullis/stages"
+	"github.com/portcullis/portcullis/stages/adapter"
 	"github.com/portcullis/portcullis/stages/fault"
 	"github.com/portcullis/portcullis/subjects"
 )
@@ -51,7 +51,7 @@ type Stage struct {
 }
 
 // Adapter is a provider's adapter, as reconciliation asks it (an
-// internal/adapters.Adapter).
+// adapter.Adapter, which internal/adapters implements).
 type Adapter interface {
 	// Reconcile asks, read-only, what became of an earlier dispatch.
 	Reconcile(ctx context.Context, req schema.ReconcileRequest) (schema.AdapterReply, error)
@@ -228,7 +228,7 @@ func (s *Stage) query(ctx context.Context, rec *kv.Intent, attemptID string) (sc
 	a := s.Adapters[rec.Provider]
 	if a == nil {
 		// The provider left the configuration: nobody can be asked.
-		return schema.AdapterReply{}, fmt.Errorf("reconciliation: no adapter for the provider: %w", adapters.ErrNotInvoked)
+		return schema.AdapterReply{}, fmt.Errorf("reconciliation: no adapter for the provider: %w", adapter.ErrNotInvoked)
 	}
 	prev := rec.Receipt
 	return a.Reconcile(ctx, schema.ReconcileRequest{

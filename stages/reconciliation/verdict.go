@@ -4,11 +4,11 @@ import (
 	"errors"
 	"slices"
 
-	"github.com/portcullis/portcullis/internal/adapters"
 	"github.com/portcullis/portcullis/kv"
 	"github.com/portcullis/portcullis/kv/intent"
 	"github.com/portcullis/portcullis/metrics"
 	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/stages/adapter"
 )
 
 // Finding is what one attempt (or the operator) established: the
@@ -40,7 +40,7 @@ func base(prev *schema.Receipt) Finding {
 
 // Decide maps attempt n (of maxAttempts) of verifying or reconciling prev
 // to a verdict, from the adapter's reply or error (SPEC §3 Reconciliation;
-// the adapters package says what each error means).
+// stages/adapter says what each error means).
 //
 // A definite answer settles the effect whichever receipt is checked:
 // confirmed → CONFIRMED, rejected (absent) → REJECTED with the dispatch
@@ -61,9 +61,9 @@ func Decide(prev *schema.Receipt, reply schema.AdapterReply, err error, n, maxAt
 	if err != nil {
 		status, code := metrics.AttemptError, schema.CodeReconcileError
 		switch {
-		case errors.Is(err, adapters.ErrNotInvoked):
+		case errors.Is(err, adapter.ErrNotInvoked):
 			status, code = metrics.AttemptUnavailable, schema.CodeReconcileUnavailable
-		case errors.Is(err, adapters.ErrMalformedReply):
+		case errors.Is(err, adapter.ErrMalformedReply):
 			status, code = metrics.AttemptMalformed, schema.CodeMalformedAdapterResult
 		}
 		return unknown(v, prev, status, code, "", n, maxAttempts)
