@@ -4,9 +4,14 @@
 //   - every package sits in one layer (Layers), and imports only packages
 //     of its own layer or below: data and calls flow from the wire types
 //     up to the commands, never back;
-//   - a stage (stages/<name>) imports no other stage and no storage
-//     backend: it learns its successor from the pipeline table and reaches
-//     state only through the kv interfaces;
+//   - a public package (one with no internal path element) imports nothing
+//     of the module's internal/, so that internal/ sits above the public
+//     line; testenv alone may (FrontEnd): it runs the whole processor, as
+//     cmd/processor does;
+//   - a stage (stages/<name>, but the Shared packages beside the stages)
+//     imports no other stage and no storage backend: it learns its
+//     successor from the pipeline table and reaches state only through the
+//     kv interfaces;
 //   - operator code (the operator API and the console) imports no stage;
 //   - a public package (one with no internal path element) exposes no
 //     internal type in any exported declaration, so that what users import

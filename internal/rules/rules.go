@@ -22,18 +22,15 @@ type Layer struct {
 // package may import packages of its own layer and of the layers below.
 var Layers = []Layer{
 	{"wire", []string{
-		"schema/...", "subjects", "fingerprint", "metrics/version",
-		"schema/keyfile", "internal/seal", "schema/trust", "stages/fault", "kv/dirlock",
-		"internal/natscluster", "stages/policy", "schema/disclosure",
-		"internal/adapters", "internal/fixtures",
+		"schema/...", "subjects", "fingerprint", "metrics/version", "kv/dirlock",
+		"stages/adapter", "stages/policy",
+		"internal/seal", "internal/natscluster", "internal/adapters", "internal/fixtures",
 	}},
 	{"configuration, metrics, clients", []string{
 		"internal/config", "internal/natsauth", "metrics", "client",
 	}},
 	{"state", []string{
-		"kv/...", "internal/leaderkv/...", "internal/journal/...",
-		"internal/approvals/...", "internal/activity", "internal/timers",
-		"internal/retention", "internal/shares",
+		"kv/...", "internal/retention", "internal/shares",
 	}},
 	{"pipeline", []string{"stages/..."}},
 	{"assembly and operator API", []string{
@@ -50,11 +47,21 @@ var Layers = []Layer{
 	}},
 }
 
+// Shared are the packages under stages/ that are not stages: what more
+// than one stage needs (a stage may not import another), public so that
+// a stage needs nothing of internal/.
+var Shared = []string{"stages/adapter", "stages/fault", "stages/policy"}
+
+// FrontEnd is the one public package that may import internal/: testenv
+// runs the whole processor for a host's or a connector's integration
+// tests, as cmd/processor does, so it sits above internal/ in the layers;
+// its exported API names only public types (Exposed checks that).
+var FrontEnd = []string{"testenv"}
+
 // Backends are the storage backends and what they are built from: a stage
 // reaches state through the kv interfaces only.
 var Backends = []string{
-	"kv/pebble/...", "kv/jetstream/...", "kv/internal/...",
-	"internal/leaderkv/...", "github.com/cockroachdb/pebble/...",
+	"kv/pebble/...", "kv/jetstream/...", "github.com/cockroachdb/pebble/...",
 }
 
 // Operator is the operator code: it reads and settles state, never
@@ -122,10 +129,11 @@ func LayerOf(layers []Layer, path string) int {
 }
 
 // stageOf returns the stage a package belongs to ("dispatch" for
-// stages/dispatch and below), or "" for the runner and everything else.
+// stages/dispatch and below), or "" for the runner, the Shared packages and
+// everything else.
 func stageOf(path string) string {
 	rest, ok := strings.CutPrefix(path, "stages/")
-	if !ok {
+	if !ok || matchesAny(Shared, path) {
 		return ""
 	}
 	name, _, _ := strings.Cut(rest, "/")
@@ -133,9 +141,10 @@ func stageOf(path string) string {
 }
 
 // Check returns every violation of the import rules in graph, sorted:
-// packages in no layer, upward imports, a stage importing another stage or
-// a backend, a package under stages/ reaching a backend through any chain
-// of imports, operator code importing a stage.
+// packages in no layer, upward imports, a public package importing
+// internal/ (but FrontEnd), a stage importing another stage or a backend,
+// a package under stages/ reaching a backend through any chain of imports,
+// operator code importing a stage.
 func Check(layers []Layer, graph []Package) []string {
 	var out []string
 	inModule := map[string]bool{}
@@ -149,7 +158,11 @@ func Check(layers []Layer, graph []Package) []string {
 			out = append(out, fmt.Sprintf("%s: in no layer: add it to rules.Layers and to docs/development.md's layout", p.Path))
 		}
 		stage := stageOf(p.Path)
+		public := Public(p.Path) && !matchesAny(FrontEnd, p.Path)
 		for _, imp := range p.Imports {
+			if public && match("internal/...", imp) > 0 {
+				out = append(out, fmt.Sprintf("%s imports %s: a public package imports nothing of internal/ (testenv, the front end, alone may)", p.Path, imp))
+			}
 			if inModule[imp] && from >= 0 {
 				if to := LayerOf(layers, imp); to > from {
 					out = append(out, fmt.Sprintf("%s (%s) imports %s (%s): upward", p.Path, layers[from].Name, imp, layers[to].Name))

@@ -29,12 +29,17 @@ func TestCheckCatchesPlanted(t *testing.T) {
 	clean := []Package{
 		{Path: "schema"},
 		{Path: "kv", Imports: []string{"schema"}},
-		{Path: "kv/pebble", Imports: []string{"kv", "github.com/cockroachdb/pebble/v2"}},
+		{Path: "kv/pebble", Imports: []string{"kv", "kv/pebble/internal/keys", "github.com/cockroachdb/pebble/v2"}},
+		{Path: "kv/pebble/internal/keys"},
+		{Path: "stages/policy", Imports: []string{"schema"}},
+		{Path: "internal/config", Imports: []string{"stages/policy"}},
 		{Path: "stages", Imports: []string{"kv", "schema"}},
-		{Path: "stages/dispatch", Imports: []string{"stages", "kv", "schema", "fmt"}},
+		{Path: "stages/dispatch", Imports: []string{"stages", "stages/policy", "kv", "schema", "fmt"}},
 		{Path: "internal/admin", Imports: []string{"kv", "stages"}},
 		{Path: "internal/engine", Imports: []string{"stages/dispatch", "kv/pebble", "internal/admin"}},
 		{Path: "cmd/processor", Imports: []string{"internal/engine"}},
+		{Path: "internal/testenv", Imports: []string{"internal/engine"}},
+		{Path: "testenv", Imports: []string{"internal/testenv", "schema"}},
 	}
 	if got := Check(Layers, clean); len(got) != 0 {
 		t.Fatalf("a clean graph has violations: %q", got)
@@ -60,9 +65,14 @@ func TestCheckCatchesPlanted(t *testing.T) {
 		{"a stage's subpackage imports a stage", plant("stages/dispatch/wire", "stages/grounding"), "stages/dispatch/wire imports stages/grounding"},
 		{"a stage imports a backend", plant("stages/dispatch", "kv/pebble"), "a stage imports no storage backend"},
 		{"a stage imports Pebble", plant("stages/dispatch", "github.com/cockroachdb/pebble/v2"), "a stage imports no storage backend"},
-		{"a stage imports leaderkv", plant("stages/grounding", "internal/leaderkv"), "a stage imports no storage backend"},
+		{"a stage imports a backend", plant("stages/grounding", "kv/jetstream"), "a stage imports no storage backend"},
 		{"operator code imports a stage", plant("internal/admin", "stages/reconciliation"), "operator code imports no stage"},
 		{"console imports a stage", plant("internal/console", "stages/dispatch"), "operator code imports no stage"},
+		{"a public package imports internal", plant("client", "internal/seal"), "client imports internal/seal: a public package imports nothing of internal/"},
+		{"a stage imports internal", plant("stages/dispatch", "internal/adapters"), "stages/dispatch imports internal/adapters: a public package imports nothing of internal/"},
+		{"the runner imports internal", plant("stages", "internal/seal"), "stages imports internal/seal: a public package imports nothing of internal/"},
+		{"a public subpackage imports internal", plant("schema/jsonschema", "internal/config"), "schema/jsonschema imports internal/config: a public package imports nothing of internal/"},
+		{"a package beside testenv imports internal", plant("testenv/helpers", "internal/testenv"), "testenv/helpers imports internal/testenv: a public package imports nothing of internal/"},
 		{"a package in no layer", append(slices.Clone(clean), Package{Path: "internal/newthing"}), "internal/newthing: in no layer"},
 		{"a stage reaches a backend through kv", plant("kv", "kv/pebble"), "stages/dispatch depends on kv/pebble (stages/dispatch -> kv -> kv/pebble)"},
 		{"the runner reaches a backend through kv", plant("kv", "kv/pebble"), "stages depends on kv/pebble (stages -> kv -> kv/pebble)"},
@@ -194,8 +204,9 @@ func moduleRoot(t *testing.T) string {
 }
 
 // TestModule checks the real module: every package in a layer, no upward
-// import, no stage importing a stage or a backend, no package under
-// stages/ depending on a backend at all, no operator code
+// import, no public package but testenv importing internal/, no stage
+// importing a stage or a backend, no package under stages/ depending on a
+// backend at all, no operator code
 // importing a stage, no public package exposing an internal type.
 func TestModule(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
