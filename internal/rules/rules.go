@@ -23,7 +23,7 @@ type Layer struct {
 var Layers = []Layer{
 	{"wire", []string{
 		"schema/...", "subjects", "fingerprint", "metrics/version", "kv/dirlock",
-		"stages/adapter", "stages/policy",
+		"stages/adapter", "stages/fault", "stages/policy",
 		"internal/seal", "internal/natscluster", "internal/adapters", "internal/fixtures",
 	}},
 	{"configuration, metrics, clients", []string{

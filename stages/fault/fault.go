@@ -13,7 +13,10 @@
 // carries on where it stopped. Tests inside one process can arm a function
 // instead with Set.
 //
-// It imports nothing of Portcullis: every layer may mark a point.
+// It imports nothing of Portcullis: every layer may mark a point. It sits
+// beside the stages, public, because the runner and the stages mark points
+// and a public package imports nothing of internal/; it is not a stage
+// (internal/rules: rules.Shared).
 package fault
 
 import (

@@ -7,7 +7,9 @@
 // meanwhile still stops the call.
 //
 // It owns grant checks and managed policies, pure functions over schema
-// types: it imports only schema.
+// types: it imports only schema. It sits beside the stages, public,
+// because two of them use it and a stage imports no other stage; it is not
+// a stage (internal/rules: rules.Shared).
 package policy
 
 import (
