@@ -96,17 +96,7 @@ func fill(b *pebble.Batch, n int, now int64) {
 	b.PutApproval(ref, &kv.Approval{Host: ref.Host, ProposalID: ref.ProposalID, Fingerprint: fp, Referent: "sku-1001", Seq: uint64(n),
 		State: kv.StatePermitted, ArrivedAtMs: now, DecidedBy: fmt.Sprintf("ACTIONS_AUTHORIZATION/%d", n), DecidedAtMs: now,
 		Evaluations: []schema.PolicyEvaluation{{Layer: "grant", Outcome: "pass"}}}, false, 0)
-	rec := kv.NewIntent(kv.Identity{
-		Fingerprint:    fp,
-		IdempotencyKey: fp[7:],
-		Target: schema.Target{
-			Provider:    "inventory",
-			Capability:  "inventory.adjust",
-			Operation:   "adjust_stock",
-			Environment: "test",
-			Referent:    "sku-1001",
-		},
-	}, "nats", now)
+	rec := stockIntent(fp, now)
 	rec.AddProposal(ref)
 	rec.DispatchAttempts, rec.InFlightAtMs = 1, now
 	rc := intent.Settle(&rec, kv.Verdict{Status: schema.StatusConfirmed, NextAction: schema.NextNone, Attempted: true,
@@ -156,17 +146,7 @@ func hotPath(s *pebble.Store, ap *pebble.Approvals, n int, now int64) error {
 	if err != nil || found {
 		return fmt.Errorf("journal of a new intent: found %v, %v", found, err)
 	}
-	j = kv.NewIntent(kv.Identity{
-		Fingerprint:    fp,
-		IdempotencyKey: fp[7:],
-		Target: schema.Target{
-			Provider:    "inventory",
-			Capability:  "inventory.adjust",
-			Operation:   "adjust_stock",
-			Environment: "test",
-			Referent:    "sku-1001",
-		},
-	}, "nats", now)
+	j = stockIntent(fp, now)
 	j.AddProposal(ref)
 	j.State, j.DispatchAttempts, j.InFlightAtMs = kv.StateInFlight, 1, now
 	if err := jr.Commit(fp, kv.IntentWrites{Record: &j}); err != nil {

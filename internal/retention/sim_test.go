@@ -55,17 +55,7 @@ func proposal(s *pebble.Store, n int, now int64, sync bool) error {
 	if err := b.Commit(d); err != nil {
 		return err
 	}
-	rec := kv.NewIntent(kv.Identity{
-		Fingerprint:    fp,
-		IdempotencyKey: fp[7:],
-		Target: schema.Target{
-			Provider:    "inventory",
-			Capability:  "inventory.adjust",
-			Operation:   "adjust_stock",
-			Environment: "test",
-			Referent:    "sku-1001",
-		},
-	}, "nats", now)
+	rec := stockIntent(fp, now)
 	rec.AddProposal(ref)
 	rec.State, rec.DispatchAttempts, rec.InFlightAtMs = kv.StateInFlight, 1, now
 	if err := pebble.NewJournal(s).Commit(fp, kv.IntentWrites{Record: &rec}); err != nil {
@@ -80,4 +70,20 @@ func proposal(s *pebble.Store, n int, now int64, sync bool) error {
 	b = s.NewBatch()
 	b.PutOutcome(o)
 	return b.Commit(pebble.NoSync) // the runner flushes before the ack
+}
+
+// stockIntent is the intent record of the inventory fixture's stock
+// adjustment of sku-1001 under fingerprint fp, new at now.
+func stockIntent(fp string, now int64) kv.Intent {
+	return kv.NewIntent(kv.Identity{
+		Fingerprint:    fp,
+		IdempotencyKey: fp[7:],
+		Target: schema.Target{
+			Provider:    "inventory",
+			Capability:  "inventory.adjust",
+			Operation:   "adjust_stock",
+			Environment: "test",
+			Referent:    "sku-1001",
+		},
+	}, "nats", now)
 }
