@@ -274,13 +274,18 @@ func TestRunnerPublishesRecordsAndAcks(t *testing.T) {
 func TestRunnerWaitsForRoom(t *testing.T) {
 	r := newRig(t)
 	var full atomic.Bool
-	r.room = func() bool { return !full.Load() }
+	var asked atomic.Int32
+	r.room = func() bool { asked.Add(1); return !full.Load() }
 	var handled atomic.Int32
 	r.run(t, funcHandler{handle: func(_ context.Context, in *stages.Input) (stages.Result, error) {
 		handled.Add(1)
 		return stages.Result{Next: []stages.Message{{Subject: "next.1", Data: in.Data}}}, nil
 	}}, stages.RunnerConfig{})
-	// The fetchers wait in Next when the disk fills.
+	// The fetcher has looked for room and gone on to wait in Next when the
+	// disk fills (on a busy machine it may not have got that far when run
+	// returns: then it would wait for room before fetching, and nothing
+	// would be fetched to give back).
+	testenv.WaitFor(t, "the fetcher past its room check", func() bool { return asked.Load() > 0 })
 	full.Store(true)
 	r.publish(t, "in.1", "a")
 	testenv.WaitFor(t, "the input fetched, given back and delivered again", func() bool { return r.deliveries(t) >= 2 })
