@@ -474,14 +474,16 @@ func (r *Runner) Run(ctx, workCtx context.Context) error {
 	}
 	fetchers.Wait()
 	close(work)
-	r.consuming.Store(false)
-	r.halt() // an iterator failed, or ctx ended: nothing more will be fetched
 	// Queued inputs are not in flight: redelivered now (here or to another
-	// processor), not held through the drain.
+	// processor), not held through the drain. Closed before Consuming turns
+	// false, so that from then on no queued input starts (an input in
+	// flight that ends would otherwise hand its key to the next one).
 	for _, f := range r.bulk.close() {
 		r.live.remove(f)
 		_ = f.msg().Nak()
 	}
+	r.consuming.Store(false)
+	r.halt() // an iterator failed, or ctx ended: nothing more will be fetched
 	wg.Wait()
 	close(beatDone)
 	<-beating
