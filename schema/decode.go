@@ -82,9 +82,16 @@ func Decode(data []byte, v any) error {
 // proposal admitted at MaxDepth is still readable by every later stage.
 const EnvelopeDepth = MaxDepth + 1
 
-// DecodeEnvelope strictly decodes a stage hand-off, as Decode does but with
-// EnvelopeDepth as its nesting limit.
+// DecodeEnvelope strictly decodes a stage hand-off in either of its forms:
+// the binary one every stage writes (EncodeEnvelope; its first byte is a
+// version, never '{'), or JSON, as an earlier version wrote it (still in
+// the stage, parked and held streams at an upgrade), as Decode does but
+// with EnvelopeDepth as its nesting limit. Either way a failure is a
+// value-free *ValidationError wrapping ErrMalformed.
 func DecodeEnvelope(data []byte, env *Envelope) error {
+	if IsBinaryEnvelope(data) {
+		return decodeEnvelopeBinary(data, env)
+	}
 	return decode(data, env, EnvelopeDepth)
 }
 
