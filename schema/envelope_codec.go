@@ -3,6 +3,7 @@ package schema
 import (
 	"encoding/binary"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/go-json-experiment/json/jsontext"
 )
@@ -251,8 +252,8 @@ func appendFlag(b []byte, v bool) []byte {
 // every string valid UTF-8 (as JSON strings are), every raw value one
 // valid JSON value (no duplicate names) within the depth a JSON envelope
 // allows it, and nothing after. Its allocations are bounded by the data
-// (itself at most MaxMessageBytes): one copy for all strings, one for all
-// raw values, and the structs and slices the encoded counts ask for, each
+// (itself at most MaxMessageBytes): one copy for all strings and raw
+// values, and the structs and slices the encoded counts ask for, each
 // count checked against the bytes left (at most some 20 bytes of structs
 // per byte of input, as JSON's decoder allows too). On failure env is
 // left zero.
@@ -281,12 +282,14 @@ func decodeEnvelopeBinary(data []byte, env *Envelope) error {
 type envReader struct {
 	data []byte
 	off  int
-	// strs is data as one string: every string field is a substring of
-	// it (one allocation for all of them).
-	strs string
-	// raws is one copy of data: every raw value is a sub-slice of it, its
-	// capacity cut at its end so that an append never reaches the next.
-	raws []byte
+	// buf is one copy of data, made at the first string or raw value: every
+	// string field is a substring of it (unsafe.String) and every raw value
+	// a sub-slice, its capacity cut at its end so that an append never
+	// reaches past it. The two never overlap, so a raw value changed in
+	// place (jsontext.Value's methods may) changes no string; and nothing
+	// else writes buf. One allocation for every variable-length field.
+	buf  []byte
+	blk  *envelopeBlock
 	rule Rule
 	at   int
 }
@@ -357,6 +360,30 @@ func (r *envReader) flag() bool {
 	return false
 }
 
+// envelopeBlock holds the envelope's optional parts that a stage past
+// grounding always finds, so that they cost one allocation, not four.
+type envelopeBlock struct {
+	grant         Grant
+	grounded      Grounded
+	authorization AuthorizationRecord
+	evaluations   [2]PolicyEvaluation
+}
+
+// block is the envelope's envelopeBlock, made at its first use.
+func (r *envReader) block() *envelopeBlock {
+	if r.blk == nil {
+		r.blk = new(envelopeBlock)
+	}
+	return r.blk
+}
+
+// copyData makes buf, once.
+func (r *envReader) copyData() {
+	if r.buf == nil {
+		r.buf = append([]byte(nil), r.data...)
+	}
+}
+
 // left is how many bytes are still to read.
 func (r *envReader) left() uint64 { return uint64(len(r.data) - r.off) }
 
@@ -369,14 +396,13 @@ func (r *envReader) str() string {
 		r.fail(RuleEnvelopeLength)
 		return ""
 	}
-	if r.strs == "" {
-		r.strs = string(r.data)
-	}
-	s := r.strs[r.off : r.off+int(n)]
-	if !utf8.ValidString(s) {
+	b := r.data[r.off : r.off+int(n)]
+	if !utf8.Valid(b) {
 		r.fail(RuleUTF8)
 		return ""
 	}
+	r.copyData()
+	s := unsafe.String(&r.buf[r.off], int(n))
 	r.off += int(n)
 	return s
 }
@@ -414,14 +440,12 @@ func (r *envReader) raw(depth int) jsontext.Value {
 		r.fail(RuleEnvelopeLength)
 		return nil
 	}
-	if r.raws == nil {
-		r.raws = append([]byte(nil), r.data...)
-	}
-	v := jsontext.Value(r.raws[r.off : r.off+n : r.off+n])
-	if !v.IsValid() || !WithinDepth(v, depth) {
+	if v := jsontext.Value(r.data[r.off : r.off+n]); !v.IsValid() || !WithinDepth(v, depth) {
 		r.fail(RuleEnvelopeRaw)
 		return nil
 	}
+	r.copyData()
+	v := jsontext.Value(r.buf[r.off : r.off+n : r.off+n])
 	r.off += n
 	return v
 }
@@ -444,13 +468,19 @@ func (r *envReader) envelope(env *Envelope) {
 	env.AdmittedAtMs = r.varint()
 	r.proposal(&env.Proposal)
 	if r.flag() {
-		env.Grounded = &Grounded{Referent: r.str(), Fingerprint: r.str(), IdempotencyKey: r.str(), ObservationRef: r.str()}
+		env.Grounded = &r.block().grounded
+		*env.Grounded = Grounded{Referent: r.str(), Fingerprint: r.str(), IdempotencyKey: r.str(), ObservationRef: r.str()}
 	}
 	if r.flag() {
-		a := &AuthorizationRecord{}
+		blk := r.block()
+		a := &blk.authorization
 		r.grant(&a.Grant)
 		if n := r.count(3); n >= 0 {
-			a.Evaluations = make([]PolicyEvaluation, n)
+			if n <= len(blk.evaluations) {
+				a.Evaluations = blk.evaluations[:n:n]
+			} else {
+				a.Evaluations = make([]PolicyEvaluation, n)
+			}
 			for i := range a.Evaluations {
 				e := &a.Evaluations[i]
 				e.Layer, e.Outcome, e.ReasonCode = r.str(), r.str(), Code(r.str())
@@ -487,7 +517,7 @@ func (r *envReader) proposal(p *Proposal) {
 	}
 	in.Display.Summary = r.str()
 	if r.flag() {
-		p.Grant = &Grant{}
+		p.Grant = &r.block().grant
 		r.grant(p.Grant)
 	}
 	if r.flag() {

@@ -31,10 +31,11 @@ const (
 )
 
 // DecodeEnvelope is the one decoder of the internal envelope (SPEC §2.6)
-// every stage uses: strict (schema.DecodeEnvelope: no unknown members,
-// bounded depth), of the envelope schema, carrying what need says. Its
-// errors wrap ErrEnvelope and, where the JSON was at fault, schema's
-// value-free *ValidationError.
+// every stage uses: strict (schema.DecodeEnvelope: the binary form every
+// stage writes, schema.EncodeEnvelope, or the JSON an earlier version
+// wrote; bounded, no unknown members), of the envelope schema, carrying
+// what need says. Its errors wrap ErrEnvelope and, where the bytes were at
+// fault, schema's value-free *ValidationError.
 func DecodeEnvelope(data []byte, need Carries) (*schema.Envelope, error) {
 	var env schema.Envelope
 	if err := schema.DecodeEnvelope(data, &env); err != nil {

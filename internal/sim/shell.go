@@ -215,7 +215,7 @@ func (t *task) dispatchStep() {
 				id := d.Hold
 				if !w.msgIDs[id] {
 					w.msgIDs[id] = true
-					w.held[kv.Hex(fp)] = schema.MustMarshal(*env)
+					w.held[kv.Hex(fp)] = schema.EncodeEnvelope(env)
 					w.tracef("p%d holds %s", t.p.id, id)
 				}
 			}

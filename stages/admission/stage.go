@@ -148,10 +148,7 @@ func (s *Stage) answer(v Screening, in *stages.Input, d Decision, givingUp bool,
 func (s *Stage) handOff(v Screening, forwarded kv.Admitted, now int64) (stages.Result, error) {
 	ref := v.Ref()
 	env := schema.Envelope{Schema: schema.SchemaEnvelope, Proposal: *v.Proposal, Host: ref.Host, AdmittedAtMs: now}
-	data, err := schema.Marshal(env)
-	if err != nil {
-		return stages.Result{}, fmt.Errorf("admission: encode envelope: %w", err)
-	}
+	data := schema.EncodeEnvelope(&env)
 	rs := s.records()
 	return stages.Result{
 		Next: []stages.Message{{

@@ -210,7 +210,7 @@ func (s *Stage) result(ref schema.ProposalRef, d Decision) stages.Result {
 	if d.HandOff != nil {
 		res.Next = []stages.Message{{
 			Subject: s.Route.HandOff(subjects.ProposalToken(ref.Host, ref.ProposalID)),
-			Data:    schema.MustMarshal(*d.HandOff),
+			Data:    schema.EncodeEnvelope(d.HandOff),
 		}}
 	}
 	if d.Outcome != nil {
@@ -229,7 +229,7 @@ func (s *Stage) result(ref schema.ProposalRef, d Decision) stages.Result {
 func (s *Stage) park(ctx context.Context, ref schema.ProposalRef, env *schema.Envelope) error {
 	// The same id for the same envelope: a retry is a duplicate.
 	id := "parked/" + subjects.ProposalToken(ref.Host, ref.ProposalID) + "/" + env.Grounded.Fingerprint
-	if err := s.Parked.Keep(ctx, ref.Host, ref.ProposalID, schema.MustMarshal(*env), id); err != nil {
+	if err := s.Parked.Keep(ctx, ref.Host, ref.ProposalID, schema.EncodeEnvelope(env), id); err != nil {
 		return fmt.Errorf("authorization: park the envelope: %w", err)
 	}
 	return nil

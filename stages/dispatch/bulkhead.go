@@ -1,6 +1,9 @@
 package dispatch
 
-import "github.com/portcullis/portcullis/stages"
+import (
+	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/stages"
+)
 
 // Bulkhead puts each input in its provider's bulkhead (stages.Bulkheads):
 // at most the provider's max_in_flight of its proposals are handled at
@@ -10,7 +13,7 @@ import "github.com/portcullis/portcullis/stages"
 // provider cannot be read or is not configured has no bulkhead (Handle
 // refuses or ends it without calling anything).
 func (s *Stage) Bulkhead(in *stages.Input) (string, int) {
-	name, ok := stages.PeekString(in.Data, "proposal", "intent", "provider")
+	name, ok := schema.EnvelopeProvider(in.Data)
 	if !ok {
 		return "", 0
 	}

@@ -360,7 +360,7 @@ func (s *Stage) result(env *schema.Envelope, d Decision) stages.Result {
 		// redispatch, should reconciliation learn the request never
 		// arrived: once the outcomes are out, before the input is acked
 		// (a redelivery keeps it again, under the same id).
-		data, id := schema.MustMarshal(*env), d.Hold
+		data, id := schema.EncodeEnvelope(env), d.Hold
 		hold = func(ctx context.Context) error { return s.hold(ctx, env, data, id) }
 	}
 	if rc := d.Writes.Receipt; rc != nil {

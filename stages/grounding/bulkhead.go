@@ -1,6 +1,9 @@
 package grounding
 
-import "github.com/portcullis/portcullis/stages"
+import (
+	"github.com/portcullis/portcullis/schema"
+	"github.com/portcullis/portcullis/stages"
+)
 
 // Bulkhead puts each input that names a candidate source in that source's
 // bulkhead (stages.Bulkheads): at most SourceMaxInFlight requests to one
@@ -11,7 +14,7 @@ func (s *Stage) Bulkhead(in *stages.Input) (string, int) {
 	if s.SourceMaxInFlight < 1 {
 		return "", 0
 	}
-	name, ok := stages.PeekString(in.Data, "proposal", "grounding", "candidate_source")
+	name, ok := schema.EnvelopeCandidateSource(in.Data)
 	if !ok || name == "" {
 		return "", 0
 	}

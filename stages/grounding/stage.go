@@ -69,10 +69,7 @@ func (s *Stage) Handle(ctx context.Context, in *stages.Input) (stages.Result, er
 		IdempotencyKey: fp.IdempotencyKey,
 		ObservationRef: observation,
 	}
-	data, err := schema.Marshal(out)
-	if err != nil {
-		return stages.Result{}, fmt.Errorf("grounding: encode envelope: %w", err)
-	}
+	data := schema.EncodeEnvelope(&out)
 	return stages.Result{Next: []stages.Message{{
 		Subject: s.Route.HandOff(subjects.ProposalToken(env.Host, p.ProposalID)),
 		Data:    data,
