@@ -223,8 +223,8 @@ func TestEnvelopeBinaryBounded(t *testing.T) {
 	// A candidate count of a billion, with a few bytes behind it.
 	env := codecEnvelopes(t)["admitted inline candidates"]
 	data := schema.EncodeEnvelope(env)
+	b := patchCandidateCount(t, data, 1<<30)
 	allocs := testing.AllocsPerRun(10, func() {
-		b := patchCandidateCount(t, data, 1<<30)
 		var got schema.Envelope
 		if err := schema.DecodeEnvelope(b, &got); !errors.Is(err, schema.ErrMalformed) {
 			t.Fatalf("err = %v", err)

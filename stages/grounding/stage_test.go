@@ -116,11 +116,13 @@ func FuzzHandle(f *testing.F) {
 	if err := schema.Decode(testenv.Body(f, testenv.Lumber("prop-fuzz")), &prop); err != nil {
 		f.Fatal(err)
 	}
-	valid := schema.MustMarshal(schema.Envelope{Schema: schema.SchemaEnvelope, Proposal: prop, Host: "h"})
+	inline := schema.Envelope{Schema: schema.SchemaEnvelope, Proposal: prop, Host: "h"}
 	prop.Grounding.Candidates = nil
 	prop.Grounding.CandidateSource = "catalog"
-	viaSource := schema.MustMarshal(schema.Envelope{Schema: schema.SchemaEnvelope, Proposal: prop, Host: "h"})
-	for _, s := range [][]byte{valid, viaSource, []byte(`{}`)} {
+	viaSource := schema.Envelope{Schema: schema.SchemaEnvelope, Proposal: prop, Host: "h"}
+	// Both forms: the binary one stages write, the JSON of earlier versions.
+	for _, s := range [][]byte{schema.EncodeEnvelope(&inline), schema.EncodeEnvelope(&viaSource),
+		schema.MustMarshal(inline), schema.MustMarshal(viaSource), []byte(`{}`)} {
 		f.Add(s)
 		f.Add(s[:len(s)/2])
 		f.Add(s[len(s)/2:])
@@ -149,7 +151,9 @@ func FuzzHandle(f *testing.F) {
 		switch {
 		case len(res.Next) == 1 && len(res.Outcomes) == 0:
 			var e schema.Envelope
-			if err := schema.Decode(res.Next[0].Data, &e); err != nil || e.Grounded == nil || e.Proposal.Grounding.Candidates != nil {
+			// The hand-off is in the binary form (the test pinned JSON before).
+			if err := schema.DecodeEnvelope(res.Next[0].Data, &e); err != nil || !schema.IsBinaryEnvelope(res.Next[0].Data) ||
+				e.Grounded == nil || e.Proposal.Grounding.Candidates != nil {
 				t.Fatalf("bad hand-off: %v", err)
 			}
 		case len(res.Next) == 0 && len(res.Outcomes) == 1:
