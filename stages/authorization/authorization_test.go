@@ -89,7 +89,7 @@ func grounded(t *testing.T, pid string, edit func(m map[string]any)) schema.Enve
 // handOff publishes an envelope where grounding would: to the authorization stage.
 func handOff(t *testing.T, env *testenv.Env, e schema.Envelope) {
 	t.Helper()
-	env.PublishInternal(t, env.Subjects.Stage(subjects.StageAuthorization, subjects.KindProposal, subjects.ProposalToken(e.Host, e.Proposal.ProposalID)), schema.MustMarshal(e))
+	env.PublishInternal(t, env.Subjects.Stage(subjects.StageAuthorization, subjects.KindProposal, subjects.ProposalToken(e.Host, e.Proposal.ProposalID)), schema.EncodeEnvelope(&e))
 }
 
 // grantFor is a manual, biometric grant for e, issued now by the clock and

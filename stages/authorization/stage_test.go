@@ -92,7 +92,7 @@ func (h *harness) input(t *testing.T, subject string, body []byte, hdr nats.Head
 
 func (h *harness) proposal(t *testing.T, e schema.Envelope) *stages.Input {
 	t.Helper()
-	return h.input(t, h.env.Subjects.Stage(subjects.StageAuthorization, subjects.KindProposal, subjects.ProposalToken(e.Host, e.Proposal.ProposalID)), schema.MustMarshal(e), nil)
+	return h.input(t, h.env.Subjects.Stage(subjects.StageAuthorization, subjects.KindProposal, subjects.ProposalToken(e.Host, e.Proposal.ProposalID)), schema.EncodeEnvelope(&e), nil)
 }
 
 func (h *harness) timer(t *testing.T, pid string) *stages.Input {
@@ -312,6 +312,48 @@ func TestParkedEnvelopeGone(t *testing.T) {
 	}
 	if h.pending() != 0 {
 		t.Errorf("pending = %v", h.pending())
+	}
+}
+
+// TestParkedJSONEnvelopeOfAnEarlierVersion: a proposal parked as JSON by
+// an earlier version (parked envelopes live up to twice approval.ttl, so
+// an upgrade finds some) is read back when its grant comes and handed on
+// to dispatch in the binary form, its proposal unchanged; the stage itself
+// parks the binary form.
+func TestParkedJSONEnvelopeOfAnEarlierVersion(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	e := grounded(t, "prop-upgrade", nil)
+	in := h.proposal(t, e)
+	h.handle(t, h.stage, in)
+	kept, _, err := h.stage.Parked.Get(ctx, e.Host, "prop-upgrade")
+	if err != nil || !schema.IsBinaryEnvelope(kept) {
+		t.Fatalf("parked: binary %v, %v", schema.IsBinaryEnvelope(kept), err)
+	}
+	// What an earlier version kept, in its place.
+	if err := h.stage.Parked.Keep(ctx, e.Host, "prop-upgrade", schema.MustMarshal(e), "earlier-version"); err != nil {
+		t.Fatal(err)
+	}
+	if kept, _, err := h.stage.Parked.Get(ctx, e.Host, "prop-upgrade"); err != nil || kept[0] != '{' {
+		t.Fatalf("the JSON envelope is not the one kept: %v", err)
+	}
+	// The hand-off is gone from the stage stream once acked.
+	if stream, err := h.env.JS.Stream(ctx, in.Stream); err != nil {
+		t.Fatal(err)
+	} else if err := stream.DeleteMsg(ctx, in.StreamSeq); err != nil {
+		t.Fatal(err)
+	}
+	r := h.handle(t, h.stage.Grants(), h.grant(t, grantFor(e, h.clock)))
+	if len(r.Next) != 1 || !schema.IsBinaryEnvelope(r.Next[0].Data) {
+		t.Fatalf("grant for a JSON-parked envelope: %s", published(r))
+	}
+	got, err := stages.DecodeEnvelope(r.Next[0].Data, stages.Authorized)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Proposal.ProposalID != "prop-upgrade" || got.Grounded.Fingerprint != e.Grounded.Fingerprint ||
+		string(got.Proposal.Intent.Payload) != string(e.Proposal.Intent.Payload) || got.Authorization.Grant.IntentFingerprint != e.Grounded.Fingerprint {
+		t.Fatalf("hand-off %+v", got)
 	}
 }
 

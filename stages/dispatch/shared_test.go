@@ -90,7 +90,7 @@ func input(t *testing.T, id, batch string) *stages.Input {
 		Grounded:      &schema.Grounded{Referent: "sku-1001", Fingerprint: fp.Fingerprint, IdempotencyKey: fp.IdempotencyKey, ObservationRef: "catalog:12"},
 		Authorization: &schema.AuthorizationRecord{Grant: *p.Grant, DecidedAtMs: time.Now().UnixMilli()}}
 	subject := subjects.Default().Stage(subjects.StageDispatch, subjects.KindProposal, subjects.ProposalToken(testenv.HostName, id))
-	return &stages.Input{Subject: subject, Data: schema.MustMarshal(env), StreamSeq: 1, Delivered: 1}
+	return &stages.Input{Subject: subject, Data: schema.EncodeEnvelope(&env), StreamSeq: 1, Delivered: 1}
 }
 
 // blockFirst makes the fake's first dispatch wait until release is closed,
