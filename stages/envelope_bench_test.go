@@ -52,13 +52,18 @@ func benchEnvelope(b *testing.B, encode func(*schema.Envelope) []byte) (*schema.
 	return env, r, in
 }
 
-// The envelope benchmarks, on the bench's authorized envelope (2 cores of
-// an Oxide Virtual Turin-like Processor, go1.26, shared with other work):
+// The envelope benchmarks, on the bench's authorized envelope (798 bytes
+// binary, 1861 JSON), 2 cores of an Oxide Virtual Turin-like Processor,
+// go1.26, shared with other work (load ~11: wall ns/op varied 2×, so
+// cpu-ns/op, the process's CPU per op, is the steadier column):
 //
-//	DecodeEnvelope/json     8400 ns/op  1184 B/op  15 allocs/op  (1978 bytes)
-//	DecodeEnvelope/binary    …
-//	EncodeEnvelope/json     5372 ns/op  2048 B/op   1 allocs/op
-//	EncodeEnvelope/binary    …
+//	                          ns/op  cpu-ns/op   B/op  allocs/op
+//	DecodeEnvelope/json       21200      10200   1040         12
+//	DecodeEnvelope/binary      7600       4700   1872          4
+//	EncodeEnvelope/json       11200       8700   2048          1
+//	EncodeEnvelope/binary      2900       1770    896          1
+//	PeekString/json (both)     4900       2100     32          2
+//	PeekString/binary (both)    690        370     16          1
 //
 // BenchmarkDecodeEnvelope is what each stage after admission pays to read
 // its hand-off (Route.Envelope).
@@ -94,7 +99,9 @@ func BenchmarkEncodeEnvelope(b *testing.B) {
 }
 
 // BenchmarkPeekString is the runner's bulkhead key of a dispatch and a
-// grounding hand-off, read before the envelope is decoded.
+// grounding hand-off, read before the envelope is decoded
+// (schema.EnvelopeProvider and EnvelopeCandidateSource: on JSON, the
+// PeekString scanner).
 func BenchmarkPeekString(b *testing.B) {
 	for form, encode := range envelopeForms {
 		b.Run(form, func(b *testing.B) {
