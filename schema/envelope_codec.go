@@ -264,6 +264,7 @@ func decodeEnvelopeBinary(data []byte, env *Envelope) error {
 	if data[0] != EnvelopeBinaryV1 {
 		return invalid(ErrMalformed, "", Problem{Rule: RuleEnvelopeVersion, Offset: 0})
 	}
+	*env = Envelope{} // no field of an earlier use survives an absent one
 	r := envReader{data: data, off: 1}
 	r.envelope(env)
 	if r.rule == "" && r.off != len(data) {
