@@ -273,15 +273,14 @@ func TestCodecCorrupt(t *testing.T) {
 		}
 	}
 	// An intent whose proposal count claims 2^62 entries.
-	e := encoder{}
-	e.header(kindIntent)
+	e := enc(nil).header(kindIntent)
 	for range 9 {
-		e.str("")
+		e = e.str("")
 	}
-	e.count(1 << 62)
+	e = e.count(1 << 62)
 	var in kv.Intent
 	allocs := testing.AllocsPerRun(10, func() {
-		if err := decode(e.b, &in); !errors.Is(err, kv.ErrCorrupt) {
+		if err := decode(e, &in); !errors.Is(err, kv.ErrCorrupt) {
 			t.Fatalf("huge count: %v", err)
 		}
 	})
