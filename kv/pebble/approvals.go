@@ -3,6 +3,8 @@ package pebble
 import (
 	"fmt"
 
+	"github.com/portcullis/portcullis/kv"
+
 	"github.com/portcullis/portcullis/schema"
 )
 
@@ -79,9 +81,7 @@ func (s *Store) ParkedIndex() ([]Parked, error) {
 // this store knows no fingerprint of (never admitted here, or ended before
 // grounding bound it).
 func (s *Store) ProposalFingerprint(ref schema.ProposalRef) (fingerprint string, found bool, err error) {
-	var a struct {
-		Fingerprint string `json:"fingerprint"`
-	}
+	var a kv.Approval
 	found, err = s.Approval(ref, &a)
 	if err != nil {
 		return "", false, err

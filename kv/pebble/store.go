@@ -92,6 +92,10 @@ type Store struct {
 	synced  atomic.Uint64
 	syncMu  sync.Mutex
 	syncing chan struct{}
+	// jsonRecords makes the store write every record as JSON, as before
+	// the binary form existed, and skip the conversion at Open: only for
+	// tests of that conversion (export_test.go).
+	jsonRecords bool
 }
 
 // failedBy handles what a commit path recovered: nil is nothing; a
@@ -162,8 +166,21 @@ const CacheSize = 32 << 20
 // keys. Two memtables at most (Pebble's default) cost 32 MiB.
 const MemTableSize = 16 << 20
 
-// Open opens or creates the store in dir.
+// Open opens or creates the store in dir. A store written before records
+// had their binary form has them converted first, once (convert.go).
 func Open(dir string, o Options) (*Store, error) {
+	s, err := openDB(dir, o)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.convertRecords(); err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("kv: open %s: %w", dir, err)
+	}
+	return s, nil
+}
+
+func openDB(dir string, o Options) (*Store, error) {
 	log := o.Logger
 	if log == nil {
 		log = slog.Default()
@@ -273,7 +290,17 @@ func (s *Store) get(key []byte, v any) (found bool, err error) {
 	return true, decode(val, v)
 }
 
+// decode decodes a record into v: the binary form of codec.go, or JSON
+// (every other kind, and records written before the binary form existed
+// and not converted yet); the first byte says which.
 func decode(val []byte, v any) error {
+	if len(val) > 0 && val[0] == recordMark {
+		return decodeBinary(val, v)
+	}
+	return decodeJSON(val, v)
+}
+
+func decodeJSON(val []byte, v any) error {
 	if err := json.Unmarshal(val, v); err != nil {
 		return fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
@@ -337,9 +364,17 @@ type op struct {
 // NewBatch starts an atomic group of writes.
 func (s *Store) NewBatch() *Batch { return &Batch{s: s} }
 
+// set writes v at key: in the binary form of codec.go for the kinds it
+// converts, as JSON otherwise.
 func (b *Batch) set(key []byte, v any) {
 	if b.err != nil {
 		return
+	}
+	if !b.s.jsonRecords {
+		if val, ok := encodeBinary(v); ok {
+			b.ops = append(b.ops, op{key: key, val: val})
+			return
+		}
 	}
 	val, err := json.Marshal(v, json.Deterministic(true))
 	if err != nil {
