@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -66,6 +67,11 @@ type Deps struct {
 	// fetched meanwhile goes back to the stream for later (or for another
 	// processor).
 	Room func() bool
+	// Wire, if set, is the connection's write batching (wire.go): a stage
+	// hands each input's messages, and the acks that are ready together,
+	// to the connection under one hold, so that they go out in one write.
+	// nil: every publish and ack is flushed as nats.go flushes it.
+	Wire *Wire
 }
 
 // Source is one durable consumer a runner reads: a stage reads one per
@@ -267,6 +273,9 @@ type Runner struct {
 	live     liveSet
 	tallies  tallies
 	bulk     *bulkheads
+	// acks, while Run runs with a Deps.Wire, is what its acker acks
+	// (ack).
+	acks chan pendingAck
 	// counters are the stage's StageMessages series, by result.
 	counters map[string]prometheus.Counter
 	duration prometheus.Observer
@@ -402,6 +411,11 @@ func (r *Runner) Run(ctx, workCtx context.Context) error {
 		defer close(beating)
 		r.heartbeats(beatDone)
 	}()
+	var acking sync.WaitGroup
+	if r.deps.Wire != nil {
+		r.acks = make(chan pendingAck, r.cfg.MaxInFlight)
+		acking.Go(func() { r.acker(r.acks) })
+	}
 	// MaxInFlight long-lived workers: a worker is an in-flight slot (and
 	// its stack, grown once by Pebble and the JSON codecs, is reused).
 	work := make(chan delivery)
@@ -485,6 +499,11 @@ func (r *Runner) Run(ctx, workCtx context.Context) error {
 	r.consuming.Store(false)
 	r.halt() // an iterator failed, or ctx ended: nothing more will be fetched
 	wg.Wait()
+	if r.acks != nil {
+		close(r.acks) // every input's ack is queued: sent before Run returns
+		acking.Wait()
+		r.acks = nil
+	}
 	close(beatDone)
 	<-beating
 	return runErr
@@ -944,11 +963,7 @@ func (r *Runner) run(ctx context.Context, f *flight) string {
 	}
 	r.tallies.forget(keyOf(in))
 	fault.Hit(fault.RunnerAfterPublish)
-	if err := f.msg().Ack(); err != nil {
-		// The outputs are published under derived ids; a redelivery
-		// republishes them as duplicates the streams drop.
-		r.log.Warn("ack failed; the message will be redelivered", "seq", in.StreamSeq, "err", err)
-	}
+	r.ack(f.msg(), in.StreamSeq)
 	switch {
 	case gaveUp:
 		r.log.Error("gave up on a message", "seq", in.StreamSeq, "deliveries", in.Delivered)
@@ -959,6 +974,66 @@ func (r *Runner) run(ctx context.Context, f *flight) string {
 		return metrics.ResultForwarded
 	default:
 		return metrics.ResultConsumed
+	}
+}
+
+// pendingAck is an input's ack, queued for the acker.
+type pendingAck struct {
+	m   jetstream.Msg
+	seq uint64
+}
+
+// ack acks an input whose outputs JetStream has and whose Done ran. With
+// a Deps.Wire the acker sends it, together with the acks of the inputs
+// that ended with it; its worker goes on meanwhile (nothing waits for an
+// ack: it is a message without reply).
+func (r *Runner) ack(m jetstream.Msg, seq uint64) {
+	if r.acks != nil {
+		r.acks <- pendingAck{m: m, seq: seq}
+		return
+	}
+	r.sendAck(m, seq)
+}
+
+func (r *Runner) sendAck(m jetstream.Msg, seq uint64) {
+	if err := m.Ack(); err != nil {
+		// The outputs are published under derived ids; a redelivery
+		// republishes them as duplicates the streams drop.
+		r.log.Warn("ack failed; the message will be redelivered", "seq", seq, "err", err)
+	}
+}
+
+// acker sends the queued acks in rounds, each round's under one hold of
+// Deps.Wire: one write. A round is what is queued when the acker wakes and
+// after one yield — the inputs one group commit released end within one
+// scheduling round. Nothing is held while it waits or yields.
+func (r *Runner) acker(acks <-chan pendingAck) {
+	round := make([]pendingAck, 0, 64)
+	for a := range acks {
+		round = append(round[:0], a)
+		round = queued(acks, round)
+		runtime.Gosched()
+		round = queued(acks, round)
+		r.deps.Wire.Hold()
+		for _, a := range round {
+			r.sendAck(a.m, a.seq)
+		}
+		r.deps.Wire.Release()
+	}
+}
+
+// queued appends to round what acks holds now, without waiting.
+func queued(acks <-chan pendingAck, round []pendingAck) []pendingAck {
+	for {
+		select {
+		case a, ok := <-acks:
+			if !ok {
+				return round
+			}
+			round = append(round, a)
+		default:
+			return round
+		}
 	}
 }
 
@@ -1282,13 +1357,18 @@ func (r *Runner) publish(ctx context.Context, in *Input, res Result) error {
 		fault.Hit(fault.RunnerBeforeOutcome)
 	}
 	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
+	// The input's messages in one write (Deps.Wire); released before the
+	// PubAcks are awaited.
+	r.deps.Wire.Hold()
 	for _, m := range msgs {
 		f, err := r.deps.JS.PublishMsgAsync(m, jetstream.WithStallWait(r.cfg.PublishTimeout))
 		if err != nil {
+			r.deps.Wire.Release()
 			return fmt.Errorf("publish %s: %w", m.Subject, err)
 		}
 		futures = append(futures, f)
 	}
+	r.deps.Wire.Release()
 	timeout := time.NewTimer(r.cfg.PublishTimeout)
 	defer timeout.Stop()
 	var refused []*outcomeMsg

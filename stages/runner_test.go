@@ -14,6 +14,7 @@ import (
 	kvjs "github.com/portcullis/portcullis/kv/jetstream"
 	"github.com/portcullis/portcullis/kv/pebble"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -44,6 +45,8 @@ func (h funcHandler) GiveUp(ctx context.Context, in *stages.Input, cause error) 
 }
 
 type rig struct {
+	srv     *server.Server
+	wire    *stages.Wire // the runners' Deps.Wire
 	seal    *seal.Sealer
 	js      jetstream.JetStream
 	subj    subjects.Subjects
@@ -61,7 +64,10 @@ type rig struct {
 func newRig(t *testing.T) *rig {
 	t.Helper()
 	s := testenv.StartServer(t, "")
-	nc := testenv.Connect(t, s)
+	// The runners batch their writes as the processor's do.
+	wire := &stages.Wire{}
+	nc := testenv.Connect(t, s, wire.Option())
+	wire.Attach(nc)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +95,7 @@ func newRig(t *testing.T) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &rig{seal: sealer, js: js, subj: subj, store: store, metrics: metrics.New(nil, nil), rec: testenv.Record(t, nc, subj)}
+	return &rig{srv: s, wire: wire, seal: sealer, js: js, subj: subj, store: store, metrics: metrics.New(nil, nil), rec: testenv.Record(t, nc, subj)}
 }
 
 // run starts a runner for stage "grounding" on stream IN, waits until it
@@ -98,7 +104,7 @@ func (r *rig) run(t *testing.T, h stages.Handler, cfg stages.RunnerConfig) func(
 	t.Helper()
 	cfg.Stage, cfg.Stream, cfg.FilterSubject = subjects.StageGrounding, "IN", "in.>"
 	runner := stages.NewRunner(cfg, stages.Deps{
-		JS: r.js, Seal: r.seal, Subjects: r.subj, Metrics: r.metrics, Outcomes: r.store, Clock: stages.SystemClock{}, Room: r.room,
+		JS: r.js, Wire: r.wire, Seal: r.seal, Subjects: r.subj, Metrics: r.metrics, Outcomes: r.store, Clock: stages.SystemClock{}, Room: r.room,
 		History: &kvjs.OutcomeHistory{JS: r.js, Subjects: r.subj},
 	}, h)
 	r.runner = runner

@@ -23,6 +23,7 @@ import (
 	"github.com/portcullis/portcullis/internal/seal"
 	"github.com/portcullis/portcullis/kv/dirlock"
 	"github.com/portcullis/portcullis/schema/keyfile"
+	"github.com/portcullis/portcullis/stages"
 	"github.com/portcullis/portcullis/subjects"
 )
 
@@ -83,7 +84,12 @@ func (p *Processor) connect() error {
 	if err != nil {
 		return err
 	}
-	p.nc, p.js, err = dial(url, append(opts, login...))
+	// The stages batch their writes on the connection (stages.Wire).
+	p.wire = &stages.Wire{}
+	p.nc, p.js, err = dial(url, append(opts, append(login, p.wire.Option())...))
+	if err == nil {
+		p.wire.Attach(p.nc)
+	}
 	return err
 }
 

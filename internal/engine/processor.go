@@ -80,6 +80,7 @@ type Processor struct {
 	srvKey   string
 	nc       *nats.Conn
 	js       jetstream.JetStream
+	wire     *stages.Wire // nc's write batching, for the stages
 	store    *pebble.Store
 	activity *kvjs.Activity
 	metrics  *metrics.Metrics
@@ -283,7 +284,7 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 		p.adapters[pr.Name] = p.reach.watch(pr.Name, a)
 	}
 	p.rations = newRations(cfg.Streams.HostIncidentRate)
-	deps := stages.Deps{JS: p.js, Seal: p.seal, Subjects: subj, Metrics: p.metrics, Outcomes: p.store,
+	deps := stages.Deps{JS: p.js, Wire: p.wire, Seal: p.seal, Subjects: subj, Metrics: p.metrics, Outcomes: p.store,
 		History: &kvjs.OutcomeHistory{JS: p.js, Subjects: subj}, Clock: p.clock, Log: p.log,
 		EventShare: p.eventShare, OnFull: p.stageFull, Last: stages.NewLastOutcomes(0), Room: p.room}
 	jr := p.journal

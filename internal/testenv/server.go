@@ -138,9 +138,9 @@ func (e *Env) startServer(t testing.TB, addr string) *server.Server {
 }
 
 // Connect connects to s; the connection is closed when the test ends.
-func Connect(t testing.TB, s *server.Server) *nats.Conn {
+func Connect(t testing.TB, s *server.Server, opts ...nats.Option) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(s.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	nc, err := nats.Connect(s.ClientURL(), append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
