@@ -189,9 +189,13 @@ func (s *Activity) UpdateFollowed(ctx context.Context, fingerprint string, edit 
 		case <-closing:
 		}
 		t.Stop()
-		ctx := context.Background()
+		try := func(b *batch) error {
+			ctx, cancel := context.WithTimeout(context.Background(), followedWriteTimeout)
+			defer cancel()
+			return s.flush(ctx, key, fingerprint, b)
+		}
 		wait := 50 * time.Millisecond
-		for s.flush(ctx, key, fingerprint, b) != nil {
+		for try(b) != nil {
 			// Its edits go first in the key's next batch (those that
 			// waited on this one had its error, and make theirs again):
 			// written by that batch's writer, or here after a pause.
@@ -201,7 +205,7 @@ func (s *Activity) UpdateFollowed(ctx context.Context, fingerprint string, edit 
 			}
 			select {
 			case <-closing:
-				_ = s.flush(ctx, key, fingerprint, b) // one last try
+				_ = try(b) // one last try
 				return
 			case <-time.After(wait):
 			}
@@ -224,6 +228,10 @@ func (s *Activity) requeue(key string, edits []func(a *schema.Activity)) (b *bat
 	b.edits = append(append([]func(a *schema.Activity){}, edits...), b.edits...)
 	return b, !joined
 }
+
+// followedWriteTimeout bounds each try of a write UpdateFollowed left to
+// the background.
+const followedWriteTimeout = 10 * time.Second
 
 // Close writes every edit still waiting (UpdateFollowed) and returns once
 // they are written, or tried once more when ctx ends.
