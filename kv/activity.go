@@ -21,6 +21,13 @@ type Activity interface {
 	// are serialised, none lost. A dispatch section without its result
 	// (FinishedAtMs 0) is not stored: the schema has no status for one.
 	Update(ctx context.Context, fingerprint string, edit func(a *schema.Activity)) error
+	// UpdateFollowed is Update for an edit that another edit of the same
+	// intent is expected to follow within moments (authorization's, as it
+	// hands the proposal to dispatch, whose edit comes with the
+	// dispatch's result): the store may hold it briefly, so that both
+	// are written at once. It returns, as Update does, once the snapshot
+	// holding the edit is stored.
+	UpdateFollowed(ctx context.Context, fingerprint string, edit func(a *schema.Activity)) error
 }
 
 // ErrNoActivity: the fingerprint has no activity snapshot.

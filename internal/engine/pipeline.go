@@ -356,7 +356,7 @@ func newDispatch(p *Parts, r stages.Route) (stages.Handler, error) {
 	return &dispatch.Stage{
 		Self:    p.Self,
 		Journal: p.Journal, Adapters: adaptersAs[dispatch.Adapter](p.Adapters), Providers: dispatchProviders(p.Config.Providers), Policy: p.rules(),
-		NC: p.NC, Route: r, Clock: p.Clock, Metrics: p.Metrics, Activity: p.Activity,
+		NC: p.NC, Route: r, Clock: p.Clock, Metrics: p.Metrics, Activity: p.Activity, Authorized: authorization.HandedOffActivity,
 		Log:               p.stageLog(r.Self),
 		ReconcileInterval: p.Config.Reconciliation.Interval,
 		MsgID:             p.Seal.MsgID,

@@ -240,7 +240,7 @@ func (p *Processor) start(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	p.activity = &kvjs.Activity{KV: bucket, Now: func() int64 { return stages.NowMs(p.clock) }, JS: p.js, Share: p.share}
+	p.activity = &kvjs.Activity{KV: bucket, Now: func() int64 { return stages.NowMs(p.clock) }, JS: p.js, Share: p.share, Linger: ActivityLinger}
 	var providers []string
 	for _, pr := range cfg.Providers {
 		providers = append(providers, pr.Name)
@@ -540,6 +540,15 @@ func (p *Processor) Close() error {
 				<-drained
 			}
 			p.stopWork()
+		}
+		if p.activity != nil {
+			// The activity edits still waiting for the edit expected to
+			// follow them are written now.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if err := p.activity.Close(ctx); err != nil {
+				p.log.Warn("activity edits still waiting at stop were not written: dispatch applies the permits it is handed again", "err", err)
+			}
+			cancel()
 		}
 		p.teardown()
 		close(p.done)

@@ -219,6 +219,11 @@ func (s *Stage) result(ref schema.ProposalRef, d Decision) stages.Result {
 	if d.Activity != nil && s.Activity != nil {
 		fp, edit := d.Fingerprint, d.Activity
 		res.Done = func(ctx context.Context) error { return s.Activity.Update(ctx, fp, edit.Apply) }
+		if d.HandOff != nil {
+			// Dispatch's edit, with its result, is expected within
+			// moments: the two are written once (kv.Activity).
+			res.Done = func(ctx context.Context) error { return s.Activity.UpdateFollowed(ctx, fp, edit.Apply) }
+		}
 	}
 	return res
 }

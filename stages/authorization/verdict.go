@@ -295,6 +295,27 @@ func ActivityEdit(ref schema.ProposalRef, env *schema.Envelope, v Ruling, atMs, 
 	return &ActivityChange{Ref: ref, Env: env, Ruling: v, AtMs: atMs, ApprovalExpiresAtMs: approvalExpiresAtMs}
 }
 
+// HandedOffActivity is the activity edit authorization made when it
+// handed env on to dispatch (a permit), rebuilt from env alone; nil for
+// an envelope without an authorization record. Authorization's own write
+// of it waits to share dispatch's (kv.Activity.UpdateFollowed) and is
+// lost should its process die first: dispatch applies this before its
+// own edit, so that the snapshot holds the permit all the same (applied
+// twice it changes nothing).
+func HandedOffActivity(env *schema.Envelope) func(a *schema.Activity) {
+	r := env.Authorization
+	if r == nil {
+		return nil
+	}
+	v := Ruling{Decision: Permit, Evaluations: r.Evaluations, Bound: r.Bound}
+	if !r.Bound {
+		g := r.Grant
+		v.Grant = &g
+	}
+	ref := schema.ProposalRef{Host: env.Host, ProposalID: env.Proposal.ProposalID}
+	return ActivityEdit(ref, env, v, r.DecidedAtMs, 0).Apply
+}
+
 // Apply records the ruling in the snapshot a: the authorization section
 // (never the grant's author or signature, the payload, or tenant and actor
 // ids).

@@ -36,7 +36,11 @@ type Stage struct {
 	Clock    stages.Clock
 	Metrics  *metrics.Metrics
 	Activity kv.Activity
-	Log      *slog.Logger
+	// Authorized, if set, is the activity edit of the permit an envelope
+	// carries (authorization.HandedOffActivity), applied before
+	// dispatch's own: authorization's write of it may have been lost.
+	Authorized func(env *schema.Envelope) func(a *schema.Activity)
+	Log        *slog.Logger
 	// ReconcileInterval is the wait before the first reconciliation or
 	// verification poll.
 	ReconcileInterval time.Duration
@@ -374,7 +378,13 @@ func (s *Stage) result(env *schema.Envelope, d Decision) stages.Result {
 			"fingerprint", env.Grounded.Fingerprint, "code", e.Ended.Code)
 	}
 	if d.Activity != nil && s.Activity != nil {
-		fp, edit := env.Grounded.Fingerprint, d.Activity
+		fp, edit := env.Grounded.Fingerprint, d.Activity.Apply
+		if s.Authorized != nil {
+			if permit := s.Authorized(env); permit != nil {
+				own := edit
+				edit = func(a *schema.Activity) { permit(a); own(a) }
+			}
+		}
 		res.Done = func(ctx context.Context) error {
 			if hold != nil {
 				if err := hold(ctx); err != nil {
@@ -382,7 +392,7 @@ func (s *Stage) result(env *schema.Envelope, d Decision) stages.Result {
 				}
 			}
 			fault.Hit(fault.DispatchAfterOutcome)
-			return s.Activity.Update(ctx, fp, edit.Apply)
+			return s.Activity.Update(ctx, fp, edit)
 		}
 	} else if hold != nil {
 		res.Done = hold
