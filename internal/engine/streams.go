@@ -633,6 +633,6 @@ func discardOldest(ctx context.Context, js jetstream.JetStream, stream string) e
 // result, ends the wait. Authorization does not wait for it (its input is
 // acked at once); only the snapshot shows the permit that much later when
 // dispatch is slower. Under a full pipeline (500 proposals in flight) the
-// two come over half a second apart: at 500ms 5% of the bench's proposals
+// two come over half a second apart: at 500ms 10% of the bench's proposals
 // shared one write, at 2s all of them.
 const ActivityLinger = 2 * time.Second
