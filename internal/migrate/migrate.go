@@ -422,7 +422,7 @@ func (r *run) envelopeHere(rec kv.Approval) (bool, error) {
 		return false, err
 	}
 	var env schema.Envelope
-	if schema.Decode(m.Data, &env) != nil || env.Grounded == nil {
+	if schema.DecodeEnvelope(m.Data, &env) != nil || env.Grounded == nil {
 		return false, nil
 	}
 	return env.Host == rec.Host && env.Proposal.ProposalID == rec.ProposalID && env.Grounded.Fingerprint == rec.Fingerprint, nil
