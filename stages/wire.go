@@ -72,6 +72,10 @@ type Wire struct {
 // 12500 writes against 11300 to 12100).
 const DefaultWireDelay = 250 * time.Microsecond
 
+// wireWriteTimeout bounds a write of kept bytes (nats.go bounds its own
+// with its FlusherTimeout; the kept bytes are written outside it).
+var wireWriteTimeout = 5 * time.Second
+
 // maxKept bounds the bytes a hold keeps back: nats.go's own buffer size, so
 // a hold never makes a write larger than nats.go would.
 const maxKept = 32 << 10
@@ -224,6 +228,13 @@ func (c *wireConn) writeKept() {
 		c.w.timer.Stop()
 	}
 	c.w.writes.Add(1)
+	// Kept bytes are written after nats.go's own write returned, and it
+	// clears its write deadline then: without one of our own, a socket
+	// that takes nothing (a partition) would block this write, and with
+	// w.mu every later write and nats.go's Close of the socket, for ever —
+	// the connection could never reconnect. Every write nats.go makes arms
+	// a fresh deadline first, so the one left here is never stale for it.
+	_ = c.Conn.SetWriteDeadline(time.Now().Add(wireWriteTimeout))
 	_, err := c.Conn.Write(c.kept)
 	c.kept = c.kept[:0]
 	if err != nil {
